@@ -1,0 +1,204 @@
+// The seam between connections, the log and the state machine (DESIGN.md "The seam").
+//
+// Every change to broker state that must survive a failover is a Command. A log (LocalLog on one
+// node, RaftLog on three) orders commands into Entries and stamps each with a time; the pure state
+// machine applies committed entries in order and emits Effects that only the serving node carries
+// out. Commands are plain data (strings, integers, booleans, arrays, Uint8Array, null) so that they
+// encode once with msgpackr and every replica applies the same bytes. Commands carry no time.
+
+/** `${servePeriod}.${seq}`: servePeriod is the log index of the serve-start entry under which the
+ * serving node accepted the connection; seq counts connections accepted in that period from 1. */
+export type ConnId = string;
+
+export type QoS = 0 | 1 | 2;
+
+/** MQTT protocol level from CONNECT: 3 is MQTT 3.1 ("MQIsdp"), 4 is 3.1.1, 5 is 5.0. */
+export type ProtocolLevel = 3 | 4 | 5;
+
+/** An ordered list of MQTT 5 user properties; order and duplicates are kept [MQTT-3.3.2-18]. */
+export type UserProperties = [string, string][];
+
+/** MQTT 5 properties that travel with an application message from publisher to subscriber. */
+export interface MessageProps {
+  payloadFormat?: 0 | 1;
+  /** Message Expiry Interval in seconds as the publisher sent it. */
+  expiryS?: number;
+  contentType?: string;
+  responseTopic?: string;
+  correlationData?: Uint8Array;
+  userProps?: UserProperties;
+}
+
+/** An application message as published (topic alias already resolved). */
+export interface Message {
+  topic: string;
+  payload: Uint8Array;
+  qos: QoS;
+  retain: boolean;
+  props?: MessageProps;
+}
+
+export interface Will {
+  msg: Message;
+  /** MQTT 5 Will Delay Interval in seconds; 0 for 3.1.1. */
+  delayS: number;
+}
+
+export interface SubscriptionRequest {
+  /** The filter as sent, including a `$share/{group}/` prefix. Validated before proposing. */
+  filter: string;
+  qos: QoS;
+  /** MQTT 5 No Local. */
+  nl: boolean;
+  /** MQTT 5 Retain As Published. */
+  rap: boolean;
+  /** MQTT 5 Retain Handling: 0 send retained, 1 only if the subscription is new, 2 never. */
+  rh: 0 | 1 | 2;
+}
+
+/** Settings decided by configuration that apply() consults. Carried by `serve-start` and
+ * `settings` so that every replica decides the same way (DESIGN.md "The seam"). */
+export interface Settings {
+  /** Queue admission bound per session, in messages. */
+  maxQueuedMessages: number;
+  /** Queue admission bound per session, in payload plus topic bytes. */
+  maxQueuedBytes: number;
+  /** Unacknowledged outbound QoS 1/2 publishes per session (v5: min with the client's Receive Maximum). */
+  maxInflight: number;
+  maxQos: QoS;
+  retainAvailable: boolean;
+  /** Largest packet the broker sends or accepts, in bytes. */
+  maxPacketSize: number;
+  /** Wills of connections ended by a failover wait max(grace, will delay), in seconds. */
+  willGraceS: number;
+  /** Access control table; null allows everything. The entries are defined by the security work. */
+  acl: AclRule[] | null;
+}
+
+/** One ACL line in Mosquitto's model: `topic` lines (user null: anonymous, or a named user) and
+ * `pattern` lines (any user, with %c and %u substituted). */
+export interface AclRule {
+  kind: 'topic' | 'pattern';
+  /** For `topic` rules: the user they belong to; null for lines before the first `user` line. */
+  user: string | null;
+  access: 'read' | 'write' | 'readwrite' | 'deny';
+  filter: string;
+}
+
+export type Command =
+  /** A node begins serving; ends every connection of an older serving period. */
+  | { t: 'serve-start'; node: number; settings: Settings }
+  /** Configuration reload. */
+  | { t: 'settings'; settings: Settings }
+  | ConnectCommand
+  | DisconnectCommand
+  | SubscribeCommand
+  | UnsubscribeCommand
+  | PublishCommand
+  /** PUBREL from a publisher: releases the held inbound QoS 2 packet id. */
+  | { t: 'pubrel'; conn: ConnId; pid: number }
+  /** Delivery progress from a subscriber. */
+  | { t: 'ack'; conn: ConnId; pid: number; kind: 'puback' | 'pubrec' | 'pubcomp' }
+  /** Only advances time, so that deadlines pass while the broker is idle. */
+  | { t: 'tick' }
+  /** Replicas compare their state digest at a log position. */
+  | { t: 'check'; atIndex: number; digest: string };
+
+export interface ConnectCommand {
+  t: 'connect';
+  conn: ConnId;
+  /** null: the client sent an empty id and apply assigns one derived from conn. */
+  clientId: string | null;
+  protocol: ProtocolLevel;
+  /** Clean Session (3.1.1) or Clean Start (5.0). */
+  clean: boolean;
+  /** Session Expiry Interval in seconds; 0xFFFFFFFF never expires. 3.1.1: 0 if clean, else never. */
+  expiryS: number;
+  will: Will | null;
+  username: string | null;
+  /** Client's Receive Maximum (v5), 65535 if absent. */
+  receiveMax: number;
+  /** Client's Maximum Packet Size (v5), 0 if absent (no limit beyond the protocol's). */
+  maxPacketSize: number;
+  /** MQTT 5 Request Problem Information (default true). */
+  problemInfo: boolean;
+}
+
+export interface DisconnectCommand {
+  t: 'disconnect';
+  conn: ConnId;
+  /** MQTT 5 reason code from the client's DISCONNECT, or the reason the broker closed it. */
+  reason: number;
+  /** False only after a normal DISCONNECT (reason 0x00) from the client [MQTT-3.1.2-10]. */
+  publishWill: boolean;
+  /** New Session Expiry Interval from an MQTT 5 DISCONNECT, if the client sent one. */
+  expiryS?: number;
+}
+
+export interface SubscribeCommand {
+  t: 'subscribe';
+  conn: ConnId;
+  pid: number;
+  subs: SubscriptionRequest[];
+  /** MQTT 5 Subscription Identifier, if sent. */
+  subId?: number;
+}
+
+export interface UnsubscribeCommand {
+  t: 'unsubscribe';
+  conn: ConnId;
+  pid: number;
+  filters: string[];
+}
+
+/** QoS 1/2 publishes, and retained QoS 0 publishes. pid is absent for QoS 0. */
+export interface PublishCommand {
+  t: 'publish';
+  conn: ConnId;
+  pid?: number;
+  msg: Message;
+}
+
+/** A command as the log orders it. time: integer ms since the Unix epoch, stamped by the log,
+ * never decreasing along the log; apply reads time from nowhere else. */
+export interface Entry {
+  index: number;
+  time: number;
+  cmd: Command;
+}
+
+/** A packet as apply decides it; the connection encodes it for its protocol level. */
+export type OutPacket =
+  | {
+      type: 'connack';
+      sessionPresent: boolean;
+      /** MQTT 5 reason code; the connection maps it to a 3.1.1 return code. */
+      code: number;
+      /** Set when apply assigned the client id. */
+      assignedClientId?: string;
+    }
+  | { type: 'suback'; pid: number; codes: number[] }
+  | { type: 'unsuback'; pid: number; codes: number[] }
+  | { type: 'puback' | 'pubrec' | 'pubcomp'; pid: number; code: number }
+  | { type: 'pubrel'; pid: number }
+  | {
+      type: 'publish';
+      /** Absent for QoS 0. */
+      pid?: number;
+      qos: QoS;
+      retain: boolean;
+      dup: boolean;
+      /** The message as published; shared by every delivery of one fan-out. */
+      msg: Message;
+      /** Remaining Message Expiry Interval in seconds, when the message has one. */
+      expiryS?: number;
+      /** MQTT 5 Subscription Identifiers of the matching subscriptions. */
+      subIds?: number[];
+    };
+
+export type Effect =
+  | { t: 'send'; conn: ConnId; packet: OutPacket }
+  /** Close the connection, with an MQTT 5 DISCONNECT reason where the protocol allows one. */
+  | { t: 'close'; conn: ConnId; reason: number }
+  /** Counters and log lines: apply itself does no I/O. */
+  | { t: 'event'; kind: string; detail?: Record<string, string | number | boolean> };

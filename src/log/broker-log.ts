@@ -1,0 +1,32 @@
+import type { Command, Entry } from '../broker/commands.js';
+
+/** What a log tells the broker. Every call happens in a turn of its own, never inside propose(). */
+export interface LogListener {
+  /** Committed entries, in log order, each exactly once. */
+  committed(entries: readonly Entry[]): void;
+  /** Serving starts (with the servePeriod: log index of this node's committed serve-start) or
+   * stops (servePeriod 0). Connections of an older period must be closed. */
+  serving(on: boolean, servePeriod: number): void;
+  /** accepting became true again after back-pressure. */
+  drain(): void;
+}
+
+/** The log under the broker: LocalLog on one node, RaftLog on three (DESIGN.md "The seam").
+ * Both pass the contract suite in src/log/broker-log.contract.ts. */
+export interface BrokerLog {
+  /** Queues a command; all proposals of one event-loop turn travel as one append. Proposals made
+   * while not serving are dropped (the node is about to close every connection). */
+  propose(cmd: Command): void;
+  /** False: uncommitted data is over its bound; stop reading sockets until drain(). */
+  readonly accepting: boolean;
+  /** Accept connections and write to them only while true. */
+  readonly serving: boolean;
+  /** Log index of the serve-start entry of the current serving period; 0 when not serving. */
+  readonly servePeriod: number;
+  /** Cluster time in integer ms since the Unix epoch; never decreases. */
+  now(): number;
+  /** Sets the one listener and starts the log; serving begins once serve-start commits. */
+  start(listener: LogListener): void;
+  /** Stops the log; no listener call happens after the returned promise resolves. */
+  stop(): Promise<void>;
+}
