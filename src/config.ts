@@ -1,0 +1,237 @@
+// One typed schema of every setting. The CLI flags, the config file and docs/configuration.md all
+// come from SCHEMA below; a test keeps the document in sync with it.
+//
+// A config key is the flag without its dashes. Durations end in -ms or -s; sizes are bytes (a
+// suffix KiB, MiB or GiB is accepted). A flag beats the file; the file beats the default.
+import { readFileSync } from 'node:fs';
+import { extname } from 'node:path';
+import { parseArgs } from 'node:util';
+import { parse as parseYaml } from 'yaml';
+import { CONFIG_ERROR, ConfigError } from './errors.js';
+
+type Kind = 'int' | 'size' | 'bool' | 'string' | 'enum';
+
+interface SettingSpec<K extends Kind = Kind> {
+  kind: K;
+  default: K extends 'bool' ? boolean : K extends 'int' | 'size' ? number : string;
+  help: string;
+  min?: number;
+  max?: number;
+  values?: readonly string[];
+}
+
+const MiB = 1024 * 1024;
+
+/** Every setting, by key. Order here is the order of --help and the docs. */
+export const SCHEMA = {
+  port: { kind: 'int', default: 1883, min: 0, max: 65535, help: 'MQTT TCP port (0 picks a free port)' },
+  host: { kind: 'string', default: '0.0.0.0', help: 'address the MQTT listener binds' },
+  'log-level': {
+    kind: 'enum',
+    default: 'info',
+    values: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'],
+    help: 'pino log level; logs are JSON lines on stdout',
+  },
+  'max-packet-size': {
+    kind: 'size',
+    default: 1 * MiB,
+    min: 64,
+    max: 268_435_455,
+    help: 'largest MQTT packet accepted or sent, in bytes (both directions)',
+  },
+  'max-queued-messages': {
+    kind: 'int',
+    default: 10_000,
+    min: 0,
+    max: 100_000_000,
+    help: 'queued QoS 1/2 messages per session; a full queue does not admit new messages',
+  },
+  'max-queued-bytes': {
+    kind: 'size',
+    default: 64 * MiB,
+    min: 0,
+    max: 2 ** 40,
+    help: 'queued topic and payload bytes per session',
+  },
+  'max-inflight': {
+    kind: 'int',
+    default: 32,
+    min: 1,
+    max: 65_535,
+    help: "unacknowledged QoS 1/2 messages sent per session (MQTT 5: the smaller of this and the client's Receive Maximum)",
+  },
+  'receive-maximum': {
+    kind: 'int',
+    default: 64,
+    min: 1,
+    max: 65_535,
+    help: 'unacknowledged QoS 1/2 publishes a client may send (MQTT 5 Receive Maximum)',
+  },
+  'max-keepalive': {
+    kind: 'int',
+    default: 65_535,
+    min: 1,
+    max: 65_535,
+    help: 'largest keep-alive in seconds; MQTT 5 clients asking more get Server Keep Alive',
+  },
+  'topic-alias-maximum': {
+    kind: 'int',
+    default: 10,
+    min: 0,
+    max: 65_535,
+    help: 'inbound topic aliases per MQTT 5 connection',
+  },
+  'max-qos': { kind: 'int', default: 2, min: 0, max: 2, help: 'highest QoS granted and accepted' },
+  'retain-available': { kind: 'bool', default: true, help: 'whether retained messages are supported' },
+  'will-grace-s': {
+    kind: 'int',
+    default: 30,
+    min: 0,
+    max: 4_294_967,
+    help: 'wills of connections ended by a failover wait at least this long, in seconds',
+  },
+  'shutdown-timeout-ms': {
+    kind: 'int',
+    default: 3000,
+    min: 0,
+    max: 600_000,
+    help: 'the whole stop on SIGTERM/SIGINT finishes within this time',
+  },
+} as const satisfies Record<string, SettingSpec>;
+
+export type SettingKey = keyof typeof SCHEMA;
+type ValueOf<S> = S extends { kind: 'bool' } ? boolean : S extends { kind: 'int' | 'size' } ? number : string;
+/** The resolved configuration: every key of SCHEMA with its typed value. */
+export type Config = { -readonly [K in SettingKey]: ValueOf<(typeof SCHEMA)[K]> };
+
+export function defaults(): Config {
+  const out: Record<string, unknown> = {};
+  for (const [key, spec] of Object.entries(SCHEMA)) out[key] = spec.default;
+  return out as Config;
+}
+
+const SIZE_SUFFIX: Record<string, number> = { '': 1, KiB: 1024, MiB: MiB, GiB: 1024 * MiB };
+
+/** Parses one value for `key`; `where` names the flag or the file key in errors. */
+function parseValue(key: SettingKey, raw: unknown, where: string): unknown {
+  const spec: SettingSpec = SCHEMA[key];
+  const bad = (why: string) => new ConfigError(CONFIG_ERROR.BAD_VALUE, `${where}: ${why} (got ${JSON.stringify(raw)})`);
+  switch (spec.kind) {
+    case 'bool': {
+      if (raw === true || raw === 'true') return true;
+      if (raw === false || raw === 'false') return false;
+      throw bad('expected true or false');
+    }
+    case 'int':
+    case 'size': {
+      let n: number;
+      if (typeof raw === 'number') n = raw;
+      else if (typeof raw === 'string') {
+        const m = spec.kind === 'size' ? /^(\d+)(KiB|MiB|GiB)?$/.exec(raw) : /^(\d+)$/.exec(raw);
+        if (m === null) throw bad(spec.kind === 'size' ? 'expected bytes, e.g. 1048576 or 1MiB' : 'expected a whole number');
+        n = Number(m[1]) * (SIZE_SUFFIX[m[2] ?? ''] ?? 1);
+      } else throw bad('expected a whole number');
+      if (!Number.isSafeInteger(n)) throw bad('expected a whole number');
+      if (spec.min !== undefined && n < spec.min) throw bad(`must be at least ${spec.min}`);
+      if (spec.max !== undefined && n > spec.max) throw bad(`must be at most ${spec.max}`);
+      return n;
+    }
+    case 'enum': {
+      if (typeof raw !== 'string' || !spec.values?.includes(raw)) throw bad(`expected one of ${spec.values?.join(', ')}`);
+      return raw;
+    }
+    case 'string': {
+      if (typeof raw !== 'string' || raw.length === 0) throw bad('expected a non-empty string');
+      return raw;
+    }
+    default: {
+      const never: never = spec.kind;
+      return never;
+    }
+  }
+}
+
+function isKey(k: string): k is SettingKey {
+  return Object.hasOwn(SCHEMA, k);
+}
+
+/** Reads a JSON or YAML config file whose keys are the flag names without dashes. */
+export function readConfigFile(path: string): Partial<Config> {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    throw new ConfigError(CONFIG_ERROR.UNREADABLE_FILE, `--config ${path}: cannot read: ${(err as Error).message}`);
+  }
+  let doc: unknown;
+  try {
+    doc = extname(path) === '.json' ? JSON.parse(text) : parseYaml(text);
+  } catch (err) {
+    throw new ConfigError(CONFIG_ERROR.BAD_FILE, `--config ${path}: not valid ${extname(path) === '.json' ? 'JSON' : 'YAML'}: ${(err as Error).message}`);
+  }
+  if (doc === null || doc === undefined) return {};
+  if (typeof doc !== 'object' || Array.isArray(doc)) {
+    throw new ConfigError(CONFIG_ERROR.BAD_FILE, `--config ${path}: expected a map of settings`);
+  }
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(doc)) {
+    if (!isKey(k) || k === ('config' as string)) {
+      throw new ConfigError(CONFIG_ERROR.UNKNOWN_KEY, `--config ${path}: unknown key "${k}"`);
+    }
+    out[k] = parseValue(k, v, `${path}: key "${k}"`);
+  }
+  return out as Partial<Config>;
+}
+
+export type CliRequest =
+  | { action: 'run'; config: Config }
+  | { action: 'help' }
+  | { action: 'version' };
+
+/** Parses command-line arguments (without node and script) into a resolved configuration. */
+export function parseCli(argv: readonly string[]): CliRequest {
+  const options: Record<string, { type: 'string' | 'boolean' }> = {
+    config: { type: 'string' },
+    help: { type: 'boolean' },
+    version: { type: 'boolean' },
+  };
+  for (const key of Object.keys(SCHEMA)) options[key] = { type: 'string' };
+  let parsed: ReturnType<typeof parseArgs>;
+  try {
+    parsed = parseArgs({ args: [...argv], options, strict: true, allowPositionals: false });
+  } catch (err) {
+    const e = err as Error & { code?: string };
+    const code = e.code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' ? CONFIG_ERROR.UNKNOWN_FLAG : CONFIG_ERROR.BAD_ARGUMENTS;
+    throw new ConfigError(code, e.message);
+  }
+  const values = parsed.values as Record<string, string | boolean | undefined>;
+  if (values.help === true) return { action: 'help' };
+  if (values.version === true) return { action: 'version' };
+  const config = defaults();
+  if (typeof values.config === 'string') Object.assign(config, readConfigFile(values.config));
+  for (const key of Object.keys(SCHEMA) as SettingKey[]) {
+    const raw = values[key];
+    if (raw === undefined) continue;
+    (config as Record<string, unknown>)[key] = parseValue(key, raw, `--${key}`);
+  }
+  return { action: 'run', config };
+}
+
+export function helpText(): string {
+  const lines = ['Usage: raftmq [flags]', '', 'Flags (a config file takes the same keys without dashes):'];
+  lines.push('  --config FILE                  JSON or YAML file of settings; flags beat the file');
+  for (const [key, spec] of Object.entries(SCHEMA) as [string, SettingSpec][]) {
+    lines.push(`  --${key.padEnd(28)} ${spec.help} (default ${String(spec.default)})`);
+  }
+  lines.push('  --help                         print this help', '  --version                      print the version');
+  return lines.join('\n');
+}
+
+/** The table of docs/configuration.md, generated from SCHEMA. */
+export function configurationTable(): string {
+  const rows = ['| flag | default | meaning |', '|---|---|---|'];
+  for (const [key, spec] of Object.entries(SCHEMA) as [string, SettingSpec][]) {
+    rows.push(`| \`--${key}\` | ${String(spec.default)} | ${spec.help} |`);
+  }
+  return rows.join('\n');
+}

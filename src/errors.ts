@@ -1,0 +1,35 @@
+// The error registry: every error the broker reports to an operator has a class with a stable code.
+// Tests assert the code, not the message text.
+
+export class RaftmqError extends Error {
+  readonly code: string;
+  constructor(code: string, message: string) {
+    super(message);
+    this.code = code;
+    this.name = new.target.name;
+  }
+}
+
+/** A flag, config key or value that cannot be used. The message names the flag or key. */
+export class ConfigError extends RaftmqError {
+  constructor(code: ConfigErrorCode, message: string) {
+    super(code, message);
+  }
+}
+
+export const CONFIG_ERROR = {
+  UNKNOWN_FLAG: 'ERR_CONFIG_UNKNOWN_FLAG',
+  UNKNOWN_KEY: 'ERR_CONFIG_UNKNOWN_KEY',
+  BAD_VALUE: 'ERR_CONFIG_BAD_VALUE',
+  UNREADABLE_FILE: 'ERR_CONFIG_UNREADABLE_FILE',
+  BAD_FILE: 'ERR_CONFIG_BAD_FILE',
+  BAD_ARGUMENTS: 'ERR_CONFIG_BAD_ARGUMENTS',
+} as const;
+export type ConfigErrorCode = (typeof CONFIG_ERROR)[keyof typeof CONFIG_ERROR];
+
+/** A listener could not start (port in use, permission). */
+export class ListenError extends RaftmqError {
+  constructor(message: string) {
+    super('ERR_LISTEN', message);
+  }
+}
