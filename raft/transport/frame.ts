@@ -1,0 +1,138 @@
+// Peer link framing: a 4-byte big-endian length, then a version byte, then a msgpackr body. The
+// length counts the version byte and the body (everything after the prefix), so the smallest valid
+// length is 1. The reader refuses an oversize length as soon as the prefix is complete, before any
+// of the body is buffered: a peer cannot make us hold more than maxFrameBytes plus one socket chunk.
+
+export const FRAME_VERSION = 1;
+export const FRAME_PREFIX_BYTES = 4;
+export const FRAME_HEADER_BYTES = FRAME_PREFIX_BYTES + 1;
+/** Default bound on the length field (version byte and body), in bytes. */
+export const FRAME_BYTES_MAX_DEFAULT = 64 * 1024 * 1024;
+/** The length field is a uint32; larger bounds would be meaningless. */
+export const FRAME_BYTES_LIMIT = 0xffff_ffff;
+
+export type FrameErrorCode = 'frame-oversize' | 'frame-empty' | 'frame-version';
+
+export type FrameRead =
+  | { t: 'frame'; body: Uint8Array }
+  | { t: 'more' }
+  | { t: 'error'; code: FrameErrorCode; detail: string };
+
+const MORE: FrameRead = { t: 'more' };
+
+/** Wraps an encoded body in one buffer (prefix, version, body), ready for a single write. */
+export function encodeFrame(body: Uint8Array): Buffer {
+  const frame = Buffer.allocUnsafe(FRAME_HEADER_BYTES + body.length);
+  frame.writeUInt32BE(body.length + 1, 0);
+  frame[FRAME_PREFIX_BYTES] = FRAME_VERSION;
+  frame.set(body, FRAME_HEADER_BYTES);
+  return frame;
+}
+
+/** The length field a frame of this body would carry, to check it against a bound before sending. */
+export function frameLength(body: Uint8Array): number {
+  return body.length + 1;
+}
+
+/**
+ * Reassembles frames from a byte stream split anywhere. Feed chunks with push(), then call next()
+ * until it answers 'more'. After an error the stream cannot be resynchronised, so every later
+ * next() answers the same error and the caller closes the link.
+ */
+export class FrameReader {
+  private chunks: Uint8Array[] = [];
+  private offset = 0; // consumed bytes of chunks[0]
+  private buffered = 0; // unconsumed bytes over all chunks
+  private pendingLength = -1; // length of the frame whose prefix is read, or -1
+  private failure: FrameRead | undefined;
+  private maxFrameBytes: number;
+
+  constructor(maxFrameBytes: number = FRAME_BYTES_MAX_DEFAULT) {
+    this.maxFrameBytes = checkBound(maxFrameBytes);
+  }
+
+  /** Changes the bound for frames whose prefix has not been read yet (the handshake uses a small one). */
+  setMaxFrameBytes(maxFrameBytes: number): void {
+    this.maxFrameBytes = checkBound(maxFrameBytes);
+  }
+
+  get bufferedBytes(): number {
+    return this.buffered;
+  }
+
+  push(chunk: Uint8Array): void {
+    if (this.failure !== undefined || chunk.length === 0) return;
+    this.chunks.push(chunk);
+    this.buffered += chunk.length;
+  }
+
+  next(): FrameRead {
+    if (this.failure !== undefined) return this.failure;
+    if (this.pendingLength < 0) {
+      if (this.buffered < FRAME_PREFIX_BYTES) return MORE;
+      const length = this.take(FRAME_PREFIX_BYTES);
+      const n = ((length[0]! << 24) >>> 0) + (length[1]! << 16) + (length[2]! << 8) + length[3]!;
+      if (n === 0) return this.fail('frame-empty', 'frame length 0 leaves no room for the version byte');
+      if (n > this.maxFrameBytes) {
+        return this.fail('frame-oversize', `frame length ${n} exceeds the bound of ${this.maxFrameBytes} bytes`);
+      }
+      this.pendingLength = n;
+    }
+    if (this.buffered < this.pendingLength) return MORE;
+    const bytes = this.take(this.pendingLength);
+    this.pendingLength = -1;
+    if (bytes[0] !== FRAME_VERSION) {
+      return this.fail('frame-version', `frame version ${bytes[0]} (expected ${FRAME_VERSION})`);
+    }
+    return { t: 'frame', body: bytes.subarray(1) };
+  }
+
+  private fail(code: FrameErrorCode, detail: string): FrameRead {
+    this.failure = { t: 'error', code, detail };
+    this.chunks = [];
+    this.buffered = 0;
+    return this.failure;
+  }
+
+  /** Removes n ≤ buffered bytes from the front; no copy when they lie in one chunk. A frame fed a
+   * byte at a time is gathered in one pass, then its chunks are dropped with one splice. */
+  private take(n: number): Uint8Array {
+    const first = this.chunks[0]!;
+    if (first.length - this.offset >= n) {
+      const out = first.subarray(this.offset, this.offset + n);
+      this.offset += n;
+      this.buffered -= n;
+      if (this.offset === first.length) {
+        this.chunks.shift();
+        this.offset = 0;
+      }
+      return out;
+    }
+    const out = new Uint8Array(n);
+    let filled = 0;
+    let index = 0;
+    let offset = this.offset;
+    while (filled < n) {
+      const chunk = this.chunks[index]!;
+      const count = Math.min(n - filled, chunk.length - offset);
+      out.set(chunk.subarray(offset, offset + count), filled);
+      filled += count;
+      offset += count;
+      if (offset === chunk.length) {
+        index++;
+        offset = 0;
+      }
+    }
+    this.chunks.splice(0, index);
+    this.offset = offset;
+    this.buffered -= n;
+    return out;
+  }
+}
+
+function checkBound(maxFrameBytes: number): number {
+  if (!Number.isInteger(maxFrameBytes) || maxFrameBytes < 1 || maxFrameBytes > FRAME_BYTES_LIMIT) {
+    throw new RangeError(`maxFrameBytes must be an integer in [1, ${FRAME_BYTES_LIMIT}], got ${maxFrameBytes}`);
+  }
+  return maxFrameBytes;
+}
