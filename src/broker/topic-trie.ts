@@ -1,0 +1,198 @@
+// The subscription index: topic filters in a trie of levels, matched against a published topic
+// (MQTT 5.0 §4.7). Used inside the replicated state machine, so the order of `match` callbacks
+// must follow from the set of entries alone, never from the order they were added in: a replica
+// that rebuilt its trie from a snapshot must deliver in the same order as one that never did.
+
+const DOLLAR = 0x24; // '$'
+
+class FilterNode<V> {
+  /** Literal levels only: wildcard levels live in `plus` and `hash`, so a topic level that
+   * happens to be `+` or `#` can never reach a wildcard node by exact lookup. */
+  children: Map<string, FilterNode<V>> | undefined = undefined;
+  plus: FilterNode<V> | undefined = undefined;
+  hash: FilterNode<V> | undefined = undefined;
+  /** Invariant: ascending code-unit order, no duplicates; values[i] belongs to keys[i]. */
+  readonly keys: string[] = [];
+  readonly values: V[] = [];
+  /** The filter that ends at this node, as given to `add`. */
+  filter = '';
+
+  isEmpty(): boolean {
+    return this.keys.length === 0 && this.plus === undefined && this.hash === undefined &&
+      (this.children === undefined || this.children.size === 0);
+  }
+}
+
+/**
+ * Index of the first element of sorted `list` that is not less than `key` (code-unit order).
+ * Exported for the retained index, which keeps its child levels the same way.
+ */
+export function lowerBound(list: readonly string[], key: string): number {
+  let lo = 0;
+  let hi = list.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (list[mid] < key) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+export class TopicTrie<V> {
+  private readonly root = new FilterNode<V>();
+  private entryCount = 0;
+  /** > 0 while `match` runs; the trie refuses changes then, since they would shift the arrays
+   * being walked. */
+  private matching = 0;
+  /** The depth-first stack of `match`, kept between calls so a match allocates no frames. */
+  private readonly stackNodes: FilterNode<V>[] = [];
+  private readonly stackDepths: number[] = [];
+
+  /** Number of (filter, key) entries. */
+  get size(): number {
+    return this.entryCount;
+  }
+
+  /** Sets (replacing) the value stored under (filter, key). Returns true if it was new. */
+  add(filter: string, key: string, value: V): boolean {
+    this.assertNotMatching();
+    let node = this.root;
+    for (const level of filter.split('/')) node = childFor(node, level);
+    node.filter = filter;
+    const i = lowerBound(node.keys, key);
+    if (node.keys[i] === key) {
+      node.values[i] = value;
+      return false;
+    }
+    node.keys.splice(i, 0, key);
+    node.values.splice(i, 0, value);
+    this.entryCount++;
+    return true;
+  }
+
+  /** Removes (filter, key); returns the removed value or undefined. Prunes empty nodes. */
+  remove(filter: string, key: string): V | undefined {
+    this.assertNotMatching();
+    const levels = filter.split('/');
+    const path: FilterNode<V>[] = [this.root];
+    for (const level of levels) {
+      const next = childOf(path[path.length - 1], level);
+      if (next === undefined) return undefined;
+      path.push(next);
+    }
+    const node = path[path.length - 1];
+    const i = lowerBound(node.keys, key);
+    if (node.keys[i] !== key) return undefined;
+    const value = node.values[i];
+    node.keys.splice(i, 1);
+    node.values.splice(i, 1);
+    this.entryCount--;
+    for (let d = levels.length; d > 0 && path[d].isEmpty(); d--) detach(path[d - 1], levels[d - 1]);
+    return value;
+  }
+
+  get(filter: string, key: string): V | undefined {
+    let node: FilterNode<V> | undefined = this.root;
+    for (const level of filter.split('/')) {
+      node = childOf(node, level);
+      if (node === undefined) return undefined;
+    }
+    const i = lowerBound(node.keys, key);
+    return node.keys[i] === key ? node.values[i] : undefined;
+  }
+
+  /**
+   * Calls fn once per (filter, key) whose filter matches topic: `+` matches one level, `#` this
+   * level and all below including the parent (`a/#` matches `a`) [MQTT-4.7.1-2]; a topic whose
+   * first level starts with `$` is not matched by a filter starting with `+` or `#`
+   * [MQTT-4.7.2-1].
+   *
+   * Order, fixed by the set of entries alone: depth first along the topic's levels; at each node
+   * first the entries of its `#` child, then the `+` subtree, then the literal subtree; where the
+   * topic ends, the node's own entries and then those of its `#` child; within one filter, keys in
+   * ascending code-unit order. fn must not add or remove entries (that throws).
+   */
+  match(topic: string, fn: (key: string, value: V, filter: string) => void): void {
+    const levels = topic.split('/');
+    const outermost = this.matching === 0;
+    const nodes = outermost ? this.stackNodes : [];
+    const depths = outermost ? this.stackDepths : [];
+    this.matching++;
+    try {
+      walk(this.root, levels, topic.charCodeAt(0) === DOLLAR, nodes, depths, fn);
+    } finally {
+      this.matching--;
+      nodes.length = 0;
+    }
+  }
+
+  private assertNotMatching(): void {
+    if (this.matching > 0) throw new Error('TopicTrie changed from inside its own match callback');
+  }
+}
+
+/** Iterative, so a topic or filter of tens of thousands of levels cannot overflow the call stack. */
+function walk<V>(
+  root: FilterNode<V>,
+  levels: readonly string[],
+  dollarTopic: boolean,
+  nodes: FilterNode<V>[],
+  depths: number[],
+  fn: (key: string, value: V, filter: string) => void,
+): void {
+  let top = 0;
+  nodes[0] = root;
+  depths[0] = 0;
+  while (top >= 0) {
+    const node = nodes[top];
+    const depth = depths[top];
+    top--;
+    if (depth === levels.length) {
+      emit(node, fn);
+      if (node.hash !== undefined) emit(node.hash, fn);
+      continue;
+    }
+    const wildcards = depth > 0 || !dollarTopic;
+    if (wildcards && node.hash !== undefined) emit(node.hash, fn);
+    // Pushed in reverse of the documented visiting order.
+    const literal = node.children?.get(levels[depth]);
+    if (literal !== undefined) {
+      nodes[++top] = literal;
+      depths[top] = depth + 1;
+    }
+    if (wildcards && node.plus !== undefined) {
+      nodes[++top] = node.plus;
+      depths[top] = depth + 1;
+    }
+  }
+}
+
+function emit<V>(node: FilterNode<V>, fn: (key: string, value: V, filter: string) => void): void {
+  const { keys, values, filter } = node;
+  for (let i = 0; i < keys.length; i++) fn(keys[i], values[i], filter);
+}
+
+function childOf<V>(node: FilterNode<V>, level: string): FilterNode<V> | undefined {
+  if (level === '+') return node.plus;
+  if (level === '#') return node.hash;
+  return node.children?.get(level);
+}
+
+function childFor<V>(node: FilterNode<V>, level: string): FilterNode<V> {
+  const existing = childOf(node, level);
+  if (existing !== undefined) return existing;
+  const created = new FilterNode<V>();
+  if (level === '+') node.plus = created;
+  else if (level === '#') node.hash = created;
+  else (node.children ??= new Map()).set(level, created);
+  return created;
+}
+
+function detach<V>(parent: FilterNode<V>, level: string): void {
+  if (level === '+') parent.plus = undefined;
+  else if (level === '#') parent.hash = undefined;
+  else {
+    parent.children?.delete(level);
+    if (parent.children?.size === 0) parent.children = undefined;
+  }
+}
