@@ -1,0 +1,24 @@
+import type { ConnectPacket } from '../protocol/packets.js';
+import { RC } from '../protocol/reason-codes.js';
+
+/** The outcome of checking a CONNECT. `reason` is an MQTT 5 CONNACK reason code (RC.*); a 3.1.1
+ * connection maps it with connackReturnCode(). */
+export type AuthResult = { ok: true } | { ok: false; reason: number };
+
+/** Decides whether a CONNECT may proceed. Authentication stays local to the serving node
+ * (DESIGN.md "The seam"); a synchronous answer costs no promise, an asynchronous one (a password
+ * file lookup, an external service) pauses the connection until it settles. */
+export interface Authenticator {
+  authenticate(connect: ConnectPacket, remoteAddress: string): AuthResult | Promise<AuthResult>;
+}
+
+const OK: AuthResult = { ok: true };
+const BAD_METHOD: AuthResult = { ok: false, reason: RC.BAD_AUTHENTICATION_METHOD };
+
+/** Accepts every client. MQTT 5 enhanced authentication is not offered, so a CONNECT that names an
+ * Authentication Method is refused with 0x8C [MQTT-4.12.0-1]. */
+export const allowAll: Authenticator = {
+  authenticate(connect) {
+    return connect.props.authMethod === undefined ? OK : BAD_METHOD;
+  },
+};

@@ -1,0 +1,365 @@
+// A broker node: the log, the state machine applied in log order, and the MQTT listener that is
+// open only while the log says this node serves (DESIGN.md "The seam").
+import type { Socket } from 'node:net';
+import { performance } from 'node:perf_hooks';
+import type { Logger } from 'pino';
+import { Broker } from '../broker/broker.js';
+import type { Command, ConnId, Effect, Entry, Message, Settings } from '../broker/commands.js';
+import type { BrokerLog, LogListener } from '../log/broker-log.js';
+import { LocalLog } from '../log/local-log.js';
+import { RC } from '../protocol/reason-codes.js';
+import { allowAll, type Authenticator } from './authenticator.js';
+import { Connection, type ConnectionHost, type ConnectionLimits } from './connection.js';
+import { TcpListener } from './listener.js';
+import { RateLimitedLog } from './rate-limited-log.js';
+
+export interface NodeOptions {
+  host: string;
+  port: number;
+  maxPacketSize: number;
+  maxQueuedMessages: number;
+  maxQueuedBytes: number;
+  maxInflight: number;
+  receiveMaximum: number;
+  maxKeepalive: number;
+  topicAliasMaximum: number;
+  maxQos: 0 | 1 | 2;
+  retainAvailable: boolean;
+  willGraceS: number;
+  logger: Logger;
+  /** Checks each CONNECT; accepts everyone when absent. */
+  authenticator?: Authenticator;
+}
+
+/** At most one log line per key per window (protocol errors, apply events). */
+const LOG_WINDOW_MS = 10_000;
+/** stop(): peers that do not close within this time after DISCONNECT 0x8B are destroyed. */
+const STOP_GRACE_MS = 1_000;
+/** setTimeout's largest delay. */
+const TIMER_MAX_MS = 0x7fffffff;
+/** Back-off when the state reports a deadline it should already have processed. */
+const STALE_DEADLINE_RETRY_MS = 1_000;
+
+/** The Settings that apply() consults, from the node's options. */
+export function settingsFrom(o: NodeOptions): Settings {
+  return {
+    maxQueuedMessages: o.maxQueuedMessages,
+    maxQueuedBytes: o.maxQueuedBytes,
+    maxInflight: o.maxInflight,
+    maxQos: o.maxQos,
+    retainAvailable: o.retainAvailable,
+    maxPacketSize: o.maxPacketSize,
+    willGraceS: o.willGraceS,
+    acl: null,
+  };
+}
+
+/** The connection a command came from, if any: its proposer counts it as pending until applied. */
+function connOf(cmd: Command): ConnId | undefined {
+  switch (cmd.t) {
+    case 'connect':
+    case 'disconnect':
+    case 'subscribe':
+    case 'unsubscribe':
+    case 'publish':
+    case 'pubrel':
+    case 'ack':
+      return cmd.conn;
+    case 'serve-start':
+    case 'settings':
+    case 'tick':
+    case 'check':
+      return undefined;
+    default: {
+      const _: never = cmd;
+      return _;
+    }
+  }
+}
+
+export class BrokerNode implements LogListener, ConnectionHost {
+  readonly limits: ConnectionLimits;
+  readonly authenticator: Authenticator;
+  /** Event counts (apply events, protocol errors, drops), for metrics. */
+  readonly counters = new Map<string, number>();
+  private readonly opts: NodeOptions;
+  private readonly log: BrokerLog;
+  private readonly broker = new Broker();
+  private readonly logger: Logger;
+  private readonly limited: RateLimitedLog;
+  /** Open connections of the current serving period only. */
+  private readonly conns = new Map<ConnId, Connection>();
+  private period = 0;
+  private seq = 0;
+  private listener: TcpListener | null = null;
+  /** Bumped whenever listening should stop, so a listen that completes late closes itself. */
+  private listenGen = 0;
+  private boundPort = 0;
+  private dirty: Connection[] = [];
+  private flushScheduled = false;
+  private readonly flushBound = (): void => this.flushAll();
+  private readonly applyOut: Effect[] = [];
+  private readonly routeOut: Effect[] = [];
+  private tickTimer: NodeJS.Timeout | null = null;
+  private tickDeadline: number | undefined;
+  private readonly tickBound = (): void => this.onTick();
+  private paused = false;
+  private halted = false;
+  private stopped = false;
+  private firstListen: { resolve: () => void; reject: (e: Error) => void } | null = null;
+
+  constructor(opts: NodeOptions, log?: BrokerLog) {
+    this.opts = opts;
+    this.logger = opts.logger;
+    this.limited = new RateLimitedLog(opts.logger, LOG_WINDOW_MS, () => performance.now());
+    this.log = log ?? new LocalLog({ node: 1, settings: settingsFrom(opts) });
+    this.authenticator = opts.authenticator ?? allowAll;
+    this.limits = {
+      maxPacketSize: opts.maxPacketSize,
+      maxKeepalive: opts.maxKeepalive,
+      receiveMaximum: opts.receiveMaximum,
+      topicAliasMaximum: opts.topicAliasMaximum,
+      maxQos: opts.maxQos,
+      retainAvailable: opts.retainAvailable,
+      maxWriteBufferBytes: opts.maxQueuedBytes,
+    };
+  }
+
+  /** The bound MQTT port (the real one when options asked for port 0); 0 before the first listen. */
+  get port(): number {
+    return this.boundPort;
+  }
+
+  get readsPaused(): boolean {
+    return this.paused;
+  }
+
+  /** Starts the log; resolves once this node first serves and listens (a cluster follower's
+   * start() resolves only when it becomes the serving leader). */
+  start(): Promise<void> {
+    const first = new Promise<void>((resolve, reject) => {
+      this.firstListen = { resolve, reject };
+    });
+    this.log.start(this);
+    return first;
+  }
+
+  /** Stops accepting, closes every connection (v5: DISCONNECT 0x8B), stops the log. */
+  async stop(): Promise<void> {
+    if (this.stopped) return;
+    this.stopped = true;
+    this.clearTick();
+    const closing = this.stopServing(RC.SERVER_SHUTTING_DOWN);
+    this.firstListen?.resolve();
+    this.firstListen = null;
+    await closing;
+    await this.log.stop();
+  }
+
+  // ---- LogListener ----
+
+  committed(entries: readonly Entry[]): void {
+    for (let i = 0; i < entries.length; i++) this.applyEntry(entries[i] as Entry);
+    this.flushAll();
+    if (this.broker.failed !== null && !this.halted) this.halt(this.broker.failed);
+    this.armTick();
+  }
+
+  serving(on: boolean, servePeriod: number): void {
+    if (this.stopped) return;
+    if (!on) {
+      this.logger.info({ period: this.period }, 'serve-end');
+      void this.stopServing(undefined);
+      return;
+    }
+    if (this.halted) return;
+    if (servePeriod !== this.period) this.closeAll(undefined);
+    this.period = servePeriod;
+    this.seq = 0;
+    this.logger.info({ period: servePeriod }, 'serve-start');
+    this.startListening();
+    this.armTick();
+  }
+
+  drain(): void {
+    if (!this.paused) return;
+    this.paused = false;
+    for (const c of this.conns.values()) c.setReadsPaused(false);
+  }
+
+  // ---- applying ----
+
+  private applyEntry(e: Entry): void {
+    const out = this.applyOut;
+    out.length = 0;
+    this.broker.apply(e, out);
+    // Effects only while serving, only for this period's open connections (the map holds no
+    // others); a follower applies the same entry and drops them all.
+    if (this.log.serving) this.execute(out);
+    const conn = connOf(e.cmd);
+    if (conn !== undefined) this.conns.get(conn)?.applied();
+  }
+
+  private execute(out: readonly Effect[]): void {
+    for (let i = 0; i < out.length; i++) {
+      const e = out[i] as Effect;
+      switch (e.t) {
+        case 'send':
+          this.conns.get(e.conn)?.deliver(e.packet);
+          break;
+        case 'close':
+          this.conns.get(e.conn)?.closeByBroker(e.reason);
+          break;
+        case 'event':
+          this.event(e.kind, e.detail);
+          break;
+        default: {
+          const _: never = e;
+          return _;
+        }
+      }
+    }
+  }
+
+  /** A broken invariant in apply: this node stops serving and says why (DESIGN.md "The seam"). */
+  private halt(reason: string): void {
+    this.halted = true;
+    this.logger.error({ reason }, 'state machine failed; this node stops serving');
+    void this.stopServing(undefined);
+  }
+
+  // ---- ConnectionHost ----
+
+  propose(cmd: Command): void {
+    this.log.propose(cmd);
+    if (!this.paused && !this.log.accepting) {
+      this.paused = true;
+      this.event('reads-paused');
+      for (const c of this.conns.values()) c.setReadsPaused(true);
+    }
+  }
+
+  routeQos0(from: ConnId, msg: Message): void {
+    if (!this.log.serving) return;
+    const out = this.routeOut;
+    out.length = 0;
+    this.broker.routeQos0(from, msg, out);
+    this.execute(out);
+  }
+
+  markDirty(c: Connection): void {
+    this.dirty.push(c);
+    if (!this.flushScheduled) {
+      this.flushScheduled = true;
+      setImmediate(this.flushBound);
+    }
+  }
+
+  closed(c: Connection): void {
+    if (this.conns.get(c.id) === c) this.conns.delete(c.id);
+  }
+
+  event(kind: string, fields?: Record<string, unknown>): void {
+    this.counters.set(kind, (this.counters.get(kind) ?? 0) + 1);
+    this.limited.log('info', `event:${kind}`, fields ?? {}, kind);
+  }
+
+  protocolError(key: string, fields: Record<string, unknown>, message: string): void {
+    this.counters.set(`protocol-error:${key}`, (this.counters.get(`protocol-error:${key}`) ?? 0) + 1);
+    this.limited.warn(`protocol:${key}`, fields, message);
+  }
+
+  // ---- output ----
+
+  private flushAll(): void {
+    this.flushScheduled = false;
+    if (this.dirty.length === 0) return;
+    const d = this.dirty;
+    this.dirty = [];
+    for (let i = 0; i < d.length; i++) (d[i] as Connection).flush();
+  }
+
+  // ---- listening ----
+
+  private startListening(): void {
+    if (this.listener !== null) return;
+    const gen = ++this.listenGen;
+    const listener = new TcpListener((s) => this.accept(s));
+    this.listener = listener;
+    // Once bound, a later serving period listens on the same port (port 0 stays the first pick).
+    listener.listen(this.opts.host, this.boundPort || this.opts.port).then(
+      (port) => {
+        if (gen !== this.listenGen) return void listener.close(0);
+        this.boundPort = port;
+        this.logger.info({ host: this.opts.host, port }, 'listening');
+        this.firstListen?.resolve();
+        this.firstListen = null;
+      },
+      (err: Error) => {
+        if (this.listener === listener) this.listener = null;
+        this.logger.error({ err: err.message, host: this.opts.host, port: this.opts.port }, 'cannot listen');
+        this.firstListen?.reject(err);
+        this.firstListen = null;
+      },
+    );
+  }
+
+  private accept(socket: Socket): void {
+    if (!this.log.serving || this.halted || this.stopped) {
+      socket.destroy();
+      return;
+    }
+    const id: ConnId = `${this.period}.${++this.seq}`;
+    this.conns.set(id, new Connection(id, socket, this));
+  }
+
+  /** Closes the listener and every connection. `reason`: v5 DISCONNECT to send, if any. */
+  private async stopServing(reason: number | undefined): Promise<void> {
+    this.listenGen++;
+    this.clearTick();
+    const listener = this.listener;
+    this.listener = null;
+    this.closeAll(reason);
+    this.period = 0;
+    if (listener !== null) await listener.close(STOP_GRACE_MS);
+  }
+
+  private closeAll(reason: number | undefined): void {
+    for (const c of this.conns.values()) c.shutdown(reason ?? -1);
+    this.conns.clear();
+    this.flushAll();
+  }
+
+  // ---- the deadline timer ----
+
+  /** One timer on the state's next deadline, in log time; when it passes a `tick` is proposed so
+   * idle time still advances (DESIGN.md "Deadlines live in the state"). */
+  private armTick(): void {
+    if (!this.log.serving || this.halted || this.stopped) return this.clearTick();
+    const deadline = this.broker.nextDeadline();
+    if (deadline === undefined) return this.clearTick();
+    if (deadline === this.tickDeadline && this.tickTimer !== null) return;
+    this.clearTick();
+    let delay = deadline - this.log.now();
+    if (deadline <= this.broker.appliedTime) {
+      // Apply processes every deadline ≤ the entry's time; one still pending is a state bug,
+      // and ticking at once would spin.
+      this.event('stale-deadline', { deadline, appliedTime: this.broker.appliedTime });
+      delay = STALE_DEADLINE_RETRY_MS;
+    }
+    this.tickDeadline = deadline;
+    this.tickTimer = setTimeout(this.tickBound, Math.min(Math.max(delay, 0), TIMER_MAX_MS));
+  }
+
+  private clearTick(): void {
+    if (this.tickTimer !== null) clearTimeout(this.tickTimer);
+    this.tickTimer = null;
+    this.tickDeadline = undefined;
+  }
+
+  private onTick(): void {
+    this.tickTimer = null;
+    this.tickDeadline = undefined;
+    if (this.log.serving && !this.stopped) this.log.propose({ t: 'tick' });
+  }
+}

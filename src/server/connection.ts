@@ -1,0 +1,681 @@
+// One MQTT connection: bytes → Decoder → CONNECT gate → validation → commands proposed to the log;
+// effects of committed entries → packets → one socket write per event-loop turn.
+//
+// Connection-scoped protocol state lives here and starts fresh with every connection (DESIGN.md
+// "The seam"): keep-alive, inbound topic aliases, the inbound Receive Maximum count. Everything a
+// client may expect to find again after reconnecting is decided by apply.
+import type { Socket } from 'node:net';
+import { performance } from 'node:perf_hooks';
+import type {
+  Command,
+  ConnId,
+  Message,
+  OutPacket,
+  ProtocolLevel,
+  SubscriptionRequest,
+} from '../broker/commands.js';
+import { Decoder } from '../protocol/decoder.js';
+import { encode } from '../protocol/encoder.js';
+import type {
+  ConnectPacket,
+  DecodeError,
+  DisconnectPacket,
+  Packet,
+  PublishPacket,
+  SubscribePacket,
+  UnsubscribePacket,
+} from '../protocol/packets.js';
+import { CONNACK_V4, RC } from '../protocol/reason-codes.js';
+import { validateTopicFilter, validateTopicName } from '../protocol/topic.js';
+import type { Authenticator, AuthResult } from './authenticator.js';
+import {
+  connectExpiryS,
+  messageFromPublish,
+  payloadFormatValid,
+  RECEIVE_MAX_DEFAULT,
+  willFromConnect,
+} from './inbound.js';
+import { type ConnackLimits, toWire } from './outbound.js';
+
+/** The limits a connection enforces; a subset of NodeOptions. */
+export interface ConnectionLimits {
+  maxPacketSize: number;
+  maxKeepalive: number;
+  receiveMaximum: number;
+  topicAliasMaximum: number;
+  maxQos: 0 | 1 | 2;
+  retainAvailable: boolean;
+  /** Bytes waiting in the socket above which QoS 0 deliveries to it are dropped (slow consumer). */
+  maxWriteBufferBytes: number;
+}
+
+/** What a connection needs from the node that owns it. */
+export interface ConnectionHost {
+  readonly limits: ConnectionLimits;
+  readonly authenticator: Authenticator;
+  /** Appends a command to the log (and pauses reading everywhere when the log is over its bound). */
+  propose(cmd: Command): void;
+  /** Routes a QoS 0 non-retained message to live subscribers and executes the effects. */
+  routeQos0(from: ConnId, msg: Message): void;
+  /** The connection has buffered output; the host flushes it once this turn. */
+  markDirty(c: Connection): void;
+  /** The socket has closed; the host forgets the connection. */
+  closed(c: Connection): void;
+  /** A counted event (and, for protocol errors, a rate-limited log line). */
+  event(kind: string, fields?: Record<string, unknown>): void;
+  protocolError(key: string, fields: Record<string, unknown>, message: string): void;
+  /** True while the log refuses more input; new and resumed sockets stay paused. */
+  readonly readsPaused: boolean;
+}
+
+/** A client that sends nothing but a CONNECT within this time is closed. */
+const CONNECT_TIMEOUT_MS = 10_000;
+/** A connection that decided to close waits at most this long for its queued replies. */
+const CLOSE_GRACE_MS = 5_000;
+/** Keep-alive is enforced at one and a half times the interval [MQTT-3.1.2-24]. */
+const KEEPALIVE_FACTOR_PER_S_MS = 1_500;
+
+type Phase =
+  | 'awaiting-connect'
+  | 'authenticating'
+  /** CONNECT proposed, CONNACK not yet applied. */
+  | 'connecting'
+  | 'connected'
+  /** Reading stopped; replies already decided still go out, then the socket ends. */
+  | 'closing'
+  | 'closed';
+
+/** A reply the connection decides itself; it waits behind this connection's unapplied proposals
+ * so that replies keep arrival order (DESIGN.md "Replies keep arrival order"). */
+type LocalAction =
+  | { k: 'send'; packet: OutPacket }
+  | { k: 'pingresp' }
+  | { k: 'route'; msg: Message }
+  /** reason: v5 DISCONNECT reason to send first, or -1 for none. */
+  | { k: 'close'; reason: number };
+
+const NO_DISCONNECT = -1;
+
+export class Connection {
+  readonly id: ConnId;
+  private readonly socket: Socket;
+  private readonly host: ConnectionHost;
+  private readonly decoder: Decoder;
+  private phase: Phase = 'awaiting-connect';
+  private level: ProtocolLevel = 4;
+  private connackOk = false;
+  /** Proposals of this connection not yet applied. */
+  private pending = 0;
+  private local: LocalAction[] = [];
+  private out: Buffer[] = [];
+  private outBytes = 0;
+  private dirty = false;
+  private keepAliveMs = 0;
+  private lastRxMs = 0;
+  private timer: NodeJS.Timeout | null = null;
+  private readonly onTimerBound = (): void => this.onTimer();
+  private aliases: Map<number, string> | null = null;
+  /** Packet ids of inbound QoS 1/2 publishes not yet answered (v5 Receive Maximum, §4.9). */
+  private readonly inbound = new Set<number>();
+  /** SUBSCRIBE/UNSUBSCRIBE packets that had invalid filters: the codes of those filters by
+   * position, -1 where apply's code goes. Keyed by packet id. */
+  private subMerge: Map<number, number[]> | null = null;
+  private unsubMerge: Map<number, number[]> | null = null;
+  private connectExpiry = 0;
+  private connectProposed = false;
+  private disconnectProposed = false;
+  private limits: ConnackLimits;
+  /** Packets decoded while an asynchronous authentication was running. */
+  private backlog: Packet[] = [];
+  private backlogError: DecodeError | null = null;
+
+  constructor(id: ConnId, socket: Socket, host: ConnectionHost) {
+    this.id = id;
+    this.socket = socket;
+    this.host = host;
+    const l = host.limits;
+    this.decoder = new Decoder({ maxPacketSize: l.maxPacketSize });
+    this.limits = {
+      receiveMaximum: l.receiveMaximum,
+      maxQos: l.maxQos,
+      retainAvailable: l.retainAvailable,
+      maxPacketSize: l.maxPacketSize,
+      topicAliasMaximum: l.topicAliasMaximum,
+      serverKeepAlive: undefined,
+    };
+    socket.setNoDelay(true);
+    socket.on('data', (chunk: Buffer) => this.onData(chunk));
+    socket.on('error', (err: Error) => this.onSocketError(err));
+    socket.on('close', () => this.onSocketClose());
+    this.lastRxMs = performance.now();
+    this.armTimer(CONNECT_TIMEOUT_MS);
+    if (host.readsPaused) socket.pause();
+  }
+
+  get isOpen(): boolean {
+    return this.phase !== 'closed';
+  }
+
+  // ---- input ----
+
+  private onData(chunk: Buffer): void {
+    this.lastRxMs = performance.now();
+    if (this.phase === 'closing' || this.phase === 'closed') return;
+    const { packets, error } = this.decoder.feed(chunk);
+    this.handleAll(packets, 0, error);
+  }
+
+  private handleAll(packets: Packet[], from: number, error: DecodeError | null): void {
+    for (let i = from; i < packets.length; i++) {
+      if (this.phase === 'authenticating') {
+        this.backlog = packets.slice(i);
+        this.backlogError = error;
+        return;
+      }
+      if (this.phase === 'closing' || this.phase === 'closed') return;
+      this.handle(packets[i] as Packet);
+    }
+    if (error !== null && this.phase !== 'closing' && this.phase !== 'closed') this.onDecodeError(error);
+  }
+
+  private handle(p: Packet): void {
+    switch (p.type) {
+      case 'connect':
+        return this.onConnect(p);
+      case 'publish':
+        return this.onPublish(p);
+      case 'puback':
+      case 'pubrec':
+      case 'pubcomp':
+        return this.propose({ t: 'ack', conn: this.id, pid: p.pid, kind: p.type });
+      case 'pubrel':
+        return this.propose({ t: 'pubrel', conn: this.id, pid: p.pid });
+      case 'subscribe':
+        return this.onSubscribe(p);
+      case 'unsubscribe':
+        return this.onUnsubscribe(p);
+      case 'pingreq':
+        return this.reply({ k: 'pingresp' });
+      case 'disconnect':
+        return this.onDisconnect(p);
+      case 'auth':
+        // No Authentication Method was agreed, so AUTH is out of place [MQTT-4.12.0-1].
+        return this.fail(RC.PROTOCOL_ERROR, 'auth-unexpected', 'AUTH without an authentication method');
+      case 'connack':
+      case 'suback':
+      case 'unsuback':
+      case 'pingresp':
+        return this.fail(RC.PROTOCOL_ERROR, 'server-packet', `client sent ${p.type}`);
+      default: {
+        const _: never = p;
+        return _;
+      }
+    }
+  }
+
+  private onDecodeError(e: DecodeError): void {
+    this.host.protocolError(e.key, { conn: this.id, reason: e.reason }, e.message);
+    if (this.phase === 'awaiting-connect') {
+      // [MQTT-3.1.2-2]: an unsupported protocol level is answered with CONNACK 0x01, in the 3.1.1
+      // form, since the client's own version is the one we do not speak.
+      if (e.reason === RC.UNSUPPORTED_PROTOCOL_VERSION) {
+        const connack: Packet = {
+          type: 'connack',
+          sessionPresent: false,
+          code: CONNACK_V4.UNACCEPTABLE_PROTOCOL_VERSION,
+          props: {},
+        };
+        this.write(encode(connack, 4));
+      }
+      this.closeNow(NO_DISCONNECT);
+      return;
+    }
+    this.beginClose(e.reason);
+  }
+
+  // ---- CONNECT ----
+
+  private onConnect(c: ConnectPacket): void {
+    this.level = c.level;
+    const refusal = this.connectRefusal(c);
+    if (refusal !== null) return this.refuseConnect(refusal);
+    const verdict = this.host.authenticator.authenticate(c, this.socket.remoteAddress ?? '');
+    if (!(verdict instanceof Promise)) return this.afterAuth(c, verdict);
+    this.phase = 'authenticating';
+    this.socket.pause();
+    verdict.then(
+      (r) => this.afterAuthAsync(c, r),
+      () => this.afterAuthAsync(c, { ok: false, reason: RC.UNSPECIFIED_ERROR }),
+    );
+  }
+
+  /** The MQTT 5 reason code for refusing this CONNECT before proposing it, or null. */
+  private connectRefusal(c: ConnectPacket): number | null {
+    const l = this.host.limits;
+    // [MQTT-3.1.3-8]: a persistent session needs a client id to find it again.
+    if (c.clientId === '' && !c.clean) return RC.CLIENT_IDENTIFIER_NOT_VALID;
+    // 3.1.1 cannot tell the client a shorter keep-alive; like Mosquitto, refuse the identifier.
+    if (c.level !== 5 && c.keepAlive > l.maxKeepalive) return RC.CLIENT_IDENTIFIER_NOT_VALID;
+    if (c.will !== null) {
+      if (c.will.qos > l.maxQos) return RC.QOS_NOT_SUPPORTED; // [MQTT-3.2.2-12]
+      if (c.will.retain && !l.retainAvailable) return RC.RETAIN_NOT_SUPPORTED; // [MQTT-3.2.2-13]
+      if (validateTopicName(c.will.topic) !== null) return RC.TOPIC_NAME_INVALID;
+    }
+    return null;
+  }
+
+  private refuseConnect(reason: number): void {
+    this.host.event('connect-refused', { conn: this.id, reason });
+    this.sendOut({ type: 'connack', sessionPresent: false, code: reason });
+    this.closeNow(NO_DISCONNECT);
+  }
+
+  private afterAuthAsync(c: ConnectPacket, r: AuthResult): void {
+    if (this.phase !== 'authenticating') return;
+    this.phase = 'awaiting-connect';
+    this.afterAuth(c, r);
+    const backlog = this.backlog;
+    const error = this.backlogError;
+    this.backlog = [];
+    this.backlogError = null;
+    this.handleAll(backlog, 0, error);
+    if (this.isReading() && !this.host.readsPaused) this.socket.resume();
+  }
+
+  private afterAuth(c: ConnectPacket, r: AuthResult): void {
+    if (!r.ok) return this.refuseConnect(r.reason);
+    this.phase = 'connecting';
+    this.connectExpiry = connectExpiryS(c);
+    this.keepAliveMs = this.keepAliveFor(c) * KEEPALIVE_FACTOR_PER_S_MS;
+    if (this.keepAliveMs > 0) this.armTimer(this.keepAliveMs);
+    else this.clearTimer();
+    this.connectProposed = true;
+    this.propose({
+      t: 'connect',
+      conn: this.id,
+      clientId: c.clientId === '' ? null : c.clientId,
+      protocol: c.level,
+      clean: c.clean,
+      expiryS: this.connectExpiry,
+      will: willFromConnect(c),
+      username: c.username,
+      receiveMax: c.props.receiveMax ?? RECEIVE_MAX_DEFAULT,
+      maxPacketSize: c.props.maxPacketSize ?? 0,
+      problemInfo: c.props.requestProblemInfo !== 0,
+    });
+  }
+
+  /** The keep-alive in seconds this connection runs with. 0 means disabled, as the client asked
+   * [MQTT-3.1.2-10 / §3.1.2.10]; a v5 client asking more than maxKeepalive is told the maximum with
+   * Server Keep Alive [MQTT-3.2.2-21]. */
+  private keepAliveFor(c: ConnectPacket): number {
+    const max = this.host.limits.maxKeepalive;
+    if (c.level === 5 && c.keepAlive > max) {
+      this.limits.serverKeepAlive = max;
+      return max;
+    }
+    return c.keepAlive;
+  }
+
+  // ---- PUBLISH ----
+
+  private onPublish(p: PublishPacket): void {
+    const topic = this.resolveTopic(p);
+    if (topic === null) return;
+    const l = this.host.limits;
+    if (p.qos > l.maxQos) return this.fail(RC.QOS_NOT_SUPPORTED, 'qos-not-supported', `QoS ${p.qos}`);
+    if (p.retain && !l.retainAvailable) return this.fail(RC.RETAIN_NOT_SUPPORTED, 'retain-not-supported', 'retain');
+    if (p.qos > 0 && this.level === 5) {
+      this.inbound.add(p.pid as number);
+      if (this.inbound.size > l.receiveMaximum) {
+        return this.fail(RC.RECEIVE_MAXIMUM_EXCEEDED, 'receive-maximum', `${this.inbound.size} unacknowledged`);
+      }
+    }
+    if (this.level === 5 && !payloadFormatValid(p)) return this.refusePayload(p);
+    const msg = messageFromPublish(p, topic);
+    if (p.qos === 0 && !p.retain) return this.reply({ k: 'route', msg });
+    const cmd: Command = { t: 'publish', conn: this.id, msg };
+    if (p.qos > 0) cmd.pid = p.pid as number;
+    this.propose(cmd);
+  }
+
+  /** The topic after Topic Alias resolution (§3.3.2.3.4), or null after failing the connection. */
+  private resolveTopic(p: PublishPacket): string | null {
+    let topic = p.topic;
+    const alias = p.props.topicAlias;
+    if (alias !== undefined) {
+      if (alias === 0 || alias > this.host.limits.topicAliasMaximum) {
+        this.fail(RC.TOPIC_ALIAS_INVALID, 'topic-alias-invalid', `alias ${alias}`); // [MQTT-3.3.2-8/9]
+        return null;
+      }
+      this.aliases ??= new Map();
+      if (topic === '') {
+        const known = this.aliases.get(alias);
+        if (known === undefined) {
+          this.fail(RC.PROTOCOL_ERROR, 'topic-alias-unknown', `alias ${alias}`);
+          return null;
+        }
+        topic = known;
+      } else {
+        this.aliases.set(alias, topic);
+      }
+    }
+    const invalid = validateTopicName(topic);
+    if (invalid !== null) {
+      this.fail(RC.TOPIC_NAME_INVALID, 'topic-name-invalid', invalid);
+      return null;
+    }
+    return topic;
+  }
+
+  /** Payload Format Indicator 1 with a payload that is not UTF-8: not routed; QoS 1/2 are answered
+   * with 0x99 [MQTT-3.3.2-4 / §3.3.2.3.2], a QoS 0 publish has no answer but DISCONNECT. */
+  private refusePayload(p: PublishPacket): void {
+    this.host.event('payload-format-invalid', { conn: this.id });
+    if (p.qos === 0) return this.fail(RC.PAYLOAD_FORMAT_INVALID, 'payload-format', 'QoS 0 payload not UTF-8');
+    const type = p.qos === 1 ? 'puback' : 'pubrec';
+    this.reply({ k: 'send', packet: { type, pid: p.pid as number, code: RC.PAYLOAD_FORMAT_INVALID } });
+  }
+
+  // ---- SUBSCRIBE / UNSUBSCRIBE ----
+
+  /** Invalid filters get their failure code here; the valid ones are proposed and the codes
+   * merged in order when the SUBACK effect arrives. A packet with no valid filter is answered
+   * locally (behind this connection's unapplied proposals). */
+  private onSubscribe(s: SubscribePacket): void {
+    let codes: number[] | null = null;
+    const valid: SubscriptionRequest[] = [];
+    for (let i = 0; i < s.subs.length; i++) {
+      const sub = s.subs[i] as SubscribePacket['subs'][number];
+      if (sub.nl && this.level === 5 && sub.filter.startsWith('$share/')) {
+        // [MQTT-3.8.3-4]: No Local on a shared subscription is a protocol error.
+        return this.fail(RC.PROTOCOL_ERROR, 'shared-no-local', sub.filter);
+      }
+      if (validateTopicFilter(sub.filter) === null) valid.push(sub);
+      else (codes ??= new Array<number>(s.subs.length).fill(-1))[i] = RC.TOPIC_FILTER_INVALID;
+    }
+    if (valid.length === 0) {
+      return this.reply({ k: 'send', packet: { type: 'suback', pid: s.pid, codes: codes ?? [] } });
+    }
+    if (codes !== null) (this.subMerge ??= new Map()).set(s.pid, codes);
+    const cmd: Command = { t: 'subscribe', conn: this.id, pid: s.pid, subs: valid };
+    if (s.props.subId !== undefined) cmd.subId = s.props.subId;
+    this.propose(cmd);
+  }
+
+  private onUnsubscribe(u: UnsubscribePacket): void {
+    let codes: number[] | null = null;
+    const valid: string[] = [];
+    for (let i = 0; i < u.filters.length; i++) {
+      const f = u.filters[i] as string;
+      if (validateTopicFilter(f) === null) valid.push(f);
+      else (codes ??= new Array<number>(u.filters.length).fill(-1))[i] = RC.TOPIC_FILTER_INVALID;
+    }
+    if (valid.length === 0) {
+      return this.reply({ k: 'send', packet: { type: 'unsuback', pid: u.pid, codes: codes ?? [] } });
+    }
+    if (codes !== null) (this.unsubMerge ??= new Map()).set(u.pid, codes);
+    this.propose({ t: 'unsubscribe', conn: this.id, pid: u.pid, filters: valid });
+  }
+
+  // ---- DISCONNECT ----
+
+  private onDisconnect(d: DisconnectPacket): void {
+    const expiry = d.props.sessionExpiry;
+    if (expiry !== undefined && this.connectExpiry === 0 && expiry !== 0) {
+      // [MQTT-3.14.2-2]: a session that was to end with the connection cannot be kept now.
+      return this.fail(RC.PROTOCOL_ERROR, 'disconnect-session-expiry', `expiry ${expiry} after 0`);
+    }
+    // Only a normal DISCONNECT (0x00) discards the will [MQTT-3.1.2-10]; 0x04 asks for it.
+    this.proposeDisconnect(d.code, d.code !== RC.SUCCESS, expiry);
+    this.stopReading();
+    this.reply({ k: 'close', reason: NO_DISCONNECT });
+  }
+
+  // ---- proposals and local replies ----
+
+  private propose(cmd: Command): void {
+    this.pending++;
+    this.host.propose(cmd);
+  }
+
+  private proposeDisconnect(reason: number, publishWill: boolean, expiryS?: number): void {
+    if (!this.connectProposed || this.disconnectProposed) return;
+    this.disconnectProposed = true;
+    const cmd: Command = { t: 'disconnect', conn: this.id, reason, publishWill };
+    if (expiryS !== undefined) cmd.expiryS = expiryS;
+    this.propose(cmd);
+  }
+
+  private reply(a: LocalAction): void {
+    if (this.pending === 0 && this.local.length === 0) this.run(a);
+    else this.local.push(a);
+  }
+
+  private run(a: LocalAction): void {
+    switch (a.k) {
+      case 'send':
+        this.deliver(a.packet);
+        return;
+      case 'pingresp':
+        this.write(encode({ type: 'pingresp' }, this.level));
+        return;
+      case 'route':
+        this.host.routeQos0(this.id, a.msg);
+        return;
+      case 'close':
+        this.closeNow(a.reason);
+        return;
+      default: {
+        const _: never = a;
+        return _;
+      }
+    }
+  }
+
+  /** A committed entry proposed by this connection has been applied (and its effects executed). */
+  applied(): void {
+    this.pending--;
+    if (this.pending > 0 || this.local.length === 0) return;
+    const queued = this.local;
+    this.local = [];
+    // Local actions never propose, so pending stays 0 while they run.
+    for (let i = 0; i < queued.length; i++) this.run(queued[i] as LocalAction);
+  }
+
+  /** A protocol violation: stop reading, propose the disconnect (the will is published), and
+   * close after the replies already decided, with a v5 DISCONNECT carrying `reason`. */
+  private fail(reason: number, key: string, message: string): void {
+    this.host.protocolError(key, { conn: this.id, reason }, message);
+    this.beginClose(reason);
+  }
+
+  private beginClose(reason: number): void {
+    if (this.phase === 'closing' || this.phase === 'closed') return;
+    this.proposeDisconnect(reason, true);
+    this.stopReading();
+    this.reply({ k: 'close', reason });
+  }
+
+  private stopReading(): void {
+    this.phase = 'closing';
+    this.socket.pause();
+    this.armTimer(CLOSE_GRACE_MS);
+  }
+
+  // ---- effects ----
+
+  /** An effect of a committed entry (or of a QoS 0 route) for this connection. */
+  deliver(p: OutPacket): void {
+    if (this.phase === 'closed') return;
+    switch (p.type) {
+      case 'connack':
+        return this.onConnack(p);
+      case 'suback':
+        this.sendOut(mergeCodes(p, this.subMerge));
+        return;
+      case 'unsuback':
+        this.sendOut(mergeCodes(p, this.unsubMerge));
+        return;
+      case 'puback':
+      case 'pubcomp':
+        this.inbound.delete(p.pid);
+        this.sendOut(p);
+        return;
+      case 'pubrec':
+        // A PUBREC with an error ends the flow; otherwise the id is held until PUBCOMP (§4.9).
+        if (p.code >= RC.UNSPECIFIED_ERROR) this.inbound.delete(p.pid);
+        this.sendOut(p);
+        return;
+      case 'pubrel':
+        this.sendOut(p);
+        return;
+      case 'publish':
+        if (p.qos === 0 && this.socket.writableLength > this.host.limits.maxWriteBufferBytes) {
+          this.host.event('qos0-dropped-slow-consumer', { conn: this.id });
+          return;
+        }
+        this.sendOut(p);
+        return;
+      default: {
+        const _: never = p;
+        return _;
+      }
+    }
+  }
+
+  private onConnack(p: Extract<OutPacket, { type: 'connack' }>): void {
+    this.sendOut(p);
+    if (p.code !== RC.SUCCESS) return this.closeNow(NO_DISCONNECT);
+    if (this.phase === 'connecting') this.phase = 'connected';
+    this.connackOk = true;
+  }
+
+  /** A close decided by apply (session taken over, ...). */
+  closeByBroker(reason: number): void {
+    if (this.phase === 'closed') return;
+    this.proposeDisconnect(reason, true);
+    this.closeNow(reason);
+  }
+
+  /** The node stops serving: close without proposing anything. */
+  shutdown(reason: number): void {
+    this.disconnectProposed = true;
+    this.closeNow(reason);
+  }
+
+  // ---- output ----
+
+  private sendOut(p: OutPacket): void {
+    this.write(encode(toWire(p, this.level, this.limits), this.level));
+  }
+
+  private write(buf: Buffer): void {
+    this.out.push(buf);
+    this.outBytes += buf.length;
+    if (!this.dirty) {
+      this.dirty = true;
+      this.host.markDirty(this);
+    }
+  }
+
+  /** One socket write for everything buffered this turn (DESIGN.md "Performance principles"). */
+  flush(): void {
+    this.dirty = false;
+    if (this.out.length === 0) return;
+    const buf = this.out.length === 1 ? (this.out[0] as Buffer) : Buffer.concat(this.out, this.outBytes);
+    this.out = [];
+    this.outBytes = 0;
+    if (!this.socket.destroyed) this.socket.write(buf);
+  }
+
+  private closeNow(reason: number): void {
+    if (this.phase === 'closed') return;
+    if (reason !== NO_DISCONNECT && this.level === 5 && this.connackOk) {
+      this.write(encode({ type: 'disconnect', code: reason, props: {} }, 5));
+    }
+    this.phase = 'closed';
+    this.local = [];
+    this.flush();
+    this.socket.end();
+    this.armTimer(CLOSE_GRACE_MS);
+  }
+
+  // ---- reading, timers, socket events ----
+
+  private isReading(): boolean {
+    return this.phase !== 'closing' && this.phase !== 'closed' && this.phase !== 'authenticating';
+  }
+
+  setReadsPaused(paused: boolean): void {
+    if (paused) this.socket.pause();
+    else if (this.isReading()) this.socket.resume();
+  }
+
+  private armTimer(ms: number): void {
+    if (this.timer !== null) clearTimeout(this.timer);
+    this.timer = setTimeout(this.onTimerBound, ms);
+  }
+
+  private clearTimer(): void {
+    if (this.timer !== null) clearTimeout(this.timer);
+    this.timer = null;
+  }
+
+  private onTimer(): void {
+    this.timer = null;
+    switch (this.phase) {
+      case 'awaiting-connect':
+      case 'authenticating':
+        this.host.event('connect-timeout', { conn: this.id });
+        return this.closeNow(NO_DISCONNECT);
+      case 'connecting':
+      case 'connected':
+        return this.checkKeepAlive();
+      case 'closing':
+        return this.closeNow(NO_DISCONNECT);
+      case 'closed':
+        this.socket.destroy();
+        return;
+      default: {
+        const _: never = this.phase;
+        return _;
+      }
+    }
+  }
+
+  /** One timer per connection, re-armed for the remaining time instead of on every packet. */
+  private checkKeepAlive(): void {
+    const idle = performance.now() - this.lastRxMs;
+    if (idle < this.keepAliveMs) return this.armTimer(this.keepAliveMs - idle);
+    this.host.event('keepalive-timeout', { conn: this.id });
+    this.beginClose(RC.KEEP_ALIVE_TIMEOUT);
+  }
+
+  private onSocketError(err: Error): void {
+    this.host.event('socket-error', { conn: this.id, error: err.message });
+    this.socket.destroy();
+  }
+
+  private onSocketClose(): void {
+    this.clearTimer();
+    if (this.phase !== 'closed') {
+      this.phase = 'closed';
+      this.local = [];
+    }
+    // An end without a normal DISCONNECT publishes the will [MQTT-3.1.2-8].
+    this.proposeDisconnect(RC.UNSPECIFIED_ERROR, true);
+    this.host.closed(this);
+  }
+}
+
+/** Puts apply's codes into the -1 slots of a merge template (invalid filters keep theirs). */
+function mergeCodes<P extends { pid: number; codes: number[] }>(p: P, merges: Map<number, number[]> | null): P {
+  const template = merges?.get(p.pid);
+  if (template === undefined) return p;
+  merges?.delete(p.pid);
+  const codes = template.slice();
+  let j = 0;
+  for (let i = 0; i < codes.length; i++) if (codes[i] === -1) codes[i] = p.codes[j++] ?? RC.UNSPECIFIED_ERROR;
+  return { ...p, codes };
+}
