@@ -2,16 +2,15 @@
 // filter (MQTT 5.0 §3.3.1.3, §4.7). Part of the replicated state, so match order is fixed by the
 // stored topics alone: children are kept in sorted order, never walked in Map insertion order.
 
-import { lowerBound } from './topic-trie.js';
+import { SortedStringMap } from './topic-trie.js';
 
 const DOLLAR = 0x24; // '$'
 /** Stack frame depth meaning "emit this node and everything below it", for a `#` level. */
 const SUBTREE = -1;
 
 class TopicNode<V> {
-  children: Map<string, TopicNode<V>> | undefined = undefined;
-  /** Invariant: exactly the keys of `children`, in ascending code-unit order. */
-  levels: string[] | undefined = undefined;
+  /** Child levels in sorted order, so wildcard matches visit them in that order. */
+  children: SortedStringMap<TopicNode<V>> | undefined = undefined;
   /** Separate from `value` so that undefined can be stored as a value. */
   has = false;
   value: V | undefined = undefined;
@@ -111,7 +110,7 @@ export class RetainedTrie<V> {
     while (stack.length > 0) {
       const node = stack.pop() as TopicNode<V>;
       if (node.has) yield [node.topic, node.value as V];
-      if (node.children !== undefined) for (const child of node.children.values()) stack.push(child);
+      if (node.children !== undefined) for (const chunk of node.children.valueChunks) stack.push(...chunk);
     }
   }
 }
@@ -124,12 +123,15 @@ function pushChildren<V>(
   nodes: TopicNode<V>[],
   depths: number[],
 ): void {
-  const { children, levels } = node;
-  if (children === undefined || levels === undefined) return;
-  for (let i = levels.length - 1; i >= 0; i--) {
-    if (skipDollar && levels[i].charCodeAt(0) === DOLLAR) continue;
-    nodes.push(children.get(levels[i]) as TopicNode<V>);
-    depths.push(depth);
+  if (node.children === undefined) return;
+  const { keyChunks, valueChunks } = node.children;
+  for (let c = keyChunks.length - 1; c >= 0; c--) {
+    const levels = keyChunks[c];
+    for (let i = levels.length - 1; i >= 0; i--) {
+      if (skipDollar && levels[i].charCodeAt(0) === DOLLAR) continue;
+      nodes.push(valueChunks[c][i]);
+      depths.push(depth);
+    }
   }
 }
 
@@ -137,18 +139,11 @@ function childFor<V>(node: TopicNode<V>, level: string): TopicNode<V> {
   const existing = node.children?.get(level);
   if (existing !== undefined) return existing;
   const created = new TopicNode<V>();
-  (node.children ??= new Map()).set(level, created);
-  const levels = (node.levels ??= []);
-  levels.splice(lowerBound(levels, level), 0, level);
+  (node.children ??= new SortedStringMap()).set(level, created);
   return created;
 }
 
 function detach<V>(parent: TopicNode<V>, level: string): void {
-  if (parent.children === undefined || parent.levels === undefined) return;
-  parent.children.delete(level);
-  parent.levels.splice(lowerBound(parent.levels, level), 1);
-  if (parent.children.size === 0) {
-    parent.children = undefined;
-    parent.levels = undefined;
-  }
+  parent.children?.delete(level);
+  if (parent.children?.size === 0) parent.children = undefined;
 }

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
-import { TopicTrie } from './topic-trie.js';
+import { SortedStringMap, TopicTrie } from './topic-trie.js';
 
 /** The reference matcher: MQTT 5.0 §4.7 read level by level, with no trie. */
 function matches(filter: string, topic: string): boolean {
@@ -106,7 +106,7 @@ describe('TopicTrie', { timeout: 30_000 }, () => {
   });
 
   it('matches exactly what the reference matcher matches, each entry once', () => {
-    fc.assert(fc.property(fc.array(fc.tuple(arbFilter, arbKey)), fc.array(arbTopic, { minLength: 1 }),
+    fc.assert(fc.property(fc.array(fc.tuple(arbFilter, arbKey), { maxLength: 40, size: 'max' }), fc.array(arbTopic, { minLength: 1 }),
       (entries, topics) => {
         const trie = new TopicTrie<string>();
         for (const [f, k] of entries) trie.add(f, k, `${f} ${k}`);
@@ -126,7 +126,7 @@ describe('TopicTrie', { timeout: 30_000 }, () => {
 
   it('stays equal to a plain map through random adds and removes, and prunes to empty', () => {
     const op = fc.tuple(fc.boolean(), arbFilter, arbKey, fc.integer());
-    fc.assert(fc.property(fc.array(op, { maxLength: 60 }), arbTopic, (ops, topic) => {
+    fc.assert(fc.property(fc.array(op, { maxLength: 60, size: 'max' }), arbTopic, (ops, topic) => {
       const trie = new TopicTrie<number>();
       const model = new Map<string, number>();
       for (const [isAdd, f, k, v] of ops) {
@@ -192,5 +192,53 @@ describe('TopicTrie', { timeout: 30_000 }, () => {
     assert.deepEqual(nested, ['b c1']);
     assert.deepEqual(matched(trie, 'a'), ['a c1']);
     trie.add('x', 'c', 0); // allowed again once match has returned
+  });
+
+  it('keeps hundreds of keys under one filter in sorted order through splits and deletes', () => {
+    // Enough keys to split the sorted chunks many times and empty some of them again.
+    const op = fc.tuple(fc.integer({ min: 0, max: 9 }), fc.integer({ min: 0, max: 999 }));
+    fc.assert(fc.property(fc.array(op, { minLength: 500, maxLength: 3_000 }), (ops) => {
+      const trie = new TopicTrie<number>();
+      const model = new Map<string, number>();
+      for (const [kind, n] of ops) {
+        const key = `k${n}`;
+        if (kind < 7) {
+          assert.equal(trie.add('x/+', key, n), !model.has(key));
+          model.set(key, n);
+        } else {
+          assert.equal(trie.remove('x/+', key), model.get(key));
+          model.delete(key);
+        }
+      }
+      const got: string[] = [];
+      trie.match('x/y', (key, value) => {
+        assert.equal(value, model.get(key));
+        got.push(key);
+      });
+      assert.deepEqual(got, [...model.keys()].sort());
+    }), { numRuns: 100 });
+  });
+});
+
+describe('SortedStringMap', { timeout: 30_000 }, () => {
+  it('holds no empty chunk and no chunk over its bound, whatever the order of changes', () => {
+    fc.assert(fc.property(fc.array(fc.tuple(fc.boolean(), fc.integer({ min: 0, max: 2_000 })), { minLength: 1_000, maxLength: 4_000 }),
+      (ops) => {
+        const map = new SortedStringMap<number>();
+        const model = new Map<string, number>();
+        for (const [isSet, n] of ops) {
+          const key = String(n);
+          if (isSet) assert.equal(map.set(key, n), !model.has(key));
+          else assert.equal(map.delete(key), model.has(key));
+          if (isSet) model.set(key, n);
+          else model.delete(key);
+        }
+        assert.equal(map.size, model.size);
+        for (const chunk of map.keyChunks) assert.ok(chunk.length > 0 && chunk.length <= 128);
+        assert.deepEqual(map.keyChunks.flat(), [...model.keys()].sort());
+        assert.deepEqual(map.valueChunks.flat(), [...model.keys()].sort().map((k) => model.get(k)));
+        for (const [k, v] of model) assert.equal(map.get(k), v);
+        assert.equal(map.get('absent'), undefined);
+      }), { numRuns: 100 });
   });
 });
