@@ -1,0 +1,252 @@
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { afterEach, describe, it } from 'node:test';
+import { TransportError } from './errors.js';
+import { encodeFrame } from './frame.js';
+import {
+  frameOf,
+  LOOPBACK,
+  makeNode,
+  type Node,
+  RawPeer,
+  settle,
+  stopAll,
+  type TestMsg,
+  waitFor,
+  wire,
+} from './transport-harness.js';
+
+let running: Node[] = [];
+let raws: RawPeer[] = [];
+afterEach(async () => {
+  for (const r of raws) r.destroy();
+  await stopAll(running);
+  running = [];
+  raws = [];
+});
+
+function nodes(...list: Node[]): Node[] {
+  running.push(...list);
+  return list;
+}
+
+function raw(port: number): RawPeer {
+  const r = new RawPeer(port);
+  raws.push(r);
+  return r;
+}
+
+/** A raw peer that has completed the unauthenticated handshake with `node` as node `as`. */
+async function handshaken(node: Node, as: number): Promise<RawPeer> {
+  const r = raw(node.transport.address().port);
+  r.write(frameOf(RawPeer.hello(as)));
+  await waitFor('the transport hello', () => r.frames.length === 1);
+  await waitFor('the inbound link to be up', () => node.logger.lines.some((l) => l.msg === 'peer link up' && l.fields.peer === as));
+  return r;
+}
+
+describe('raft transport over loopback', { timeout: 60_000 }, () => {
+  it('carries messages among three nodes in both directions, in order per sender', async () => {
+    const ids = [1, 2, 3];
+    const all = nodes(...ids.map((id) => makeNode(id, ids)));
+    await wire(all);
+    for (const from of all) {
+      for (const to of ids) if (to !== from.id) for (let n = 0; n < 50; n++) from.transport.send(to, { n, text: `${from.id}->${to}` });
+    }
+    await waitFor('100 messages at every node', () => all.every((x) => x.inbox.length === 100));
+    for (const to of all) {
+      for (const from of ids.filter((i) => i !== to.id)) {
+        const got = to.inbox.filter((e) => e.from === from).map((e) => e.msg);
+        assert.deepEqual(got, Array.from({ length: 50 }, (_, n) => ({ n, text: `${from}->${to.id}` })));
+      }
+      const s = to.transport.stats();
+      assert.equal(s.framesIn, 100);
+      assert.equal(s.framesOut, 100);
+      assert.equal(s.dropped, 0);
+      assert.equal(s.badFrames, 0);
+    }
+    assert.equal(all[0]!.transport.authenticatesPeers, false);
+  });
+
+  it('reassembles frames that arrive a byte at a time', async () => {
+    const [a] = nodes(makeNode(1, [1, 2]));
+    await a!.transport.start();
+    const r = raw(a!.transport.address().port);
+    const stream = Buffer.concat([frameOf(RawPeer.hello(2)), frameOf({ n: 1 }), frameOf({ n: 2, text: 'split' })]);
+    await r.writeByteByByte(stream);
+    await waitFor('both messages', () => a!.inbox.length === 2);
+    assert.deepEqual(a!.inbox, [
+      { from: 2, msg: { n: 1 } },
+      { from: 2, msg: { n: 2, text: 'split' } },
+    ]);
+  });
+
+  it('refuses an oversize length before the body arrives, after the handshake and before it', async () => {
+    const [a] = nodes(makeNode(1, [1, 2, 3], { maxFrameBytes: 1024 }));
+    await a!.transport.start();
+    const r = await handshaken(a!, 2);
+    r.write(new Uint8Array([0, 0, 0x04, 0x01])); // length 1025, and no body ever follows
+    await r.waitClosed();
+    assert.ok(a!.logger.closedWith('frame-oversize'));
+    // Before the handshake the bound is far smaller than maxFrameBytes.
+    const early = raw(a!.transport.address().port);
+    early.write(new Uint8Array([0, 1, 0, 1])); // 65537 bytes
+    await early.waitClosed();
+    assert.equal(a!.transport.stats().badFrames, 2);
+    assert.equal(a!.inbox.length, 0);
+  });
+
+  it('closes links that send garbage, and none of it reaches onMessage', async () => {
+    const [a] = nodes(makeNode(1, [1, 2, 3]));
+    await a!.transport.start();
+    const port = a!.transport.address().port;
+    const junk = raw(port);
+    junk.write(randomBytes(4096));
+    await junk.waitClosed();
+
+    const cases: Array<{ bytes: Uint8Array; code: string }> = [
+      { bytes: Buffer.from([0, 0, 0, 3, 9, 0x81, 0x01]), code: 'frame-version' },
+      { bytes: encodeFrame(new Uint8Array([0x92, 0x01])), code: 'body-not-msgpack' }, // array of 2, one item
+      { bytes: frameOf({ nope: true }), code: 'message-invalid' },
+      { bytes: frameOf({ t: 'hello', nodeId: 'x' }), code: 'hello-invalid' },
+    ];
+    for (const c of cases) {
+      const r = c.code === 'hello-invalid' ? raw(port) : await handshaken(a!, 2);
+      r.write(c.bytes);
+      await r.waitClosed();
+      assert.ok(a!.logger.closedWith(c.code as never), c.code);
+    }
+    assert.equal(a!.inbox.length, 0);
+    assert.ok(a!.transport.stats().badFrames >= cases.length);
+  });
+
+  it('closes a connection that never completes the handshake', async () => {
+    const [a] = nodes(makeNode(1, [1, 2], { handshakeTimeoutMs: 150 }));
+    await a!.transport.start();
+    const silent = raw(a!.transport.address().port);
+    await silent.waitClosed();
+    assert.ok(a!.logger.closedWith('handshake-timeout'));
+  });
+
+  it('refuses a peer of another cluster on both sides', async () => {
+    const a = makeNode(1, [1, 2]);
+    const b = makeNode(2, [1, 2], { clusterId: 'other' });
+    await wire(nodes(a, b));
+    a.transport.send(2, { n: 1 });
+    b.transport.send(1, { n: 1 });
+    await waitFor('both refusals', () => a.logger.closedWith('cluster-mismatch') && b.logger.closedWith('cluster-mismatch'));
+    await settle();
+    assert.equal(a.inbox.length + b.inbox.length, 0);
+    assert.ok(a.transport.stats().refusedLinks >= 1);
+  });
+
+  it('refuses a dialed node that answers with another node id, and an inbound unknown node id', async () => {
+    const a = makeNode(1, [1, 2]);
+    const c = makeNode(3, [1, 3]);
+    await nodes(a, c);
+    await a.transport.start();
+    await c.transport.start();
+    a.transport.setPeerAddress(2, c.transport.address()); // node 1 believes node 2 lives here
+    a.transport.send(2, { n: 1 });
+    await waitFor('node 1 to refuse node 3 posing as node 2', () => a.logger.closedWith('node-unexpected'));
+    const stranger = raw(a.transport.address().port);
+    stranger.write(frameOf(RawPeer.hello(9)));
+    await stranger.waitClosed();
+    const self = raw(a.transport.address().port);
+    self.write(frameOf(RawPeer.hello(1)));
+    await self.waitClosed();
+    await settle(100);
+    assert.equal(c.inbox.length + a.inbox.length, 0);
+  });
+
+  it('with a cluster secret, links only between nodes that share it', async () => {
+    const a = makeNode(1, [1, 2, 3], { secret: 'right secret' });
+    const b = makeNode(2, [1, 2, 3], { secret: 'right secret' });
+    const c = makeNode(3, [1, 2, 3], { secret: 'wrong secret' });
+    await wire(nodes(a, b, c));
+    for (const n of [a, b, c]) for (const to of [1, 2, 3]) if (to !== n.id) n.transport.send(to, { n: n.id });
+    await waitFor('1 and 2 to hear each other', () => a.inbox.length === 1 && b.inbox.length === 1);
+    await waitFor('3 to be refused', () => a.logger.closedWith('auth-failed') && c.logger.closedWith('auth-failed'));
+    await settle();
+    assert.deepEqual(a.inbox, [{ from: 2, msg: { n: 2 } }]);
+    assert.deepEqual(b.inbox, [{ from: 1, msg: { n: 1 } }]);
+    assert.equal(c.inbox.length, 0);
+    assert.equal(a.transport.authenticatesPeers, true);
+  });
+
+  it('refuses a peer without a secret when this node has one, on both sides', async () => {
+    const a = makeNode(1, [1, 2], { secret: 's' });
+    const b = makeNode(2, [1, 2]);
+    await wire(nodes(a, b));
+    a.transport.send(2, { n: 1 });
+    b.transport.send(1, { n: 1 });
+    await waitFor('both refusals', () => a.logger.closedWith('auth-missing') && b.logger.closedWith('auth-unexpected'));
+    await settle();
+    assert.equal(a.inbox.length + b.inbox.length, 0);
+  });
+
+  it('reconnects to a peer that restarts on the same address', async () => {
+    const a = makeNode(1, [1, 2]);
+    let b = makeNode(2, [1, 2]);
+    await wire(nodes(a, b));
+    a.transport.send(2, { n: 1 });
+    await waitFor('the first message', () => b.inbox.length === 1);
+    const address = b.transport.address();
+    await b.transport.stop();
+    await waitFor('node 1 to see the link down', () => a.transport.stats().peers[0]!.connected === false);
+    b = makeNode(2, [1, 2], { listen: address, incarnation: 'inc-2-again' });
+    nodes(b);
+    await b.transport.start();
+    b.transport.setPeerAddress(1, a.transport.address());
+    await waitFor('node 1 to redial', () => a.transport.stats().peers[0]!.connected);
+    a.transport.send(2, { n: 2 });
+    await waitFor('the message after restart', () => b.inbox.length === 1);
+    assert.deepEqual(b.inbox, [{ from: 1, msg: { n: 2 } }]);
+    assert.equal(a.transport.stats().reconnects, 1);
+  });
+
+  it('keeps only the newest messages, within the queue bound, while the peer is down', async () => {
+    const bFirst = makeNode(2, [1, 2]);
+    await bFirst.transport.start();
+    const address = bFirst.transport.address();
+    await bFirst.transport.stop();
+    const frameBytes = frameOf({ n: 0, text: 'x'.repeat(100) }).length;
+    const a = makeNode(1, [1, 2], { sendQueueBytesMax: frameBytes * 10, peers: new Map([[2, address]]) });
+    nodes(a);
+    await a.transport.start();
+    for (let n = 0; n < 25; n++) a.transport.send(2, { n, text: 'x'.repeat(100) });
+    const s = a.transport.stats();
+    assert.equal(s.dropped, 15);
+    assert.deepEqual(s.peers[0], { nodeId: 2, connected: false, queuedFrames: 10, queuedBytes: frameBytes * 10 });
+    const b = makeNode(2, [1, 2], { listen: address });
+    nodes(b);
+    await b.transport.start();
+    await waitFor('the queued messages', () => b.inbox.length === 10, 8_000);
+    assert.deepEqual(b.inbox.map((e) => e.msg.n), [15, 16, 17, 18, 19, 20, 21, 22, 23, 24]);
+  });
+
+  it('fails start at once with a clear error when the listen port is taken', async () => {
+    const a = makeNode(1, [1, 2]);
+    nodes(a);
+    await a.transport.start();
+    const twin = makeNode(1, [1, 2], { listen: a.transport.address() });
+    nodes(twin);
+    await assert.rejects(twin.transport.start(), (err: unknown) => {
+      assert.ok(err instanceof TransportError);
+      assert.equal(err.code, 'ERR_TRANSPORT_LISTEN');
+      assert.match(err.message, /address in use/);
+      return true;
+    });
+  });
+
+  it('never throws from send: unknown peers and unencodable messages are dropped and counted', async () => {
+    const a = makeNode(1, [1, 2], { maxFrameBytes: 200 });
+    nodes(a);
+    await a.transport.start();
+    a.transport.send(7, { n: 1 });
+    a.transport.send(2, { n: 1, text: 'y'.repeat(500) });
+    a.transport.send(2, { n: 1, f: () => 1 } as unknown as TestMsg);
+    assert.ok(a.transport.stats().dropped >= 2);
+    void LOOPBACK;
+  });
+});
