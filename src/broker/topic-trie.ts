@@ -23,7 +23,7 @@ class FilterNode<V> {
 }
 
 /** Index of the first element of sorted `list` that is not less than `key` (code-unit order). */
-export function lowerBound(list: readonly string[], key: string): number {
+function lowerBound(list: readonly string[], key: string): number {
   let lo = 0;
   let hi = list.length;
   while (lo < hi) {
