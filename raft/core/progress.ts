@@ -1,0 +1,93 @@
+import { assert } from './assert.js';
+
+/** How the leader replicates to one follower (etcd-io/raft's Progress). In `probe` it sends one
+ * append at a time and waits for the answer, backing `next` off until the logs match (§5.3). In
+ * `replicate` it streams appends optimistically, at most `inflightAppendsMax` unacknowledged. */
+export type ProgressState = 'probe' | 'replicate';
+
+export class Progress {
+  /** Highest index known to be replicated on the follower (§5.3 matchIndex). */
+  match = 0;
+  /** Index of the next entry to send (§5.3 nextIndex). Invariant: match < next. */
+  next: number;
+  state: ProgressState = 'probe';
+  /** Probe: an append is out and unanswered; no other until a response or a heartbeat response. */
+  probeSent = false;
+  /** Replicate: last index of each unacknowledged append, ascending. */
+  private readonly inflight: number[] = [];
+  /** Monotonic ms of the latest message from this follower in the current term (check-quorum). */
+  lastHeardAt: number;
+
+  constructor(next: number, now: number) {
+    this.next = next;
+    this.lastHeardAt = now;
+  }
+
+  get inflightCount(): number {
+    return this.inflight.length;
+  }
+
+  isPaused(inflightAppendsMax: number): boolean {
+    return this.state === 'probe' ? this.probeSent : this.inflight.length >= inflightAppendsMax;
+  }
+
+  /** An append whose last entry is `last` went out. */
+  sent(last: number): void {
+    if (this.state === 'probe') {
+      this.probeSent = true;
+      return;
+    }
+    this.inflight.push(last);
+    this.next = Math.max(this.next, last + 1);
+  }
+
+  /** The follower holds everything up to `index`. False if the ack tells nothing new. */
+  acked(index: number): boolean {
+    while (this.inflight.length > 0 && (this.inflight[0] ?? 0) <= index) this.inflight.shift();
+    if (index <= this.match) return false;
+    this.match = index;
+    this.next = Math.max(this.next, index + 1);
+    if (this.state === 'probe') this.becomeReplicate();
+    this.checkInvariant();
+    return true;
+  }
+
+  /** The follower refused an append at `rejected` (its prevIndex); its log may match up to `hint`.
+   * False for a stale refusal, which must not move `next` backwards twice. */
+  rejected(rejected: number, hint: number): boolean {
+    if (this.state === 'replicate') {
+      if (rejected <= this.match) return false;
+      this.becomeProbe();
+      return true;
+    }
+    if (rejected !== this.next - 1) return false;
+    this.next = Math.max(Math.min(rejected, hint + 1), this.match + 1);
+    this.probeSent = false;
+    this.checkInvariant();
+    return true;
+  }
+
+  /** A heartbeat answer proves the link works: unpause a probe, and in replicate free one slot so
+   * that lost appends cannot wedge a full window (the next append exposes any gap). */
+  heartbeatAnswered(inflightAppendsMax: number): void {
+    if (this.state === 'probe') this.probeSent = false;
+    else if (this.inflight.length >= inflightAppendsMax) this.inflight.shift();
+  }
+
+  becomeProbe(): void {
+    this.state = 'probe';
+    this.next = this.match + 1;
+    this.probeSent = false;
+    this.inflight.length = 0;
+  }
+
+  private becomeReplicate(): void {
+    this.state = 'replicate';
+    this.next = this.match + 1;
+    this.inflight.length = 0;
+  }
+
+  private checkInvariant(): void {
+    assert(this.match < this.next, `progress match ${this.match} not below next ${this.next}`);
+  }
+}

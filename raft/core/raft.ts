@@ -1,0 +1,689 @@
+import { RaftError } from '../errors.js';
+import { assert, assertInteger, unreachable } from './assert.js';
+import { MemoryLog } from './log.js';
+import type {
+  Append,
+  AppendResponse,
+  Heartbeat,
+  LogEntry,
+  Message,
+  PreVoteRequest,
+  PreVoteResponse,
+  VoteRequest,
+  VoteResponse,
+} from './messages.js';
+import { isVoteRequest } from './messages.js';
+import type { RandomSource } from './prng.js';
+import { Progress } from './progress.js';
+import { validateMessage } from './validate.js';
+
+export type Role = 'follower' | 'pre-candidate' | 'candidate' | 'leader';
+
+/** Rules broken on purpose, only so tests can prove the simulator's checkers catch a broken core.
+ * 'grant-every-vote' ignores votedFor (§5.2: one vote per term); 'commit-old-terms' commits any
+ * majority-replicated entry by counting, the bug of the paper's Figure 8 (§5.4.2). */
+export type UnsafeRule = 'grant-every-vote' | 'commit-old-terms';
+
+/** What survives a restart (as if resumed from a state file); commit and role do not. */
+export interface DurableState {
+  readonly term: number;
+  readonly vote: number;
+  readonly entries: readonly LogEntry[];
+}
+
+export interface RaftOptions {
+  readonly id: number;
+  /** Every voter, this node included. */
+  readonly voters: readonly number[];
+  /** E, in ms. Election timeouts are drawn from [E, 2E). */
+  readonly electionTimeoutMs: number;
+  /** Default E/5. */
+  readonly heartbeatIntervalMs?: number;
+  /** Unacknowledged appends per follower in replicate state. Default 8. */
+  readonly inflightAppendsMax?: number;
+  /** Entries per append message. Default 64. */
+  readonly entriesPerAppendMax?: number;
+  /** Uncommitted entries a leader accepts before propose() refuses. Default 10,000. */
+  readonly uncommittedEntriesMax?: number;
+  /** Ongaro's thesis §9.6. Default true. */
+  readonly preVote?: boolean;
+  /** A leader steps down when it has not heard from a majority within E. Default true. */
+  readonly checkQuorum?: boolean;
+  readonly random: RandomSource;
+  /** Monotonic ms at construction. */
+  readonly now: number;
+  readonly restore?: DurableState;
+  readonly unsafe?: UnsafeRule;
+}
+
+export interface SoftState {
+  readonly role: Role;
+  readonly term: number;
+  /** 0: unknown. */
+  readonly leader: number;
+  readonly commit: number;
+}
+
+/** Everything the driver must act on since the last takeReady(), in this order: persist nothing
+ * (the log lives in RAM), send `messages`, apply `committed`. */
+export interface Ready {
+  readonly messages: Message[];
+  /** Entries written to this node's log, after any truncation in `truncatedFrom`. */
+  readonly appended: LogEntry[];
+  /** Lowest index deleted from the log by a conflicting append (§5.3), or null. */
+  readonly truncatedFrom: number | null;
+  /** Newly committed entries in log order, each handed out once per process lifetime. */
+  readonly committed: LogEntry[];
+  /** Set when role, term, leader or commit changed. */
+  readonly softState: SoftState | null;
+  /** Set when term or vote changed. */
+  readonly hardState: { readonly term: number; readonly vote: number } | null;
+}
+
+export type ProposeResult =
+  | { readonly ok: true; readonly firstIndex: number; readonly lastIndex: number }
+  | { readonly ok: false; readonly error: RaftError; readonly leader: number };
+
+interface RoleHandler {
+  readonly role: Role;
+  step(m: Message): void;
+  tick(): void;
+}
+
+/** A Raft node as a pure, synchronous step machine (etcd-io/raft style): tick(), step() and
+ * propose() change state and queue output, which the driver fetches with takeReady(). */
+export class RaftCore {
+  readonly id: number;
+  private readonly voters: readonly number[];
+  private readonly peers: readonly number[];
+  private readonly quorum: number;
+  private readonly electionTimeoutMs: number;
+  private readonly heartbeatIntervalMs: number;
+  private readonly inflightAppendsMax: number;
+  private readonly entriesPerAppendMax: number;
+  private readonly uncommittedEntriesMax: number;
+  private readonly preVote: boolean;
+  private readonly checkQuorum: boolean;
+  private readonly random: RandomSource;
+  private readonly unsafe: UnsafeRule | null;
+
+  private term = 0;
+  /** Candidate voted for in `term`; 0: none. */
+  private vote = 0;
+  private leader = 0;
+  private readonly log: MemoryLog;
+  /** Last index handed out in Ready.committed. */
+  private applied = 0;
+  /** Monotonic and wall ms of the latest tick. */
+  private now: number;
+  private wall = 0;
+
+  private handler: RoleHandler;
+  private electionDeadline = 0;
+  /** Monotonic ms of the latest append or heartbeat from the current leader. */
+  private leaderHeardAt = Number.NEGATIVE_INFINITY;
+  /** Votes (or pre-votes) received in the current campaign: voter -> granted. */
+  private readonly votes = new Map<number, boolean>();
+  private readonly progress = new Map<number, Progress>();
+  private heartbeatDue = 0;
+  private leaderSince = 0;
+
+  private messages: Message[] = [];
+  private appended: LogEntry[] = [];
+  private truncatedFrom: number | null = null;
+  private reportedSoft: SoftState | null = null;
+  private reportedHard: { term: number; vote: number } | null = null;
+
+  constructor(opts: RaftOptions) {
+    checkOptions(opts);
+    this.id = opts.id;
+    this.voters = [...opts.voters];
+    this.peers = this.voters.filter((v) => v !== opts.id);
+    this.quorum = Math.floor(this.voters.length / 2) + 1;
+    this.electionTimeoutMs = opts.electionTimeoutMs;
+    this.heartbeatIntervalMs = opts.heartbeatIntervalMs ?? Math.max(1, Math.floor(opts.electionTimeoutMs / 5));
+    this.inflightAppendsMax = opts.inflightAppendsMax ?? 8;
+    this.entriesPerAppendMax = opts.entriesPerAppendMax ?? 64;
+    this.uncommittedEntriesMax = opts.uncommittedEntriesMax ?? 10_000;
+    this.preVote = opts.preVote ?? true;
+    this.checkQuorum = opts.checkQuorum ?? true;
+    this.random = opts.random;
+    this.unsafe = opts.unsafe ?? null;
+    this.now = opts.now;
+    this.log = new MemoryLog(opts.restore?.entries);
+    this.term = opts.restore?.term ?? 0;
+    this.vote = opts.restore?.vote ?? 0;
+    assert(this.log.lastTerm() <= this.term, 'restored log has entries above the restored term');
+    this.handler = this.followerHandler();
+    this.becomeFollower(this.term, 0);
+    this.reportedHard = { term: this.term, vote: this.vote };
+  }
+
+  // ---- inputs ----
+
+  tick(monotonic: number, wall: number): void {
+    assert(monotonic >= this.now, `monotonic clock went back from ${this.now} to ${monotonic}`);
+    this.now = monotonic;
+    this.wall = wall;
+    this.handler.tick();
+  }
+
+  /** Feeds one message from a peer. A malformed or misaddressed message returns its error and
+   * changes nothing. */
+  step(m: Message): RaftError | null {
+    const error = validateMessage(m, { self: this.id, voters: this.voters, entriesPerAppendMax: this.entriesPerAppendMax });
+    if (error !== null) return error;
+    if (m.type === 'append-response' && m.index > this.log.lastIndex() && m.term === this.term && m.success) {
+      return new RaftError('RAFT_BAD_MESSAGE', `ack of index ${m.index} beyond last ${this.log.lastIndex()}`);
+    }
+    if (!this.stepTerm(m)) return null;
+    if (isVoteRequest(m)) this.handleVoteRequest(m);
+    else this.handler.step(m);
+    this.checkInvariants();
+    return null;
+  }
+
+  /** Appends one entry per item and sends them as one round of appends (DESIGN.md: all proposals of
+   * one turn travel as one append). */
+  propose(data: readonly Uint8Array[]): ProposeResult {
+    if (this.handler.role !== 'leader') {
+      return { ok: false, error: new RaftError('RAFT_NOT_LEADER', `node ${this.id} is ${this.handler.role}`), leader: this.leader };
+    }
+    const uncommitted = this.log.lastIndex() - this.log.commit;
+    if (uncommitted + data.length > this.uncommittedEntriesMax) {
+      const detail = `${uncommitted} uncommitted + ${data.length} > ${this.uncommittedEntriesMax}`;
+      return { ok: false, error: new RaftError('RAFT_PROPOSALS_FULL', detail), leader: this.id };
+    }
+    const firstIndex = this.log.lastIndex() + 1;
+    this.appendOwn(data.map((d, k) => ({ index: firstIndex + k, term: this.term, data: d })));
+    this.broadcastAppend();
+    this.maybeCommit();
+    return { ok: true, firstIndex, lastIndex: this.log.lastIndex() };
+  }
+
+  /** Starts an election now, as an election timeout would (with pre-vote when enabled). */
+  campaign(): void {
+    if (this.handler.role === 'leader') return;
+    if (this.preVote) this.becomePreCandidate();
+    else this.becomeCandidate();
+  }
+
+  // ---- output ----
+
+  hasReady(): boolean {
+    return this.messages.length > 0 || this.appended.length > 0 || this.applied < this.log.commit ||
+      this.truncatedFrom !== null || this.softChanged() || this.hardChanged();
+  }
+
+  takeReady(): Ready {
+    const soft = this.softChanged() ? this.softState() : null;
+    const hard = this.hardChanged() ? { term: this.term, vote: this.vote } : null;
+    const committed = this.applied < this.log.commit ? this.log.slice(this.applied + 1, this.log.commit + 1) : [];
+    const ready: Ready = {
+      messages: this.messages,
+      appended: this.appended,
+      truncatedFrom: this.truncatedFrom,
+      committed,
+      softState: soft,
+      hardState: hard,
+    };
+    this.messages = [];
+    this.appended = [];
+    this.truncatedFrom = null;
+    this.applied = this.log.commit;
+    if (soft !== null) this.reportedSoft = soft;
+    if (hard !== null) this.reportedHard = hard;
+    return ready;
+  }
+
+  // ---- reading state (tests, simulator, driver) ----
+
+  softState(): SoftState {
+    return { role: this.handler.role, term: this.term, leader: this.leader, commit: this.log.commit };
+  }
+
+  durableState(): DurableState {
+    return { term: this.term, vote: this.vote, entries: [...this.log.all()] };
+  }
+
+  get role(): Role {
+    return this.handler.role;
+  }
+
+  get currentTerm(): number {
+    return this.term;
+  }
+
+  get lastIndex(): number {
+    return this.log.lastIndex();
+  }
+
+  get commitIndex(): number {
+    return this.log.commit;
+  }
+
+  get lastWall(): number {
+    return this.wall;
+  }
+
+  entries(): readonly LogEntry[] {
+    return this.log.all();
+  }
+
+  progressOf(peer: number): Progress | undefined {
+    return this.progress.get(peer);
+  }
+
+  // ---- terms (§5.1) and votes (§5.2, §5.4.1, thesis §9.6) ----
+
+  /** Applies the term rules common to every role; false: drop the message. */
+  private stepTerm(m: Message): boolean {
+    if (isVoteRequest(m) && this.ignoresVoteRequests()) return false;
+    if (m.term > this.term) {
+      const keepsTerm = m.type === 'pre-vote-request' || (m.type === 'pre-vote-response' && m.granted);
+      if (!keepsTerm) this.becomeFollower(m.term, m.type === 'append' || m.type === 'heartbeat' ? m.from : 0);
+      return true;
+    }
+    if (m.term < this.term) {
+      this.answerStale(m);
+      return false;
+    }
+    return true;
+  }
+
+  /** The vote-ignoring rule of DESIGN.md ("Leases and votes"): while a leader is known to be alive a
+   * request cannot be from a legitimate election, and adopting its term would depose that leader.
+   * Part 2 adds `leaseUntil` for a leader and the 2E after resuming a state file here. */
+  private ignoresVoteRequests(): boolean {
+    if (this.handler.role === 'leader') return true;
+    return this.leader !== 0 && this.now - this.leaderHeardAt < this.electionTimeoutMs;
+  }
+
+  /** A lower-term pre-vote gets a refusal carrying our term, so a pre-candidate catches up. A
+   * lower-term append or heartbeat gets a response with our term, so a stale leader steps down:
+   * without it a node whose term rose while cut off (a restart mid-campaign) would ignore the
+   * leader forever and never be able to win against it either (pre-vote and check-quorum). */
+  private answerStale(m: Message): void {
+    if (m.type === 'pre-vote-request') {
+      this.send({ type: 'pre-vote-response', from: this.id, to: m.from, term: this.term, granted: false });
+    } else if (m.type === 'append' || m.type === 'heartbeat') {
+      this.send({ type: 'append-response', from: this.id, to: m.from, term: this.term, success: false, index: 0, hint: 0 });
+    }
+  }
+
+  private handleVoteRequest(m: PreVoteRequest | VoteRequest): void {
+    const pre = m.type === 'pre-vote-request';
+    const canVote = this.unsafe === 'grant-every-vote' || this.vote === m.from ||
+      (this.vote === 0 && this.leader === 0) || (pre && m.term > this.term);
+    const granted = canVote && this.log.isUpToDate(m.lastIndex, m.lastTerm);
+    const term = granted ? m.term : this.term;
+    if (pre) {
+      this.send({ type: 'pre-vote-response', from: this.id, to: m.from, term, granted });
+      return;
+    }
+    if (granted) {
+      assert(m.term === this.term, 'vote granted in a term other than ours');
+      this.vote = m.from;
+      this.resetElectionTimer();
+    }
+    this.send({ type: 'vote-response', from: this.id, to: m.from, term, granted });
+  }
+
+  // ---- roles: one becomeX per role swaps the handler ----
+
+  private becomeFollower(term: number, leader: number): void {
+    assert(term >= this.term, `term would go back from ${this.term} to ${term}`);
+    if (term > this.term) {
+      this.term = term;
+      this.vote = 0;
+    }
+    this.leader = leader;
+    if (leader !== 0) this.leaderHeardAt = this.now;
+    this.progress.clear();
+    this.votes.clear();
+    this.handler = this.followerHandler();
+    this.resetElectionTimer();
+  }
+
+  private becomePreCandidate(): void {
+    this.leader = 0;
+    this.handler = this.preCandidateHandler();
+    this.resetElectionTimer();
+    this.startPoll('pre-vote-request', this.term + 1);
+  }
+
+  private becomeCandidate(): void {
+    this.term += 1;
+    this.vote = this.id;
+    this.leader = 0;
+    this.handler = this.candidateHandler();
+    this.resetElectionTimer();
+    this.startPoll('vote-request', this.term);
+  }
+
+  private becomeLeader(): void {
+    assert(this.vote === this.id, 'leader without its own vote');
+    this.leader = this.id;
+    this.handler = this.leaderHandler();
+    this.leaderSince = this.now;
+    this.heartbeatDue = this.now + this.heartbeatIntervalMs;
+    this.progress.clear();
+    for (const p of this.peers) this.progress.set(p, new Progress(this.log.lastIndex() + 1, this.now));
+    // §5.4.2 and §8: an entry of the new term lets earlier entries commit, and tells the leader
+    // its commit index.
+    this.appendOwn([{ index: this.log.lastIndex() + 1, term: this.term, data: null }]);
+    this.broadcastAppend();
+    this.maybeCommit();
+  }
+
+  private startPoll(type: 'pre-vote-request' | 'vote-request', term: number): void {
+    this.votes.clear();
+    this.votes.set(this.id, true);
+    const lastIndex = this.log.lastIndex();
+    const lastTerm = this.log.lastTerm();
+    for (const to of this.peers) this.send({ type, from: this.id, to, term, lastIndex, lastTerm });
+    this.tallyVotes();
+  }
+
+  /** Counts the poll; wins or gives up once the outcome is certain. */
+  private tallyVotes(): void {
+    let granted = 0;
+    let rejected = 0;
+    for (const g of this.votes.values()) g ? granted++ : rejected++;
+    if (granted >= this.quorum) {
+      if (this.handler.role === 'pre-candidate') this.becomeCandidate();
+      else this.becomeLeader();
+    } else if (rejected >= this.quorum) {
+      this.becomeFollower(this.term, 0);
+    }
+  }
+
+  private followerHandler(): RoleHandler {
+    return {
+      role: 'follower',
+      tick: () => this.tickElection(),
+      step: (m) => this.stepFollower(m),
+    };
+  }
+
+  private preCandidateHandler(): RoleHandler {
+    return {
+      role: 'pre-candidate',
+      tick: () => this.tickElection(),
+      step: (m) => this.stepCampaigner(m),
+    };
+  }
+
+  private candidateHandler(): RoleHandler {
+    return {
+      role: 'candidate',
+      tick: () => this.tickElection(),
+      step: (m) => this.stepCampaigner(m),
+    };
+  }
+
+  private leaderHandler(): RoleHandler {
+    return {
+      role: 'leader',
+      tick: () => this.tickLeader(),
+      step: (m) => this.stepLeader(m),
+    };
+  }
+
+  // ---- follower and candidates ----
+
+  private tickElection(): void {
+    if (this.now >= this.electionDeadline) this.campaign();
+  }
+
+  /** §5.2: a random timeout in [E, 2E) makes split votes rare. */
+  private resetElectionTimer(): void {
+    this.electionDeadline = this.now + this.electionTimeoutMs + this.random.int(this.electionTimeoutMs);
+  }
+
+  private stepFollower(m: Message): void {
+    switch (m.type) {
+      case 'append':
+        this.handleAppend(m);
+        return;
+      case 'heartbeat':
+        this.handleHeartbeat(m);
+        return;
+      case 'pre-vote-request':
+      case 'vote-request':
+      case 'pre-vote-response':
+      case 'vote-response':
+      case 'append-response':
+      case 'heartbeat-response':
+        return; // stale answers to an earlier role of ours
+      default:
+        unreachable(m, 'follower message');
+    }
+  }
+
+  /** Pre-candidate and candidate: count answers; an append or heartbeat of our term means another
+   * node won it (§5.2), so follow it. */
+  private stepCampaigner(m: Message): void {
+    switch (m.type) {
+      case 'append':
+      case 'heartbeat':
+        this.becomeFollower(this.term, m.from);
+        this.stepFollower(m);
+        return;
+      case 'pre-vote-response':
+        if (this.handler.role === 'pre-candidate') this.countVote(m, this.term + 1);
+        return;
+      case 'vote-response':
+        if (this.handler.role === 'candidate') this.countVote(m, this.term);
+        return;
+      case 'pre-vote-request':
+      case 'vote-request':
+      case 'append-response':
+      case 'heartbeat-response':
+        return;
+      default:
+        unreachable(m, 'candidate message');
+    }
+  }
+
+  /** A grant counts only for the poll's own term; a refusal carries the responder's term, which
+   * stepTerm has already shown is not above ours. */
+  private countVote(m: PreVoteResponse | VoteResponse, pollTerm: number): void {
+    if (m.granted ? m.term !== pollTerm : m.term !== this.term) return;
+    this.votes.set(m.from, m.granted);
+    this.tallyVotes();
+  }
+
+  private handleAppend(m: Append): void {
+    this.heardFromLeader(m.from);
+    if (m.prevIndex < this.log.commit) {
+      // Everything up to our commit index is in the leader's log (§5.4 Leader Completeness).
+      this.replyAppend(m.from, true, this.log.commit, 0);
+      return;
+    }
+    const outcome = this.log.tryAppend(m.prevIndex, m.prevTerm, m.entries);
+    if (!outcome.ok) {
+      this.replyAppend(m.from, false, m.prevIndex, outcome.hint);
+      return;
+    }
+    if (outcome.truncatedFrom !== null) this.noteTruncation(outcome.truncatedFrom);
+    this.appended.push(...outcome.written);
+    this.log.commitTo(Math.min(m.commit, outcome.lastNew));
+    this.replyAppend(m.from, true, outcome.lastNew, 0);
+  }
+
+  private handleHeartbeat(m: Heartbeat): void {
+    this.heardFromLeader(m.from);
+    this.log.commitTo(Math.min(m.commit, this.log.lastIndex()));
+    this.send({ type: 'heartbeat-response', from: this.id, to: m.from, term: this.term });
+  }
+
+  private heardFromLeader(from: number): void {
+    assert(this.leader === 0 || this.leader === from, `two leaders in term ${this.term}: ${this.leader} and ${from}`);
+    this.leader = from;
+    this.leaderHeardAt = this.now;
+    this.resetElectionTimer();
+  }
+
+  private replyAppend(to: number, success: boolean, index: number, hint: number): void {
+    this.send({ type: 'append-response', from: this.id, to, term: this.term, success, index, hint });
+  }
+
+  private noteTruncation(from: number): void {
+    this.truncatedFrom = this.truncatedFrom === null ? from : Math.min(this.truncatedFrom, from);
+    this.appended = this.appended.filter((e) => e.index < from);
+  }
+
+  // ---- leader ----
+
+  private tickLeader(): void {
+    if (this.checkQuorum && this.now - this.leaderSince >= this.electionTimeoutMs && !this.quorumActive()) {
+      this.becomeFollower(this.term, 0);
+      return;
+    }
+    if (this.now >= this.heartbeatDue) {
+      this.heartbeatDue = this.now + this.heartbeatIntervalMs;
+      for (const to of this.peers) this.sendHeartbeat(to);
+    }
+  }
+
+  /** Check-quorum: a majority (this node included) was heard from within the last E. */
+  private quorumActive(): boolean {
+    let active = 1;
+    for (const pr of this.progress.values()) {
+      if (this.now - pr.lastHeardAt < this.electionTimeoutMs) active++;
+    }
+    return active >= this.quorum;
+  }
+
+  private stepLeader(m: Message): void {
+    const pr = this.progress.get(m.from);
+    assert(pr !== undefined, `leader has no progress for ${m.from}`);
+    switch (m.type) {
+      case 'append-response':
+        pr.lastHeardAt = this.now;
+        this.handleAppendResponse(m, pr);
+        return;
+      case 'heartbeat-response':
+        pr.lastHeardAt = this.now;
+        pr.heartbeatAnswered(this.inflightAppendsMax);
+        if (pr.match < this.log.lastIndex()) this.sendAppend(m.from, pr, true);
+        return;
+      case 'append':
+      case 'heartbeat':
+        // Same term, another leader: impossible with one vote per node per term (§5.2).
+        assert(false, `leader ${this.id} got ${m.type} from ${m.from} in its own term ${this.term}`);
+        return;
+      case 'pre-vote-request':
+      case 'vote-request':
+      case 'pre-vote-response':
+      case 'vote-response':
+        return;
+      default:
+        unreachable(m, 'leader message');
+    }
+  }
+
+  private handleAppendResponse(m: AppendResponse, pr: Progress): void {
+    if (m.success) {
+      if (!pr.acked(m.index)) return;
+      if (this.maybeCommit()) this.broadcastAppend();
+      else this.sendAppends(m.from, pr);
+      return;
+    }
+    if (pr.rejected(m.index, m.hint)) this.sendAppend(m.from, pr, true);
+  }
+
+  /** §5.3, §5.4.2: the highest index on a majority commits, but only if it is of the leader's own
+   * term; earlier entries then commit with it (Log Matching). True if the commit index moved. */
+  private maybeCommit(): boolean {
+    const matches = [this.log.lastIndex()];
+    for (const pr of this.progress.values()) matches.push(pr.match);
+    matches.sort((a, b) => b - a);
+    const n = matches[this.quorum - 1] ?? 0;
+    if (n <= this.log.commit) return false;
+    if (this.log.termAt(n) !== this.term && this.unsafe !== 'commit-old-terms') return false;
+    return this.log.commitTo(n);
+  }
+
+  private appendOwn(entries: LogEntry[]): void {
+    this.log.appendOwn(entries);
+    this.appended.push(...entries);
+  }
+
+  private broadcastAppend(): void {
+    for (const to of this.peers) {
+      const pr = this.progress.get(to);
+      assert(pr !== undefined, `no progress for ${to}`);
+      this.sendAppend(to, pr, true);
+      this.sendAppends(to, pr);
+    }
+  }
+
+  /** Streams appends to a follower until it is caught up or its window is full. */
+  private sendAppends(to: number, pr: Progress): void {
+    while (pr.next <= this.log.lastIndex() && this.sendAppend(to, pr, false)) {
+      // each round sends one bounded append
+    }
+  }
+
+  /** Sends one append of at most entriesPerAppendMax entries from pr.next; `evenIfEmpty` sends a
+   * probe or commit update with no entries. False when paused or there was nothing to send. */
+  private sendAppend(to: number, pr: Progress, evenIfEmpty: boolean): boolean {
+    if (pr.isPaused(this.inflightAppendsMax)) return false;
+    const last = this.log.lastIndex();
+    assert(pr.next >= 1 && pr.next <= last + 1, `next ${pr.next} for ${to} outside [1, ${last + 1}]`);
+    const hi = Math.min(last + 1, pr.next + this.entriesPerAppendMax);
+    if (hi === pr.next && !evenIfEmpty) return false;
+    const prevIndex = pr.next - 1;
+    const prevTerm = this.log.termAt(prevIndex) ?? 0;
+    const entries = hi > pr.next ? this.log.slice(pr.next, hi) : [];
+    this.send({ type: 'append', from: this.id, to, term: this.term, prevIndex, prevTerm, entries, commit: this.log.commit });
+    pr.sent(hi - 1);
+    return true;
+  }
+
+  private sendHeartbeat(to: number): void {
+    const pr = this.progress.get(to);
+    assert(pr !== undefined, `no progress for ${to}`);
+    const commit = Math.min(pr.match, this.log.commit);
+    this.send({ type: 'heartbeat', from: this.id, to, term: this.term, commit });
+  }
+
+  // ---- plumbing ----
+
+  private send(m: Message): void {
+    this.messages.push(m);
+  }
+
+  private softChanged(): boolean {
+    const r = this.reportedSoft;
+    return r === null || r.role !== this.handler.role || r.term !== this.term || r.leader !== this.leader ||
+      r.commit !== this.log.commit;
+  }
+
+  private hardChanged(): boolean {
+    const r = this.reportedHard;
+    return r === null || r.term !== this.term || r.vote !== this.vote;
+  }
+
+  private checkInvariants(): void {
+    assert(this.log.commit <= this.log.lastIndex(), 'commit past the end of the log');
+    assert(this.log.lastTerm() <= this.term, 'log holds an entry above the current term');
+    assert(this.handler.role !== 'leader' || this.leader === this.id, 'leader does not know it leads');
+    assert(this.applied <= this.log.commit, 'applied past commit');
+  }
+}
+
+function checkOptions(opts: RaftOptions): void {
+  const bad = (what: string): never => {
+    throw new RaftError('RAFT_BAD_OPTIONS', what);
+  };
+  if (!opts.voters.includes(opts.id)) bad(`node ${opts.id} is not among voters ${opts.voters.join(',')}`);
+  if (new Set(opts.voters).size !== opts.voters.length) bad('duplicate voter');
+  for (const v of opts.voters) if (!Number.isSafeInteger(v) || v <= 0) bad(`voter id ${v}`);
+  if (!(opts.electionTimeoutMs >= 2)) bad(`electionTimeoutMs ${opts.electionTimeoutMs}`);
+  assertInteger(opts.now, 'now');
+  const restore = opts.restore;
+  if (restore !== undefined && restore.vote !== 0 && !opts.voters.includes(restore.vote)) bad(`restored vote ${restore.vote}`);
+}

@@ -1,0 +1,70 @@
+import { RaftError } from '../errors.js';
+import type { LogEntry, Message } from './messages.js';
+import { messageTypes } from './messages.js';
+
+/** What a node needs to judge a message from outside. */
+export interface ValidationContext {
+  readonly self: number;
+  readonly voters: readonly number[];
+  readonly entriesPerAppendMax: number;
+}
+
+const isIndex = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
+const isBool = (v: unknown): v is boolean => typeof v === 'boolean';
+
+/** Every field of a message from the network is untrusted: a bad one is refused with a specific
+ * error and changes nothing, so one broken peer cannot trip an assertion here. */
+export function validateMessage(m: unknown, ctx: ValidationContext): RaftError | null {
+  if (typeof m !== 'object' || m === null) return bad('not an object');
+  const r = m as Record<string, unknown>;
+  if (!messageTypes.includes(r.type as Message['type'])) return bad(`unknown type ${String(r.type)}`);
+  if (!isIndex(r.from) || !isIndex(r.to) || !isIndex(r.term)) return bad('from, to and term must be integers');
+  if (r.to !== ctx.self) return new RaftError('RAFT_UNKNOWN_PEER', `addressed to ${r.to}, this is ${ctx.self}`);
+  if (r.from === ctx.self || !ctx.voters.includes(r.from)) {
+    return new RaftError('RAFT_UNKNOWN_PEER', `sender ${r.from} is not a peer`);
+  }
+  return validateBody(r as unknown as Message, ctx);
+}
+
+function validateBody(m: Message, ctx: ValidationContext): RaftError | null {
+  switch (m.type) {
+    case 'pre-vote-request':
+    case 'vote-request':
+      return isIndex(m.lastIndex) && isIndex(m.lastTerm) && m.lastTerm <= m.term ? null : bad('lastIndex/lastTerm');
+    case 'pre-vote-response':
+    case 'vote-response':
+      return isBool(m.granted) ? null : bad('granted must be a boolean');
+    case 'append':
+      return validateAppend(m, ctx);
+    case 'append-response':
+      return isBool(m.success) && isIndex(m.index) && isIndex(m.hint) ? null : bad('append-response fields');
+    case 'heartbeat':
+      return isIndex(m.commit) ? null : bad('heartbeat commit');
+    case 'heartbeat-response':
+      return null;
+    default: {
+      const _: never = m;
+      return bad(`unknown message ${String(_)}`);
+    }
+  }
+}
+
+function validateAppend(m: Message & { type: 'append' }, ctx: ValidationContext): RaftError | null {
+  if (!isIndex(m.prevIndex) || !isIndex(m.prevTerm) || !isIndex(m.commit)) return bad('append indexes');
+  if (m.prevTerm > m.term || (m.prevIndex === 0 && m.prevTerm !== 0)) return bad('append prevTerm');
+  if (!Array.isArray(m.entries) || m.entries.length > ctx.entriesPerAppendMax) return bad('append entries');
+  let term = m.prevTerm;
+  for (let k = 0; k < m.entries.length; k++) {
+    const e = m.entries[k] as LogEntry | undefined;
+    if (typeof e !== 'object' || e === null) return bad('entry not an object');
+    if (e.index !== m.prevIndex + 1 + k) return bad(`entry index ${String(e.index)} out of sequence`);
+    if (!isIndex(e.term) || e.term < term || e.term > m.term) return bad(`entry ${e.index} term`);
+    if (e.data !== null && !(e.data instanceof Uint8Array)) return bad(`entry ${e.index} data`);
+    term = e.term;
+  }
+  return null;
+}
+
+function bad(detail: string): RaftError {
+  return new RaftError('RAFT_BAD_MESSAGE', detail);
+}
