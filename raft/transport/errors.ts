@@ -1,5 +1,4 @@
 // Stable codes for everything the transport reports (STYLE.md: one registry, tests assert the code).
-// These may move into raft/errors.ts once that registry exists.
 
 /** Why a link was closed. Each is logged with the peer address; none reaches onMessage. */
 export type LinkCloseCode =
@@ -21,12 +20,23 @@ export type LinkCloseCode =
   | 'peer-closed'
   | 'stopped';
 
-export type TransportErrorCode = 'ERR_TRANSPORT_LISTEN' | 'ERR_TRANSPORT_CONFIG' | 'ERR_TRANSPORT_STATE';
+/** Stable codes in the style of raft/errors.ts (RaftErrorCodes); they may move there. Tests compare
+ * codes, never message text. */
+export const TransportErrorCodes = {
+  /** The peer listen address could not be bound: most often another process of this node id. */
+  RAFT_TRANSPORT_LISTEN: 'cannot listen for peers',
+  /** Options given to the transport are out of range. */
+  RAFT_TRANSPORT_BAD_OPTIONS: 'bad transport options',
+  /** A method was called in a state that does not allow it (start twice, address before start). */
+  RAFT_TRANSPORT_STATE: 'transport not in a state for this',
+} as const;
+
+export type TransportErrorCode = keyof typeof TransportErrorCodes;
 
 export class TransportError extends Error {
   readonly code: TransportErrorCode;
-  constructor(code: TransportErrorCode, message: string, options?: { cause?: unknown }) {
-    super(message, options);
+  constructor(code: TransportErrorCode, detail: string, options?: { cause?: unknown }) {
+    super(`${TransportErrorCodes[code]}: ${detail}`, options);
     this.name = 'TransportError';
     this.code = code;
   }

@@ -71,7 +71,7 @@ export class FrameReader {
     if (this.pendingLength < 0) {
       if (this.buffered < FRAME_PREFIX_BYTES) return MORE;
       const length = this.take(FRAME_PREFIX_BYTES);
-      const n = ((length[0]! << 24) >>> 0) + (length[1]! << 16) + (length[2]! << 8) + length[3]!;
+      const n = ((length[0] << 24) >>> 0) + (length[1] << 16) + (length[2] << 8) + length[3];
       if (n === 0) return this.fail('frame-empty', 'frame length 0 leaves no room for the version byte');
       if (n > this.maxFrameBytes) {
         return this.fail('frame-oversize', `frame length ${n} exceeds the bound of ${this.maxFrameBytes} bytes`);
@@ -97,7 +97,7 @@ export class FrameReader {
   /** Removes n ≤ buffered bytes from the front; no copy when they lie in one chunk. A frame fed a
    * byte at a time is gathered in one pass, then its chunks are dropped with one splice. */
   private take(n: number): Uint8Array {
-    const first = this.chunks[0]!;
+    const first = this.chunks[0];
     if (first.length - this.offset >= n) {
       const out = first.subarray(this.offset, this.offset + n);
       this.offset += n;
@@ -113,7 +113,7 @@ export class FrameReader {
     let index = 0;
     let offset = this.offset;
     while (filled < n) {
-      const chunk = this.chunks[index]!;
+      const chunk = this.chunks[index];
       const count = Math.min(n - filled, chunk.length - offset);
       out.set(chunk.subarray(offset, offset + count), filled);
       filled += count;

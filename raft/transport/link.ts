@@ -113,8 +113,8 @@ export class Link<M> {
     while (this.phase !== 'closed') {
       const r = this.reader.next();
       if (r.t === 'more') return;
-      if (r.t === 'error') return this.close(r.code, r.detail);
-      if (this.phase === 'ready') this.receive(r.body);
+      if (r.t === 'error') this.close(r.code, r.detail);
+      else if (this.phase === 'ready') this.receive(r.body);
       else this.handshakeFrame(r.body);
     }
   };
@@ -128,8 +128,8 @@ export class Link<M> {
     } catch {
       valid = false; // a validator that chokes on untrusted input has refused it
     }
-    if (!valid) return this.close('message-invalid', 'message refused by validate');
-    this.opts.owner.linkMessage(this, value as M);
+    if (valid) this.opts.owner.linkMessage(this, value as M);
+    else this.close('message-invalid', 'message refused by validate');
   }
 
   private decode(body: Uint8Array): unknown {
@@ -145,23 +145,31 @@ export class Link<M> {
     const value = this.decode(body);
     if (value === NOT_MSGPACK) return;
     const frame = parseHandshakeFrame(value);
-    if (frame === undefined) return this.close('hello-invalid', 'expected a hello or proof frame');
+    if (frame === undefined) {
+      this.close('hello-invalid', 'expected a hello or proof frame');
+      return;
+    }
     switch (frame.t) {
       case 'hello':
-        return this.receiveHello(frame, body);
+        this.receiveHello(frame, body);
+        break;
       case 'proof':
-        return this.receiveProof(frame.mac);
+        this.receiveProof(frame.mac);
+        break;
       default: {
         const _: never = frame;
-        return _;
+        this.close('hello-invalid', `unknown handshake frame ${String(_)}`);
       }
     }
   }
 
   private receiveHello(hello: Hello, body: Uint8Array): void {
-    if (this.peer !== undefined) return this.close('hello-invalid', 'second hello');
-    const refusal = judgeHello(hello, this.opts.expectations);
-    if (refusal !== undefined) return this.close(refusal.code, refusal.detail);
+    const refusal =
+      this.peer === undefined ? judgeHello(hello, this.opts.expectations) : { code: 'hello-invalid' as const, detail: 'second hello' };
+    if (refusal !== undefined) {
+      this.close(refusal.code, refusal.detail);
+      return;
+    }
     this.peer = hello;
     this.peerHelloBody = Uint8Array.from(body);
     const secret = this.opts.secret;
@@ -174,10 +182,12 @@ export class Link<M> {
   private receiveProof(mac: Uint8Array): void {
     const secret = this.opts.secret;
     if (secret === undefined || this.peer === undefined || this.proved) {
-      return this.close('hello-invalid', 'unexpected proof frame');
+      this.close('hello-invalid', 'unexpected proof frame');
+      return;
     }
     if (!proofMatches(proofMac(secret, this.nonce!, this.peerHelloBody!), mac)) {
-      return this.close('auth-failed', 'wrong HMAC answer to our challenge: is the cluster secret the same?');
+      this.close('auth-failed', 'wrong HMAC answer to our challenge: is the cluster secret the same?');
+      return;
     }
     this.proved = true;
     this.maybeReady();

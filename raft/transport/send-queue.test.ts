@@ -27,9 +27,9 @@ describe('peer send queue', { timeout: 10_000 }, () => {
     const out: number[] = [];
     for (let i = 0; i < 5000; i++) {
       q.push(new Uint8Array([i & 0xff]));
-      if (i % 3 !== 0) out.push(q.shift()![0]!);
+      if (i % 3 !== 0) out.push(q.shift()![0]);
     }
-    while (q.length > 0) out.push(q.shift()![0]!);
+    while (q.length > 0) out.push(q.shift()![0]);
     assert.deepEqual(out, Array.from({ length: 5000 }, (_, i) => i & 0xff));
   });
 });

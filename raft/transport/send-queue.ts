@@ -34,7 +34,7 @@ export class SendQueue {
 
   shift(): Uint8Array | undefined {
     if (this.head === this.frames.length) return undefined;
-    const frame = this.frames[this.head]!;
+    const frame = this.frames[this.head];
     this.frames[this.head] = EMPTY;
     this.head++;
     this.bytes -= frame.length;

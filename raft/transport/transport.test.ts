@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { afterEach, describe, it } from 'node:test';
-import { TransportError } from './errors.js';
+import { type LinkCloseCode, TransportError } from './errors.js';
 import { encodeFrame } from './frame.js';
 import {
   frameOf,
@@ -28,6 +28,11 @@ afterEach(async () => {
 function nodes(...list: Node[]): Node[] {
   running.push(...list);
   return list;
+}
+
+function node(n: Node): Node {
+  running.push(n);
+  return n;
 }
 
 function raw(port: number): RawPeer {
@@ -65,67 +70,67 @@ describe('raft transport over loopback', { timeout: 60_000 }, () => {
       assert.equal(s.dropped, 0);
       assert.equal(s.badFrames, 0);
     }
-    assert.equal(all[0]!.transport.authenticatesPeers, false);
+    assert.equal(all[0].transport.authenticatesPeers, false);
   });
 
   it('reassembles frames that arrive a byte at a time', async () => {
-    const [a] = nodes(makeNode(1, [1, 2]));
-    await a!.transport.start();
-    const r = raw(a!.transport.address().port);
+    const a = node(makeNode(1, [1, 2]));
+    await a.transport.start();
+    const r = raw(a.transport.address().port);
     const stream = Buffer.concat([frameOf(RawPeer.hello(2)), frameOf({ n: 1 }), frameOf({ n: 2, text: 'split' })]);
     await r.writeByteByByte(stream);
-    await waitFor('both messages', () => a!.inbox.length === 2);
-    assert.deepEqual(a!.inbox, [
+    await waitFor('both messages', () => a.inbox.length === 2);
+    assert.deepEqual(a.inbox, [
       { from: 2, msg: { n: 1 } },
       { from: 2, msg: { n: 2, text: 'split' } },
     ]);
   });
 
   it('refuses an oversize length before the body arrives, after the handshake and before it', async () => {
-    const [a] = nodes(makeNode(1, [1, 2, 3], { maxFrameBytes: 1024 }));
-    await a!.transport.start();
-    const r = await handshaken(a!, 2);
+    const a = node(makeNode(1, [1, 2, 3], { maxFrameBytes: 1024 }));
+    await a.transport.start();
+    const r = await handshaken(a, 2);
     r.write(new Uint8Array([0, 0, 0x04, 0x01])); // length 1025, and no body ever follows
     await r.waitClosed();
-    assert.ok(a!.logger.closedWith('frame-oversize'));
+    assert.ok(a.logger.closedWith('frame-oversize'));
     // Before the handshake the bound is far smaller than maxFrameBytes.
-    const early = raw(a!.transport.address().port);
+    const early = raw(a.transport.address().port);
     early.write(new Uint8Array([0, 1, 0, 1])); // 65537 bytes
     await early.waitClosed();
-    assert.equal(a!.transport.stats().badFrames, 2);
-    assert.equal(a!.inbox.length, 0);
+    assert.equal(a.transport.stats().badFrames, 2);
+    assert.equal(a.inbox.length, 0);
   });
 
   it('closes links that send garbage, and none of it reaches onMessage', async () => {
-    const [a] = nodes(makeNode(1, [1, 2, 3]));
-    await a!.transport.start();
-    const port = a!.transport.address().port;
+    const a = node(makeNode(1, [1, 2, 3]));
+    await a.transport.start();
+    const port = a.transport.address().port;
     const junk = raw(port);
     junk.write(randomBytes(4096));
     await junk.waitClosed();
 
-    const cases: Array<{ bytes: Uint8Array; code: string }> = [
+    const cases: Array<{ bytes: Uint8Array; code: LinkCloseCode }> = [
       { bytes: Buffer.from([0, 0, 0, 3, 9, 0x81, 0x01]), code: 'frame-version' },
       { bytes: encodeFrame(new Uint8Array([0x92, 0x01])), code: 'body-not-msgpack' }, // array of 2, one item
       { bytes: frameOf({ nope: true }), code: 'message-invalid' },
       { bytes: frameOf({ t: 'hello', nodeId: 'x' }), code: 'hello-invalid' },
     ];
     for (const c of cases) {
-      const r = c.code === 'hello-invalid' ? raw(port) : await handshaken(a!, 2);
+      const r = c.code === 'hello-invalid' ? raw(port) : await handshaken(a, 2);
       r.write(c.bytes);
       await r.waitClosed();
-      assert.ok(a!.logger.closedWith(c.code as never), c.code);
+      assert.ok(a.logger.closedWith(c.code), c.code);
     }
-    assert.equal(a!.inbox.length, 0);
-    assert.ok(a!.transport.stats().badFrames >= cases.length);
+    assert.equal(a.inbox.length, 0);
+    assert.ok(a.transport.stats().badFrames >= cases.length);
   });
 
   it('closes a connection that never completes the handshake', async () => {
-    const [a] = nodes(makeNode(1, [1, 2], { handshakeTimeoutMs: 150 }));
-    await a!.transport.start();
-    const silent = raw(a!.transport.address().port);
+    const a = node(makeNode(1, [1, 2], { handshakeTimeoutMs: 150 }));
+    await a.transport.start();
+    const silent = raw(a.transport.address().port);
     await silent.waitClosed();
-    assert.ok(a!.logger.closedWith('handshake-timeout'));
+    assert.ok(a.logger.closedWith('handshake-timeout'));
   });
 
   it('refuses a peer of another cluster on both sides', async () => {
@@ -143,7 +148,7 @@ describe('raft transport over loopback', { timeout: 60_000 }, () => {
   it('refuses a dialed node that answers with another node id, and an inbound unknown node id', async () => {
     const a = makeNode(1, [1, 2]);
     const c = makeNode(3, [1, 3]);
-    await nodes(a, c);
+    nodes(a, c);
     await a.transport.start();
     await c.transport.start();
     a.transport.setPeerAddress(2, c.transport.address()); // node 1 believes node 2 lives here
@@ -157,6 +162,35 @@ describe('raft transport over loopback', { timeout: 60_000 }, () => {
     await self.waitClosed();
     await settle(100);
     assert.equal(c.inbox.length + a.inbox.length, 0);
+  });
+
+  it('lets the caller refuse a peer epoch, and reports the member and epoch of each link it accepts', async () => {
+    type Epoch = { generation: number; id: string };
+    const newerOrSame = (local: unknown, remote: unknown): boolean => (remote as Epoch).generation >= (local as Epoch).generation;
+    const a = makeNode(1, [1, 2, 3], { epoch: { generation: 2, id: 'e2' }, epochAccepts: newerOrSame });
+    const b = makeNode(2, [1, 2, 3], { epoch: { generation: 2, id: 'e2' }, epochAccepts: newerOrSame });
+    const old = makeNode(3, [1, 2, 3], { epoch: { generation: 1, id: 'e1' }, epochAccepts: newerOrSame });
+    const events: unknown[] = [];
+    a.transport.onLink((e) => events.push(e));
+    await wire(nodes(a, b, old));
+    await waitFor('node 1 to refuse the old epoch', () => a.logger.closedWith('epoch-refused'));
+    await waitFor('both links between 1 and 2', () => events.length === 2);
+    assert.deepEqual(
+      new Set(events.map((e) => JSON.stringify(e))),
+      new Set(['out', 'in'].map((direction) => JSON.stringify({ t: 'up', nodeId: 2, direction, incarnation: 'inc-2', epoch: { generation: 2, id: 'e2' } }))),
+    );
+  });
+
+  it('replaces an inbound link when the same node connects again', async () => {
+    const a = node(makeNode(1, [1, 2]));
+    await a.transport.start();
+    const first = await handshaken(a, 2);
+    const second = raw(a.transport.address().port);
+    second.write(frameOf(RawPeer.hello(2)));
+    await first.waitClosed();
+    second.write(frameOf({ n: 5 }));
+    await waitFor('the message on the newer link', () => a.inbox.length === 1);
+    assert.equal(second.closed, false);
   });
 
   it('with a cluster secret, links only between nodes that share it', async () => {
@@ -193,12 +227,12 @@ describe('raft transport over loopback', { timeout: 60_000 }, () => {
     await waitFor('the first message', () => b.inbox.length === 1);
     const address = b.transport.address();
     await b.transport.stop();
-    await waitFor('node 1 to see the link down', () => a.transport.stats().peers[0]!.connected === false);
+    await waitFor('node 1 to see the link down', () => a.transport.stats().peers[0].connected === false);
     b = makeNode(2, [1, 2], { listen: address, incarnation: 'inc-2-again' });
     nodes(b);
     await b.transport.start();
     b.transport.setPeerAddress(1, a.transport.address());
-    await waitFor('node 1 to redial', () => a.transport.stats().peers[0]!.connected);
+    await waitFor('node 1 to redial', () => a.transport.stats().peers[0].connected);
     a.transport.send(2, { n: 2 });
     await waitFor('the message after restart', () => b.inbox.length === 1);
     assert.deepEqual(b.inbox, [{ from: 1, msg: { n: 2 } }]);
@@ -233,20 +267,34 @@ describe('raft transport over loopback', { timeout: 60_000 }, () => {
     nodes(twin);
     await assert.rejects(twin.transport.start(), (err: unknown) => {
       assert.ok(err instanceof TransportError);
-      assert.equal(err.code, 'ERR_TRANSPORT_LISTEN');
+      assert.equal(err.code, 'RAFT_TRANSPORT_LISTEN');
       assert.match(err.message, /address in use/);
       return true;
     });
   });
 
-  it('never throws from send: unknown peers and unencodable messages are dropped and counted', async () => {
+  it('never throws from send: unknown peers, oversize and unencodable messages are dropped and counted', async () => {
     const a = makeNode(1, [1, 2], { maxFrameBytes: 200 });
     nodes(a);
     await a.transport.start();
+    const cyclic: Record<string, unknown> = { n: 1 };
+    cyclic.self = cyclic;
     a.transport.send(7, { n: 1 });
     a.transport.send(2, { n: 1, text: 'y'.repeat(500) });
-    a.transport.send(2, { n: 1, f: () => 1 } as unknown as TestMsg);
-    assert.ok(a.transport.stats().dropped >= 2);
-    void LOOPBACK;
+    a.transport.send(2, { n: 1, big: 10n ** 30n } as unknown as TestMsg);
+    a.transport.send(2, cyclic as unknown as TestMsg);
+    const s = a.transport.stats();
+    assert.equal(s.dropped, 4);
+    assert.equal(s.peers[0].queuedFrames, 0);
+  });
+
+  it('refuses bad options with a stable code instead of misbehaving later', () => {
+    const bad = [{ maxFrameBytes: 0 }, { sendQueueBytesMax: -1 }, { secret: '' }, { listen: { host: LOOPBACK, port: 70_000 } }];
+    for (const opts of bad) {
+      assert.throws(
+        () => makeNode(1, [1, 2], opts),
+        (err: unknown) => err instanceof TransportError && err.code === 'RAFT_TRANSPORT_BAD_OPTIONS',
+      );
+    }
   });
 });

@@ -157,7 +157,7 @@ export class Transport<M> implements LinkOwner<M> {
   /** Binds the listen address before anything else, so a second process with this node id on the
    * same host fails here at once (DESIGN.md "Links"); then dials every peer. */
   async start(): Promise<void> {
-    if (this.state !== 'new') throw new TransportError('ERR_TRANSPORT_STATE', `start() when ${this.state}`);
+    if (this.state !== 'new') throw new TransportError('RAFT_TRANSPORT_STATE', `start() when ${this.state}`);
     this.state = 'starting';
     try {
       await this.listen();
@@ -178,12 +178,13 @@ export class Transport<M> implements LinkOwner<M> {
   /** The bound listen address (its real port when 0 was asked for). */
   address(): PeerAddress {
     const a = this.server.address() as AddressInfo | null;
-    if (a === null) throw new TransportError('ERR_TRANSPORT_STATE', 'not listening');
+    if (a === null) throw new TransportError('RAFT_TRANSPORT_STATE', 'not listening');
     return { host: a.address, port: a.port };
   }
 
-  /** Queues msg for the peer; written with everything else queued this event-loop turn. Never
-   * throws: a message that cannot go is dropped and counted. */
+  /** Queues msg for the peer; written with everything else queued this event-loop turn, or when
+   * the link to the peer is up (messages sent before start() wait too). Never throws: a message
+   * that cannot go is dropped and counted. */
   send(to: number, msg: M): void {
     const peer = this.out.get(to);
     if (peer === undefined || this.state === 'stopped') {
@@ -224,7 +225,7 @@ export class Transport<M> implements LinkOwner<M> {
   /** Learns or changes a peer's address; the dialed link to it is made again at once. */
   setPeerAddress(nodeId: number, address: PeerAddress): void {
     const peer = this.out.get(nodeId);
-    if (peer === undefined) throw new TransportError('ERR_TRANSPORT_CONFIG', `node ${nodeId} is not a peer`);
+    if (peer === undefined) throw new TransportError('RAFT_TRANSPORT_BAD_OPTIONS', `node ${nodeId} is not a peer`);
     checkAddress(address, `peer ${nodeId}`);
     peer.address = { ...address };
     peer.attempt = 0;
@@ -263,7 +264,7 @@ export class Transport<M> implements LinkOwner<M> {
     return new Promise((resolve, reject) => {
       const onError = (err: NodeJS.ErrnoException): void => {
         const why = err.code === 'EADDRINUSE' ? 'address in use: is another process running this node id?' : err.message;
-        reject(new TransportError('ERR_TRANSPORT_LISTEN', `cannot listen for peers on ${host}:${port}: ${why}`, { cause: err }));
+        reject(new TransportError('RAFT_TRANSPORT_LISTEN', `${host}:${port}: ${why}`, { cause: err }));
       };
       this.server.once('error', onError);
       // exclusive: never share the port with a sibling worker; a second owner must fail.
@@ -425,27 +426,27 @@ function acceptEveryEpoch(): boolean {
 }
 
 function checkOptions<M>(opts: TransportOptions<M>): void {
-  if (!Number.isSafeInteger(opts.nodeId)) throw new TransportError('ERR_TRANSPORT_CONFIG', `node id ${opts.nodeId} is not an integer`);
+  if (!Number.isSafeInteger(opts.nodeId)) throw new TransportError('RAFT_TRANSPORT_BAD_OPTIONS', `node id ${opts.nodeId} is not an integer`);
   checkAddress(opts.listen, 'listen');
   for (const [id, address] of opts.peers) {
-    if (!Number.isSafeInteger(id)) throw new TransportError('ERR_TRANSPORT_CONFIG', `peer id ${id} is not an integer`);
+    if (!Number.isSafeInteger(id)) throw new TransportError('RAFT_TRANSPORT_BAD_OPTIONS', `peer id ${id} is not an integer`);
     checkAddress(address, `peer ${id}`);
   }
   checkBytes(opts.maxFrameBytes, 'maxFrameBytes', FRAME_BYTES_LIMIT);
   checkBytes(opts.sendQueueBytesMax, 'sendQueueBytesMax', Number.MAX_SAFE_INTEGER);
   if (opts.secret !== undefined && opts.secret.length === 0) {
-    throw new TransportError('ERR_TRANSPORT_CONFIG', 'cluster secret is empty');
+    throw new TransportError('RAFT_TRANSPORT_BAD_OPTIONS', 'cluster secret is empty');
   }
 }
 
 function checkAddress(a: PeerAddress, what: string): void {
   if (typeof a.host !== 'string' || !Number.isInteger(a.port) || a.port < 0 || a.port > 65535) {
-    throw new TransportError('ERR_TRANSPORT_CONFIG', `${what} address ${JSON.stringify(a)} is not host and port`);
+    throw new TransportError('RAFT_TRANSPORT_BAD_OPTIONS', `${what} address ${JSON.stringify(a)} is not host and port`);
   }
 }
 
 function checkBytes(n: number | undefined, what: string, max: number): void {
   if (n !== undefined && (!Number.isSafeInteger(n) || n < 1 || n > max)) {
-    throw new TransportError('ERR_TRANSPORT_CONFIG', `${what} must be an integer in [1, ${max}], got ${n}`);
+    throw new TransportError('RAFT_TRANSPORT_BAD_OPTIONS', `${what} must be an integer in [1, ${max}], got ${n}`);
   }
 }
