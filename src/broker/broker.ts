@@ -1,0 +1,684 @@
+import { createHash } from 'node:crypto';
+import { parseSharedFilter } from '../protocol/topic.js';
+import { RC } from '../protocol/reason-codes.js';
+import type { BrokerState } from './broker-state.js';
+import type {
+  Command,
+  ConnId,
+  ConnectCommand,
+  DisconnectCommand,
+  Effect,
+  Entry,
+  Message,
+  PublishCommand,
+  QoS,
+  Settings,
+  SubscribeCommand,
+  UnsubscribeCommand,
+  Will,
+} from './commands.js';
+import { type Deadline, DeadlineHeap, SESSION_DEADLINE, WILL_DEADLINE } from './deadlines.js';
+import { applyAck, deliver, event, fillInflight, resendInflight } from './deliver.js';
+import { RetainedTrie } from './retained-trie.js';
+import {
+  connPeriod,
+  EXPIRY_NEVER,
+  newSession,
+  type PendingWill,
+  type RetainedMessage,
+  type Session,
+  type Subscription,
+} from './session.js';
+import { chunk, decodeImage, encodeImage, SnapshotError, type StateImage } from './snapshot.js';
+import { TopicTrie } from './topic-trie.js';
+import { commandProblem } from './validate.js';
+
+// The broker state machine (DESIGN.md "The seam"): sessions, subscriptions, retained messages,
+// queues, QoS 1/2 flows and wills, changed only by applying committed entries. Pure: time is the
+// entry's time, and every decision depends only on the state and the entry, so every replica
+// decides the same.
+
+/** The defaults of DESIGN.md "Operating it", used until the first serve-start. */
+export const DEFAULT_SETTINGS: Settings = {
+  maxQueuedMessages: 10_000,
+  maxQueuedBytes: 64 * 1024 * 1024,
+  maxInflight: 32,
+  maxQos: 2,
+  retainAvailable: true,
+  maxPacketSize: 1024 * 1024,
+  willGraceS: 30,
+  acl: null,
+};
+
+/** Digests are recorded at indexes that are multiples of this, for `check`. */
+export const CHECK_INTERVAL = 256;
+/** Recorded digests kept. */
+export const CHECKS_KEPT = 16;
+
+const GRANTED: readonly number[] = [RC.GRANTED_QOS_0, RC.GRANTED_QOS_1, RC.GRANTED_QOS_2];
+
+/** One session's share of a routed message, merged over its overlapping subscriptions. */
+interface Target {
+  s: Session;
+  qos: QoS;
+  rap: boolean;
+  subIds: number[] | null;
+}
+
+const minQos = (a: QoS, b: QoS): QoS => (a < b ? a : b);
+const byClientId = (a: { clientId: string }, b: { clientId: string }): number =>
+  a.clientId < b.clientId ? -1 : a.clientId > b.clientId ? 1 : 0;
+/** Trie key of a subscription: the client id, or for a shared subscription the share id and the
+ * client id joined by U+0000, which no MQTT string contains [MQTT-1.5.4-2], so keys never clash. */
+const trieKey = (sub: Subscription): string => (sub.share === null ? sub.clientId : `\u0000${sub.share}\u0000${sub.clientId}`);
+const expiryDeadline = (msg: Message, now: number): number | null =>
+  msg.props?.expiryS === undefined ? null : now + msg.props.expiryS * 1000;
+
+export class Broker implements BrokerState {
+  // ---- replicated state (all of it is in the snapshot) ----
+  private settings: Settings = DEFAULT_SETTINGS;
+  /** Log index of the latest serve-start; connections of older periods have ended. */
+  private servePeriod = 0;
+  private index = 0;
+  private time = 0;
+  private failReason: string | null = null;
+  private sessions = new Map<string, Session>();
+  /** Wills waiting for their delay, by client id. */
+  private wills = new Map<string, PendingWill>();
+  private retained = new RetainedTrie<RetainedMessage>();
+  /** Shared subscription round robin: share id → the member chosen last. */
+  private cursors = new Map<string, string>();
+  /** Digests recorded at multiples of CHECK_INTERVAL, ascending by index. */
+  private checks = new Map<number, string>();
+
+  // ---- derived state, rebuilt on restore ----
+  private subsTrie = new TopicTrie<Subscription>();
+  private byConn = new Map<ConnId, Session>();
+  /** Members per share id. */
+  private shareMembers = new Map<string, number>();
+  private deadlines = new DeadlineHeap();
+  private digestCache: string | null = null;
+
+  // ---- local, not replicated: the QoS 0 path runs only on the serving node ----
+  private qos0Cursors = new Map<string, string>();
+
+  get appliedIndex(): number {
+    return this.index;
+  }
+
+  get appliedTime(): number {
+    return this.time;
+  }
+
+  get failed(): string | null {
+    return this.failReason;
+  }
+
+  apply(e: Entry, out: Effect[]): void {
+    try {
+      this.digestCache = null;
+      if (!Number.isSafeInteger(e.index) || e.index <= this.index) {
+        this.breakInvariant(`entry index ${String(e.index)} after ${this.index}`, out);
+        return;
+      }
+      // Time never decreases along the log; a step back is treated as no time passing.
+      const now = Number.isSafeInteger(e.time) && e.time > this.time ? e.time : this.time;
+      this.index = e.index;
+      this.time = now;
+      this.runDeadlines(now, out);
+      const problem = commandProblem(e.cmd);
+      if (problem === null) this.dispatch(e.cmd, e.index, now, out);
+      else event(out, 'no-op', { index: e.index, reason: problem });
+      if (e.index % CHECK_INTERVAL === 0) this.recordCheck(e.index);
+    } catch (err) {
+      this.breakInvariant(`apply threw at ${String(e.index)}: ${(err as Error)?.message ?? String(err)}`, out);
+    }
+  }
+
+  /** Routes a QoS 0, non-retained publish to the online sessions it matches, without a log entry
+   * (DESIGN.md "The seam"): QoS 0 is never queued or put in flight, so replicated state does not
+   * change; shared subscriptions use a local cursor. Returns the number of matching sessions. */
+  routeQos0(from: ConnId, msg: Message, out: Effect[]): number {
+    try {
+      if (msg.qos !== 0 || msg.retain) {
+        event(out, 'no-op', { reason: 'routeQos0 takes QoS 0 without retain' });
+        return 0;
+      }
+      const publisher = this.byConn.get(from)?.clientId ?? null;
+      return this.route(publisher, msg, this.time, out, this.qos0Cursors);
+    } catch (err) {
+      event(out, 'invariant', { reason: `routeQos0 threw: ${(err as Error)?.message ?? String(err)}` });
+      return 0;
+    }
+  }
+
+  nextDeadline(): number | undefined {
+    for (;;) {
+      const top = this.deadlines.peek();
+      if (top === undefined || this.isLive(top)) return top?.at;
+      this.deadlines.pop();
+    }
+  }
+
+  snapshot(): Iterable<Uint8Array> {
+    return chunk(encodeImage(this.image(true)));
+  }
+
+  restore(chunks: Iterable<Uint8Array>): void {
+    const parts = [...chunks];
+    const bytes = new Uint8Array(parts.reduce((n, c) => n + c.length, 0));
+    let off = 0;
+    for (const c of parts) {
+      bytes.set(c, off);
+      off += c.length;
+    }
+    this.load(decodeImage(bytes, parseSharedFilter));
+  }
+
+  /** sha256 of the canonical image. Hashes the whole state: fine for now, an incremental digest
+   * is a later optimisation. */
+  digest(): string {
+    this.digestCache ??= createHash('sha256').update(encodeImage(this.image(false))).digest('hex');
+    return this.digestCache;
+  }
+
+  // ---- dispatch ----
+
+  private dispatch(cmd: Command, index: number, now: number, out: Effect[]): void {
+    switch (cmd.t) {
+      case 'serve-start':
+        return this.serveStart(cmd.settings, index, now, out);
+      case 'settings':
+        return this.changeSettings(cmd.settings, now, out);
+      case 'connect':
+        return this.connect(cmd, now, out);
+      case 'disconnect':
+        return this.disconnect(cmd, now, out);
+      case 'subscribe':
+        return this.subscribe(cmd, now, out);
+      case 'unsubscribe':
+        return this.unsubscribe(cmd, out);
+      case 'publish':
+        return this.publish(cmd, now, out);
+      case 'pubrel':
+        return this.pubrel(cmd.conn, cmd.pid, out);
+      case 'ack':
+        return this.ack(cmd.conn, cmd.pid, cmd.kind, now, out);
+      case 'tick':
+        return;
+      case 'check':
+        return this.check(cmd.atIndex, cmd.digest, out);
+      default: {
+        const _: never = cmd;
+        event(out, 'no-op', { reason: `unknown command ${String((_ as { t?: unknown }).t)}` });
+      }
+    }
+  }
+
+  private noop(out: Effect[], t: string, conn: string, reason: string): void {
+    event(out, 'no-op', { command: t, conn, reason });
+  }
+
+  private breakInvariant(reason: string, out: Effect[]): void {
+    this.failReason ??= reason;
+    event(out, 'invariant', { reason });
+  }
+
+  // ---- serving periods and settings ----
+
+  /** A node begins serving: every connection of an older period ended without DISCONNECT at this
+   * time (DESIGN.md "Failover"). */
+  private serveStart(settings: Settings, index: number, now: number, out: Effect[]): void {
+    this.settings = settings;
+    this.servePeriod = index;
+    for (const s of this.sortedSessions()) {
+      if (s.conn !== null && (connPeriod(s.conn) ?? 0) < index) this.endByFailover(s, now, out);
+    }
+  }
+
+  /** Its will waits max(grace, will delay) even where the session ends sooner, and is dropped if
+   * the client connects again within it: a documented deviation from the "earlier of" rule, for
+   * clients that reconnect to the new leader (DESIGN.md "Failover"). */
+  private endByFailover(s: Session, now: number, out: Effect[]): void {
+    this.detach(s);
+    const will = s.will;
+    s.will = null;
+    if (will !== null) {
+      const delayS = Math.max(this.settings.willGraceS, will.delayS);
+      this.setPendingWill({ clientId: s.clientId, msg: will.msg, at: now + delayS * 1000, failover: true });
+    }
+    event(out, 'failover-ended', { clientId: s.clientId });
+    this.startExpiry(s, now, out);
+  }
+
+  private changeSettings(settings: Settings, now: number, out: Effect[]): void {
+    this.settings = settings;
+    // A larger inflight bound frees slots for queued messages at once.
+    for (const s of this.sortedSessions()) {
+      if (s.conn !== null && !fillInflight(s, settings, now, out)) this.breakInvariant('no free packet id', out);
+    }
+  }
+
+  // ---- sessions ----
+
+  private connect(cmd: ConnectCommand, now: number, out: Effect[]): void {
+    const period = connPeriod(cmd.conn) ?? 0;
+    if (period < this.servePeriod) return this.noop(out, cmd.t, cmd.conn, 'connection of an ended serving period');
+    if (this.byConn.has(cmd.conn)) return this.noop(out, cmd.t, cmd.conn, 'connection already holds a session');
+    const clientId = cmd.clientId ?? `auto-${cmd.conn}`;
+    let s = this.sessions.get(clientId);
+    if (s !== undefined && s.conn !== null) this.takeover(s, cmd.clean, now, out);
+    this.settlePendingWill(clientId, cmd.clean, now, out);
+    if (s !== undefined && cmd.clean) {
+      this.discardSession(s);
+      s = undefined;
+    }
+    const present = s !== undefined;
+    if (s === undefined) {
+      s = newSession(clientId);
+      this.sessions.set(clientId, s);
+    }
+    this.attach(s, cmd);
+    const connack: Extract<Effect, { t: 'send' }>['packet'] = { type: 'connack', sessionPresent: present, code: RC.SUCCESS };
+    if (cmd.clientId === null) connack.assignedClientId = clientId;
+    out.push({ t: 'send', conn: cmd.conn, packet: connack });
+    if (present) {
+      resendInflight(s, this.settings, now, out);
+      if (!fillInflight(s, this.settings, now, out)) this.breakInvariant('no free packet id', out);
+    }
+  }
+
+  private attach(s: Session, cmd: ConnectCommand): void {
+    s.conn = cmd.conn;
+    s.protocol = cmd.protocol;
+    s.username = cmd.username;
+    s.expiryS = cmd.expiryS;
+    s.will = cmd.will;
+    s.receiveMax = cmd.receiveMax;
+    s.maxPacketSize = cmd.maxPacketSize;
+    s.expiresAt = null;
+    this.byConn.set(cmd.conn, s);
+  }
+
+  private detach(s: Session): void {
+    if (s.conn !== null) this.byConn.delete(s.conn);
+    s.conn = null;
+  }
+
+  /** A second connection with the same client id closes the first [MQTT-3.1.4-3]. The first ended
+   * without DISCONNECT, so its will is processed: published now if its delay is 0 or the new
+   * connection starts clean (the session ends), else cancelled by the resume [MQTT-3.1.3-9]. */
+  private takeover(s: Session, clean: boolean, now: number, out: Effect[]): void {
+    const old = s.conn ?? '';
+    out.push({ t: 'close', conn: old, reason: RC.SESSION_TAKEN_OVER });
+    event(out, 'takeover', { clientId: s.clientId, conn: old });
+    this.detach(s);
+    const will = s.will;
+    s.will = null;
+    if (will === null) return;
+    if (will.delayS === 0 || clean) this.publishWill(s.clientId, will.msg, now, out);
+    else event(out, 'will-cancelled', { clientId: s.clientId });
+  }
+
+  /** A pending will when its client connects again: a failover will is dropped; otherwise clean
+   * ends the old session, which publishes it, and a resume cancels it [MQTT-3.1.3-9]. */
+  private settlePendingWill(clientId: string, clean: boolean, now: number, out: Effect[]): void {
+    const w = this.wills.get(clientId);
+    if (w === undefined) return;
+    this.wills.delete(clientId);
+    if (w.failover) event(out, 'will-dropped', { clientId });
+    else if (clean) this.publishWill(clientId, w.msg, now, out);
+    else event(out, 'will-cancelled', { clientId });
+  }
+
+  private disconnect(cmd: DisconnectCommand, now: number, out: Effect[]): void {
+    const s = this.byConn.get(cmd.conn);
+    if (s === undefined) return this.noop(out, cmd.t, cmd.conn, 'connection holds no session');
+    this.detach(s);
+    // v5 DISCONNECT may replace the Session Expiry Interval [MQTT-3.14.2-2].
+    if (cmd.expiryS !== undefined) s.expiryS = cmd.expiryS;
+    const will = s.will;
+    s.will = null;
+    if (will !== null && cmd.publishWill) this.startWill(s.clientId, will, now, out);
+    this.startExpiry(s, now, out);
+  }
+
+  private startWill(clientId: string, will: Will, now: number, out: Effect[]): void {
+    if (will.delayS === 0) this.publishWill(clientId, will.msg, now, out);
+    else this.setPendingWill({ clientId, msg: will.msg, at: now + will.delayS * 1000, failover: false });
+  }
+
+  /** An offline session ends after its expiry interval; 0 ends it now. */
+  private startExpiry(s: Session, now: number, out: Effect[]): void {
+    if (s.expiryS === 0) return this.endSession(s, now, out);
+    if (s.expiryS === EXPIRY_NEVER) return;
+    s.expiresAt = now + s.expiryS * 1000;
+    this.pushDeadline({ at: s.expiresAt, clientId: s.clientId, kind: SESSION_DEADLINE });
+  }
+
+  /** The session ends: a pending will goes first, since a will is published at the earlier of its
+   * delay and the session's end [MQTT-3.1.3-9]; a failover will keeps its grace. */
+  private endSession(s: Session, now: number, out: Effect[]): void {
+    const w = this.wills.get(s.clientId);
+    if (w !== undefined && !w.failover) {
+      this.wills.delete(s.clientId);
+      this.publishWill(s.clientId, w.msg, now, out);
+    }
+    this.discardSession(s);
+  }
+
+  private discardSession(s: Session): void {
+    for (const filter of [...s.subs.keys()]) this.removeSub(s, filter);
+    this.detach(s);
+    s.expiresAt = null;
+    this.sessions.delete(s.clientId);
+  }
+
+  private sortedSessions(): Session[] {
+    return [...this.sessions.values()].sort(byClientId);
+  }
+
+  // ---- deadlines ----
+
+  private setPendingWill(w: PendingWill): void {
+    this.wills.set(w.clientId, w);
+    this.pushDeadline({ at: w.at, clientId: w.clientId, kind: WILL_DEADLINE });
+  }
+
+  private pushDeadline(d: Deadline): void {
+    this.deadlines.push(d);
+    // Cancelled deadlines stay in the heap until popped; rebuild when they dominate it.
+    if (this.deadlines.length > 2 * (this.sessions.size + this.wills.size) + 64) this.rebuildDeadlines();
+  }
+
+  private rebuildDeadlines(): void {
+    this.deadlines.clear();
+    for (const s of this.sessions.values()) {
+      if (s.expiresAt !== null) this.deadlines.push({ at: s.expiresAt, clientId: s.clientId, kind: SESSION_DEADLINE });
+    }
+    for (const w of this.wills.values()) this.deadlines.push({ at: w.at, clientId: w.clientId, kind: WILL_DEADLINE });
+  }
+
+  private isLive(d: Deadline): boolean {
+    if (d.kind === WILL_DEADLINE) return this.wills.get(d.clientId)?.at === d.at;
+    const s = this.sessions.get(d.clientId);
+    return s !== undefined && s.conn === null && s.expiresAt === d.at;
+  }
+
+  /** Fires every deadline <= now in (time, client id, kind) order. */
+  private runDeadlines(now: number, out: Effect[]): void {
+    for (;;) {
+      const top = this.deadlines.peek();
+      if (top === undefined || top.at > now) return;
+      this.deadlines.pop();
+      if (!this.isLive(top)) continue;
+      if (top.kind === WILL_DEADLINE) {
+        const w = this.wills.get(top.clientId);
+        this.wills.delete(top.clientId);
+        if (w !== undefined) this.publishWill(w.clientId, w.msg, now, out);
+      } else {
+        const s = this.sessions.get(top.clientId);
+        if (s === undefined) continue;
+        event(out, 'session-expired', { clientId: s.clientId });
+        this.endSession(s, now, out);
+      }
+    }
+  }
+
+  // ---- subscriptions ----
+
+  private subscribe(cmd: SubscribeCommand, now: number, out: Effect[]): void {
+    const s = this.byConn.get(cmd.conn);
+    if (s === undefined) return this.noop(out, cmd.t, cmd.conn, 'connection holds no session');
+    const codes: number[] = [];
+    const wantRetained: Subscription[] = [];
+    for (const req of cmd.subs) {
+      const shared = parseSharedFilter(req.filter);
+      const sub: Subscription = {
+        clientId: s.clientId,
+        filter: req.filter,
+        topicFilter: shared === null ? req.filter : shared.filter,
+        share: shared === null ? null : req.filter,
+        qos: minQos(req.qos, this.settings.maxQos),
+        nl: req.nl,
+        rap: req.rap,
+        rh: req.rh,
+        subId: cmd.subId ?? null,
+      };
+      // The same filter again replaces the subscription's options [MQTT-3.8.4-3].
+      const isNew = !s.subs.has(req.filter);
+      this.addSub(s, sub, isNew);
+      codes.push(GRANTED[sub.qos]);
+      // Retain Handling (§3.8.3.1; 3.1.1 always sends); none on a shared subscription (§4.8.2).
+      if (sub.share === null && (s.protocol < 5 || req.rh === 0 || (req.rh === 1 && isNew))) wantRetained.push(sub);
+    }
+    out.push({ t: 'send', conn: cmd.conn, packet: { type: 'suback', pid: cmd.pid, codes } });
+    for (const sub of wantRetained) this.sendRetained(s, sub, now, out);
+  }
+
+  private addSub(s: Session, sub: Subscription, isNew: boolean): void {
+    s.subs.set(sub.filter, sub);
+    this.subsTrie.add(sub.topicFilter, trieKey(sub), sub);
+    if (isNew && sub.share !== null) this.shareMembers.set(sub.share, (this.shareMembers.get(sub.share) ?? 0) + 1);
+  }
+
+  private removeSub(s: Session, filter: string): boolean {
+    const sub = s.subs.get(filter);
+    if (sub === undefined) return false;
+    s.subs.delete(filter);
+    this.subsTrie.remove(sub.topicFilter, trieKey(sub));
+    if (sub.share !== null) {
+      const left = (this.shareMembers.get(sub.share) ?? 1) - 1;
+      if (left > 0) this.shareMembers.set(sub.share, left);
+      else {
+        this.shareMembers.delete(sub.share);
+        this.cursors.delete(sub.share);
+        this.qos0Cursors.delete(sub.share);
+      }
+    }
+    return true;
+  }
+
+  /** Retained messages matching a new subscription, with the retain flag set [MQTT-3.3.1-8], at
+   * min(message, granted) QoS, through the normal delivery path. Expired ones are deleted here. */
+  private sendRetained(s: Session, sub: Subscription, now: number, out: Effect[]): void {
+    const found: [string, RetainedMessage][] = [];
+    this.retained.match(sub.topicFilter, (topic, r) => found.push([topic, r]));
+    const subIds = sub.subId === null ? null : [sub.subId];
+    for (const [topic, r] of found) {
+      if (r.expiresAt !== null && now >= r.expiresAt) {
+        this.retained.delete(topic);
+        continue;
+      }
+      const d = { msg: r.msg, qos: minQos(r.msg.qos, sub.qos), retain: true, subIds, expiresAt: r.expiresAt };
+      if (!deliver(s, d, this.settings, now, out)) this.breakInvariant('no free packet id', out);
+    }
+  }
+
+  private unsubscribe(cmd: UnsubscribeCommand, out: Effect[]): void {
+    const s = this.byConn.get(cmd.conn);
+    if (s === undefined) return this.noop(out, cmd.t, cmd.conn, 'connection holds no session');
+    const codes = cmd.filters.map((f) => (this.removeSub(s, f) ? RC.SUCCESS : RC.NO_SUBSCRIPTION_EXISTED));
+    out.push({ t: 'send', conn: cmd.conn, packet: { type: 'unsuback', pid: cmd.pid, codes } });
+  }
+
+  // ---- publishing ----
+
+  /** A publish is routed even if its connection has gone (DESIGN.md "Apply judges each command");
+   * acks and the QoS 2 packet id hold need the session the connection holds. */
+  private publish(cmd: PublishCommand, now: number, out: Effect[]): void {
+    const s = this.byConn.get(cmd.conn);
+    const pid = cmd.pid ?? 0;
+    // Method A: a QoS 2 PUBLISH whose id is held was delivered already; answer it again [MQTT-4.3.3-10].
+    if (cmd.msg.qos === 2 && s?.inbound.has(pid) === true) {
+      out.push({ t: 'send', conn: cmd.conn, packet: { type: 'pubrec', pid, code: RC.SUCCESS } });
+      return;
+    }
+    const matched = this.publishMessage(s?.clientId ?? null, cmd.msg, now, out);
+    const code = matched === 0 ? RC.NO_MATCHING_SUBSCRIBERS : RC.SUCCESS;
+    if (cmd.msg.qos === 1) out.push({ t: 'send', conn: cmd.conn, packet: { type: 'puback', pid, code } });
+    if (cmd.msg.qos === 2) {
+      s?.inbound.add(pid);
+      out.push({ t: 'send', conn: cmd.conn, packet: { type: 'pubrec', pid, code } });
+    }
+  }
+
+  private publishWill(clientId: string, msg: Message, now: number, out: Effect[]): void {
+    event(out, 'will-published', { clientId, topic: msg.topic });
+    this.publishMessage(clientId, msg, now, out);
+  }
+
+  /** Stores or deletes the retained message, then routes; returns the number of matching sessions. */
+  private publishMessage(from: string | null, msg: Message, now: number, out: Effect[]): number {
+    if (msg.retain && this.settings.retainAvailable) {
+      // An empty retained payload deletes the topic's retained message [MQTT-3.3.1-6].
+      if (msg.payload.length === 0) this.retained.delete(msg.topic);
+      else this.retained.set(msg.topic, { msg, expiresAt: expiryDeadline(msg, now) });
+    }
+    return this.route(from, msg, now, out, this.cursors);
+  }
+
+  /** Delivers to each matching session once, at the highest granted QoS of its matching
+   * subscriptions, with all their Subscription Identifiers [MQTT-3.3.4-2, -3]; and to one member of
+   * each matching shared subscription. */
+  private route(from: string | null, msg: Message, now: number, out: Effect[], cursors: Map<string, string>): number {
+    const targets = new Map<string, Target>();
+    const shares = new Map<string, Subscription[]>();
+    this.subsTrie.match(msg.topic, (_key, sub) => {
+      if (sub.share !== null) {
+        const members = shares.get(sub.share);
+        if (members === undefined) shares.set(sub.share, [sub]);
+        else members.push(sub);
+        return;
+      }
+      // No Local: not to the publisher's own session [MQTT-3.8.3-3].
+      if (sub.nl && sub.clientId === from) return;
+      const t = targets.get(sub.clientId);
+      if (t === undefined) {
+        const s = this.sessions.get(sub.clientId);
+        if (s !== undefined) targets.set(sub.clientId, { s, qos: sub.qos, rap: sub.rap, subIds: sub.subId === null ? null : [sub.subId] });
+        return;
+      }
+      if (sub.qos > t.qos) t.qos = sub.qos;
+      t.rap ||= sub.rap;
+      if (sub.subId !== null) (t.subIds ??= []).push(sub.subId);
+    });
+    const expiresAt = expiryDeadline(msg, now);
+    for (const t of targets.values()) this.deliverRouted(t, msg, expiresAt, now, out);
+    for (const [share, members] of shares) {
+      const sub = this.pickMember(share, members, cursors);
+      const s = this.sessions.get(sub.clientId);
+      if (s !== undefined) {
+        this.deliverRouted({ s, qos: sub.qos, rap: sub.rap, subIds: sub.subId === null ? null : [sub.subId] }, msg, expiresAt, now, out);
+      }
+    }
+    return targets.size + shares.size;
+  }
+
+  /** The live copy has its retain flag cleared unless Retain As Published [MQTT-3.3.1-12, -13]. */
+  private deliverRouted(t: Target, msg: Message, expiresAt: number | null, now: number, out: Effect[]): void {
+    const d = { msg, qos: minQos(msg.qos, t.qos), retain: t.rap && msg.retain, subIds: t.subIds, expiresAt };
+    if (!deliver(t.s, d, this.settings, now, out)) this.breakInvariant('no free packet id', out);
+  }
+
+  /** Round robin over the share's online members in client id order, from the one after the last
+   * chosen; an offline member's queue only when no member is online (§4.8.2). */
+  private pickMember(share: string, members: Subscription[], cursors: Map<string, string>): Subscription {
+    members.sort(byClientId);
+    const online = members.filter((m) => this.sessions.get(m.clientId)?.conn != null);
+    const pool = online.length > 0 ? online : members;
+    const last = cursors.get(share);
+    const chosen = (last === undefined ? undefined : pool.find((m) => m.clientId > last)) ?? pool[0];
+    cursors.set(share, chosen.clientId);
+    return chosen;
+  }
+
+  // ---- QoS 1/2 flows ----
+
+  /** PUBREL from a publisher releases the held id [MQTT-4.3.3-12]. */
+  private pubrel(conn: ConnId, pid: number, out: Effect[]): void {
+    const s = this.byConn.get(conn);
+    if (s === undefined) return this.noop(out, 'pubrel', conn, 'connection holds no session');
+    const held = s.inbound.delete(pid);
+    const code = held || s.protocol < 5 ? RC.SUCCESS : RC.PACKET_IDENTIFIER_NOT_FOUND;
+    out.push({ t: 'send', conn, packet: { type: 'pubcomp', pid, code } });
+  }
+
+  private ack(conn: ConnId, pid: number, kind: 'puback' | 'pubrec' | 'pubcomp', now: number, out: Effect[]): void {
+    const s = this.byConn.get(conn);
+    if (s === undefined) return this.noop(out, 'ack', conn, 'connection holds no session');
+    if (!applyAck(s, pid, kind, out)) return this.noop(out, 'ack', conn, `${kind} for unknown packet id ${pid}`);
+    if (kind !== 'pubrec' && !fillInflight(s, this.settings, now, out)) this.breakInvariant('no free packet id', out);
+  }
+
+  // ---- digests ----
+
+  private recordCheck(index: number): void {
+    this.checks.set(index, this.digest());
+    for (const old of this.checks.keys()) {
+      if (this.checks.size <= CHECKS_KEPT) break;
+      this.checks.delete(old);
+    }
+  }
+
+  private check(atIndex: number, digest: string, out: Effect[]): void {
+    const mine = this.checks.get(atIndex);
+    if (mine === undefined) event(out, 'check-unknown', { atIndex });
+    else if (mine !== digest) this.breakInvariant(`digest mismatch at ${atIndex}`, out);
+  }
+
+  // ---- snapshot image ----
+
+  private image(withChecks: boolean): StateImage {
+    const retained: [string, RetainedMessage][] = [...this.retained.entries()];
+    retained.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
+    const cursors: [string, string][] = [...this.cursors.entries()];
+    cursors.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
+    return {
+      appliedIndex: this.index,
+      appliedTime: this.time,
+      servePeriod: this.servePeriod,
+      settings: this.settings,
+      failed: this.failReason,
+      sessions: this.sortedSessions(),
+      wills: [...this.wills.values()].sort(byClientId),
+      retained,
+      cursors,
+      checks: withChecks ? [...this.checks.entries()] : [],
+    };
+  }
+
+  /** Replaces the whole state with an image and rebuilds the derived indexes. Builds into fresh
+   * structures, so a corrupt image leaves the current state untouched. */
+  private load(img: StateImage): void {
+    const sessions = new Map<string, Session>();
+    const byConn = new Map<ConnId, Session>();
+    for (const s of img.sessions) {
+      if (sessions.has(s.clientId)) throw new SnapshotError(`corrupt snapshot: duplicate session ${s.clientId}`);
+      sessions.set(s.clientId, s);
+      if (s.conn !== null) {
+        if (byConn.has(s.conn)) throw new SnapshotError(`corrupt snapshot: conn ${s.conn} holds two sessions`);
+        byConn.set(s.conn, s);
+      }
+    }
+    const retained = new RetainedTrie<RetainedMessage>();
+    for (const [topic, r] of img.retained) retained.set(topic, r);
+    this.settings = img.settings;
+    this.servePeriod = img.servePeriod;
+    this.index = img.appliedIndex;
+    this.time = img.appliedTime;
+    this.failReason = img.failed;
+    this.sessions = sessions;
+    this.byConn = byConn;
+    this.wills = new Map(img.wills.map((w) => [w.clientId, w]));
+    this.retained = retained;
+    this.cursors = new Map(img.cursors);
+    this.checks = new Map(img.checks);
+    this.qos0Cursors = new Map();
+    this.digestCache = null;
+    this.subsTrie = new TopicTrie();
+    this.shareMembers = new Map();
+    for (const s of sessions.values()) for (const sub of s.subs.values()) this.addSub(s, sub, true);
+    this.rebuildDeadlines();
+  }
+}

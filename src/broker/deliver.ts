@@ -1,0 +1,167 @@
+import { Buffer } from 'node:buffer';
+import type { Effect, Settings } from './commands.js';
+import { publishPacketSize } from './packet-size.js';
+import { type Delivery, type Inflight, PID_MAX, type Queued, type Session } from './session.js';
+
+// Outbound delivery to one session: inflight window, packet ids, queue admission, message expiry
+// and packet size. Every decision that consumes replicated resources is made here, in apply, so
+// every leader re-sends the same packet ids (DESIGN.md "Order of dependent steps").
+
+export function event(out: Effect[], kind: string, detail?: Record<string, string | number | boolean>): void {
+  out.push(detail === undefined ? { t: 'event', kind } : { t: 'event', kind, detail });
+}
+
+/** Unacknowledged outbound QoS 1/2 allowed: the broker's bound, and v5 the client's Receive
+ * Maximum [MQTT-3.3.4-9]. */
+export function inflightLimit(s: Session, settings: Settings): number {
+  return Math.min(settings.maxInflight, s.receiveMax);
+}
+
+/** An expired message is never sent [MQTT-3.3.2-5]. */
+export function isExpired(d: Delivery, now: number): boolean {
+  return d.expiresAt !== null && now >= d.expiresAt;
+}
+
+/** Remaining Message Expiry Interval in whole seconds, rounded up so that an unexpired message
+ * never goes out with 0 [MQTT-3.3.2-6]. */
+function remainingS(d: Delivery, now: number): number | undefined {
+  return d.expiresAt === null ? undefined : Math.floor((d.expiresAt - now + 999) / 1000);
+}
+
+/** Larger than the client's Maximum Packet Size [MQTT-3.1.2-25] or the broker's own limit. */
+function tooLarge(s: Session, d: Delivery, settings: Settings, now: number): boolean {
+  const limit = s.maxPacketSize > 0 ? Math.min(s.maxPacketSize, settings.maxPacketSize) : settings.maxPacketSize;
+  const subIds = s.protocol === 5 ? d.subIds : null;
+  return publishPacketSize(s.protocol, d.msg, d.qos, remainingS(d, now), subIds) > limit;
+}
+
+function sendPublish(s: Session, d: Delivery, pid: number | undefined, dup: boolean, now: number, out: Effect[]): void {
+  if (s.conn === null) return;
+  const packet: Extract<Effect, { t: 'send' }>['packet'] = { type: 'publish', qos: d.qos, retain: d.retain, dup, msg: d.msg };
+  if (pid !== undefined) packet.pid = pid;
+  const expiryS = remainingS(d, now);
+  if (expiryS !== undefined) packet.expiryS = expiryS;
+  if (d.subIds !== null && d.subIds.length > 0 && s.protocol === 5) packet.subIds = d.subIds;
+  out.push({ t: 'send', conn: s.conn, packet });
+}
+
+/** The next packet id not in use, counting 1..65535 and wrapping. Returns 0 only when all are in
+ * use, which inflightLimit (<= 65535) rules out. */
+function assignPid(s: Session): number {
+  for (let i = 0; i < PID_MAX; i++) {
+    const pid = s.nextPid;
+    s.nextPid = pid === PID_MAX ? 1 : pid + 1;
+    if (!s.pidsInUse.has(pid)) return pid;
+  }
+  return 0;
+}
+
+/** Puts a QoS 1/2 delivery in flight and sends it; false on a broken pid invariant. */
+function startInflight(s: Session, d: Delivery, now: number, out: Effect[]): boolean {
+  const pid = assignPid(s);
+  if (pid === 0) return false;
+  const item: Inflight = { ...d, pid, state: 'publish' };
+  s.inflight.push(item);
+  s.pidsInUse.add(pid);
+  sendPublish(s, d, pid, false, now, out);
+  return true;
+}
+
+export function queueSize(d: Delivery): number {
+  return Buffer.byteLength(d.msg.topic, 'utf8') + d.msg.payload.length;
+}
+
+/** Delivers one message to one session; returns false on a broken invariant. */
+export function deliver(s: Session, d: Delivery, settings: Settings, now: number, out: Effect[]): boolean {
+  if (isExpired(d, now)) return true;
+  if (tooLarge(s, d, settings, now)) {
+    event(out, 'too-large', { clientId: s.clientId, topic: d.msg.topic });
+    return true;
+  }
+  if (d.qos === 0) {
+    // QoS 0 is never queued for an offline session.
+    sendPublish(s, d, undefined, false, now, out);
+    return true;
+  }
+  if (s.conn !== null && s.queue.length === 0 && s.inflight.length < inflightLimit(s, settings)) {
+    return startInflight(s, d, now, out);
+  }
+  const size = queueSize(d);
+  if (s.queue.length < settings.maxQueuedMessages && s.queueBytes + size <= settings.maxQueuedBytes) {
+    const item: Queued = { ...d, size };
+    s.queue.push(item);
+    s.queueBytes += size;
+  } else {
+    event(out, 'queue-full', { clientId: s.clientId });
+  }
+  return true;
+}
+
+/** Moves queued messages into free inflight slots, dropping expired and oversize ones. */
+export function fillInflight(s: Session, settings: Settings, now: number, out: Effect[]): boolean {
+  const limit = inflightLimit(s, settings);
+  while (s.conn !== null && s.inflight.length < limit) {
+    const item = s.queue.shift();
+    if (item === undefined) break;
+    s.queueBytes -= item.size;
+    if (isExpired(item, now)) {
+      event(out, 'expired', { clientId: s.clientId });
+      continue;
+    }
+    if (tooLarge(s, item, settings, now)) {
+      event(out, 'too-large', { clientId: s.clientId, topic: item.msg.topic });
+      continue;
+    }
+    const d: Delivery = { msg: item.msg, qos: item.qos, retain: item.retain, subIds: item.subIds, expiresAt: item.expiresAt };
+    if (!startInflight(s, d, now, out)) return false;
+  }
+  return true;
+}
+
+/** On resume: every unacknowledged PUBLISH again with DUP and its packet id, and every pending
+ * PUBREL, in their original order [MQTT-4.4.0-1]; an expired unacknowledged PUBLISH is dropped. */
+export function resendInflight(s: Session, settings: Settings, now: number, out: Effect[]): void {
+  const kept: Inflight[] = [];
+  for (const item of s.inflight) {
+    if (item.state === 'pubrel') {
+      if (s.conn !== null) out.push({ t: 'send', conn: s.conn, packet: { type: 'pubrel', pid: item.pid } });
+      kept.push(item);
+    } else if (isExpired(item, now) || tooLarge(s, item, settings, now)) {
+      event(out, 'expired', { clientId: s.clientId, pid: item.pid });
+      s.pidsInUse.delete(item.pid);
+    } else {
+      sendPublish(s, item, item.pid, true, now, out);
+      kept.push(item);
+    }
+  }
+  s.inflight = kept;
+}
+
+/** Delivery progress from the subscriber (§4.3.2, §4.3.3). Returns false for an unknown pid or a
+ * step that does not fit the entry's state. */
+export function applyAck(s: Session, pid: number, kind: 'puback' | 'pubrec' | 'pubcomp', out: Effect[]): boolean {
+  const i = s.inflight.findIndex((f) => f.pid === pid);
+  const item = s.inflight[i];
+  if (item === undefined) return false;
+  switch (kind) {
+    case 'puback':
+      if (item.qos !== 1) return false;
+      break;
+    case 'pubrec':
+      if (item.qos !== 2) return false;
+      // A repeated PUBREC while awaiting PUBCOMP is answered with the PUBREL again.
+      item.state = 'pubrel';
+      if (s.conn !== null) out.push({ t: 'send', conn: s.conn, packet: { type: 'pubrel', pid } });
+      return true;
+    case 'pubcomp':
+      if (item.qos !== 2 || item.state !== 'pubrel') return false;
+      break;
+    default: {
+      const _: never = kind;
+      return _;
+    }
+  }
+  s.inflight.splice(i, 1);
+  s.pidsInUse.delete(pid);
+  return true;
+}

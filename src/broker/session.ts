@@ -1,0 +1,119 @@
+import type { ConnId, Message, ProtocolLevel, QoS, Will } from './commands.js';
+import { Fifo } from './fifo.js';
+
+// The replicated records of the broker state and their invariants. Fields marked "derived" are
+// rebuilt from the others on restore and are not part of the snapshot.
+
+/** A subscription as the session holds it; the same object is the value in the topic trie. */
+export interface Subscription {
+  clientId: string;
+  /** The filter as the client sent it, `$share/{group}/` prefix included: the session's key. */
+  filter: string;
+  /** The filter matched against topics (without the share prefix). */
+  topicFilter: string;
+  /** Shared subscription id (`$share/{group}/{filter}`, the same as `filter`) or null. */
+  share: string | null;
+  qos: QoS;
+  nl: boolean;
+  rap: boolean;
+  rh: 0 | 1 | 2;
+  subId: number | null;
+}
+
+/** One message on its way to one session. */
+export interface Delivery {
+  msg: Message;
+  /** Delivered QoS: min(message QoS, granted QoS). */
+  qos: QoS;
+  /** Retain flag of the outgoing PUBLISH. */
+  retain: boolean;
+  subIds: number[] | null;
+  /** Message expiry deadline (cluster ms) or null. */
+  expiresAt: number | null;
+}
+
+/** Sent and not yet completed: state 'publish' awaits PUBACK/PUBREC, 'pubrel' awaits PUBCOMP. */
+export interface Inflight extends Delivery {
+  pid: number;
+  state: 'publish' | 'pubrel';
+}
+
+export interface Queued extends Delivery {
+  /** Topic plus payload bytes, the unit of the queue's byte bound. */
+  size: number;
+}
+
+export interface Session {
+  clientId: string;
+  /** The connection holding the session; null while offline. */
+  conn: ConnId | null;
+  protocol: ProtocolLevel;
+  username: string | null;
+  /** Session Expiry Interval in seconds; 0xFFFFFFFF never expires. */
+  expiryS: number;
+  /** The will of the current connection; null while offline (moved to pending wills or dropped). */
+  will: Will | null;
+  receiveMax: number;
+  /** Client's Maximum Packet Size in bytes; 0: none. */
+  maxPacketSize: number;
+  /** By filter as sent. */
+  subs: Map<string, Subscription>;
+  /** Inbound QoS 2 packet ids: PUBREC sent, PUBREL not yet received. */
+  inbound: Set<number>;
+  /** Outbound QoS 1/2 in send order; pids unique. */
+  inflight: Inflight[];
+  queue: Fifo<Queued>;
+  /** Derived: sum of queue sizes. */
+  queueBytes: number;
+  /** Next candidate outbound packet id, 1..65535. */
+  nextPid: number;
+  /** Derived: pids of `inflight`. */
+  pidsInUse: Set<number>;
+  /** Session expiry deadline (cluster ms) while offline; null: online or never. */
+  expiresAt: number | null;
+}
+
+/** A will waiting for its delay, keyed by client id. A will of a failover-ended connection
+ * outlives its session and is dropped when the client connects again (DESIGN.md "Failover"). */
+export interface PendingWill {
+  clientId: string;
+  msg: Message;
+  /** Cluster ms. */
+  at: number;
+  failover: boolean;
+}
+
+export interface RetainedMessage {
+  msg: Message;
+  expiresAt: number | null;
+}
+
+export const EXPIRY_NEVER = 0xffff_ffff;
+export const PID_MAX = 65_535;
+
+export function newSession(clientId: string): Session {
+  return {
+    clientId,
+    conn: null,
+    protocol: 4,
+    username: null,
+    expiryS: 0,
+    will: null,
+    receiveMax: PID_MAX,
+    maxPacketSize: 0,
+    subs: new Map(),
+    inbound: new Set(),
+    inflight: [],
+    queue: new Fifo(),
+    queueBytes: 0,
+    nextPid: 1,
+    pidsInUse: new Set(),
+    expiresAt: null,
+  };
+}
+
+/** The serve period of a ConnId (`${period}.${seq}`), or null when malformed. */
+export function connPeriod(conn: string): number | null {
+  const m = /^(\d{1,15})\.\d{1,15}$/.exec(conn);
+  return m === null ? null : Number(m[1]);
+}

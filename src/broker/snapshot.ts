@@ -1,0 +1,269 @@
+import { Packr } from 'msgpackr';
+import type { AclRule, Message, MessageProps, ProtocolLevel, QoS, Settings, Will } from './commands.js';
+import { queueSize } from './deliver.js';
+import { Fifo } from './fifo.js';
+import {
+  type Delivery,
+  type Inflight,
+  newSession,
+  type PendingWill,
+  type RetainedMessage,
+  type Session,
+  type Subscription,
+} from './session.js';
+import { isMessage, isSettings } from './validate.js';
+
+// The canonical image of the replicated state (DESIGN.md "Snapshots"): positional arrays in a fixed
+// order, maps as arrays sorted by key, optional fields as null, encoded by msgpackr without record
+// structures. Equal states give equal bytes, which is what the digest hashes. Derived indexes (the
+// topic trie, conn index, deadline heap, pids in use, queue bytes) are not stored; the broker
+// rebuilds them on restore.
+
+const packr = new Packr({ useRecords: false, mapsAsObjects: true, variableMapSize: true });
+
+export const SNAPSHOT_VERSION = 1;
+/** Snapshot chunks are at most this many bytes. */
+export const SNAPSHOT_CHUNK_BYTES = 64 * 1024;
+
+export interface StateImage {
+  appliedIndex: number;
+  appliedTime: number;
+  servePeriod: number;
+  settings: Settings;
+  failed: string | null;
+  /** Sorted by client id. */
+  sessions: Session[];
+  /** Sorted by client id. */
+  wills: PendingWill[];
+  /** Sorted by topic. */
+  retained: [string, RetainedMessage][];
+  /** Shared subscription round-robin cursors (share id, last chosen client id), sorted by id. */
+  cursors: [string, string][];
+  /** Recorded digests (index, digest) for `check`; empty in the image that the digest hashes. */
+  checks: [number, string][];
+}
+
+export class SnapshotError extends Error {
+  readonly code = 'ERR_SNAPSHOT_CORRUPT';
+}
+
+const orNull = <T>(v: T | undefined): T | null => (v === undefined ? null : v);
+
+function encodeProps(p: MessageProps | undefined): unknown[] | null {
+  if (p === undefined || p === null) return null;
+  return [orNull(p.payloadFormat), orNull(p.expiryS), orNull(p.contentType), orNull(p.responseTopic), orNull(p.correlationData), orNull(p.userProps)];
+}
+
+function encodeMsg(m: Message): unknown[] {
+  return [m.topic, m.payload, m.qos, m.retain, encodeProps(m.props)];
+}
+
+const encodeDelivery = (d: Delivery): unknown[] => [encodeMsg(d.msg), d.qos, d.retain, d.subIds, d.expiresAt];
+
+function encodeSettings(s: Settings): unknown[] {
+  const acl = s.acl === null ? null : s.acl.map((r) => [r.kind, r.user, r.access, r.filter]);
+  return [s.maxQueuedMessages, s.maxQueuedBytes, s.maxInflight, s.maxQos, s.retainAvailable, s.maxPacketSize, s.willGraceS, acl];
+}
+
+function encodeSession(s: Session): unknown[] {
+  const subs = [...s.subs.values()]
+    .sort((a, b) => (a.filter < b.filter ? -1 : a.filter > b.filter ? 1 : 0))
+    .map((x) => [x.filter, x.qos, x.nl, x.rap, x.rh, x.subId]);
+  return [
+    s.clientId, s.conn, s.protocol, s.username, s.expiryS,
+    s.will === null ? null : [encodeMsg(s.will.msg), s.will.delayS],
+    s.receiveMax, s.maxPacketSize, subs,
+    [...s.inbound].sort((a, b) => a - b),
+    s.inflight.map((f) => [f.pid, f.state, encodeDelivery(f)]),
+    s.queue.toArray().map(encodeDelivery),
+    s.nextPid, s.expiresAt,
+  ];
+}
+
+/** The canonical bytes of the state. */
+export function encodeImage(img: StateImage): Uint8Array {
+  return packr.pack([
+    SNAPSHOT_VERSION, img.appliedIndex, img.appliedTime, img.servePeriod, encodeSettings(img.settings), img.failed,
+    img.sessions.map(encodeSession),
+    img.wills.map((w) => [w.clientId, encodeMsg(w.msg), w.at, w.failover]),
+    img.retained.map(([topic, r]) => [topic, encodeMsg(r.msg), r.expiresAt]),
+    img.cursors,
+    img.checks,
+  ]);
+}
+
+export function chunk(bytes: Uint8Array): Uint8Array[] {
+  const chunks: Uint8Array[] = [];
+  for (let off = 0; off < bytes.length; off += SNAPSHOT_CHUNK_BYTES) {
+    chunks.push(bytes.subarray(off, Math.min(bytes.length, off + SNAPSHOT_CHUNK_BYTES)));
+  }
+  return chunks;
+}
+
+// ---- decoding: every field checked, a corrupt snapshot throws SnapshotError ----
+
+function fail(what: string): never {
+  throw new SnapshotError(`corrupt snapshot: ${what}`);
+}
+function arr(v: unknown, what: string, len?: number): unknown[] {
+  if (!Array.isArray(v) || (len !== undefined && v.length !== len)) fail(what);
+  return v;
+}
+function int(v: unknown, what: string): number {
+  if (typeof v !== 'number' || !Number.isSafeInteger(v)) fail(what);
+  return v;
+}
+function intOrNull(v: unknown, what: string): number | null {
+  return v === null ? null : int(v, what);
+}
+function str(v: unknown, what: string): string {
+  if (typeof v !== 'string') fail(what);
+  return v;
+}
+function bool(v: unknown, what: string): boolean {
+  if (typeof v !== 'boolean') fail(what);
+  return v;
+}
+function qos(v: unknown, what: string): QoS {
+  if (v !== 0 && v !== 1 && v !== 2) fail(what);
+  return v;
+}
+/** A plain Uint8Array view, so restored messages look like applied ones. */
+function bytes(v: unknown, what: string): Uint8Array {
+  if (!(v instanceof Uint8Array)) fail(what);
+  return new Uint8Array(v.buffer, v.byteOffset, v.byteLength);
+}
+
+function decodeProps(v: unknown): MessageProps | undefined {
+  if (v === null) return undefined;
+  const [pf, exp, ct, rt, cd, up] = arr(v, 'props', 6);
+  const p: MessageProps = {};
+  if (pf !== null) p.payloadFormat = int(pf, 'payloadFormat') === 1 ? 1 : 0;
+  if (exp !== null) p.expiryS = int(exp, 'expiryS');
+  if (ct !== null) p.contentType = str(ct, 'contentType');
+  if (rt !== null) p.responseTopic = str(rt, 'responseTopic');
+  if (cd !== null) p.correlationData = bytes(cd, 'correlationData');
+  if (up !== null) p.userProps = arr(up, 'userProps').map((kv) => {
+    const [k, val] = arr(kv, 'userProp', 2);
+    return [str(k, 'userProp key'), str(val, 'userProp value')];
+  });
+  return p;
+}
+
+function decodeMsg(v: unknown): Message {
+  const [topic, payload, q, retain, props] = arr(v, 'message', 5);
+  const m: Message = { topic: str(topic, 'topic'), payload: bytes(payload, 'payload'), qos: qos(q, 'qos'), retain: bool(retain, 'retain') };
+  const p = decodeProps(props);
+  if (p !== undefined) m.props = p;
+  if (!isMessage(m)) fail('message');
+  return m;
+}
+
+function decodeDelivery(v: unknown): Delivery {
+  const [msg, q, retain, subIds, expiresAt] = arr(v, 'delivery', 5);
+  return {
+    msg: decodeMsg(msg), qos: qos(q, 'delivery qos'), retain: bool(retain, 'delivery retain'),
+    subIds: subIds === null ? null : arr(subIds, 'subIds').map((x) => int(x, 'subId')),
+    expiresAt: intOrNull(expiresAt, 'expiresAt'),
+  };
+}
+
+function decodeSettings(v: unknown): Settings {
+  const [mqm, mqb, mi, mq, ra, mps, grace, acl] = arr(v, 'settings', 8);
+  const s = {
+    maxQueuedMessages: mqm, maxQueuedBytes: mqb, maxInflight: mi, maxQos: mq, retainAvailable: ra, maxPacketSize: mps, willGraceS: grace,
+    acl: acl === null ? null : arr(acl, 'acl').map((r): AclRule => {
+      const [kind, user, access, filter] = arr(r, 'acl rule', 4);
+      return { kind, user, access, filter } as AclRule;
+    }),
+  };
+  if (!isSettings(s)) fail('settings');
+  return s;
+}
+
+function decodeSubscription(clientId: string, v: unknown, parseShare: (f: string) => { group: string; filter: string } | null): Subscription {
+  const [filter, q, nl, rap, rh, subId] = arr(v, 'subscription', 6);
+  const f = str(filter, 'filter');
+  const shared = parseShare(f);
+  const h = qos(rh, 'rh');
+  return {
+    clientId, filter: f, topicFilter: shared === null ? f : shared.filter, share: shared === null ? null : f,
+    qos: qos(q, 'sub qos'), nl: bool(nl, 'nl'), rap: bool(rap, 'rap'), rh: h, subId: intOrNull(subId, 'subId'),
+  };
+}
+
+function decodeSession(v: unknown, parseShare: (f: string) => { group: string; filter: string } | null): Session {
+  const f = arr(v, 'session', 14);
+  const s = newSession(str(f[0], 'clientId'));
+  s.conn = f[1] === null ? null : str(f[1], 'conn');
+  const protocol = int(f[2], 'protocol');
+  if (protocol !== 3 && protocol !== 4 && protocol !== 5) fail('protocol');
+  s.protocol = protocol as ProtocolLevel;
+  s.username = f[3] === null ? null : str(f[3], 'username');
+  s.expiryS = int(f[4], 'expiryS');
+  if (f[5] !== null) {
+    const [msg, delayS] = arr(f[5], 'will', 2);
+    s.will = { msg: decodeMsg(msg), delayS: int(delayS, 'delayS') } satisfies Will;
+  }
+  s.receiveMax = int(f[6], 'receiveMax');
+  s.maxPacketSize = int(f[7], 'maxPacketSize');
+  for (const sub of arr(f[8], 'subs')) {
+    const x = decodeSubscription(s.clientId, sub, parseShare);
+    s.subs.set(x.filter, x);
+  }
+  for (const pid of arr(f[9], 'inbound')) s.inbound.add(int(pid, 'inbound pid'));
+  s.inflight = arr(f[10], 'inflight').map((x): Inflight => {
+    const [pid, state, d] = arr(x, 'inflight entry', 3);
+    if (state !== 'publish' && state !== 'pubrel') fail('inflight state');
+    const item: Inflight = { ...decodeDelivery(d), pid: int(pid, 'pid'), state };
+    s.pidsInUse.add(item.pid);
+    return item;
+  });
+  s.queue = new Fifo();
+  for (const x of arr(f[11], 'queue')) {
+    const d = decodeDelivery(x);
+    const size = queueSize(d);
+    s.queue.push({ ...d, size });
+    s.queueBytes += size;
+  }
+  s.nextPid = int(f[12], 'nextPid');
+  s.expiresAt = intOrNull(f[13], 'session expiresAt');
+  return s;
+}
+
+/** Decodes and checks a whole image. `parseShare` is the shared-filter parser (injected so this
+ * module stays independent of the protocol layer's choices). */
+export function decodeImage(data: Uint8Array, parseShare: (f: string) => { group: string; filter: string } | null): StateImage {
+  let value: unknown;
+  try {
+    value = packr.unpack(data);
+  } catch (err) {
+    fail(`not msgpack (${(err as Error).message})`);
+  }
+  const f = arr(value, 'root', 11);
+  if (f[0] !== SNAPSHOT_VERSION) fail(`version ${String(f[0])}`);
+  return {
+    appliedIndex: int(f[1], 'appliedIndex'),
+    appliedTime: int(f[2], 'appliedTime'),
+    servePeriod: int(f[3], 'servePeriod'),
+    settings: decodeSettings(f[4]),
+    failed: f[5] === null ? null : str(f[5], 'failed'),
+    sessions: arr(f[6], 'sessions').map((s) => decodeSession(s, parseShare)),
+    wills: arr(f[7], 'wills').map((w): PendingWill => {
+      const [clientId, msg, at, failover] = arr(w, 'pending will', 4);
+      return { clientId: str(clientId, 'will clientId'), msg: decodeMsg(msg), at: int(at, 'will at'), failover: bool(failover, 'failover') };
+    }),
+    retained: arr(f[8], 'retained').map((r): [string, RetainedMessage] => {
+      const [topic, msg, expiresAt] = arr(r, 'retained entry', 3);
+      return [str(topic, 'retained topic'), { msg: decodeMsg(msg), expiresAt: intOrNull(expiresAt, 'retained expiresAt') }];
+    }),
+    cursors: arr(f[9], 'cursors').map((c): [string, string] => {
+      const [id, clientId] = arr(c, 'cursor', 2);
+      return [str(id, 'cursor id'), str(clientId, 'cursor client')];
+    }),
+    checks: arr(f[10], 'checks').map((c): [number, string] => {
+      const [index, digest] = arr(c, 'check', 2);
+      return [int(index, 'check index'), str(digest, 'check digest')];
+    }),
+  };
+}

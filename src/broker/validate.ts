@@ -1,0 +1,104 @@
+import type { Command, Message, MessageProps, Settings, SubscriptionRequest, Will } from './commands.js';
+import { validateTopicFilter, validateTopicName } from '../protocol/topic.js';
+import { connPeriod } from './session.js';
+
+// Shape checks of commands before apply acts on them. Commands are validated by the proposer, so a
+// command that fails here is a bug or corruption elsewhere: apply turns it into a no-op and an
+// event instead of throwing on every replica (DESIGN.md "Apply judges each command").
+
+const isObj = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+const isInt = (v: unknown, min: number, max: number): v is number =>
+  typeof v === 'number' && Number.isInteger(v) && v >= min && v <= max;
+const isStr = (v: unknown): v is string => typeof v === 'string';
+const isBool = (v: unknown): v is boolean => typeof v === 'boolean';
+const isQos = (v: unknown): v is 0 | 1 | 2 => v === 0 || v === 1 || v === 2;
+const isBytes = (v: unknown): v is Uint8Array => v instanceof Uint8Array;
+const U32 = 0xffff_ffff;
+
+function isProps(p: unknown): p is MessageProps {
+  if (p === undefined || p === null) return true;
+  if (!isObj(p)) return false;
+  if (p.payloadFormat !== undefined && p.payloadFormat !== 0 && p.payloadFormat !== 1) return false;
+  if (p.expiryS !== undefined && !isInt(p.expiryS, 0, U32)) return false;
+  if (p.contentType !== undefined && !isStr(p.contentType)) return false;
+  if (p.responseTopic !== undefined && !isStr(p.responseTopic)) return false;
+  if (p.correlationData !== undefined && !isBytes(p.correlationData)) return false;
+  if (p.userProps === undefined) return true;
+  return Array.isArray(p.userProps) && p.userProps.every((kv) => Array.isArray(kv) && kv.length === 2 && isStr(kv[0]) && isStr(kv[1]));
+}
+
+export function isMessage(m: unknown): m is Message {
+  return isObj(m) && isStr(m.topic) && validateTopicName(m.topic) === null && isBytes(m.payload) && isQos(m.qos) && isBool(m.retain) && isProps(m.props);
+}
+
+function isWill(w: unknown): w is Will | null {
+  return w === null || (isObj(w) && isMessage(w.msg) && isInt(w.delayS, 0, U32));
+}
+
+function isSubRequest(r: unknown): r is SubscriptionRequest {
+  return isObj(r) && isStr(r.filter) && validateTopicFilter(r.filter) === null && isQos(r.qos) && isBool(r.nl) && isBool(r.rap) && isQos(r.rh);
+}
+
+export function isSettings(s: unknown): s is Settings {
+  return (
+    isObj(s) &&
+    isInt(s.maxQueuedMessages, 0, Number.MAX_SAFE_INTEGER) &&
+    isInt(s.maxQueuedBytes, 0, Number.MAX_SAFE_INTEGER) &&
+    isInt(s.maxInflight, 1, 65_535) &&
+    isQos(s.maxQos) &&
+    isBool(s.retainAvailable) &&
+    isInt(s.maxPacketSize, 1, 268_435_460) &&
+    isInt(s.willGraceS, 0, U32) &&
+    (s.acl === null || Array.isArray(s.acl))
+  );
+}
+
+const isConn = (c: unknown): c is string => isStr(c) && connPeriod(c) !== null;
+const isPid = (p: unknown): p is number => isInt(p, 1, 65_535);
+
+/** Null when the command's shape is valid, else a short reason. */
+export function commandProblem(cmd: unknown): string | null {
+  if (!isObj(cmd)) return 'not an object';
+  const c = cmd as Record<string, unknown> & { t: Command['t'] };
+  switch (c.t) {
+    case 'serve-start':
+      return isInt(c.node, 0, U32) && isSettings(c.settings) ? null : 'bad serve-start';
+    case 'settings':
+      return isSettings(c.settings) ? null : 'bad settings';
+    case 'connect':
+      return isConn(c.conn) && (c.clientId === null || (isStr(c.clientId) && c.clientId.length > 0)) &&
+        (c.protocol === 3 || c.protocol === 4 || c.protocol === 5) && isBool(c.clean) && isInt(c.expiryS, 0, U32) &&
+        isWill(c.will) && (c.username === null || isStr(c.username)) && isInt(c.receiveMax, 1, 65_535) &&
+        isInt(c.maxPacketSize, 0, U32) && isBool(c.problemInfo)
+        ? null
+        : 'bad connect';
+    case 'disconnect':
+      return isConn(c.conn) && isInt(c.reason, 0, 255) && isBool(c.publishWill) && (c.expiryS === undefined || isInt(c.expiryS, 0, U32))
+        ? null
+        : 'bad disconnect';
+    case 'subscribe':
+      return isConn(c.conn) && isPid(c.pid) && Array.isArray(c.subs) && c.subs.length > 0 && c.subs.every(isSubRequest) &&
+        (c.subId === undefined || isInt(c.subId, 1, 268_435_455))
+        ? null
+        : 'bad subscribe';
+    case 'unsubscribe':
+      return isConn(c.conn) && isPid(c.pid) && Array.isArray(c.filters) && c.filters.length > 0 && c.filters.every((f) => isStr(f) && validateTopicFilter(f) === null)
+        ? null
+        : 'bad unsubscribe';
+    case 'publish': {
+      if (!isConn(c.conn) || !isMessage(c.msg)) return 'bad publish';
+      if (c.msg.qos === 0) return c.pid === undefined ? null : 'pid on a QoS 0 publish';
+      return isPid(c.pid) ? null : 'bad publish pid';
+    }
+    case 'pubrel':
+      return isConn(c.conn) && isPid(c.pid) ? null : 'bad pubrel';
+    case 'ack':
+      return isConn(c.conn) && isPid(c.pid) && (c.kind === 'puback' || c.kind === 'pubrec' || c.kind === 'pubcomp') ? null : 'bad ack';
+    case 'tick':
+      return null;
+    case 'check':
+      return isInt(c.atIndex, 0, Number.MAX_SAFE_INTEGER) && isStr(c.digest) ? null : 'bad check';
+    default:
+      return 'unknown command type';
+  }
+}
