@@ -37,8 +37,10 @@ interface PropDef {
 
 const K = PropKind;
 const ACKS = K.ack | K.suback | K.unsuback;
+/** User Property is allowed in every packet that has properties. */
+const ALL_KINDS = (1 << 11) - 1;
 
-/** §2.2.2.2, in identifier order; encoding writes them in this order, User Properties last. */
+/** §2.2.2.2, in identifier order but User Properties last; encoding writes them in this order. */
 const DEFS: PropDef[] = [
   { id: 0x01, field: 'payloadFormat', type: 'byte01', kinds: K.publish | K.will },
   { id: 0x02, field: 'messageExpiry', type: 'u32', kinds: K.publish | K.will },
@@ -64,11 +66,12 @@ const DEFS: PropDef[] = [
   { id: 0x23, field: 'topicAlias', type: 'u16', kinds: K.publish },
   { id: 0x24, field: 'maxQos', type: 'byte01', kinds: K.connack },
   { id: 0x25, field: 'retainAvailable', type: 'byte01', kinds: K.connack },
-  { id: 0x26, field: 'userProps', type: 'pair', kinds: 0x7ff },
   { id: 0x27, field: 'maxPacketSize', type: 'u32', kinds: K.connect | K.connack, nonZero: true },
   { id: 0x28, field: 'wildcardAvailable', type: 'byte01', kinds: K.connack },
   { id: 0x29, field: 'subIdAvailable', type: 'byte01', kinds: K.connack },
   { id: 0x2a, field: 'sharedAvailable', type: 'byte01', kinds: K.connack },
+  // Last, so encoded blocks end with the User Properties in their given order.
+  { id: 0x26, field: 'userProps', type: 'pair', kinds: ALL_KINDS },
 ];
 
 const BY_ID: (PropDef | undefined)[] = [];
