@@ -1,0 +1,238 @@
+// Helpers for integration tests: an in-process node on 127.0.0.1 port 0, MQTT.js clients, a raw
+// client built on our own codec for what MQTT.js will not do (silence, bad packets), and bounded
+// waits everywhere.
+import { connect as netConnect, type Socket } from 'node:net';
+import mqtt, { type IClientOptions, type IPublishPacket, type MqttClient } from 'mqtt';
+import pino from 'pino';
+import { Decoder } from '../src/protocol/decoder.js';
+import { encode } from '../src/protocol/encoder.js';
+import type { Packet, ProtocolLevel } from '../src/protocol/packets.js';
+import { BrokerNode, type NodeOptions } from '../src/server/broker-node.js';
+
+export const WAIT_MS = 5_000;
+
+export function nodeOptions(overrides: Partial<NodeOptions> = {}): NodeOptions {
+  return {
+    host: '127.0.0.1',
+    port: 0,
+    maxPacketSize: 1 << 20,
+    maxQueuedMessages: 1000,
+    maxQueuedBytes: 16 << 20,
+    maxInflight: 32,
+    receiveMaximum: 64,
+    maxKeepalive: 65535,
+    topicAliasMaximum: 10,
+    maxQos: 2,
+    retainAvailable: true,
+    willGraceS: 30,
+    logger: pino({ level: 'silent' }),
+    ...overrides,
+  };
+}
+
+export async function startNode(overrides: Partial<NodeOptions> = {}): Promise<BrokerNode> {
+  const node = new BrokerNode(nodeOptions(overrides));
+  await withTimeout(node.start(), WAIT_MS, 'node start');
+  return node;
+}
+
+export function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms waiting for ${what}`)), ms);
+  });
+  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
+}
+
+export function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** An MQTT.js client with every message it received, in order. */
+export interface TestClient {
+  client: MqttClient;
+  messages: Received[];
+  connack: { sessionPresent: boolean; reasonCode?: number; properties?: Record<string, unknown> };
+  /** Resolves with the first message (counting from `from`) that matches, or rejects on timeout. */
+  waitFor(match: (m: Received) => boolean, what: string, ms?: number): Promise<Received>;
+  /** Resolves once the client's socket has closed. */
+  closed: Promise<void>;
+}
+
+export interface Received {
+  topic: string;
+  payload: string;
+  packet: IPublishPacket;
+}
+
+export async function connectClient(port: number, opts: IClientOptions = {}): Promise<TestClient> {
+  const client = mqtt.connect(`mqtt://127.0.0.1:${port}`, {
+    reconnectPeriod: 0,
+    connectTimeout: WAIT_MS,
+    protocolVersion: 4,
+    ...opts,
+  });
+  const messages: Received[] = [];
+  const waiters = new Set<() => void>();
+  client.on('message', (topic, payload, packet) => {
+    messages.push({ topic, payload: payload.toString(), packet });
+    for (const w of waiters) w();
+  });
+  const closed = new Promise<void>((resolve) => client.once('close', () => resolve()));
+  const connack = await withTimeout(
+    new Promise<TestClient['connack']>((resolve, reject) => {
+      client.once('connect', (p) =>
+        resolve({ sessionPresent: p.sessionPresent, reasonCode: p.reasonCode, properties: p.properties }),
+      );
+      client.once('error', reject);
+      client.once('close', () => reject(new Error('closed before CONNACK')));
+    }),
+    WAIT_MS,
+    'CONNACK',
+  );
+  client.on('error', () => {}); // errors after CONNACK show up as closes in the tests
+  const waitFor = (match: (m: Received) => boolean, what: string, ms = WAIT_MS): Promise<Received> =>
+    withTimeout(
+      new Promise<Received>((resolve) => {
+        const check = (): void => {
+          const found = messages.find(match);
+          if (found !== undefined) {
+            waiters.delete(check);
+            resolve(found);
+          }
+        };
+        waiters.add(check);
+        check();
+      }),
+      ms,
+      what,
+    );
+  return { client, messages, connack, waitFor, closed };
+}
+
+export async function subscribe(c: TestClient, filter: string | string[], qos: 0 | 1 | 2 = 0): Promise<number[]> {
+  const granted = await withTimeout(c.client.subscribeAsync(filter, { qos }), WAIT_MS, `SUBACK ${filter}`);
+  return granted.map((g) => g.qos);
+}
+
+export async function publish(
+  c: TestClient,
+  topic: string,
+  payload: string,
+  opts: mqtt.IClientPublishOptions = {},
+): Promise<void> {
+  await withTimeout(c.client.publishAsync(topic, payload, opts), WAIT_MS, `publish ${topic}`);
+}
+
+/** Ends with a DISCONNECT. */
+export async function disconnect(c: TestClient): Promise<void> {
+  await withTimeout(c.client.endAsync(), WAIT_MS, 'end');
+}
+
+/** Drops the TCP connection without a DISCONNECT. */
+export async function dropConnection(c: TestClient): Promise<void> {
+  c.client.end(true);
+  await withTimeout(c.closed, WAIT_MS, 'socket close');
+}
+
+/** A client speaking through our codec, for behaviour MQTT.js does not allow. */
+export class RawClient {
+  readonly packets: Packet[] = [];
+  private readonly decoder: Decoder;
+  private waiters = new Set<() => void>();
+  readonly closed: Promise<void>;
+  isClosed = false;
+
+  private constructor(
+    private readonly socket: Socket,
+    private readonly level: ProtocolLevel,
+  ) {
+    this.decoder = new Decoder({ maxPacketSize: 1 << 24, role: 'client', level });
+    socket.on('data', (chunk: Buffer) => {
+      const { packets } = this.decoder.feed(chunk);
+      this.packets.push(...packets);
+      this.wake();
+    });
+    socket.on('error', () => {});
+    this.closed = new Promise((resolve) =>
+      socket.once('close', () => {
+        this.isClosed = true;
+        this.wake();
+        resolve();
+      }),
+    );
+  }
+
+  static async open(port: number, level: ProtocolLevel): Promise<RawClient> {
+    const socket = netConnect({ host: '127.0.0.1', port });
+    await withTimeout(
+      new Promise((resolve, reject) => {
+        socket.once('connect', resolve);
+        socket.once('error', reject);
+      }),
+      WAIT_MS,
+      'TCP connect',
+    );
+    return new RawClient(socket, level);
+  }
+
+  send(p: Packet): void {
+    this.socket.write(encode(p, this.level));
+  }
+
+  sendBytes(b: Uint8Array): void {
+    this.socket.write(b);
+  }
+
+  /** The first received packet of `type` that matches, or a timeout. */
+  waitFor<T extends Packet['type']>(
+    type: T,
+    match: (p: Extract<Packet, { type: T }>) => boolean = () => true,
+    ms = WAIT_MS,
+  ): Promise<Extract<Packet, { type: T }>> {
+    return withTimeout(
+      new Promise((resolve) => {
+        const check = (): void => {
+          const found = this.packets.find((p) => p.type === type && match(p as Extract<Packet, { type: T }>));
+          if (found !== undefined) {
+            this.waiters.delete(check);
+            resolve(found as Extract<Packet, { type: T }>);
+          }
+        };
+        this.waiters.add(check);
+        check();
+      }),
+      ms,
+      `${type} packet`,
+    );
+  }
+
+  waitClosed(ms = WAIT_MS): Promise<void> {
+    return withTimeout(this.closed, ms, 'server to close the connection');
+  }
+
+  destroy(): void {
+    this.socket.destroy();
+  }
+
+  private wake(): void {
+    for (const w of [...this.waiters]) w();
+  }
+}
+
+/** A CONNECT packet with defaults that a test overrides. */
+export function connectPacket(over: Partial<Extract<Packet, { type: 'connect' }>> = {}): Packet {
+  return {
+    type: 'connect',
+    protocolName: 'MQTT',
+    level: 4,
+    clean: true,
+    keepAlive: 0,
+    clientId: 'raw',
+    will: null,
+    username: null,
+    password: null,
+    props: {},
+    ...over,
+  };
+}
