@@ -135,6 +135,9 @@ export async function dropConnection(c: TestClient): Promise<void> {
   await withTimeout(c.closed, WAIT_MS, 'socket close');
 }
 
+/** The packet shapes whose type may be T (PUBACK, PUBREC, PUBREL, PUBCOMP share one interface). */
+export type PacketOf<T extends Packet['type']> = Packet & { type: T };
+
 /** A client speaking through our codec, for behaviour MQTT.js does not allow. */
 export class RawClient {
   readonly packets: Packet[] = [];
@@ -187,16 +190,16 @@ export class RawClient {
   /** The first received packet of `type` that matches, or a timeout. */
   waitFor<T extends Packet['type']>(
     type: T,
-    match: (p: Extract<Packet, { type: T }>) => boolean = () => true,
+    match: (p: PacketOf<T>) => boolean = () => true,
     ms = WAIT_MS,
-  ): Promise<Extract<Packet, { type: T }>> {
+  ): Promise<PacketOf<T>> {
     return withTimeout(
       new Promise((resolve) => {
         const check = (): void => {
-          const found = this.packets.find((p) => p.type === type && match(p as Extract<Packet, { type: T }>));
+          const found = this.packets.find((p) => p.type === type && match(p as PacketOf<T>));
           if (found !== undefined) {
             this.waiters.delete(check);
-            resolve(found as Extract<Packet, { type: T }>);
+            resolve(found as PacketOf<T>);
           }
         };
         this.waiters.add(check);
