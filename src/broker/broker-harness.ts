@@ -66,9 +66,17 @@ export class Harness {
     const protocol = opts.protocol ?? 4;
     const clean = opts.clean ?? false;
     const cmd: ConnectCommand = {
-      t: 'connect', conn, clientId, protocol, clean,
+      t: 'connect',
+      conn,
+      clientId,
+      protocol,
+      clean,
       expiryS: protocol === 5 ? 0 : clean ? 0 : 0xffff_ffff,
-      will: null, username: null, receiveMax: 65_535, maxPacketSize: 0, problemInfo: true,
+      will: null,
+      username: null,
+      receiveMax: 65_535,
+      maxPacketSize: 0,
+      problemInfo: true,
       ...opts,
     };
     return this.apply(cmd);

@@ -41,7 +41,10 @@ describe('broker v5: session expiry and will delay', { timeout: 30_000 }, () => 
     assert.deepEqual(published(gone, w), []);
     assert.deepEqual(published(h.apply({ t: 'tick' }, 4_999), w), []);
     const fired = h.apply({ t: 'tick' }, 1);
-    assert.deepEqual(published(fired, w).map((x) => text(x.msg)), ['late']);
+    assert.deepEqual(
+      published(fired, w).map((x) => text(x.msg)),
+      ['late'],
+    );
     assert.equal(events(fired, 'will-published').length, 1);
   });
 
@@ -53,7 +56,10 @@ describe('broker v5: session expiry and will delay', { timeout: 30_000 }, () => 
     h.connect(a, 'a', v5({ expiryS: 10, will: { msg: msg('will', 'w'), delayS: 60 } }));
     h.apply({ t: 'disconnect', conn: a, reason: RC.UNSPECIFIED_ERROR, publishWill: true });
     const out = h.apply({ t: 'tick' }, 10_000);
-    assert.deepEqual(published(out, w).map((x) => text(x.msg)), ['w']);
+    assert.deepEqual(
+      published(out, w).map((x) => text(x.msg)),
+      ['w'],
+    );
     assert.deepEqual(
       out.filter((e) => e.t === 'event').map((e) => (e as { kind: string }).kind),
       ['session-expired', 'will-published'],
@@ -71,7 +77,10 @@ describe('broker v5: session expiry and will delay', { timeout: 30_000 }, () => 
     h.apply({ t: 'disconnect', conn: a1, reason: RC.UNSPECIFIED_ERROR, publishWill: true });
     h.apply({ t: 'disconnect', conn: b1, reason: RC.UNSPECIFIED_ERROR, publishWill: true });
     assert.equal(events(h.connect(a2, 'a', v5({ expiryS: 100 })), 'will-cancelled').length, 1);
-    assert.deepEqual(published(h.connect(b2, 'b', v5({ clean: true })), w).map((x) => text(x.msg)), ['b']);
+    assert.deepEqual(
+      published(h.connect(b2, 'b', v5({ clean: true })), w).map((x) => text(x.msg)),
+      ['b'],
+    );
     assert.deepEqual(published(h.apply({ t: 'tick' }, 60_000), w), []);
   });
 
@@ -96,7 +105,10 @@ describe('broker v5: session expiry and will delay', { timeout: 30_000 }, () => 
     const w2 = h.conn(1);
     h.connect(w2, 'watcher', v5({ expiryS: 0xffff_ffff }));
     assert.deepEqual(published(h.apply({ t: 'tick' }, 44_999), w2), []);
-    assert.deepEqual(published(h.apply({ t: 'tick' }, 1), w2).map((x) => text(x.msg)), ['a']);
+    assert.deepEqual(
+      published(h.apply({ t: 'tick' }, 1), w2).map((x) => text(x.msg)),
+      ['a'],
+    );
   });
 });
 
@@ -113,7 +125,10 @@ describe('broker v5: message expiry', { timeout: 30_000 }, () => {
     h.publish(p, msg('x', 'long', 1, false, { expiryS: 100 }), 3);
     h.apply({ t: 'tick' }, 10_500);
     const next = published(h.apply({ t: 'ack', conn: a, pid: 1, kind: 'puback' }), a);
-    assert.deepEqual(next.map((x) => [text(x.msg), x.expiryS]), [['long', 90]]);
+    assert.deepEqual(
+      next.map((x) => [text(x.msg), x.expiryS]),
+      [['long', 90]],
+    );
   });
 
   it('drops an expired retained message when a subscription matches it', () => {
@@ -122,7 +137,10 @@ describe('broker v5: message expiry', { timeout: 30_000 }, () => {
     h.connect(p, 'pub', v5());
     h.publish(p, msg('r', 'v', 1, true, { expiryS: 2 }), 1);
     h.connect(a, 'a', v5());
-    assert.deepEqual(published(h.subscribe(a, 1, [{ filter: 'r' }]), a).map((x) => x.expiryS), [2]);
+    assert.deepEqual(
+      published(h.subscribe(a, 1, [{ filter: 'r' }]), a).map((x) => x.expiryS),
+      [2],
+    );
     h.apply({ t: 'tick' }, 2_000);
     h.connect(b, 'b', v5());
     assert.deepEqual(published(h.subscribe(b, 1, [{ filter: 'r' }]), b), []);
@@ -138,10 +156,16 @@ describe('broker v5: message expiry', { timeout: 30_000 }, () => {
     h.publish(p, msg('x', 'plain', 1), 2);
     h.apply({ t: 'disconnect', conn: a1, reason: RC.UNSPECIFIED_ERROR, publishWill: true });
     const out = published(h.connect(a2, 'alice', v5({ expiryS: 1000 })), a2);
-    assert.deepEqual(out.map((x) => x.pid), [1, 2]);
+    assert.deepEqual(
+      out.map((x) => x.pid),
+      [1, 2],
+    );
     h.apply({ t: 'disconnect', conn: a2, reason: RC.UNSPECIFIED_ERROR, publishWill: true }, 1_000);
     const later = published(h.connect(h.conn(4), 'alice', v5({ expiryS: 1000 })), h.conn(4));
-    assert.deepEqual(later.map((x) => [x.pid, text(x.msg), x.dup]), [[2, 'plain', true]]);
+    assert.deepEqual(
+      later.map((x) => [x.pid, text(x.msg), x.dup]),
+      [[2, 'plain', true]],
+    );
   });
 });
 
@@ -196,7 +220,10 @@ describe('broker v5: subscription options', { timeout: 30_000 }, () => {
     h.subscribe(a, 2, [{ filter: 'x/#', qos: 0 }], 22);
     h.subscribe(a, 3, [{ filter: '#', qos: 0 }]);
     const [pkt] = published(h.publish(p, msg('x/y', 'm', 1), 1), a);
-    assert.deepEqual([...(pkt.subIds ?? [])].sort((x, y) => x - y), [11, 22]);
+    assert.deepEqual(
+      [...(pkt.subIds ?? [])].sort((x, y) => x - y),
+      [11, 22],
+    );
     assert.equal(pkt.qos, 1);
   });
 });
@@ -206,7 +233,11 @@ describe('broker v5: shared subscriptions', { timeout: 30_000 }, () => {
     const h = new Harness();
     const [p, a, b, c] = [h.conn(1), h.conn(2), h.conn(3), h.conn(4)];
     h.connect(p, 'pub', v5());
-    for (const [conn, id] of [[a, 'a'], [b, 'b'], [c, 'c']] as const) {
+    for (const [conn, id] of [
+      [a, 'a'],
+      [b, 'b'],
+      [c, 'c'],
+    ] as const) {
       h.connect(conn, id, v5({ expiryS: 1000 }));
       h.subscribe(conn, 1, [{ filter: '$share/g/jobs/+', qos: 1 }]);
     }
@@ -229,7 +260,10 @@ describe('broker v5: shared subscriptions', { timeout: 30_000 }, () => {
     assert.deepEqual(published(h.subscribe(a1, 1, [{ filter: '$share/g/jobs/#', qos: 1 }]), a1), []);
     h.apply({ t: 'disconnect', conn: a1, reason: RC.SUCCESS, publishWill: false });
     assert.deepEqual(sent(h.publish(p, msg('jobs/x', 'held', 1), 2), p), [{ type: 'puback', pid: 2, code: RC.SUCCESS }]);
-    assert.deepEqual(published(h.connect(a2, 'a', v5({ expiryS: 1000 })), a2).map((x) => text(x.msg)), ['held']);
+    assert.deepEqual(
+      published(h.connect(a2, 'a', v5({ expiryS: 1000 })), a2).map((x) => text(x.msg)),
+      ['held'],
+    );
   });
 
   it('delivers to a share and to a plain subscription of the same session separately', () => {
@@ -237,7 +271,10 @@ describe('broker v5: shared subscriptions', { timeout: 30_000 }, () => {
     const [p, a] = [h.conn(1), h.conn(2)];
     h.connect(p, 'pub', v5());
     h.connect(a, 'a', v5());
-    h.subscribe(a, 1, [{ filter: '$share/g/t', qos: 1 }, { filter: 't', qos: 1 }]);
+    h.subscribe(a, 1, [
+      { filter: '$share/g/t', qos: 1 },
+      { filter: 't', qos: 1 },
+    ]);
     assert.equal(published(h.publish(p, msg('t', 'm', 1), 1), a).length, 2);
     h.apply({ t: 'unsubscribe', conn: a, pid: 2, filters: ['$share/g/t'] });
     assert.equal(published(h.publish(p, msg('t', 'm', 1), 2), a).length, 1);
@@ -253,7 +290,10 @@ describe('broker v5: client limits', { timeout: 30_000 }, () => {
     h.subscribe(a, 1, [{ filter: 'x', qos: 1 }]);
     const out: Effect[] = [];
     for (let i = 1; i <= 4; i++) out.push(...h.publish(p, msg('x', `m${i}`, 1), i));
-    assert.deepEqual(published(out, a).map((x) => x.pid), [1, 2]);
+    assert.deepEqual(
+      published(out, a).map((x) => x.pid),
+      [1, 2],
+    );
   });
 
   it('drops a message larger than the client Maximum Packet Size for that client only [MQTT-3.1.2-25]', () => {
@@ -276,6 +316,8 @@ describe('broker v5: client limits', { timeout: 30_000 }, () => {
     const h = new Harness();
     const p = h.conn(1);
     h.connect(p, 'pub', v5());
-    assert.deepEqual(sent(h.apply({ t: 'pubrel', conn: p, pid: 4 }), p), [{ type: 'pubcomp', pid: 4, code: RC.PACKET_IDENTIFIER_NOT_FOUND }]);
+    assert.deepEqual(sent(h.apply({ t: 'pubrel', conn: p, pid: 4 }), p), [
+      { type: 'pubcomp', pid: 4, code: RC.PACKET_IDENTIFIER_NOT_FOUND },
+    ]);
   });
 });

@@ -19,69 +19,123 @@ const SLOTS = 3;
 type Abstract = { advance: number; slot: number; make: (conn: string) => Command };
 
 const message = (): fc.Arbitrary<Message> =>
-  fc.record({
-    topic: fc.constantFrom(...TOPICS),
-    len: fc.integer({ min: 0, max: 60 }),
-    qos: fc.constantFrom(0 as const, 1 as const, 2 as const),
-    retain: fc.boolean(),
-    expiryS: fc.option(fc.constantFrom(0, 1, 5, 100), { nil: undefined }),
-  }).map(({ topic, len, qos, retain, expiryS }) => {
-    const m: Message = { topic, payload: new Uint8Array(len).fill(len), qos, retain };
-    if (expiryS !== undefined) m.props = { expiryS };
-    return m;
-  });
+  fc
+    .record({
+      topic: fc.constantFrom(...TOPICS),
+      len: fc.integer({ min: 0, max: 60 }),
+      qos: fc.constantFrom(0 as const, 1 as const, 2 as const),
+      retain: fc.boolean(),
+      expiryS: fc.option(fc.constantFrom(0, 1, 5, 100), { nil: undefined }),
+    })
+    .map(({ topic, len, qos, retain, expiryS }) => {
+      const m: Message = { topic, payload: new Uint8Array(len).fill(len), qos, retain };
+      if (expiryS !== undefined) m.props = { expiryS };
+      return m;
+    });
 
 const settings = (): fc.Arbitrary<Settings> =>
-  fc.record({
-    maxInflight: fc.integer({ min: 1, max: 4 }),
-    maxQueuedMessages: fc.integer({ min: 0, max: 5 }),
-    maxQueuedBytes: fc.constantFrom(50, 200, 10_000),
-    maxQos: fc.constantFrom(0 as const, 1 as const, 2 as const),
-    willGraceS: fc.constantFrom(0, 2, 30),
-  }).map((s) => ({ ...testSettings, ...s }));
+  fc
+    .record({
+      maxInflight: fc.integer({ min: 1, max: 4 }),
+      maxQueuedMessages: fc.integer({ min: 0, max: 5 }),
+      maxQueuedBytes: fc.constantFrom(50, 200, 10_000),
+      maxQos: fc.constantFrom(0 as const, 1 as const, 2 as const),
+      willGraceS: fc.constantFrom(0, 2, 30),
+    })
+    .map((s) => ({ ...testSettings, ...s }));
 
 const subRequest = (): fc.Arbitrary<SubscriptionRequest> =>
-  fc.record({
-    filter: fc.constantFrom(...FILTERS),
-    qos: fc.constantFrom(0 as const, 1 as const, 2 as const),
-    nl: fc.boolean(),
-    rap: fc.boolean(),
-    rh: fc.constantFrom(0 as const, 1 as const, 2 as const),
-  }).map((r) => (r.filter.startsWith('$share/') ? { ...r, nl: false } : r));
+  fc
+    .record({
+      filter: fc.constantFrom(...FILTERS),
+      qos: fc.constantFrom(0 as const, 1 as const, 2 as const),
+      nl: fc.boolean(),
+      rap: fc.boolean(),
+      rh: fc.constantFrom(0 as const, 1 as const, 2 as const),
+    })
+    .map((r) => (r.filter.startsWith('$share/') ? { ...r, nl: false } : r));
 
 const pid = fc.integer({ min: 1, max: 6 });
 
 const command = (): fc.Arbitrary<(conn: string) => Command> =>
   fc.oneof(
-    { weight: 6, arbitrary: fc.record({
-      clientId: fc.option(fc.constantFrom(...CLIENTS), { nil: null, freq: 12 }),
-      protocol: fc.constantFrom(4 as const, 5 as const),
-      clean: fc.boolean(),
-      expiryS: fc.constantFrom(0, 3, 100, 0xffff_ffff),
-      will: fc.option(fc.record({ msg: message(), delayS: fc.constantFrom(0, 2, 40) }), { nil: null }),
-      receiveMax: fc.constantFrom(1, 2, 65_535),
-      maxPacketSize: fc.constantFrom(0, 40, 200),
-    }).map((c) => (conn: string): Command => ({ t: 'connect', conn, username: null, problemInfo: true, ...c })) },
-    { weight: 2, arbitrary: fc.record({ publishWill: fc.boolean(), expiryS: fc.option(fc.constantFrom(0, 5, 1000), { nil: undefined }) })
-      .map(({ publishWill, expiryS }) => (conn: string): Command =>
-        expiryS === undefined ? { t: 'disconnect', conn, reason: 0, publishWill } : { t: 'disconnect', conn, reason: 0, publishWill, expiryS }) },
-    { weight: 6, arbitrary: fc.tuple(pid, fc.array(subRequest(), { minLength: 1, maxLength: 3 }), fc.option(fc.integer({ min: 1, max: 9 }), { nil: undefined }))
-      .map(([p, subs, subId]) => (conn: string): Command =>
-        subId === undefined ? { t: 'subscribe', conn, pid: p, subs } : { t: 'subscribe', conn, pid: p, subs, subId }) },
-    { weight: 1, arbitrary: fc.tuple(pid, fc.subarray(FILTERS, { minLength: 1 }))
-      .map(([p, filters]) => (conn: string): Command => ({ t: 'unsubscribe', conn, pid: p, filters })) },
-    { weight: 12, arbitrary: fc.tuple(pid, message())
-      .map(([p, msg]) => (conn: string): Command => (msg.qos === 0 ? { t: 'publish', conn, msg } : { t: 'publish', conn, pid: p, msg })) },
-    { weight: 2, arbitrary: pid.map((p) => (conn: string): Command => ({ t: 'pubrel', conn, pid: p })) },
-    { weight: 10, arbitrary: fc.tuple(pid, fc.constantFrom('puback' as const, 'pubrec' as const, 'pubcomp' as const))
-      .map(([p, kind]) => (conn: string): Command => ({ t: 'ack', conn, pid: p, kind })) },
+    {
+      weight: 6,
+      arbitrary: fc
+        .record({
+          clientId: fc.option(fc.constantFrom(...CLIENTS), { nil: null, freq: 12 }),
+          protocol: fc.constantFrom(4 as const, 5 as const),
+          clean: fc.boolean(),
+          expiryS: fc.constantFrom(0, 3, 100, 0xffff_ffff),
+          will: fc.option(fc.record({ msg: message(), delayS: fc.constantFrom(0, 2, 40) }), { nil: null }),
+          receiveMax: fc.constantFrom(1, 2, 65_535),
+          maxPacketSize: fc.constantFrom(0, 40, 200),
+        })
+        .map(
+          (c) =>
+            (conn: string): Command => ({ t: 'connect', conn, username: null, problemInfo: true, ...c }),
+        ),
+    },
+    {
+      weight: 2,
+      arbitrary: fc.record({ publishWill: fc.boolean(), expiryS: fc.option(fc.constantFrom(0, 5, 1000), { nil: undefined }) }).map(
+        ({ publishWill, expiryS }) =>
+          (conn: string): Command =>
+            expiryS === undefined
+              ? { t: 'disconnect', conn, reason: 0, publishWill }
+              : { t: 'disconnect', conn, reason: 0, publishWill, expiryS },
+      ),
+    },
+    {
+      weight: 6,
+      arbitrary: fc
+        .tuple(pid, fc.array(subRequest(), { minLength: 1, maxLength: 3 }), fc.option(fc.integer({ min: 1, max: 9 }), { nil: undefined }))
+        .map(
+          ([p, subs, subId]) =>
+            (conn: string): Command =>
+              subId === undefined ? { t: 'subscribe', conn, pid: p, subs } : { t: 'subscribe', conn, pid: p, subs, subId },
+        ),
+    },
+    {
+      weight: 1,
+      arbitrary: fc.tuple(pid, fc.subarray(FILTERS, { minLength: 1 })).map(
+        ([p, filters]) =>
+          (conn: string): Command => ({ t: 'unsubscribe', conn, pid: p, filters }),
+      ),
+    },
+    {
+      weight: 12,
+      arbitrary: fc.tuple(pid, message()).map(
+        ([p, msg]) =>
+          (conn: string): Command =>
+            msg.qos === 0 ? { t: 'publish', conn, msg } : { t: 'publish', conn, pid: p, msg },
+      ),
+    },
+    {
+      weight: 2,
+      arbitrary: pid.map(
+        (p) =>
+          (conn: string): Command => ({ t: 'pubrel', conn, pid: p }),
+      ),
+    },
+    {
+      weight: 10,
+      arbitrary: fc.tuple(pid, fc.constantFrom('puback' as const, 'pubrec' as const, 'pubcomp' as const)).map(
+        ([p, kind]) =>
+          (conn: string): Command => ({ t: 'ack', conn, pid: p, kind }),
+      ),
+    },
     { weight: 2, arbitrary: fc.constant((): Command => ({ t: 'tick' })) },
     { weight: 1, arbitrary: settings().map((s) => (): Command => ({ t: 'settings', settings: s })) },
     { weight: 1, arbitrary: settings().map((s) => (): Command => ({ t: 'serve-start', node: 2, settings: s })) },
   );
 
 const abstract = (): fc.Arbitrary<Abstract> =>
-  fc.record({ advance: fc.constantFrom(0, 0, 100, 1_000, 4_000, 45_000), slot: fc.oneof({ weight: 1, arbitrary: fc.constant(0) }, { weight: 12, arbitrary: fc.integer({ min: 1, max: SLOTS }) }), make: command() });
+  fc.record({
+    advance: fc.constantFrom(0, 0, 100, 1_000, 4_000, 45_000),
+    slot: fc.oneof({ weight: 1, arbitrary: fc.constant(0) }, { weight: 12, arbitrary: fc.integer({ min: 1, max: SLOTS }) }),
+    make: command(),
+  });
 
 /** Concrete entries: conns of slot s > 0 belong to the latest serving period. */
 function materialise(cmds: Abstract[]): Entry[] {
@@ -103,7 +157,11 @@ function canon(x: unknown): unknown {
   if (x instanceof Uint8Array) return `bytes:${Buffer.from(x).toString('hex')}`;
   if (Array.isArray(x)) return x.map(canon);
   if (x !== null && typeof x === 'object') {
-    return Object.fromEntries(Object.keys(x).sort().map((k) => [k, canon((x as Record<string, unknown>)[k])]));
+    return Object.fromEntries(
+      Object.keys(x)
+        .sort()
+        .map((k) => [k, canon((x as Record<string, unknown>)[k])]),
+    );
   }
   return x;
 }
@@ -112,6 +170,7 @@ function run(b: Broker, entries: Entry[]): unknown[] {
   return entries.map((e) => {
     const out: Effect[] = [];
     b.apply(e, out);
+    assert.equal(b.verify(), null, `invariants after entry ${e.index} (${e.cmd.t})`);
     return canon(out);
   });
 }
@@ -155,7 +214,18 @@ describe('broker: replicas agree', { timeout: 120_000 }, () => {
     );
     // The generator must reach the interesting paths, or agreement would be cheap.
     if (process.env.BROKER_TALLY) console.log(JSON.stringify([...seen]));
-    for (const kind of ['publish-dup', 'pubrel', 'puback', 'suback', 'close', 'queue-full', 'will-published', 'session-expired', 'takeover', 'too-large']) {
+    for (const kind of [
+      'publish-dup',
+      'pubrel',
+      'puback',
+      'suback',
+      'close',
+      'queue-full',
+      'will-published',
+      'session-expired',
+      'takeover',
+      'too-large',
+    ]) {
       assert.ok((seen.get(kind) ?? 0) > 0, `never saw ${kind}: ${JSON.stringify([...seen])}`);
     }
   });
@@ -175,7 +245,10 @@ describe('broker: replicas agree', { timeout: 120_000 }, () => {
   it('never throws on arbitrary commands, and treats them as no-ops', () => {
     const garbage = fc.oneof(
       fc.anything(),
-      fc.record({ t: fc.constantFrom('connect', 'publish', 'subscribe', 'ack', 'disconnect', 'serve-start', 'check'), conn: fc.anything() }, { requiredKeys: ['t'] }),
+      fc.record(
+        { t: fc.constantFrom('connect', 'publish', 'subscribe', 'ack', 'disconnect', 'serve-start', 'check'), conn: fc.anything() },
+        { requiredKeys: ['t'] },
+      ),
       fc.tuple(abstract(), fc.string(), fc.anything()).map(([a, key, value]) => ({ ...a.make('1.1'), [key]: value })),
     );
     fc.assert(
@@ -183,7 +256,7 @@ describe('broker: replicas agree', { timeout: 120_000 }, () => {
         const b = new Broker();
         const out: Effect[] = [];
         b.apply({ index: 1, time: T0, cmd: { t: 'serve-start', node: 1, settings: testSettings } }, out);
-        cmds.forEach((cmd, i) => b.apply({ index: i + 2, time: T0 + i, cmd: cmd as Command }, out));
+        for (const [i, cmd] of cmds.entries()) b.apply({ index: i + 2, time: T0 + i, cmd: cmd as Command }, out);
         assert.equal(b.failed, null);
         b.digest();
       }),
@@ -193,7 +266,28 @@ describe('broker: replicas agree', { timeout: 120_000 }, () => {
 
   it('refuses a corrupt snapshot with an error and keeps its state', () => {
     const b = new Broker();
-    run(b, materialise([{ advance: 0, slot: 1, make: (conn) => ({ t: 'connect', conn, clientId: 'a', protocol: 4, clean: false, expiryS: 0xffff_ffff, will: null, username: null, receiveMax: 10, maxPacketSize: 0, problemInfo: true }) }]));
+    run(
+      b,
+      materialise([
+        {
+          advance: 0,
+          slot: 1,
+          make: (conn) => ({
+            t: 'connect',
+            conn,
+            clientId: 'a',
+            protocol: 4,
+            clean: false,
+            expiryS: 0xffff_ffff,
+            will: null,
+            username: null,
+            receiveMax: 10,
+            maxPacketSize: 0,
+            problemInfo: true,
+          }),
+        },
+      ]),
+    );
     const before = b.digest();
     const bytes = Buffer.concat([...b.snapshot()]);
     assert.throws(() => b.restore([bytes.subarray(0, bytes.length - 3)]), { code: 'ERR_SNAPSHOT_CORRUPT' });

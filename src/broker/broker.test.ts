@@ -28,7 +28,10 @@ describe('broker: sessions (3.1.1)', { timeout: 30_000 }, () => {
     h.publish(p, msg('x', 'while away', 1), 1);
     const out = h.connect(a2, 'alice');
     assert.deepEqual(sent(out, a2)[0], { type: 'connack', sessionPresent: true, code: RC.SUCCESS });
-    assert.deepEqual(published(out, a2).map((x) => text(x.msg)), ['while away']);
+    assert.deepEqual(
+      published(out, a2).map((x) => text(x.msg)),
+      ['while away'],
+    );
   });
 
   it('discards the old session and its queue on a clean connect', () => {
@@ -60,8 +63,14 @@ describe('broker: sessions (3.1.1)', { timeout: 30_000 }, () => {
     h.subscribe(w, 1, [{ filter: 'will/#', qos: 1 }]);
     h.connect(a1, 'alice', { will: { msg: msg('will/alice', 'gone', 1), delayS: 0 } });
     const out = h.connect(a2, 'alice');
-    assert.deepEqual(out.filter((e) => e.t === 'close'), [{ t: 'close', conn: a1, reason: RC.SESSION_TAKEN_OVER }]);
-    assert.deepEqual(published(out, w).map((x) => text(x.msg)), ['gone']);
+    assert.deepEqual(
+      out.filter((e) => e.t === 'close'),
+      [{ t: 'close', conn: a1, reason: RC.SESSION_TAKEN_OVER }],
+    );
+    assert.deepEqual(
+      published(out, w).map((x) => text(x.msg)),
+      ['gone'],
+    );
     assert.equal(events(out, 'takeover').length, 1);
     assert.deepEqual(sent(out, a2)[0], { type: 'connack', sessionPresent: true, code: RC.SUCCESS });
     // The old connection no longer holds the session: its disconnect changes nothing.
@@ -78,7 +87,10 @@ describe('broker: sessions (3.1.1)', { timeout: 30_000 }, () => {
     h.connect(b, 'b', { will: { msg: msg('will/b', 'b died', 0), delayS: 0 } });
     const outA = h.apply({ t: 'disconnect', conn: a, reason: RC.KEEP_ALIVE_TIMEOUT, publishWill: true });
     const outB = h.apply({ t: 'disconnect', conn: b, reason: RC.SUCCESS, publishWill: false });
-    assert.deepEqual(published(outA, w).map((x) => text(x.msg)), ['a died']);
+    assert.deepEqual(
+      published(outA, w).map((x) => text(x.msg)),
+      ['a died'],
+    );
     assert.deepEqual(published(outB, w), []);
   });
 });
@@ -88,7 +100,11 @@ describe('broker: subscribe and publish (3.1.1)', { timeout: 30_000 }, () => {
     const h = new Harness({ ...testSettings, maxQos: 1 });
     const a = h.conn(1);
     h.connect(a, 'alice');
-    const out = h.subscribe(a, 7, [{ filter: 'a', qos: 0 }, { filter: 'b', qos: 1 }, { filter: 'c', qos: 2 }]);
+    const out = h.subscribe(a, 7, [
+      { filter: 'a', qos: 0 },
+      { filter: 'b', qos: 1 },
+      { filter: 'c', qos: 2 },
+    ]);
     assert.deepEqual(sent(out, a), [{ type: 'suback', pid: 7, codes: [RC.GRANTED_QOS_0, RC.GRANTED_QOS_1, RC.GRANTED_QOS_1] }]);
   });
 
@@ -100,7 +116,10 @@ describe('broker: subscribe and publish (3.1.1)', { timeout: 30_000 }, () => {
     h.subscribe(a, 1, [{ filter: 'x', qos: 2 }]);
     h.subscribe(a, 2, [{ filter: 'x', qos: 0 }]);
     const got = published(h.publish(p, msg('x', 'm', 2), 1), a);
-    assert.deepEqual(got.map((x) => x.qos), [0]);
+    assert.deepEqual(
+      got.map((x) => x.qos),
+      [0],
+    );
   });
 
   it('acknowledges QoS 1 with PUBACK, and says no matching subscribers when nothing matched', () => {
@@ -118,7 +137,11 @@ describe('broker: subscribe and publish (3.1.1)', { timeout: 30_000 }, () => {
     const [a, p] = [h.conn(1), h.conn(2)];
     h.connect(a, 'alice');
     h.connect(p, 'pub');
-    h.subscribe(a, 1, [{ filter: 'x/#', qos: 0 }, { filter: 'x/+', qos: 2 }, { filter: '#', qos: 1 }]);
+    h.subscribe(a, 1, [
+      { filter: 'x/#', qos: 0 },
+      { filter: 'x/+', qos: 2 },
+      { filter: '#', qos: 1 },
+    ]);
     const got = published(h.publish(p, msg('x/y', 'm', 2), 1), a);
     assert.equal(got.length, 1);
     assert.equal(got[0].qos, 2);
@@ -194,13 +217,20 @@ describe('broker: retained messages (3.1.1)', { timeout: 30_000 }, () => {
     h.publish(p, msg('s/3', '', 0, true));
     h.connect(a, 'alice');
     const got = published(h.subscribe(a, 1, [{ filter: 's/+', qos: 1 }]), a);
-    assert.deepEqual(got.map((x) => [x.msg.topic, text(x.msg), x.retain, x.qos]), [
-      ['s/1', 'new', true, 1],
-      ['s/2', 'two', true, 1],
-    ]);
+    assert.deepEqual(
+      got.map((x) => [x.msg.topic, text(x.msg), x.retain, x.qos]),
+      [
+        ['s/1', 'new', true, 1],
+        ['s/2', 'two', true, 1],
+      ],
+    );
     h.connect(b, 'bob');
     const subback = h.subscribe(b, 1, [{ filter: 's/1', qos: 0 }]);
-    assert.equal(subback.findIndex((e) => e.t === 'send' && e.packet.type === 'suback'), 0, 'SUBACK goes before the retained messages');
+    assert.equal(
+      subback.findIndex((e) => e.t === 'send' && e.packet.type === 'suback'),
+      0,
+      'SUBACK goes before the retained messages',
+    );
   });
 
   it('clears the retain flag on live delivery', () => {
@@ -233,9 +263,20 @@ describe('broker: outbound QoS 1/2 flows (3.1.1)', { timeout: 60_000 }, () => {
     h.subscribe(a, 1, [{ filter: 'x', qos: 1 }]);
     const out: Effect[] = [];
     for (let i = 1; i <= 6; i++) out.push(...h.publish(p, msg('x', `m${i}`, 1), i));
-    assert.deepEqual(published(out, a).map((x) => [x.pid, text(x.msg)]), [[1, 'm1'], [2, 'm2'], [3, 'm3'], [4, 'm4']]);
+    assert.deepEqual(
+      published(out, a).map((x) => [x.pid, text(x.msg)]),
+      [
+        [1, 'm1'],
+        [2, 'm2'],
+        [3, 'm3'],
+        [4, 'm4'],
+      ],
+    );
     const next = published(h.apply({ t: 'ack', conn: a, pid: 2, kind: 'puback' }), a);
-    assert.deepEqual(next.map((x) => [x.pid, text(x.msg), x.dup]), [[5, 'm5', false]]);
+    assert.deepEqual(
+      next.map((x) => [x.pid, text(x.msg), x.dup]),
+      [[5, 'm5', false]],
+    );
   });
 
   it('runs the QoS 2 flow: PUBREC gets PUBREL, PUBCOMP frees the slot', () => {
@@ -248,7 +289,10 @@ describe('broker: outbound QoS 1/2 flows (3.1.1)', { timeout: 60_000 }, () => {
     assert.deepEqual(published(h.publish(p, msg('x', 'two', 2), 2), a), [], 'queued behind the inflight one');
     assert.deepEqual(sent(h.apply({ t: 'ack', conn: a, pid: 1, kind: 'pubrec' }), a), [{ type: 'pubrel', pid: 1 }]);
     const freed = published(h.apply({ t: 'ack', conn: a, pid: 1, kind: 'pubcomp' }), a);
-    assert.deepEqual(freed.map((x) => [x.pid, text(x.msg)]), [[2, 'two']]);
+    assert.deepEqual(
+      freed.map((x) => [x.pid, text(x.msg)]),
+      [[2, 'two']],
+    );
   });
 
   it('treats an ack for an unknown packet id as a no-op with an event', () => {
@@ -276,7 +320,10 @@ describe('broker: outbound QoS 1/2 flows (3.1.1)', { timeout: 60_000 }, () => {
       [['connack'], ['pubrel', 1], ['publish', 2, 'm2', true], ['publish', 3, 'm3', true]],
     );
     const after = published(h.apply({ t: 'ack', conn: a2, pid: 1, kind: 'pubcomp' }), a2);
-    assert.deepEqual(after.map((x) => [x.pid, text(x.msg), x.dup]), [[4, 'm4', false]]);
+    assert.deepEqual(
+      after.map((x) => [x.pid, text(x.msg), x.dup]),
+      [[4, 'm4', false]],
+    );
   });
 
   it('reuses packet ids after 65535, skipping ids still in flight', () => {
@@ -332,7 +379,11 @@ describe('broker: failover and robustness', { timeout: 30_000 }, () => {
     h.connect(a, 'a', { clean: true, will: { msg: msg('will/a', 'a died', 1), delayS: 0 } });
     h.connect(b, 'b', { will: { msg: msg('will/b', 'b died', 1), delayS: 0 } });
     const start = h.serveStart(1000);
-    assert.deepEqual(start.filter((e) => e.t === 'send'), [], 'no will goes out at serve-start');
+    assert.deepEqual(
+      start.filter((e) => e.t === 'send'),
+      [],
+      'no will goes out at serve-start',
+    );
     assert.equal(h.broker.nextDeadline(), h.time + 30_000);
     // b comes back within the grace: its will is dropped. a does not.
     const b2 = h.conn(1);
@@ -343,7 +394,10 @@ describe('broker: failover and robustness', { timeout: 30_000 }, () => {
     h.connect(w2, 'watcher');
     assert.deepEqual(published(h.apply({ t: 'tick' }, 29_999), w2), []);
     const fired = h.apply({ t: 'tick' }, 1);
-    assert.deepEqual(published(fired, w2).map((x) => text(x.msg)), ['a died']);
+    assert.deepEqual(
+      published(fired, w2).map((x) => text(x.msg)),
+      ['a died'],
+    );
     assert.equal(h.broker.nextDeadline(), undefined);
   });
 
@@ -368,7 +422,10 @@ describe('broker: failover and robustness', { timeout: 30_000 }, () => {
     ];
     for (const cmd of cmds) {
       const out = h.apply(cmd);
-      assert.deepEqual(out.filter((e) => e.t !== 'event'), []);
+      assert.deepEqual(
+        out.filter((e) => e.t !== 'event'),
+        [],
+      );
       assert.equal(events(out, 'no-op').length, 1, cmd.t);
     }
     assert.equal(h.broker.failed, null);
@@ -377,8 +434,18 @@ describe('broker: failover and robustness', { timeout: 30_000 }, () => {
   it('never throws on malformed commands, and makes each a no-op', () => {
     const h = new Harness();
     const before = h.broker.digest();
-    const bad: unknown[] = [null, 7, 'x', [], { t: 'nope' }, { t: 'connect', conn: '1.1' }, { t: 'publish', conn: '1.1', msg: { topic: 'a/#' } },
-      { t: 'subscribe', conn: '1.1', pid: 0, subs: [] }, { t: 'settings', settings: { maxQos: 5 } }, { t: 'check' }];
+    const bad: unknown[] = [
+      null,
+      7,
+      'x',
+      [],
+      { t: 'nope' },
+      { t: 'connect', conn: '1.1' },
+      { t: 'publish', conn: '1.1', msg: { topic: 'a/#' } },
+      { t: 'subscribe', conn: '1.1', pid: 0, subs: [] },
+      { t: 'settings', settings: { maxQos: 5 } },
+      { t: 'check' },
+    ];
     for (const cmd of bad) {
       const out = h.apply(cmd as never);
       assert.equal(events(out, 'no-op').length, 1);
@@ -434,7 +501,10 @@ describe('broker: failover and robustness', { timeout: 30_000 }, () => {
     const before = h.broker.digest();
     const out: Effect[] = [];
     assert.equal(h.broker.routeQos0(p, msg('q/1', 'fast'), out), 2);
-    assert.deepEqual(published(out, a).map((x) => [x.qos, x.retain, x.pid]), [[0, false, undefined]]);
+    assert.deepEqual(
+      published(out, a).map((x) => [x.qos, x.retain, x.pid]),
+      [[0, false, undefined]],
+    );
     assert.deepEqual(published(out, b), []);
     assert.equal(h.broker.digest(), before);
   });

@@ -18,7 +18,7 @@ import type {
   Will,
 } from './commands.js';
 import { type Deadline, DeadlineHeap, SESSION_DEADLINE, WILL_DEADLINE } from './deadlines.js';
-import { applyAck, deliver, event, fillInflight, resendInflight } from './deliver.js';
+import { applyAck, deliver, event, fillInflight, inflightLimit, resendInflight } from './deliver.js';
 import { RetainedTrie } from './retained-trie.js';
 import {
   connPeriod,
@@ -178,8 +178,45 @@ export class Broker implements BrokerState {
   /** sha256 of the canonical image. Hashes the whole state: fine for now, an incremental digest
    * is a later optimisation. */
   digest(): string {
-    this.digestCache ??= createHash('sha256').update(encodeImage(this.image(false))).digest('hex');
+    this.digestCache ??= createHash('sha256')
+      .update(encodeImage(this.image(false)))
+      .digest('hex');
     return this.digestCache;
+  }
+
+  /** Checks the invariants that tie the replicated records and the derived indexes together;
+   * null when they hold, else the first broken one. O(state): for tests and the simulator. */
+  verify(): string | null {
+    let subs = 0;
+    let online = 0;
+    for (const [id, s] of this.sessions) {
+      const problem = this.verifySession(id, s);
+      if (problem !== null) return `session ${id}: ${problem}`;
+      subs += s.subs.size;
+      if (s.conn !== null) online++;
+    }
+    if (this.byConn.size !== online) return `conn index holds ${this.byConn.size}, ${online} sessions online`;
+    if (this.subsTrie.size !== subs) return `trie holds ${this.subsTrie.size}, sessions ${subs} subscriptions`;
+    for (const [id, w] of this.wills) {
+      if (w.clientId !== id) return `pending will under ${id} names ${w.clientId}`;
+      if (this.sessions.get(id)?.conn != null) return `pending will of online client ${id}`;
+    }
+    return null;
+  }
+
+  private verifySession(id: string, s: Session): string | null {
+    if (s.clientId !== id) return `stored under another id (${s.clientId})`;
+    if (s.conn !== null && this.byConn.get(s.conn) !== s) return 'conn index does not point back';
+    if (s.conn !== null && s.expiresAt !== null) return 'online with an expiry deadline';
+    if (s.conn === null && s.will !== null) return 'offline with a connection will';
+    const pids = new Set(s.inflight.map((f) => f.pid));
+    if (pids.size !== s.inflight.length || pids.size !== s.pidsInUse.size || [...pids].some((p) => !s.pidsInUse.has(p))) {
+      return 'inflight pids and pids in use differ';
+    }
+    if (s.queue.toArray().reduce((n, q) => n + q.size, 0) !== s.queueBytes) return 'queue bytes out of step';
+    if (s.conn !== null && s.queue.length > 0 && s.inflight.length < inflightLimit(s, this.settings)) return 'queued with a free slot';
+    for (const sub of s.subs.values()) if (this.subsTrie.get(sub.topicFilter, trieKey(sub)) !== sub) return `${sub.filter} not in the trie`;
+    return null;
   }
 
   // ---- dispatch ----
@@ -187,27 +224,37 @@ export class Broker implements BrokerState {
   private dispatch(cmd: Command, index: number, now: number, out: Effect[]): void {
     switch (cmd.t) {
       case 'serve-start':
-        return this.serveStart(cmd.settings, index, now, out);
+        this.serveStart(cmd.settings, index, now, out);
+        return;
       case 'settings':
-        return this.changeSettings(cmd.settings, now, out);
+        this.changeSettings(cmd.settings, now, out);
+        return;
       case 'connect':
-        return this.connect(cmd, now, out);
+        this.connect(cmd, now, out);
+        return;
       case 'disconnect':
-        return this.disconnect(cmd, now, out);
+        this.disconnect(cmd, now, out);
+        return;
       case 'subscribe':
-        return this.subscribe(cmd, now, out);
+        this.subscribe(cmd, now, out);
+        return;
       case 'unsubscribe':
-        return this.unsubscribe(cmd, out);
+        this.unsubscribe(cmd, out);
+        return;
       case 'publish':
-        return this.publish(cmd, now, out);
+        this.publish(cmd, now, out);
+        return;
       case 'pubrel':
-        return this.pubrel(cmd.conn, cmd.pid, out);
+        this.pubrel(cmd.conn, cmd.pid, out);
+        return;
       case 'ack':
-        return this.ack(cmd.conn, cmd.pid, cmd.kind, now, out);
+        this.ack(cmd.conn, cmd.pid, cmd.kind, now, out);
+        return;
       case 'tick':
         return;
       case 'check':
-        return this.check(cmd.atIndex, cmd.digest, out);
+        this.check(cmd.atIndex, cmd.digest, out);
+        return;
       default: {
         const _: never = cmd;
         event(out, 'no-op', { reason: `unknown command ${String((_ as { t?: unknown }).t)}` });
@@ -263,8 +310,14 @@ export class Broker implements BrokerState {
 
   private connect(cmd: ConnectCommand, now: number, out: Effect[]): void {
     const period = connPeriod(cmd.conn) ?? 0;
-    if (period < this.servePeriod) return this.noop(out, cmd.t, cmd.conn, 'connection of an ended serving period');
-    if (this.byConn.has(cmd.conn)) return this.noop(out, cmd.t, cmd.conn, 'connection already holds a session');
+    if (period < this.servePeriod) {
+      this.noop(out, cmd.t, cmd.conn, 'connection of an ended serving period');
+      return;
+    }
+    if (this.byConn.has(cmd.conn)) {
+      this.noop(out, cmd.t, cmd.conn, 'connection already holds a session');
+      return;
+    }
     const clientId = cmd.clientId ?? `auto-${cmd.conn}`;
     let s = this.sessions.get(clientId);
     if (s !== undefined && s.conn !== null) this.takeover(s, cmd.clean, now, out);
@@ -333,7 +386,10 @@ export class Broker implements BrokerState {
 
   private disconnect(cmd: DisconnectCommand, now: number, out: Effect[]): void {
     const s = this.byConn.get(cmd.conn);
-    if (s === undefined) return this.noop(out, cmd.t, cmd.conn, 'connection holds no session');
+    if (s === undefined) {
+      this.noop(out, cmd.t, cmd.conn, 'connection holds no session');
+      return;
+    }
     this.detach(s);
     // v5 DISCONNECT may replace the Session Expiry Interval [MQTT-3.14.2-2].
     if (cmd.expiryS !== undefined) s.expiryS = cmd.expiryS;
@@ -350,7 +406,10 @@ export class Broker implements BrokerState {
 
   /** An offline session ends after its expiry interval; 0 ends it now. */
   private startExpiry(s: Session, now: number, out: Effect[]): void {
-    if (s.expiryS === 0) return this.endSession(s, now, out);
+    if (s.expiryS === 0) {
+      this.endSession(s, now, out);
+      return;
+    }
     if (s.expiryS === EXPIRY_NEVER) return;
     s.expiresAt = now + s.expiryS * 1000;
     this.pushDeadline({ at: s.expiresAt, clientId: s.clientId, kind: SESSION_DEADLINE });
@@ -429,7 +488,10 @@ export class Broker implements BrokerState {
 
   private subscribe(cmd: SubscribeCommand, now: number, out: Effect[]): void {
     const s = this.byConn.get(cmd.conn);
-    if (s === undefined) return this.noop(out, cmd.t, cmd.conn, 'connection holds no session');
+    if (s === undefined) {
+      this.noop(out, cmd.t, cmd.conn, 'connection holds no session');
+      return;
+    }
     const codes: number[] = [];
     const wantRetained: Subscription[] = [];
     for (const req of cmd.subs) {
@@ -497,7 +559,10 @@ export class Broker implements BrokerState {
 
   private unsubscribe(cmd: UnsubscribeCommand, out: Effect[]): void {
     const s = this.byConn.get(cmd.conn);
-    if (s === undefined) return this.noop(out, cmd.t, cmd.conn, 'connection holds no session');
+    if (s === undefined) {
+      this.noop(out, cmd.t, cmd.conn, 'connection holds no session');
+      return;
+    }
     const codes = cmd.filters.map((f) => (this.removeSub(s, f) ? RC.SUCCESS : RC.NO_SUBSCRIPTION_EXISTED));
     out.push({ t: 'send', conn: cmd.conn, packet: { type: 'unsuback', pid: cmd.pid, codes } });
   }
@@ -561,7 +626,9 @@ export class Broker implements BrokerState {
       }
       if (sub.qos > t.qos) t.qos = sub.qos;
       t.rap ||= sub.rap;
-      if (sub.subId !== null) (t.subIds ??= []).push(sub.subId);
+      if (sub.subId === null) return;
+      if (t.subIds === null) t.subIds = [sub.subId];
+      else t.subIds.push(sub.subId);
     });
     const expiresAt = expiryDeadline(msg, now);
     for (const t of targets.values()) this.deliverRouted(t, msg, expiresAt, now, out);
@@ -598,7 +665,10 @@ export class Broker implements BrokerState {
   /** PUBREL from a publisher releases the held id [MQTT-4.3.3-12]. */
   private pubrel(conn: ConnId, pid: number, out: Effect[]): void {
     const s = this.byConn.get(conn);
-    if (s === undefined) return this.noop(out, 'pubrel', conn, 'connection holds no session');
+    if (s === undefined) {
+      this.noop(out, 'pubrel', conn, 'connection holds no session');
+      return;
+    }
     const held = s.inbound.delete(pid);
     const code = held || s.protocol < 5 ? RC.SUCCESS : RC.PACKET_IDENTIFIER_NOT_FOUND;
     out.push({ t: 'send', conn, packet: { type: 'pubcomp', pid, code } });
@@ -606,8 +676,14 @@ export class Broker implements BrokerState {
 
   private ack(conn: ConnId, pid: number, kind: 'puback' | 'pubrec' | 'pubcomp', now: number, out: Effect[]): void {
     const s = this.byConn.get(conn);
-    if (s === undefined) return this.noop(out, 'ack', conn, 'connection holds no session');
-    if (!applyAck(s, pid, kind, out)) return this.noop(out, 'ack', conn, `${kind} for unknown packet id ${pid}`);
+    if (s === undefined) {
+      this.noop(out, 'ack', conn, 'connection holds no session');
+      return;
+    }
+    if (!applyAck(s, pid, kind, out)) {
+      this.noop(out, 'ack', conn, `${kind} for unknown packet id ${pid}`);
+      return;
+    }
     if (kind !== 'pubrec' && !fillInflight(s, this.settings, now, out)) this.breakInvariant('no free packet id', out);
   }
 

@@ -127,7 +127,8 @@ export function resendInflight(s: Session, settings: Settings, now: number, out:
       if (s.conn !== null) out.push({ t: 'send', conn: s.conn, packet: { type: 'pubrel', pid: item.pid } });
       kept.push(item);
     } else if (isExpired(item, now) || tooLarge(s, item, settings, now)) {
-      event(out, 'expired', { clientId: s.clientId, pid: item.pid });
+      // A client that reconnects with a smaller Maximum Packet Size cannot take it either.
+      event(out, isExpired(item, now) ? 'expired' : 'too-large', { clientId: s.clientId, pid: item.pid });
       s.pidsInUse.delete(item.pid);
     } else {
       sendPublish(s, item, item.pid, true, now, out);

@@ -22,7 +22,12 @@ function encodedSize(protocol: 4 | 5, m: Message, qos: QoS, expiryS: number | un
   }
   if (subIds !== null && subIds.length > 0) properties.subscriptionIdentifier = subIds.length === 1 ? subIds[0] : subIds;
   const packet = {
-    cmd: 'publish' as const, topic: m.topic, payload: Buffer.from(m.payload), qos, retain: false, dup: false,
+    cmd: 'publish' as const,
+    topic: m.topic,
+    payload: Buffer.from(m.payload),
+    qos,
+    retain: false,
+    dup: false,
     ...(qos > 0 ? { messageId: 1 } : {}),
     ...(protocol === 5 ? { properties } : {}),
   };
@@ -44,8 +49,12 @@ describe('publishPacketSize', { timeout: 30_000 }, () => {
     );
     fc.assert(
       fc.property(
-        fc.constantFrom(4 as const, 5 as const), word, fc.integer({ min: 0, max: 20_000 }), fc.constantFrom(0 as const, 1 as const, 2 as const),
-        props, fc.option(fc.integer({ min: 1, max: 100_000 }), { nil: undefined }),
+        fc.constantFrom(4 as const, 5 as const),
+        word,
+        fc.integer({ min: 0, max: 20_000 }),
+        fc.constantFrom(0 as const, 1 as const, 2 as const),
+        props,
+        fc.option(fc.integer({ min: 1, max: 100_000 }), { nil: undefined }),
         fc.option(fc.array(fc.integer({ min: 1, max: 268_435_455 }), { minLength: 1, maxLength: 3 }), { nil: null }),
         (protocol, topic, payloadLen, qos, p, expiryS, subIds) => {
           const m: Message = { topic, payload: new Uint8Array(payloadLen), qos, retain: false, props: p };

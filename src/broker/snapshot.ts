@@ -51,7 +51,14 @@ const orNull = <T>(v: T | undefined): T | null => (v === undefined ? null : v);
 
 function encodeProps(p: MessageProps | undefined): unknown[] | null {
   if (p === undefined || p === null) return null;
-  return [orNull(p.payloadFormat), orNull(p.expiryS), orNull(p.contentType), orNull(p.responseTopic), orNull(p.correlationData), orNull(p.userProps)];
+  return [
+    orNull(p.payloadFormat),
+    orNull(p.expiryS),
+    orNull(p.contentType),
+    orNull(p.responseTopic),
+    orNull(p.correlationData),
+    orNull(p.userProps),
+  ];
 }
 
 function encodeMsg(m: Message): unknown[] {
@@ -70,20 +77,32 @@ function encodeSession(s: Session): unknown[] {
     .sort((a, b) => (a.filter < b.filter ? -1 : a.filter > b.filter ? 1 : 0))
     .map((x) => [x.filter, x.qos, x.nl, x.rap, x.rh, x.subId]);
   return [
-    s.clientId, s.conn, s.protocol, s.username, s.expiryS,
+    s.clientId,
+    s.conn,
+    s.protocol,
+    s.username,
+    s.expiryS,
     s.will === null ? null : [encodeMsg(s.will.msg), s.will.delayS],
-    s.receiveMax, s.maxPacketSize, subs,
+    s.receiveMax,
+    s.maxPacketSize,
+    subs,
     [...s.inbound].sort((a, b) => a - b),
     s.inflight.map((f) => [f.pid, f.state, encodeDelivery(f)]),
     s.queue.toArray().map(encodeDelivery),
-    s.nextPid, s.expiresAt,
+    s.nextPid,
+    s.expiresAt,
   ];
 }
 
 /** The canonical bytes of the state. */
 export function encodeImage(img: StateImage): Uint8Array {
   return packr.pack([
-    SNAPSHOT_VERSION, img.appliedIndex, img.appliedTime, img.servePeriod, encodeSettings(img.settings), img.failed,
+    SNAPSHOT_VERSION,
+    img.appliedIndex,
+    img.appliedTime,
+    img.servePeriod,
+    encodeSettings(img.settings),
+    img.failed,
     img.sessions.map(encodeSession),
     img.wills.map((w) => [w.clientId, encodeMsg(w.msg), w.at, w.failover]),
     img.retained.map(([topic, r]) => [topic, encodeMsg(r.msg), r.expiresAt]),
@@ -143,10 +162,11 @@ function decodeProps(v: unknown): MessageProps | undefined {
   if (ct !== null) p.contentType = str(ct, 'contentType');
   if (rt !== null) p.responseTopic = str(rt, 'responseTopic');
   if (cd !== null) p.correlationData = bytes(cd, 'correlationData');
-  if (up !== null) p.userProps = arr(up, 'userProps').map((kv) => {
-    const [k, val] = arr(kv, 'userProp', 2);
-    return [str(k, 'userProp key'), str(val, 'userProp value')];
-  });
+  if (up !== null)
+    p.userProps = arr(up, 'userProps').map((kv) => {
+      const [k, val] = arr(kv, 'userProp', 2);
+      return [str(k, 'userProp key'), str(val, 'userProp value')];
+    });
   return p;
 }
 
@@ -162,7 +182,9 @@ function decodeMsg(v: unknown): Message {
 function decodeDelivery(v: unknown): Delivery {
   const [msg, q, retain, subIds, expiresAt] = arr(v, 'delivery', 5);
   return {
-    msg: decodeMsg(msg), qos: qos(q, 'delivery qos'), retain: bool(retain, 'delivery retain'),
+    msg: decodeMsg(msg),
+    qos: qos(q, 'delivery qos'),
+    retain: bool(retain, 'delivery retain'),
     subIds: subIds === null ? null : arr(subIds, 'subIds').map((x) => int(x, 'subId')),
     expiresAt: intOrNull(expiresAt, 'expiresAt'),
   };
@@ -171,24 +193,44 @@ function decodeDelivery(v: unknown): Delivery {
 function decodeSettings(v: unknown): Settings {
   const [mqm, mqb, mi, mq, ra, mps, grace, acl] = arr(v, 'settings', 8);
   const s = {
-    maxQueuedMessages: mqm, maxQueuedBytes: mqb, maxInflight: mi, maxQos: mq, retainAvailable: ra, maxPacketSize: mps, willGraceS: grace,
-    acl: acl === null ? null : arr(acl, 'acl').map((r): AclRule => {
-      const [kind, user, access, filter] = arr(r, 'acl rule', 4);
-      return { kind, user, access, filter } as AclRule;
-    }),
+    maxQueuedMessages: mqm,
+    maxQueuedBytes: mqb,
+    maxInflight: mi,
+    maxQos: mq,
+    retainAvailable: ra,
+    maxPacketSize: mps,
+    willGraceS: grace,
+    acl:
+      acl === null
+        ? null
+        : arr(acl, 'acl').map((r): AclRule => {
+            const [kind, user, access, filter] = arr(r, 'acl rule', 4);
+            return { kind, user, access, filter } as AclRule;
+          }),
   };
   if (!isSettings(s)) fail('settings');
   return s;
 }
 
-function decodeSubscription(clientId: string, v: unknown, parseShare: (f: string) => { group: string; filter: string } | null): Subscription {
+function decodeSubscription(
+  clientId: string,
+  v: unknown,
+  parseShare: (f: string) => { group: string; filter: string } | null,
+): Subscription {
   const [filter, q, nl, rap, rh, subId] = arr(v, 'subscription', 6);
   const f = str(filter, 'filter');
   const shared = parseShare(f);
   const h = qos(rh, 'rh');
   return {
-    clientId, filter: f, topicFilter: shared === null ? f : shared.filter, share: shared === null ? null : f,
-    qos: qos(q, 'sub qos'), nl: bool(nl, 'nl'), rap: bool(rap, 'rap'), rh: h, subId: intOrNull(subId, 'subId'),
+    clientId,
+    filter: f,
+    topicFilter: shared === null ? f : shared.filter,
+    share: shared === null ? null : f,
+    qos: qos(q, 'sub qos'),
+    nl: bool(nl, 'nl'),
+    rap: bool(rap, 'rap'),
+    rh: h,
+    subId: intOrNull(subId, 'subId'),
   };
 }
 
@@ -251,7 +293,12 @@ export function decodeImage(data: Uint8Array, parseShare: (f: string) => { group
     sessions: arr(f[6], 'sessions').map((s) => decodeSession(s, parseShare)),
     wills: arr(f[7], 'wills').map((w): PendingWill => {
       const [clientId, msg, at, failover] = arr(w, 'pending will', 4);
-      return { clientId: str(clientId, 'will clientId'), msg: decodeMsg(msg), at: int(at, 'will at'), failover: bool(failover, 'failover') };
+      return {
+        clientId: str(clientId, 'will clientId'),
+        msg: decodeMsg(msg),
+        at: int(at, 'will at'),
+        failover: bool(failover, 'failover'),
+      };
     }),
     retained: arr(f[8], 'retained').map((r): [string, RetainedMessage] => {
       const [topic, msg, expiresAt] = arr(r, 'retained entry', 3);

@@ -7,8 +7,7 @@ import { connPeriod } from './session.js';
 // event instead of throwing on every replica (DESIGN.md "Apply judges each command").
 
 const isObj = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
-const isInt = (v: unknown, min: number, max: number): v is number =>
-  typeof v === 'number' && Number.isInteger(v) && v >= min && v <= max;
+const isInt = (v: unknown, min: number, max: number): v is number => typeof v === 'number' && Number.isInteger(v) && v >= min && v <= max;
 const isStr = (v: unknown): v is string => typeof v === 'string';
 const isBool = (v: unknown): v is boolean => typeof v === 'boolean';
 const isQos = (v: unknown): v is 0 | 1 | 2 => v === 0 || v === 1 || v === 2;
@@ -28,7 +27,15 @@ function isProps(p: unknown): p is MessageProps {
 }
 
 export function isMessage(m: unknown): m is Message {
-  return isObj(m) && isStr(m.topic) && validateTopicName(m.topic) === null && isBytes(m.payload) && isQos(m.qos) && isBool(m.retain) && isProps(m.props);
+  return (
+    isObj(m) &&
+    isStr(m.topic) &&
+    validateTopicName(m.topic) === null &&
+    isBytes(m.payload) &&
+    isQos(m.qos) &&
+    isBool(m.retain) &&
+    isProps(m.props)
+  );
 }
 
 function isWill(w: unknown): w is Will | null {
@@ -36,7 +43,9 @@ function isWill(w: unknown): w is Will | null {
 }
 
 function isSubRequest(r: unknown): r is SubscriptionRequest {
-  return isObj(r) && isStr(r.filter) && validateTopicFilter(r.filter) === null && isQos(r.qos) && isBool(r.nl) && isBool(r.rap) && isQos(r.rh);
+  return (
+    isObj(r) && isStr(r.filter) && validateTopicFilter(r.filter) === null && isQos(r.qos) && isBool(r.nl) && isBool(r.rap) && isQos(r.rh)
+  );
 }
 
 export function isSettings(s: unknown): s is Settings {
@@ -66,10 +75,16 @@ export function commandProblem(cmd: unknown): string | null {
     case 'settings':
       return isSettings(c.settings) ? null : 'bad settings';
     case 'connect':
-      return isConn(c.conn) && (c.clientId === null || (isStr(c.clientId) && c.clientId.length > 0)) &&
-        (c.protocol === 3 || c.protocol === 4 || c.protocol === 5) && isBool(c.clean) && isInt(c.expiryS, 0, U32) &&
-        isWill(c.will) && (c.username === null || isStr(c.username)) && isInt(c.receiveMax, 1, 65_535) &&
-        isInt(c.maxPacketSize, 0, U32) && isBool(c.problemInfo)
+      return isConn(c.conn) &&
+        (c.clientId === null || (isStr(c.clientId) && c.clientId.length > 0)) &&
+        (c.protocol === 3 || c.protocol === 4 || c.protocol === 5) &&
+        isBool(c.clean) &&
+        isInt(c.expiryS, 0, U32) &&
+        isWill(c.will) &&
+        (c.username === null || isStr(c.username)) &&
+        isInt(c.receiveMax, 1, 65_535) &&
+        isInt(c.maxPacketSize, 0, U32) &&
+        isBool(c.problemInfo)
         ? null
         : 'bad connect';
     case 'disconnect':
@@ -77,12 +92,20 @@ export function commandProblem(cmd: unknown): string | null {
         ? null
         : 'bad disconnect';
     case 'subscribe':
-      return isConn(c.conn) && isPid(c.pid) && Array.isArray(c.subs) && c.subs.length > 0 && c.subs.every(isSubRequest) &&
+      return isConn(c.conn) &&
+        isPid(c.pid) &&
+        Array.isArray(c.subs) &&
+        c.subs.length > 0 &&
+        c.subs.every(isSubRequest) &&
         (c.subId === undefined || isInt(c.subId, 1, 268_435_455))
         ? null
         : 'bad subscribe';
     case 'unsubscribe':
-      return isConn(c.conn) && isPid(c.pid) && Array.isArray(c.filters) && c.filters.length > 0 && c.filters.every((f) => isStr(f) && validateTopicFilter(f) === null)
+      return isConn(c.conn) &&
+        isPid(c.pid) &&
+        Array.isArray(c.filters) &&
+        c.filters.length > 0 &&
+        c.filters.every((f) => isStr(f) && validateTopicFilter(f) === null)
         ? null
         : 'bad unsubscribe';
     case 'publish': {
