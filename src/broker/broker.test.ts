@@ -481,6 +481,14 @@ describe('broker: failover and robustness', { timeout: 30_000 }, () => {
     assert.equal(a.broker.failed, null);
   });
 
+  it('sets failed instead of throwing when apply itself breaks', () => {
+    const b = new Broker();
+    const out: Effect[] = [];
+    assert.doesNotThrow(() => b.apply(null as never, out));
+    assert.match(b.failed ?? '', /apply threw/);
+    assert.equal(events(out, 'invariant').length, 1);
+  });
+
   it('fails on an entry index that does not move forward', () => {
     const b = new Broker();
     const out: Effect[] = [];

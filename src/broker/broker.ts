@@ -131,7 +131,7 @@ export class Broker implements BrokerState {
       else event(out, 'no-op', { index: e.index, reason: problem });
       if (e.index % CHECK_INTERVAL === 0) this.recordCheck(e.index);
     } catch (err) {
-      this.breakInvariant(`apply threw at ${String(e.index)}: ${(err as Error)?.message ?? String(err)}`, out);
+      this.breakInvariant(`apply threw at ${String(e?.index)}: ${(err as Error)?.message ?? String(err)}`, out);
     }
   }
 
