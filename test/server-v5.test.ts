@@ -242,6 +242,39 @@ describe('server over MQTT 5', { timeout: 60_000 }, () => {
     assert.equal(c.messages.filter((m) => m.topic === 'nl/own').length, 0, '[MQTT-3.8.3-3]');
   });
 
+  it('publishes a delayed will when its Will Delay Interval passes while the broker is idle', async () => {
+    // Nothing else happens after the drop: only the node's deadline timer (a proposed tick)
+    // advances log time past the will's deadline.
+    await start();
+    const watcher = await client({ clientId: 'wd-watch' });
+    await subscribe(watcher, 'will/delayed', 0);
+    const r = await raw({
+      clientId: 'delayed',
+      props: { sessionExpiry: 60 },
+      will: { topic: 'will/delayed', payload: Buffer.from('late'), qos: 0, retain: false, props: { willDelay: 1 } },
+    });
+    const dropped = Date.now();
+    r.destroy();
+    await watcher.waitFor((m) => m.topic === 'will/delayed', 'delayed will', 4_000);
+    const elapsed = Date.now() - dropped;
+    assert.ok(elapsed >= 900, `will after ${elapsed} ms, before its 1 s delay [MQTT-3.1.3-9]`);
+  });
+
+  it('delivers one QoS 0 message to subscribers of both protocol levels', async () => {
+    await start();
+    const v5 = await client({ clientId: 'fan5' });
+    const v4 = await client({ clientId: 'fan4', protocolVersion: 4 });
+    await subscribe(v5, 'fan/#', 0);
+    await subscribe(v4, 'fan/#', 0);
+    const pub = await client({ clientId: 'fanpub' });
+    await publish(pub, 'fan/x', 'both', { qos: 0, properties: { contentType: 'text/plain' } });
+    const m5 = await v5.waitFor((m) => m.topic === 'fan/x', 'v5 delivery');
+    const m4 = await v4.waitFor((m) => m.topic === 'fan/x', 'v4 delivery');
+    assert.equal(m5.payload, 'both');
+    assert.equal(m4.payload, 'both');
+    assert.equal(m5.packet.properties?.contentType, 'text/plain');
+  });
+
   it('carries the Subscription Identifier to deliveries', async () => {
     await start();
     const c = await client({ clientId: 'subid' });

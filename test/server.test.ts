@@ -4,12 +4,14 @@ import assert from 'node:assert/strict';
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import { encode } from '../src/protocol/encoder.js';
 import type { Packet } from '../src/protocol/packets.js';
-import type { BrokerNode } from '../src/server/broker-node.js';
+import { LocalLog } from '../src/log/local-log.js';
+import { BrokerNode, settingsFrom } from '../src/server/broker-node.js';
 import {
   connectClient,
   connectPacket,
   disconnect,
   dropConnection,
+  nodeOptions,
   publish,
   RawClient,
   startNode,
@@ -282,6 +284,27 @@ describe('server over MQTT 3.1.1', { timeout: 60_000 }, () => {
     await withTimeout(c.closed, WAIT_MS, 'close on stop');
     await assert.rejects(RawClient.open(port, 4));
     node = await startNode();
+  });
+
+  it('pauses reading while the log is over its bound and loses nothing', async () => {
+    // A log that refuses more than 4 KiB of uncommitted commands: a burst of 1 KiB publishes
+    // must pause every socket until drain, then resume, with every message delivered in order.
+    await node.stop();
+    const opts = nodeOptions();
+    node = new BrokerNode(opts, new LocalLog({ node: 1, settings: settingsFrom(opts), pendingBytesMax: 4096 }));
+    await withTimeout(node.start(), WAIT_MS, 'node start');
+    const sub = await client({ clientId: 'bp-sub' });
+    await subscribe(sub, 'bp/#', 1);
+    const pub = await client({ clientId: 'bp-pub' });
+    const body = 'x'.repeat(1024);
+    const count = 100;
+    await Promise.all(Array.from({ length: count }, (_, i) => publish(pub, `bp/${i}`, body, { qos: 1 })));
+    await sub.waitFor((m) => m.topic === `bp/${count - 1}`, 'last message', 10_000);
+    assert.deepEqual(
+      sub.messages.map((m) => m.topic),
+      Array.from({ length: count }, (_, i) => `bp/${i}`),
+    );
+    assert.ok((node.counters.get('reads-paused') ?? 0) >= 1, 'reading was paused at least once');
   });
 
   it('keeps replies in arrival order behind unapplied proposals', async () => {

@@ -4,13 +4,24 @@ import type { Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import { Broker } from '../broker/broker.js';
-import type { Command, ConnId, Effect, Entry, Message, Settings } from '../broker/commands.js';
+import type {
+  Command,
+  ConnId,
+  Effect,
+  Entry,
+  Message,
+  OutPacket,
+  ProtocolLevel,
+  Settings,
+} from '../broker/commands.js';
 import type { BrokerLog, LogListener } from '../log/broker-log.js';
 import { LocalLog } from '../log/local-log.js';
+import { encode } from '../protocol/encoder.js';
 import { RC } from '../protocol/reason-codes.js';
 import { allowAll, type Authenticator } from './authenticator.js';
 import { Connection, type ConnectionHost, type ConnectionLimits } from './connection.js';
 import { TcpListener } from './listener.js';
+import { type ConnackLimits, toWire } from './outbound.js';
 import { RateLimitedLog } from './rate-limited-log.js';
 
 export interface NodeOptions {
@@ -52,6 +63,30 @@ export function settingsFrom(o: NodeOptions): Settings {
     willGraceS: o.willGraceS,
     acl: null,
   };
+}
+
+interface SharedPublish {
+  msg: Message;
+  retain: boolean;
+  buf: Buffer;
+}
+
+/** Broken invariants are errors; refused or dropped work is a warning; the rest is routine. */
+function eventLevel(kind: string): 'info' | 'warn' | 'error' {
+  switch (kind) {
+    case 'invariant':
+      return 'error';
+    case 'no-op':
+    case 'queue-full':
+    case 'too-large':
+    case 'will-dropped':
+    case 'qos0-dropped-slow-consumer':
+    case 'stale-deadline':
+    case 'reads-paused':
+      return 'warn';
+    default:
+      return 'info';
+  }
 }
 
 /** The connection a command came from, if any: its proposer counts it as pending until applied. */
@@ -98,6 +133,9 @@ export class BrokerNode implements LogListener, ConnectionHost {
   private dirty: Connection[] = [];
   private flushScheduled = false;
   private readonly flushBound = (): void => this.flushAll();
+  /** The last QoS 0 PUBLISH encoded per protocol level, shared by the rest of its fan-out; cleared
+   * at every flush so it holds no message beyond the turn. */
+  private readonly sharedPublish: (SharedPublish | null)[] = [null, null, null, null, null, null];
   private readonly applyOut: Effect[] = [];
   private readonly routeOut: Effect[] = [];
   private tickTimer: NodeJS.Timeout | null = null;
@@ -261,7 +299,7 @@ export class BrokerNode implements LogListener, ConnectionHost {
 
   event(kind: string, fields?: Record<string, unknown>): void {
     this.counters.set(kind, (this.counters.get(kind) ?? 0) + 1);
-    this.limited.log('info', `event:${kind}`, fields ?? {}, kind);
+    this.limited.log(eventLevel(kind), `event:${kind}`, fields ?? {}, kind);
   }
 
   protocolError(key: string, fields: Record<string, unknown>, message: string): void {
@@ -271,8 +309,23 @@ export class BrokerNode implements LogListener, ConnectionHost {
 
   // ---- output ----
 
+  /** A QoS 0 delivery without per-subscription fields is the same bytes for every subscriber of
+   * one level (DESIGN.md "Performance principles": encode a PUBLISH once per fan-out). QoS 1/2
+   * deliveries differ in packet id and are encoded each. */
+  encodePublish(p: Extract<OutPacket, { type: 'publish' }>, level: ProtocolLevel, limits: ConnackLimits): Buffer {
+    if (p.qos !== 0 || p.dup || p.subIds !== undefined || p.expiryS !== undefined) {
+      return encode(toWire(p, level, limits), level);
+    }
+    const slot = this.sharedPublish[level];
+    if (slot != null && slot.msg === p.msg && slot.retain === p.retain) return slot.buf;
+    const buf = encode(toWire(p, level, limits), level);
+    this.sharedPublish[level] = { msg: p.msg, retain: p.retain, buf };
+    return buf;
+  }
+
   private flushAll(): void {
     this.flushScheduled = false;
+    this.sharedPublish.fill(null);
     if (this.dirty.length === 0) return;
     const d = this.dirty;
     this.dirty = [];

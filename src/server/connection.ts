@@ -61,6 +61,8 @@ export interface ConnectionHost {
   markDirty(c: Connection): void;
   /** The socket has closed; the host forgets the connection. */
   closed(c: Connection): void;
+  /** Encodes a PUBLISH, sharing the bytes across one fan-out where they are identical. */
+  encodePublish(p: Extract<OutPacket, { type: 'publish' }>, level: ProtocolLevel, limits: ConnackLimits): Buffer;
   /** A counted event (and, for protocol errors, a rate-limited log line). */
   event(kind: string, fields?: Record<string, unknown>): void;
   protocolError(key: string, fields: Record<string, unknown>, message: string): void;
@@ -174,6 +176,12 @@ export class Connection {
       }
       if (this.phase === 'closing' || this.phase === 'closed') return;
       this.handle(packets[i] as Packet);
+    }
+    if (this.phase === 'authenticating') {
+      // The CONNECT was the last packet: a decode error behind it waits for the verdict too.
+      this.backlog = [];
+      this.backlogError = error;
+      return;
     }
     if (error !== null && this.phase !== 'closing' && this.phase !== 'closed') this.onDecodeError(error);
   }
@@ -567,7 +575,8 @@ export class Connection {
   // ---- output ----
 
   private sendOut(p: OutPacket): void {
-    this.write(encode(toWire(p, this.level, this.limits), this.level));
+    if (p.type === 'publish') this.write(this.host.encodePublish(p, this.level, this.limits));
+    else this.write(encode(toWire(p, this.level, this.limits), this.level));
   }
 
   private write(buf: Buffer): void {

@@ -1,0 +1,81 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import type { Message } from '../broker/commands.js';
+import { RC, SUBACK_FAILURE_V4 } from '../protocol/reason-codes.js';
+import { type ConnackLimits, toWire } from './outbound.js';
+
+const limits: ConnackLimits = {
+  receiveMaximum: 64,
+  maxQos: 2,
+  retainAvailable: true,
+  maxPacketSize: 1 << 20,
+  topicAliasMaximum: 10,
+  serverKeepAlive: undefined,
+};
+
+const msg: Message = {
+  topic: 'a/b',
+  payload: new Uint8Array([1]),
+  qos: 1,
+  retain: false,
+  props: { contentType: 'text/plain', userProps: [['k', 'v']] },
+};
+
+describe('effects to wire packets', { timeout: 30_000 }, () => {
+  it('maps CONNACK reason codes to 3.1.1 return codes and adds no properties', () => {
+    const p = toWire({ type: 'connack', sessionPresent: false, code: RC.CLIENT_IDENTIFIER_NOT_VALID }, 4, limits);
+    assert.deepEqual(p, { type: 'connack', sessionPresent: false, code: 2, props: {} });
+  });
+
+  it('announces only the v5 CONNACK properties that differ from the defaults', () => {
+    const p = toWire(
+      { type: 'connack', sessionPresent: true, code: RC.SUCCESS, assignedClientId: 'auto-1' },
+      5,
+      { ...limits, maxQos: 1, retainAvailable: false, serverKeepAlive: 60 },
+    );
+    assert.equal(p.type, 'connack');
+    if (p.type !== 'connack') return;
+    assert.deepEqual(p.props, {
+      receiveMax: 64,
+      maxPacketSize: 1 << 20,
+      wildcardAvailable: 1,
+      subIdAvailable: 1,
+      sharedAvailable: 1,
+      maxQos: 1,
+      retainAvailable: 0,
+      topicAliasMax: 10,
+      serverKeepAlive: 60,
+      assignedClientId: 'auto-1',
+    });
+  });
+
+  it('turns every SUBACK failure into 0x80 for 3.1.1 and keeps v5 codes', () => {
+    const ack = { type: 'suback', pid: 5, codes: [1, RC.TOPIC_FILTER_INVALID, RC.NOT_AUTHORIZED] } as const;
+    const v4 = toWire({ ...ack, codes: [...ack.codes] }, 4, limits);
+    const v5 = toWire({ ...ack, codes: [...ack.codes] }, 5, limits);
+    assert.deepEqual(v4.type === 'suback' && v4.codes, [1, SUBACK_FAILURE_V4, SUBACK_FAILURE_V4]);
+    assert.deepEqual(v5.type === 'suback' && v5.codes, [1, RC.TOPIC_FILTER_INVALID, RC.NOT_AUTHORIZED]);
+  });
+
+  it('sends 3.1.1 acknowledgements without a reason code', () => {
+    const p = toWire({ type: 'puback', pid: 3, code: RC.NO_MATCHING_SUBSCRIBERS }, 4, limits);
+    assert.deepEqual(p, { type: 'puback', pid: 3, code: 0, props: {} });
+  });
+
+  it('puts message properties, remaining expiry and subscription ids on a v5 PUBLISH only', () => {
+    const out = { type: 'publish', pid: 9, qos: 1, retain: true, dup: true, msg, expiryS: 42, subIds: [7] } as const;
+    const v5 = toWire({ ...out, subIds: [7] }, 5, limits);
+    const v4 = toWire({ ...out, subIds: [7] }, 4, limits);
+    assert.deepEqual(v5, {
+      type: 'publish',
+      dup: true,
+      qos: 1,
+      retain: true,
+      topic: 'a/b',
+      pid: 9,
+      payload: msg.payload,
+      props: { messageExpiry: 42, contentType: 'text/plain', userProps: [['k', 'v']], subIds: [7] },
+    });
+    assert.deepEqual(v4.type === 'publish' && v4.props, {});
+  });
+});
