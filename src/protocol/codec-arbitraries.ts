@@ -93,13 +93,22 @@ const ackProps = opt({ reasonString: text(), userProps });
 const disconnectProps = opt({ sessionExpiry: u32, reasonString: text(), userProps, serverReference: text() });
 const authProps = opt({ authMethod: text(), authData: bytes(), reasonString: text(), userProps });
 
-const v5 = <T>(level: ProtocolLevel, a: fc.Arbitrary<T>): fc.Arbitrary<T | Record<string, never>> =>
-  level === 5 ? a : fc.constant({});
+const v5 = <T>(level: ProtocolLevel, a: fc.Arbitrary<T>): fc.Arbitrary<T | Record<string, never>> => (level === 5 ? a : fc.constant({}));
 
 export function connect(level: ProtocolLevel): fc.Arbitrary<Packet> {
-  const will = fc.option(record({ topic: topicName, payload: bytes(), qos, retain: fc.boolean(), props: v5(level, willProps) }), { nil: null });
+  const will = fc.option(record({ topic: topicName, payload: bytes(), qos, retain: fc.boolean(), props: v5(level, willProps) }), {
+    nil: null,
+  });
   return fc
-    .record({ clean: fc.boolean(), keepAlive: u16, clientId: text(), will, username: fc.option(text(), { nil: null }), password: fc.option(bytes(), { nil: null }), props: v5(level, connectProps) })
+    .record({
+      clean: fc.boolean(),
+      keepAlive: u16,
+      clientId: text(),
+      will,
+      username: fc.option(text(), { nil: null }),
+      password: fc.option(bytes(), { nil: null }),
+      props: v5(level, connectProps),
+    })
     .map((r) => ({
       type: 'connect' as const,
       protocolName: level === 3 ? ('MQIsdp' as const) : ('MQTT' as const),
@@ -121,7 +130,16 @@ export function connack(level: ProtocolLevel): fc.Arbitrary<Packet> {
 
 export function publish(level: ProtocolLevel, toClient: boolean): fc.Arbitrary<Packet> {
   return fc
-    .record({ qos, dup: fc.boolean(), retain: fc.boolean(), topic: topicName, pid, payload: bytes(64), props: v5(level, publishProps(toClient)), aliasOnly: fc.boolean() })
+    .record({
+      qos,
+      dup: fc.boolean(),
+      retain: fc.boolean(),
+      topic: topicName,
+      pid,
+      payload: bytes(64),
+      props: v5(level, publishProps(toClient)),
+      aliasOnly: fc.boolean(),
+    })
     .map(({ qos: q, dup, retain, topic, pid: id, payload, props, aliasOnly }) => {
       // With a Topic Alias the topic may be empty in 5.0 [MQTT-3.3.2-1].
       const t = aliasOnly && (props as { topicAlias?: number }).topicAlias !== undefined ? '' : topic;
@@ -195,13 +213,28 @@ export function auth(): fc.Arbitrary<Packet> {
 
 /** Packets a client sends (CONNECT excluded: it opens the stream). */
 export function toServer(level: ProtocolLevel): fc.Arbitrary<Packet> {
-  const list = [publish(level, false), ack(level), subscribe(level), unsubscribe(level), fc.constant<Packet>({ type: 'pingreq' }), disconnect(level)];
+  const list = [
+    publish(level, false),
+    ack(level),
+    subscribe(level),
+    unsubscribe(level),
+    fc.constant<Packet>({ type: 'pingreq' }),
+    disconnect(level),
+  ];
   return fc.oneof(...(level === 5 ? [...list, auth()] : list));
 }
 
 /** Packets a server sends. */
 export function toClient(level: ProtocolLevel): fc.Arbitrary<Packet> {
-  const list = [connack(level), publish(level, true), ack(level), suback(level), unsuback(level), fc.constant<Packet>({ type: 'pingresp' }), disconnect(level)];
+  const list = [
+    connack(level),
+    publish(level, true),
+    ack(level),
+    suback(level),
+    unsuback(level),
+    fc.constant<Packet>({ type: 'pingresp' }),
+    disconnect(level),
+  ];
   return fc.oneof(...(level === 5 ? [...list, auth()] : list));
 }
 

@@ -14,7 +14,9 @@ const RUNS = 300;
 
 /** Sorted, distinct cut offsets inside a buffer of length n. */
 const cutsOf = (n: number): fc.Arbitrary<number[]> =>
-  fc.uniqueArray(fc.integer({ min: 1, max: Math.max(1, n - 1) }), { maxLength: 8 }).map((c) => c.filter((x) => x < n).sort((a, b) => a - b));
+  fc
+    .uniqueArray(fc.integer({ min: 1, max: Math.max(1, n - 1) }), { maxLength: 8 })
+    .map((c) => c.filter((x) => x < n).sort((a, b) => a - b));
 
 /** A session as a client sends it: CONNECT, then packets of the level it names. */
 const session = arb.level.chain((level) =>
@@ -22,7 +24,9 @@ const session = arb.level.chain((level) =>
 );
 
 /** A stream as a server sends it at a given level. */
-const serverStream = arb.level.chain((level) => fc.record({ level: fc.constant(level), packets: fc.array(arb.toClient(level), { minLength: 1, maxLength: 6 }) }));
+const serverStream = arb.level.chain((level) =>
+  fc.record({ level: fc.constant(level), packets: fc.array(arb.toClient(level), { minLength: 1, maxLength: 6 }) }),
+);
 
 /** Any single valid packet with the level and direction it travels in. */
 const anyPacket: fc.Arbitrary<{ level: ProtocolLevel; packet: Packet; toClient: boolean }> = arb.level.chain((level) =>
@@ -38,8 +42,13 @@ const anyPacket: fc.Arbitrary<{ level: ProtocolLevel; packet: Packet; toClient: 
  * parser tests the earlier value for truthiness and overwrites it). */
 function mqttPacketReads(p: Packet): boolean {
   if (p.type === 'auth' && p.code === 0 && Object.keys(p.props).length === 0) return false;
-  const lists = [(p as { props?: { userProps?: UserProperties } }).props?.userProps, p.type === 'connect' ? p.will?.props.userProps : undefined];
-  return lists.every((pairs) => pairs === undefined || pairs.every(([k], i) => !pairs.slice(0, i).some(([k2, v2]) => k2 === k && v2 === '')));
+  const lists = [
+    (p as { props?: { userProps?: UserProperties } }).props?.userProps,
+    p.type === 'connect' ? p.will?.props.userProps : undefined,
+  ];
+  return lists.every(
+    (pairs) => pairs === undefined || pairs.every(([k], i) => !pairs.slice(0, i).some(([k2, v2]) => k2 === k && v2 === '')),
+  );
 }
 
 /** Valid packets mqtt-packet's generate refuses to write: an empty client id in 3.1 (which allowed
@@ -60,54 +69,66 @@ function assertWellFormed(r: FeedResult): void {
 describe('codec properties', { timeout: 60_000 }, () => {
   it('decodes a client session to the packets that were encoded, however the stream is cut', () => {
     fc.assert(
-      fc.property(session.chain((s) => {
-        const bytes = Buffer.concat([encode(s.connect, s.level), ...s.rest.map((p) => encode(p, s.level))]);
-        return fc.record({ s: fc.constant(s), bytes: fc.constant(bytes), cuts: cutsOf(bytes.length) });
-      }), ({ s, bytes, cuts }) => {
-        const r = feedPieces(new Decoder({ maxPacketSize: MAX }), bytes, cuts);
-        assert.deepStrictEqual(r, { packets: [s.connect, ...s.rest], error: null });
-      }),
+      fc.property(
+        session.chain((s) => {
+          const bytes = Buffer.concat([encode(s.connect, s.level), ...s.rest.map((p) => encode(p, s.level))]);
+          return fc.record({ s: fc.constant(s), bytes: fc.constant(bytes), cuts: cutsOf(bytes.length) });
+        }),
+        ({ s, bytes, cuts }) => {
+          const r = feedPieces(new Decoder({ maxPacketSize: MAX }), bytes, cuts);
+          assert.deepStrictEqual(r, { packets: [s.connect, ...s.rest], error: null });
+        },
+      ),
       { numRuns: RUNS },
     );
   });
 
   it('decodes a server stream to the packets that were encoded, however the stream is cut', () => {
     fc.assert(
-      fc.property(serverStream.chain((s) => {
-        const bytes = Buffer.concat(s.packets.map((p) => encode(p, s.level)));
-        return fc.record({ s: fc.constant(s), bytes: fc.constant(bytes), cuts: cutsOf(bytes.length) });
-      }), ({ s, bytes, cuts }) => {
-        const r = feedPieces(new Decoder({ maxPacketSize: MAX, role: 'client', level: s.level }), bytes, cuts);
-        assert.deepStrictEqual(r, { packets: s.packets, error: null });
-      }),
+      fc.property(
+        serverStream.chain((s) => {
+          const bytes = Buffer.concat(s.packets.map((p) => encode(p, s.level)));
+          return fc.record({ s: fc.constant(s), bytes: fc.constant(bytes), cuts: cutsOf(bytes.length) });
+        }),
+        ({ s, bytes, cuts }) => {
+          const r = feedPieces(new Decoder({ maxPacketSize: MAX, role: 'client', level: s.level }), bytes, cuts);
+          assert.deepStrictEqual(r, { packets: s.packets, error: null });
+        },
+      ),
       { numRuns: RUNS },
     );
   });
 
   it('mqtt-packet reads our bytes as the packet we encoded', () => {
     fc.assert(
-      fc.property(anyPacket.filter(({ packet }) => mqttPacketReads(packet)), ({ level, packet }) => {
-        const mp = mpParse(encode(packet, level), packet.type === 'connect' ? 0 : level);
-        assert.equal(mp.error, null);
-        assert.equal(mp.packets.length, 1);
-        assert.deepStrictEqual(fromMp(mp.packets[0] as object, level), comparable(packet));
-      }),
+      fc.property(
+        anyPacket.filter(({ packet }) => mqttPacketReads(packet)),
+        ({ level, packet }) => {
+          const mp = mpParse(encode(packet, level), packet.type === 'connect' ? 0 : level);
+          assert.equal(mp.error, null);
+          assert.equal(mp.packets.length, 1);
+          assert.deepStrictEqual(fromMp(mp.packets[0] as object, level), comparable(packet));
+        },
+      ),
       { numRuns: RUNS },
     );
   });
 
   it("reads mqtt-packet's bytes as mqtt-packet reads them", () => {
     fc.assert(
-      fc.property(anyPacket.filter(({ level, packet }) => mqttPacketReads(packet) && mqttPacketWrites(level, packet)), ({ level, packet, toClient }) => {
-        const bytes = mpGenerate(toMp(packet, level), level);
-        const ours = decoderFor(packet, level, toClient).feed(bytes);
-        const theirs = mpParse(bytes, packet.type === 'connect' ? 0 : level);
-        assert.equal(ours.error, null);
-        assert.equal(ours.packets.length, 1);
-        const decoded = comparable(ours.packets[0] as Packet);
-        assert.deepStrictEqual(decoded, fromMp(theirs.packets[0] as object, level));
-        assert.deepStrictEqual(decoded, comparable(packet));
-      }),
+      fc.property(
+        anyPacket.filter(({ level, packet }) => mqttPacketReads(packet) && mqttPacketWrites(level, packet)),
+        ({ level, packet, toClient }) => {
+          const bytes = mpGenerate(toMp(packet, level), level);
+          const ours = decoderFor(packet, level, toClient).feed(bytes);
+          const theirs = mpParse(bytes, packet.type === 'connect' ? 0 : level);
+          assert.equal(ours.error, null);
+          assert.equal(ours.packets.length, 1);
+          const decoded = comparable(ours.packets[0] as Packet);
+          assert.deepStrictEqual(decoded, fromMp(theirs.packets[0] as object, level));
+          assert.deepStrictEqual(decoded, comparable(packet));
+        },
+      ),
       { numRuns: RUNS },
     );
   });
@@ -124,12 +145,15 @@ describe('codec properties', { timeout: 60_000 }, () => {
   for (const [name, opts] of decoders) {
     it(`never throws on random bytes fed to ${name}, and stays refused after an error`, () => {
       fc.assert(
-        fc.property(fc.uint8Array({ maxLength: 300 }).chain((a) => fc.record({ bytes: fc.constant(Buffer.from(a)), cuts: cutsOf(a.length) })), ({ bytes, cuts }) => {
-          const d = new Decoder(opts);
-          const r = feedPieces(d, bytes, cuts);
-          assertWellFormed(r);
-          if (r.error !== null) assert.deepStrictEqual(d.feed(Buffer.from([0xc0, 0])), { packets: [], error: r.error });
-        }),
+        fc.property(
+          fc.uint8Array({ maxLength: 300 }).chain((a) => fc.record({ bytes: fc.constant(Buffer.from(a)), cuts: cutsOf(a.length) })),
+          ({ bytes, cuts }) => {
+            const d = new Decoder(opts);
+            const r = feedPieces(d, bytes, cuts);
+            assertWellFormed(r);
+            if (r.error !== null) assert.deepStrictEqual(d.feed(Buffer.from([0xc0, 0])), { packets: [], error: r.error });
+          },
+        ),
         { numRuns: RUNS },
       );
     });

@@ -10,7 +10,19 @@ export type Mp = Record<string, any>;
 export const MAX = 1 << 20;
 
 /** Packet types a server receives; the rest are decoded with role 'client'. */
-const TO_SERVER_TYPES = new Set(['connect', 'publish', 'puback', 'pubrec', 'pubrel', 'pubcomp', 'subscribe', 'unsubscribe', 'pingreq', 'disconnect', 'auth']);
+const TO_SERVER_TYPES = new Set([
+  'connect',
+  'publish',
+  'puback',
+  'pubrec',
+  'pubrel',
+  'pubcomp',
+  'subscribe',
+  'unsubscribe',
+  'pingreq',
+  'disconnect',
+  'auth',
+]);
 
 /** A decoder positioned to read `p`: a fresh server for CONNECT, a connected server for the other
  * client-to-server packets, a client otherwise. */
@@ -149,15 +161,27 @@ export function fromMp(mp: Mp, level: ProtocolLevel): Packet {
         clean: mp.clean,
         keepAlive: mp.keepalive,
         clientId: mp.clientId,
-        will: mp.will === undefined
-          ? null
-          : { topic: mp.will.topic, payload: mp.will.payload, qos: mp.will.qos, retain: mp.will.retain, props: propsFromMp(mp.will.properties, null) },
+        will:
+          mp.will === undefined
+            ? null
+            : {
+                topic: mp.will.topic,
+                payload: mp.will.payload,
+                qos: mp.will.qos,
+                retain: mp.will.retain,
+                props: propsFromMp(mp.will.properties, null),
+              },
         username: mp.username ?? null,
         password: mp.password ?? null,
         props: propsFromMp(mp.properties, null),
       };
     case 'connack':
-      return { type: 'connack', sessionPresent: mp.sessionPresent, code: v5 ? mp.reasonCode : mp.returnCode, props: propsFromMp(mp.properties, null) };
+      return {
+        type: 'connack',
+        sessionPresent: mp.sessionPresent,
+        code: v5 ? mp.reasonCode : mp.returnCode,
+        props: propsFromMp(mp.properties, null),
+      };
     case 'publish': {
       const base = { type: 'publish' as const, dup: mp.dup, qos: mp.qos, retain: mp.retain, topic: mp.topic };
       const props = propsFromMp(mp.properties, 'subIds');
@@ -198,7 +222,14 @@ export function fromMp(mp: Mp, level: ProtocolLevel): Packet {
 export function toMp(p: Packet, level: ProtocolLevel): Mp {
   switch (p.type) {
     case 'connect': {
-      const mp: Mp = { cmd: 'connect', protocolId: p.protocolName, protocolVersion: p.level, clean: p.clean, keepalive: p.keepAlive, clientId: p.clientId };
+      const mp: Mp = {
+        cmd: 'connect',
+        protocolId: p.protocolName,
+        protocolVersion: p.level,
+        clean: p.clean,
+        keepalive: p.keepAlive,
+        clientId: p.clientId,
+      };
       if (p.will !== null) {
         mp.will = { topic: p.will.topic, payload: Buffer.from(p.will.payload), qos: p.will.qos, retain: p.will.retain };
         const wp = propsToMp(p.will.props, null);
@@ -215,7 +246,11 @@ export function toMp(p: Packet, level: ProtocolLevel): Mp {
       return withProps(mp, p.props, null);
     }
     case 'publish':
-      return withProps({ cmd: 'publish', dup: p.dup, qos: p.qos, retain: p.retain, topic: p.topic, messageId: p.pid, payload: Buffer.from(p.payload) }, p.props, 'subIds');
+      return withProps(
+        { cmd: 'publish', dup: p.dup, qos: p.qos, retain: p.retain, topic: p.topic, messageId: p.pid, payload: Buffer.from(p.payload) },
+        p.props,
+        'subIds',
+      );
     case 'puback':
     case 'pubrec':
     case 'pubrel':
@@ -223,7 +258,13 @@ export function toMp(p: Packet, level: ProtocolLevel): Mp {
       return withProps({ cmd: p.type, messageId: p.pid, reasonCode: p.code }, p.props, null);
     case 'subscribe':
       return withProps(
-        { cmd: 'subscribe', messageId: p.pid, subscriptions: p.subs.map((s) => (level === 5 ? { topic: s.filter, qos: s.qos, nl: s.nl, rap: s.rap, rh: s.rh } : { topic: s.filter, qos: s.qos })) },
+        {
+          cmd: 'subscribe',
+          messageId: p.pid,
+          subscriptions: p.subs.map((s) =>
+            level === 5 ? { topic: s.filter, qos: s.qos, nl: s.nl, rap: s.rap, rh: s.rh } : { topic: s.filter, qos: s.qos },
+          ),
+        },
         p.props,
         'subId',
       );

@@ -138,7 +138,10 @@ export class Decoder {
     if ((this.allowed & (1 << type)) === 0) {
       fail(RC.PROTOCOL_ERROR, 'direction', `packet type ${type} does not travel in this direction`);
     }
-    if (type === PT.PUBLISH) return checkPublishFlags(flags);
+    if (type === PT.PUBLISH) {
+      checkPublishFlags(flags);
+      return;
+    }
     // [MQTT-2.2.2-1/2]: fixed flags, 0b0010 for PUBREL, SUBSCRIBE and UNSUBSCRIBE.
     const expected = type === PT.PUBREL || type === PT.SUBSCRIBE || type === PT.UNSUBSCRIBE ? 2 : 0;
     if (flags !== expected) fail(RC.MALFORMED_PACKET, 'header-flags', `invalid fixed header flags for type ${type}`);

@@ -58,7 +58,9 @@ export function encode(p: Packet, level: 3 | 4 | 5): Buffer {
 
 /** True when a props object would write no property at all. */
 function noProps(props: object): boolean {
-  for (const v of Object.values(props)) {
+  const bag = props as Record<string, unknown>;
+  for (const k in bag) {
+    const v = bag[k];
     if (v !== undefined && !(Array.isArray(v) && v.length === 0)) return false;
   }
   return true;

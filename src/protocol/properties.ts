@@ -115,18 +115,25 @@ function readOne(r: Reader, kind: PropKind, ctx: PropsContext, out: Bag): void {
     fail(RC.PROTOCOL_ERROR, 'property-value', `property ${def.field} must not be 0`);
   }
   if (id === ID_USER) {
-    ((out.userProps ??= []) as unknown[]).push(value);
+    appendTo(out, 'userProps', value);
   } else if (id === ID_SUB_ID && kind === PropKind.publish) {
     if (!ctx.fromServer) {
       fail(RC.PROTOCOL_ERROR, 'property-subid', 'a client must not send a Subscription Identifier [MQTT-3.3.4-6]');
     }
-    ((out.subIds ??= []) as number[]).push(value as number);
+    appendTo(out, 'subIds', value);
   } else {
     if (out[def.field] !== undefined) {
       fail(RC.PROTOCOL_ERROR, 'property-duplicate', `property ${def.field} appears more than once`);
     }
     out[def.field] = value;
   }
+}
+
+/** The properties that may repeat are kept as lists, in wire order. */
+function appendTo(out: Bag, field: string, value: unknown): void {
+  const list = out[field] as unknown[] | undefined;
+  if (list === undefined) out[field] = [value];
+  else list.push(value);
 }
 
 function readValue(r: Reader, def: PropDef): unknown {
@@ -228,7 +235,7 @@ function writeValue(w: Writer, type: ValueType, v: unknown): void {
       throw new TypeError('user properties are written by writeField');
     default: {
       const _: never = type;
-      return _;
+      throw new TypeError(`unknown property type ${String(_)}`);
     }
   }
 }
