@@ -2,6 +2,7 @@
 // codes, topic aliases, Receive Maximum, payload format, message properties, subscription codes.
 import assert from 'node:assert/strict';
 import { afterEach, describe, it } from 'node:test';
+import { encode } from '../src/protocol/encoder.js';
 import type { Packet } from '../src/protocol/packets.js';
 import { RC } from '../src/protocol/reason-codes.js';
 import type { BrokerNode, NodeOptions } from '../src/server/broker-node.js';
@@ -77,6 +78,47 @@ describe('server over MQTT 5', { timeout: 60_000 }, () => {
     assert.equal(ack.props.sharedAvailable, 1);
     assert.equal(ack.props.serverKeepAlive, undefined, 'keep-alive 0 is left as the client asked');
     assert.ok((ack.props.assignedClientId ?? '').length > 0, '[MQTT-3.2.2-16]');
+  });
+
+  it('refuses a CONNECT naming an authentication method with CONNACK 0x8C, then closes', async () => {
+    // Enhanced authentication is not offered [MQTT-4.12.0-1].
+    await start();
+    const r = await RawClient.open((node as BrokerNode).port, 5);
+    raws.push(r);
+    r.send(connectPacket({ level: 5, clientId: 'scram', props: { authMethod: 'SCRAM-SHA-1' } }));
+    const ack = await r.waitFor('connack');
+    assert.equal(ack.code, RC.BAD_AUTHENTICATION_METHOD);
+    await r.waitClosed();
+  });
+
+  it('waits for an asynchronous authenticator and honours its refusal', async () => {
+    await start({
+      authenticator: {
+        authenticate: async (c) => {
+          await new Promise((resolve) => setTimeout(resolve, 20));
+          return c.username === 'good' ? { ok: true } : { ok: false, reason: RC.NOT_AUTHORIZED };
+        },
+      },
+    });
+    const good = await client({ clientId: 'good', username: 'good' });
+    assert.equal(good.connack.reasonCode, RC.SUCCESS);
+    await subscribe(good, 'auth/x', 0);
+    // Packets pipelined behind the CONNECT wait for the verdict and keep their order.
+    const r = await RawClient.open((node as BrokerNode).port, 5);
+    raws.push(r);
+    r.sendBytes(
+      Buffer.concat([
+        encode(connectPacket({ level: 5, clientId: 'piped', username: 'good' }), 5),
+        encode({ type: 'subscribe', pid: 1, subs: [{ filter: 'p/x', qos: 1, nl: false, rap: false, rh: 0 }], props: {} }, 5),
+        encode({ type: 'pingreq' }, 5),
+      ]),
+    );
+    await r.waitFor('pingresp');
+    assert.deepEqual(
+      r.packets.map((p) => p.type),
+      ['connack', 'suback', 'pingresp'],
+    );
+    await assert.rejects(connectClient((node as BrokerNode).port, { protocolVersion: 5, clientId: 'bad', username: 'bad' }));
   });
 
   it('tells a client asking for a longer keep-alive the maximum with Server Keep Alive', async () => {

@@ -341,7 +341,11 @@ export class Connection {
     }
     if (this.level === 5 && !payloadFormatValid(p)) return this.refusePayload(p);
     const msg = messageFromPublish(p, topic);
-    if (p.qos === 0 && !p.retain) return this.reply({ k: 'route', msg });
+    if (p.qos === 0 && !p.retain) {
+      // The common case routes at once without allocating a queued action.
+      if (this.pending === 0 && this.local.length === 0) return this.host.routeQos0(this.id, msg);
+      return this.reply({ k: 'route', msg });
+    }
     const cmd: Command = { t: 'publish', conn: this.id, msg };
     if (p.qos > 0) cmd.pid = p.pid as number;
     this.propose(cmd);
