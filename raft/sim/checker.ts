@@ -1,10 +1,11 @@
+import { RaftError } from '../errors.js';
 import type { LogEntry } from '../core/messages.js';
 import type { RaftCore, Ready } from '../core/raft.js';
 
 /** A safety property broken in a run; the simulator stops at the first one. */
-export class Violation extends Error {
+export class Violation extends RaftError {
   constructor(readonly property: string, detail: string) {
-    super(`${property}: ${detail}`);
+    super('RAFT_SIM_VIOLATION', `${property}: ${detail}`);
     this.name = 'Violation';
   }
 }
