@@ -48,9 +48,15 @@ describe('raft core: the paper, section by section', { timeout: 30_000 }, () => 
     for (let seed = 1; seed <= 20; seed++) {
       const c = new TestCluster({ electionTimeoutMs: E, seed });
       c.tick(E - 1);
-      assert.ok(c.running().every((n) => n.role === 'follower'), `seed ${seed}: campaign before E`);
+      assert.ok(
+        c.running().every((n) => n.role === 'follower'),
+        `seed ${seed}: campaign before E`,
+      );
       c.tick(E);
-      assert.ok(c.running().some((n) => n.role !== 'follower'), `seed ${seed}: no campaign by 2E`);
+      assert.ok(
+        c.running().some((n) => n.role !== 'follower'),
+        `seed ${seed}: no campaign by 2E`,
+      );
     }
   });
 
@@ -76,8 +82,14 @@ describe('raft core: the paper, section by section', { timeout: 30_000 }, () => 
     c.stabilize();
     assert.equal(c.node(3).durableState().vote, 1);
     const request: Message = { type: 'vote-request', from: 2, to: 3, term: 1, lastIndex: 9, lastTerm: 1 };
-    const n3 = new RaftCore({ id: 3, voters: [1, 2, 3], electionTimeoutMs: E, random: new Prng(1), now: 0,
-      restore: { term: 1, vote: 1, entries: [] } });
+    const n3 = new RaftCore({
+      id: 3,
+      voters: [1, 2, 3],
+      electionTimeoutMs: E,
+      random: new Prng(1),
+      now: 0,
+      restore: { term: 1, vote: 1, entries: [] },
+    });
     n3.step(request);
     const answer = n3.takeReady().messages.find((m) => m.type === 'vote-response');
     assert.equal(answer?.type === 'vote-response' && answer.granted, false);
@@ -97,7 +109,13 @@ describe('raft core: the paper, section by section', { timeout: 30_000 }, () => 
     assert.equal(c.node(1).role, 'follower');
     assert.equal(c.node(1).currentTerm, next.currentTerm);
     assert.deepEqual(termsOf(c.node(1)), termsOf(next));
-    assert.ok(c.node(1).entries().every((e) => e.data === null), 'the unreplicated "lost" entry was deleted');
+    assert.ok(
+      c
+        .node(1)
+        .entries()
+        .every((e) => e.data === null),
+      'the unreplicated "lost" entry was deleted',
+    );
   });
 
   it('§5.3 Figure 7: a new leader brings every kind of divergent follower log to its own', () => {
@@ -269,7 +287,10 @@ describe('raft core: replication flow control and input checks', { timeout: 30_0
     c.node(1).propose(['a', 'b', 'c', 'd', 'e', 'f', 'g'].map(bytes));
     const sent = c.node(1).takeReady().messages;
     const toTwo = sent.filter((m) => m.to === 2 && m.type === 'append');
-    assert.deepEqual(toTwo.map((m) => (m.type === 'append' ? m.entries.length : -1)), [2, 2]);
+    assert.deepEqual(
+      toTwo.map((m) => (m.type === 'append' ? m.entries.length : -1)),
+      [2, 2],
+    );
     c.queue.push(...sent);
     c.stabilize();
     assert.equal(c.node(2).lastIndex, 8);
@@ -309,10 +330,8 @@ describe('raft core: replication flow control and input checks', { timeout: 30_0
       null,
       { type: 'nope', from: 1, to: 2, term: 1 },
       { type: 'heartbeat', from: 1, to: 2, term: -1, commit: 0 },
-      { type: 'append', from: 1, to: 2, term: 1, prevIndex: 0, prevTerm: 0, commit: 0,
-        entries: [{ index: 2, term: 1, data: null }] },
-      { type: 'append', from: 1, to: 2, term: 1, prevIndex: 0, prevTerm: 0, commit: 0,
-        entries: [{ index: 1, term: 5, data: null }] },
+      { type: 'append', from: 1, to: 2, term: 1, prevIndex: 0, prevTerm: 0, commit: 0, entries: [{ index: 2, term: 1, data: null }] },
+      { type: 'append', from: 1, to: 2, term: 1, prevIndex: 0, prevTerm: 0, commit: 0, entries: [{ index: 1, term: 5, data: null }] },
       { type: 'vote-request', from: 1, to: 2, term: 1, lastIndex: 'x', lastTerm: 0 },
     ];
     for (const m of bad) assert.equal(n.step(m as Message)?.code, 'RAFT_BAD_MESSAGE', JSON.stringify(m));

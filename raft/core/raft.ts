@@ -211,8 +211,14 @@ export class RaftCore {
   // ---- output ----
 
   hasReady(): boolean {
-    return this.messages.length > 0 || this.appended.length > 0 || this.applied < this.log.commit ||
-      this.truncatedFrom !== null || this.softChanged() || this.hardChanged();
+    return (
+      this.messages.length > 0 ||
+      this.appended.length > 0 ||
+      this.applied < this.log.commit ||
+      this.truncatedFrom !== null ||
+      this.softChanged() ||
+      this.hardChanged()
+    );
   }
 
   takeReady(): Ready {
@@ -313,8 +319,8 @@ export class RaftCore {
 
   private handleVoteRequest(m: PreVoteRequest | VoteRequest): void {
     const pre = m.type === 'pre-vote-request';
-    const canVote = this.unsafe === 'grant-every-vote' || this.vote === m.from ||
-      (this.vote === 0 && this.leader === 0) || (pre && m.term > this.term);
+    const canVote =
+      this.unsafe === 'grant-every-vote' || this.vote === m.from || (this.vote === 0 && this.leader === 0) || (pre && m.term > this.term);
     const granted = canVote && this.log.isUpToDate(m.lastIndex, m.lastTerm);
     const term = granted ? m.term : this.term;
     if (pre) {
@@ -659,8 +665,7 @@ export class RaftCore {
 
   private softChanged(): boolean {
     const r = this.reportedSoft;
-    return r === null || r.role !== this.handler.role || r.term !== this.term || r.leader !== this.leader ||
-      r.commit !== this.log.commit;
+    return r === null || r.role !== this.handler.role || r.term !== this.term || r.leader !== this.leader || r.commit !== this.log.commit;
   }
 
   private hardChanged(): boolean {

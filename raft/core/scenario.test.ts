@@ -10,7 +10,9 @@ const dir = join(process.cwd(), 'raft/core/testdata');
 const rewrite = process.env.RAFT_SCENARIO_REWRITE === '1';
 
 describe('raft scenario scripts (raft/core/testdata)', { timeout: 30_000 }, () => {
-  const files = readdirSync(dir).filter((f) => f.endsWith('.txt')).sort();
+  const files = readdirSync(dir)
+    .filter((f) => f.endsWith('.txt'))
+    .sort();
 
   it('finds the scripts', () => {
     assert.ok(files.length >= 4, `found ${files.join(', ')}`);
@@ -22,7 +24,7 @@ describe('raft scenario scripts (raft/core/testdata)', { timeout: 30_000 }, () =
       const blocks = parseScenario(readFileSync(path, 'utf8'));
       const outputs = runScenario(blocks);
       if (rewrite) writeFileSync(path, formatScenario(blocks, outputs));
-      blocks.forEach((b, k) => assert.equal(outputs[k], b.expected, `${file}: ${b.command}`));
+      for (const [k, b] of blocks.entries()) assert.equal(outputs[k], b.expected, `${file}: ${b.command}`);
     });
   }
 

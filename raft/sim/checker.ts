@@ -4,7 +4,10 @@ import type { RaftCore, Ready } from '../core/raft.js';
 
 /** A safety property broken in a run; the simulator stops at the first one. */
 export class Violation extends RaftError {
-  constructor(readonly property: string, detail: string) {
+  constructor(
+    readonly property: string,
+    detail: string,
+  ) {
     super('RAFT_SIM_VIOLATION', `${property}: ${detail}`);
     this.name = 'Violation';
   }
@@ -51,8 +54,11 @@ export class SafetyChecker {
       const data = dataKey(e);
       if (seen === undefined) this.entryAt.set(key, { data, prevTerm });
       else if (seen.data !== data || seen.prevTerm !== prevTerm) {
-        throw new Violation('log matching', `node ${node.id} holds ${key} "${data}" after term ${prevTerm}; ` +
-          `another node holds "${seen.data}" after term ${seen.prevTerm}`);
+        throw new Violation(
+          'log matching',
+          `node ${node.id} holds ${key} "${data}" after term ${prevTerm}; ` +
+            `another node holds "${seen.data}" after term ${seen.prevTerm}`,
+        );
       }
     }
   }
@@ -100,8 +106,10 @@ export class SafetyChecker {
       const data = dataKey(e);
       if (known === undefined) this.committed.push({ term: e.term, data });
       else if (known.term !== e.term || known.data !== data) {
-        throw new Violation('state machine safety', `node ${node.id} applied ${e.index}/${e.term} "${data}", ` +
-          `another applied ${e.index}/${known.term} "${known.data}"`);
+        throw new Violation(
+          'state machine safety',
+          `node ${node.id} applied ${e.index}/${e.term} "${data}", ` + `another applied ${e.index}/${known.term} "${known.data}"`,
+        );
       }
       next++;
     }

@@ -6,7 +6,8 @@ import type { UnsafeRule } from '../core/raft.js';
 import type { Fault } from './sim.js';
 import { faultNames, runSeed } from './sim.js';
 
-const usage = 'usage: sim --seeds N --first-seed S [--faults drop,dup,reorder,partition,crash|all|none] ' +
+const usage =
+  'usage: sim --seeds N --first-seed S [--faults drop,dup,reorder,partition,crash|all|none] ' +
   '[--break grant-every-vote|commit-old-terms]';
 const unsafeRules: readonly UnsafeRule[] = ['grant-every-vote', 'commit-old-terms'];
 
@@ -23,7 +24,10 @@ function parseCount(name: string, value: string, min: number): number {
 
 export function parseFaults(list: string): Set<Fault> {
   const out = new Set<Fault>();
-  for (const name of list.split(',').map((s) => s.trim()).filter((s) => s !== '')) {
+  for (const name of list
+    .split(',')
+    .map((s) => s.trim())
+    .filter((s) => s !== '')) {
     if (name === 'all') for (const f of faultNames) out.add(f);
     else if (name === 'none') continue;
     else if ((faultNames as readonly string[]).includes(name)) out.add(name as Fault);
@@ -32,10 +36,9 @@ export function parseFaults(list: string): Set<Fault> {
   return out;
 }
 
-function main(): void {
-  let parsed;
+function parseFlags() {
   try {
-    parsed = parseArgs({
+    return parseArgs({
       options: {
         seeds: { type: 'string', default: '100' },
         'first-seed': { type: 'string', default: '1' },
@@ -45,11 +48,14 @@ function main(): void {
       },
       strict: true,
       allowPositionals: false,
-    });
+    }).values;
   } catch (err) {
-    fail(err instanceof Error ? err.message : String(err));
+    return fail(err instanceof Error ? err.message : String(err));
   }
-  const v = parsed.values;
+}
+
+function main(): void {
+  const v = parseFlags();
   if (v.help === true) {
     console.log(usage);
     return;
@@ -76,8 +82,10 @@ function main(): void {
     elections += r.stats.elections;
   }
   const ms = Math.round(performance.now() - started);
-  console.log(`sim: ${seeds} seeds from ${first} passed (faults ${faultList}) in ${ms} ms; ` +
-    `${elections} elections, ${committed} committed entries`);
+  console.log(
+    `sim: ${seeds} seeds from ${first} passed (faults ${faultList}) in ${ms} ms; ` +
+      `${elections} elections, ${committed} committed entries`,
+  );
 }
 
 main();

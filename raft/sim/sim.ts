@@ -242,8 +242,10 @@ class Simulation {
     const a = this.pickNode();
     const b = ids.filter((x) => x !== a)[this.prng.int(2)] ?? a;
     const shape = this.prng.int(3);
-    if (shape === 0) this.isolate(a); // symmetric: {a} | the other two
-    else if (shape === 1) this.blocked.add(`${a}>${b}`); // one-way
+    if (shape === 0)
+      this.isolate(a); // symmetric: {a} | the other two
+    else if (shape === 1)
+      this.blocked.add(`${a}>${b}`); // one-way
     else {
       this.blocked.add(`${a}>${b}`); // one node cannot reach either peer, but hears them
       for (const c of ids) if (c !== a && c !== b) this.blocked.add(`${a}>${c}`);
