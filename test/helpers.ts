@@ -81,9 +81,7 @@ export async function connectClient(port: number, opts: IClientOptions = {}): Pr
   const closed = new Promise<void>((resolve) => client.once('close', () => resolve()));
   const connack = await withTimeout(
     new Promise<TestClient['connack']>((resolve, reject) => {
-      client.once('connect', (p) =>
-        resolve({ sessionPresent: p.sessionPresent, reasonCode: p.reasonCode, properties: p.properties }),
-      );
+      client.once('connect', (p) => resolve({ sessionPresent: p.sessionPresent, reasonCode: p.reasonCode, properties: p.properties }));
       client.once('error', reject);
       client.once('close', () => reject(new Error('closed before CONNACK')));
     }),
@@ -115,12 +113,7 @@ export async function subscribe(c: TestClient, filter: string | string[], qos: 0
   return granted.map((g) => g.qos);
 }
 
-export async function publish(
-  c: TestClient,
-  topic: string,
-  payload: string,
-  opts: mqtt.IClientPublishOptions = {},
-): Promise<void> {
+export async function publish(c: TestClient, topic: string, payload: string, opts: mqtt.IClientPublishOptions = {}): Promise<void> {
   await withTimeout(c.client.publishAsync(topic, payload, opts), WAIT_MS, `publish ${topic}`);
 }
 
@@ -188,11 +181,7 @@ export class RawClient {
   }
 
   /** The first received packet of `type` that matches, or a timeout. */
-  waitFor<T extends Packet['type']>(
-    type: T,
-    match: (p: PacketOf<T>) => boolean = () => true,
-    ms = WAIT_MS,
-  ): Promise<PacketOf<T>> {
+  waitFor<T extends Packet['type']>(type: T, match: (p: PacketOf<T>) => boolean = () => true, ms = WAIT_MS): Promise<PacketOf<T>> {
     return withTimeout(
       new Promise((resolve) => {
         const check = (): void => {

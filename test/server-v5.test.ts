@@ -273,11 +273,7 @@ describe('server over MQTT 5', { timeout: 60_000 }, () => {
   it('does not send a message back to its publisher on a No Local subscription', async () => {
     await start();
     const c = await client({ clientId: 'nl' });
-    await withTimeout(
-      c.client.subscribeAsync({ 'nl/own': { qos: 1, nl: true }, 'nl/mark': { qos: 1 } }),
-      WAIT_MS,
-      'SUBACK',
-    );
+    await withTimeout(c.client.subscribeAsync({ 'nl/own': { qos: 1, nl: true }, 'nl/mark': { qos: 1 } }), WAIT_MS, 'SUBACK');
     await publish(c, 'nl/own', 'mine', { qos: 1 });
     await publish(c, 'nl/mark', 'mark', { qos: 1 });
     await c.waitFor((m) => m.topic === 'nl/mark', 'marker');
@@ -320,11 +316,7 @@ describe('server over MQTT 5', { timeout: 60_000 }, () => {
   it('carries the Subscription Identifier to deliveries', async () => {
     await start();
     const c = await client({ clientId: 'subid' });
-    await withTimeout(
-      c.client.subscribeAsync('sid/#', { qos: 0, properties: { subscriptionIdentifier: 42 } }),
-      WAIT_MS,
-      'SUBACK',
-    );
+    await withTimeout(c.client.subscribeAsync('sid/#', { qos: 0, properties: { subscriptionIdentifier: 42 } }), WAIT_MS, 'SUBACK');
     await publish(c, 'sid/x', 'x', { qos: 0 });
     const m = await c.waitFor((r) => r.topic === 'sid/x', 'delivery');
     assert.deepEqual([m.packet.properties?.subscriptionIdentifier].flat(), [42]);

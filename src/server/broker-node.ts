@@ -4,16 +4,7 @@ import type { Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import { Broker } from '../broker/broker.js';
-import type {
-  Command,
-  ConnId,
-  Effect,
-  Entry,
-  Message,
-  OutPacket,
-  ProtocolLevel,
-  Settings,
-} from '../broker/commands.js';
+import type { Command, ConnId, Effect, Entry, Message, OutPacket, ProtocolLevel, Settings } from '../broker/commands.js';
 import type { BrokerLog, LogListener } from '../log/broker-log.js';
 import { LocalLog } from '../log/local-log.js';
 import { encode } from '../protocol/encoder.js';
@@ -107,7 +98,7 @@ function connOf(cmd: Command): ConnId | undefined {
       return undefined;
     default: {
       const _: never = cmd;
-      return _;
+      void _;
     }
   }
 }
@@ -253,7 +244,7 @@ export class BrokerNode implements LogListener, ConnectionHost {
           break;
         default: {
           const _: never = e;
-          return _;
+          void _;
         }
       }
     }
@@ -388,9 +379,15 @@ export class BrokerNode implements LogListener, ConnectionHost {
   /** One timer on the state's next deadline, in log time; when it passes a `tick` is proposed so
    * idle time still advances (DESIGN.md "Deadlines live in the state"). */
   private armTick(): void {
-    if (!this.log.serving || this.halted || this.stopped) return this.clearTick();
+    if (!this.log.serving || this.halted || this.stopped) {
+      this.clearTick();
+      return;
+    }
     const deadline = this.broker.nextDeadline();
-    if (deadline === undefined) return this.clearTick();
+    if (deadline === undefined) {
+      this.clearTick();
+      return;
+    }
     if (deadline === this.tickDeadline && this.tickTimer !== null) return;
     this.clearTick();
     let delay = deadline - this.log.now();

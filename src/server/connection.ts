@@ -6,14 +6,7 @@
 // client may expect to find again after reconnecting is decided by apply.
 import type { Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
-import type {
-  Command,
-  ConnId,
-  Message,
-  OutPacket,
-  ProtocolLevel,
-  SubscriptionRequest,
-} from '../broker/commands.js';
+import type { Command, ConnId, Message, OutPacket, ProtocolLevel, SubscriptionRequest } from '../broker/commands.js';
 import { Decoder } from '../protocol/decoder.js';
 import { encode } from '../protocol/encoder.js';
 import type {
@@ -28,13 +21,7 @@ import type {
 import { CONNACK_V4, RC } from '../protocol/reason-codes.js';
 import { validateTopicFilter, validateTopicName } from '../protocol/topic.js';
 import type { Authenticator, AuthResult } from './authenticator.js';
-import {
-  connectExpiryS,
-  messageFromPublish,
-  payloadFormatValid,
-  RECEIVE_MAX_DEFAULT,
-  willFromConnect,
-} from './inbound.js';
+import { connectExpiryS, messageFromPublish, payloadFormatValid, RECEIVE_MAX_DEFAULT, willFromConnect } from './inbound.js';
 import { type ConnackLimits, toWire } from './outbound.js';
 
 /** The limits a connection enforces; a subset of NodeOptions. */
@@ -189,34 +176,44 @@ export class Connection {
   private handle(p: Packet): void {
     switch (p.type) {
       case 'connect':
-        return this.onConnect(p);
+        this.onConnect(p);
+        return;
       case 'publish':
-        return this.onPublish(p);
+        this.onPublish(p);
+        return;
       case 'puback':
       case 'pubrec':
       case 'pubcomp':
-        return this.propose({ t: 'ack', conn: this.id, pid: p.pid, kind: p.type });
+        this.propose({ t: 'ack', conn: this.id, pid: p.pid, kind: p.type });
+        return;
       case 'pubrel':
-        return this.propose({ t: 'pubrel', conn: this.id, pid: p.pid });
+        this.propose({ t: 'pubrel', conn: this.id, pid: p.pid });
+        return;
       case 'subscribe':
-        return this.onSubscribe(p);
+        this.onSubscribe(p);
+        return;
       case 'unsubscribe':
-        return this.onUnsubscribe(p);
+        this.onUnsubscribe(p);
+        return;
       case 'pingreq':
-        return this.reply({ k: 'pingresp' });
+        this.reply({ k: 'pingresp' });
+        return;
       case 'disconnect':
-        return this.onDisconnect(p);
+        this.onDisconnect(p);
+        return;
       case 'auth':
         // No Authentication Method was agreed, so AUTH is out of place [MQTT-4.12.0-1].
-        return this.fail(RC.PROTOCOL_ERROR, 'auth-unexpected', 'AUTH without an authentication method');
+        this.fail(RC.PROTOCOL_ERROR, 'auth-unexpected', 'AUTH without an authentication method');
+        return;
       case 'connack':
       case 'suback':
       case 'unsuback':
       case 'pingresp':
-        return this.fail(RC.PROTOCOL_ERROR, 'server-packet', `client sent ${p.type}`);
+        this.fail(RC.PROTOCOL_ERROR, 'server-packet', `client sent ${p.type}`);
+        return;
       default: {
         const _: never = p;
-        return _;
+        void _;
       }
     }
   }
@@ -246,9 +243,15 @@ export class Connection {
   private onConnect(c: ConnectPacket): void {
     this.level = c.level;
     const refusal = this.connectRefusal(c);
-    if (refusal !== null) return this.refuseConnect(refusal);
+    if (refusal !== null) {
+      this.refuseConnect(refusal);
+      return;
+    }
     const verdict = this.host.authenticator.authenticate(c, this.socket.remoteAddress ?? '');
-    if (!(verdict instanceof Promise)) return this.afterAuth(c, verdict);
+    if (!(verdict instanceof Promise)) {
+      this.afterAuth(c, verdict);
+      return;
+    }
     this.phase = 'authenticating';
     this.socket.pause();
     verdict.then(
@@ -291,7 +294,10 @@ export class Connection {
   }
 
   private afterAuth(c: ConnectPacket, r: AuthResult): void {
-    if (!r.ok) return this.refuseConnect(r.reason);
+    if (!r.ok) {
+      this.refuseConnect(r.reason);
+      return;
+    }
     this.phase = 'connecting';
     this.connectExpiry = connectExpiryS(c);
     this.keepAliveMs = this.keepAliveFor(c) * KEEPALIVE_FACTOR_PER_S_MS;
@@ -331,20 +337,34 @@ export class Connection {
     const topic = this.resolveTopic(p);
     if (topic === null) return;
     const l = this.host.limits;
-    if (p.qos > l.maxQos) return this.fail(RC.QOS_NOT_SUPPORTED, 'qos-not-supported', `QoS ${p.qos}`);
-    if (p.retain && !l.retainAvailable) return this.fail(RC.RETAIN_NOT_SUPPORTED, 'retain-not-supported', 'retain');
+    if (p.qos > l.maxQos) {
+      this.fail(RC.QOS_NOT_SUPPORTED, 'qos-not-supported', `QoS ${p.qos}`);
+      return;
+    }
+    if (p.retain && !l.retainAvailable) {
+      this.fail(RC.RETAIN_NOT_SUPPORTED, 'retain-not-supported', 'retain');
+      return;
+    }
     if (p.qos > 0 && this.level === 5) {
       this.inbound.add(p.pid as number);
       if (this.inbound.size > l.receiveMaximum) {
-        return this.fail(RC.RECEIVE_MAXIMUM_EXCEEDED, 'receive-maximum', `${this.inbound.size} unacknowledged`);
+        this.fail(RC.RECEIVE_MAXIMUM_EXCEEDED, 'receive-maximum', `${this.inbound.size} unacknowledged`);
+        return;
       }
     }
-    if (this.level === 5 && !payloadFormatValid(p)) return this.refusePayload(p);
+    if (this.level === 5 && !payloadFormatValid(p)) {
+      this.refusePayload(p);
+      return;
+    }
     const msg = messageFromPublish(p, topic);
     if (p.qos === 0 && !p.retain) {
       // The common case routes at once without allocating a queued action.
-      if (this.pending === 0 && this.local.length === 0) return this.host.routeQos0(this.id, msg);
-      return this.reply({ k: 'route', msg });
+      if (this.pending === 0 && this.local.length === 0) {
+        this.host.routeQos0(this.id, msg);
+        return;
+      }
+      this.reply({ k: 'route', msg });
+      return;
     }
     const cmd: Command = { t: 'publish', conn: this.id, msg };
     if (p.qos > 0) cmd.pid = p.pid as number;
@@ -384,7 +404,10 @@ export class Connection {
    * with 0x99 [MQTT-3.3.2-4 / §3.3.2.3.2], a QoS 0 publish has no answer but DISCONNECT. */
   private refusePayload(p: PublishPacket): void {
     this.host.event('payload-format-invalid', { conn: this.id });
-    if (p.qos === 0) return this.fail(RC.PAYLOAD_FORMAT_INVALID, 'payload-format', 'QoS 0 payload not UTF-8');
+    if (p.qos === 0) {
+      this.fail(RC.PAYLOAD_FORMAT_INVALID, 'payload-format', 'QoS 0 payload not UTF-8');
+      return;
+    }
     const type = p.qos === 1 ? 'puback' : 'pubrec';
     this.reply({ k: 'send', packet: { type, pid: p.pid as number, code: RC.PAYLOAD_FORMAT_INVALID } });
   }
@@ -401,15 +424,23 @@ export class Connection {
       const sub = s.subs[i] as SubscribePacket['subs'][number];
       if (sub.nl && this.level === 5 && sub.filter.startsWith('$share/')) {
         // [MQTT-3.8.3-4]: No Local on a shared subscription is a protocol error.
-        return this.fail(RC.PROTOCOL_ERROR, 'shared-no-local', sub.filter);
+        this.fail(RC.PROTOCOL_ERROR, 'shared-no-local', sub.filter);
+        return;
       }
       if (validateTopicFilter(sub.filter) === null) valid.push(sub);
-      else (codes ??= new Array<number>(s.subs.length).fill(-1))[i] = RC.TOPIC_FILTER_INVALID;
+      else {
+        codes ??= new Array<number>(s.subs.length).fill(-1);
+        codes[i] = RC.TOPIC_FILTER_INVALID;
+      }
     }
     if (valid.length === 0) {
-      return this.reply({ k: 'send', packet: { type: 'suback', pid: s.pid, codes: codes ?? [] } });
+      this.reply({ k: 'send', packet: { type: 'suback', pid: s.pid, codes: codes ?? [] } });
+      return;
     }
-    if (codes !== null) (this.subMerge ??= new Map()).set(s.pid, codes);
+    if (codes !== null) {
+      this.subMerge ??= new Map();
+      this.subMerge.set(s.pid, codes);
+    }
     const cmd: Command = { t: 'subscribe', conn: this.id, pid: s.pid, subs: valid };
     if (s.props.subId !== undefined) cmd.subId = s.props.subId;
     this.propose(cmd);
@@ -421,12 +452,19 @@ export class Connection {
     for (let i = 0; i < u.filters.length; i++) {
       const f = u.filters[i] as string;
       if (validateTopicFilter(f) === null) valid.push(f);
-      else (codes ??= new Array<number>(u.filters.length).fill(-1))[i] = RC.TOPIC_FILTER_INVALID;
+      else {
+        codes ??= new Array<number>(u.filters.length).fill(-1);
+        codes[i] = RC.TOPIC_FILTER_INVALID;
+      }
     }
     if (valid.length === 0) {
-      return this.reply({ k: 'send', packet: { type: 'unsuback', pid: u.pid, codes: codes ?? [] } });
+      this.reply({ k: 'send', packet: { type: 'unsuback', pid: u.pid, codes: codes ?? [] } });
+      return;
     }
-    if (codes !== null) (this.unsubMerge ??= new Map()).set(u.pid, codes);
+    if (codes !== null) {
+      this.unsubMerge ??= new Map();
+      this.unsubMerge.set(u.pid, codes);
+    }
     this.propose({ t: 'unsubscribe', conn: this.id, pid: u.pid, filters: valid });
   }
 
@@ -436,7 +474,8 @@ export class Connection {
     const expiry = d.props.sessionExpiry;
     if (expiry !== undefined && this.connectExpiry === 0 && expiry !== 0) {
       // [MQTT-3.14.2-2]: a session that was to end with the connection cannot be kept now.
-      return this.fail(RC.PROTOCOL_ERROR, 'disconnect-session-expiry', `expiry ${expiry} after 0`);
+      this.fail(RC.PROTOCOL_ERROR, 'disconnect-session-expiry', `expiry ${expiry} after 0`);
+      return;
     }
     // Only a normal DISCONNECT (0x00) discards the will [MQTT-3.1.2-10]; 0x04 asks for it.
     this.proposeDisconnect(d.code, d.code !== RC.SUCCESS, expiry);
@@ -480,7 +519,7 @@ export class Connection {
         return;
       default: {
         const _: never = a;
-        return _;
+        void _;
       }
     }
   }
@@ -522,7 +561,8 @@ export class Connection {
     if (this.phase === 'closed') return;
     switch (p.type) {
       case 'connack':
-        return this.onConnack(p);
+        this.onConnack(p);
+        return;
       case 'suback':
         this.sendOut(mergeCodes(p, this.subMerge));
         return;
@@ -551,14 +591,17 @@ export class Connection {
         return;
       default: {
         const _: never = p;
-        return _;
+        void _;
       }
     }
   }
 
   private onConnack(p: Extract<OutPacket, { type: 'connack' }>): void {
     this.sendOut(p);
-    if (p.code !== RC.SUCCESS) return this.closeNow(NO_DISCONNECT);
+    if (p.code !== RC.SUCCESS) {
+      this.closeNow(NO_DISCONNECT);
+      return;
+    }
     if (this.phase === 'connecting') this.phase = 'connected';
     this.connackOk = true;
   }
@@ -641,18 +684,21 @@ export class Connection {
       case 'awaiting-connect':
       case 'authenticating':
         this.host.event('connect-timeout', { conn: this.id });
-        return this.closeNow(NO_DISCONNECT);
+        this.closeNow(NO_DISCONNECT);
+        return;
       case 'connecting':
       case 'connected':
-        return this.checkKeepAlive();
+        this.checkKeepAlive();
+        return;
       case 'closing':
-        return this.closeNow(NO_DISCONNECT);
+        this.closeNow(NO_DISCONNECT);
+        return;
       case 'closed':
         this.socket.destroy();
         return;
       default: {
         const _: never = this.phase;
-        return _;
+        void _;
       }
     }
   }
@@ -660,7 +706,10 @@ export class Connection {
   /** One timer per connection, re-armed for the remaining time instead of on every packet. */
   private checkKeepAlive(): void {
     const idle = performance.now() - this.lastRxMs;
-    if (idle < this.keepAliveMs) return this.armTimer(this.keepAliveMs - idle);
+    if (idle < this.keepAliveMs) {
+      this.armTimer(this.keepAliveMs - idle);
+      return;
+    }
     this.host.event('keepalive-timeout', { conn: this.id });
     this.beginClose(RC.KEEP_ALIVE_TIMEOUT);
   }

@@ -18,14 +18,33 @@ export function messageProps(p: {
   correlationData?: Uint8Array;
   userProps?: [string, string][];
 }): MessageProps | undefined {
-  let props: MessageProps | undefined;
-  if (p.payloadFormat !== undefined) (props ??= {}).payloadFormat = p.payloadFormat;
-  if (p.messageExpiry !== undefined) (props ??= {}).expiryS = p.messageExpiry;
-  if (p.contentType !== undefined) (props ??= {}).contentType = p.contentType;
-  if (p.responseTopic !== undefined) (props ??= {}).responseTopic = p.responseTopic;
-  if (p.correlationData !== undefined) (props ??= {}).correlationData = p.correlationData;
-  if (p.userProps !== undefined && p.userProps.length > 0) (props ??= {}).userProps = p.userProps;
-  return props;
+  const props: MessageProps = {};
+  let any = false;
+  if (p.payloadFormat !== undefined) {
+    props.payloadFormat = p.payloadFormat;
+    any = true;
+  }
+  if (p.messageExpiry !== undefined) {
+    props.expiryS = p.messageExpiry;
+    any = true;
+  }
+  if (p.contentType !== undefined) {
+    props.contentType = p.contentType;
+    any = true;
+  }
+  if (p.responseTopic !== undefined) {
+    props.responseTopic = p.responseTopic;
+    any = true;
+  }
+  if (p.correlationData !== undefined) {
+    props.correlationData = p.correlationData;
+    any = true;
+  }
+  if (p.userProps !== undefined && p.userProps.length > 0) {
+    props.userProps = p.userProps;
+    any = true;
+  }
+  return any ? props : undefined;
 }
 
 /** The message of a PUBLISH whose topic alias has been resolved to `topic`. */

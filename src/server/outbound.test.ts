@@ -28,11 +28,12 @@ describe('effects to wire packets', { timeout: 30_000 }, () => {
   });
 
   it('announces only the v5 CONNACK properties that differ from the defaults', () => {
-    const p = toWire(
-      { type: 'connack', sessionPresent: true, code: RC.SUCCESS, assignedClientId: 'auto-1' },
-      5,
-      { ...limits, maxQos: 1, retainAvailable: false, serverKeepAlive: 60 },
-    );
+    const p = toWire({ type: 'connack', sessionPresent: true, code: RC.SUCCESS, assignedClientId: 'auto-1' }, 5, {
+      ...limits,
+      maxQos: 1,
+      retainAvailable: false,
+      serverKeepAlive: 60,
+    });
     assert.equal(p.type, 'connack');
     if (p.type !== 'connack') return;
     assert.deepEqual(p.props, {
