@@ -121,6 +121,25 @@ describe('server over MQTT 5', { timeout: 60_000 }, () => {
     await assert.rejects(connectClient((node as BrokerNode).port, { protocolVersion: 5, clientId: 'bad', username: 'bad' }));
   });
 
+  it('refuses a CONNECT whose authenticator throws, and keeps serving others', async () => {
+    await start({
+      authenticator: {
+        authenticate: (c) => {
+          if (c.clientId === 'boom') throw new Error('lookup failed');
+          return { ok: true };
+        },
+      },
+    });
+    const r = await RawClient.open((node as BrokerNode).port, 5);
+    raws.push(r);
+    r.send(connectPacket({ level: 5, clientId: 'boom' }));
+    const ack = await r.waitFor('connack');
+    assert.equal(ack.code, RC.UNSPECIFIED_ERROR);
+    await r.waitClosed();
+    const ok = await client({ clientId: 'fine' });
+    assert.equal(ok.connack.reasonCode, RC.SUCCESS);
+  });
+
   it('tells a client asking for a longer keep-alive the maximum with Server Keep Alive', async () => {
     await start({ maxKeepalive: 30 });
     const c = await client({ clientId: 'ka', keepalive: 120 });

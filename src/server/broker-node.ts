@@ -225,27 +225,46 @@ export class BrokerNode implements LogListener, ConnectionHost {
     // Effects only while serving, only for this period's open connections (the map holds no
     // others); a follower applies the same entry and drops them all.
     if (this.log.serving) this.execute(out);
-    const conn = connOf(e.cmd);
-    if (conn !== undefined) this.conns.get(conn)?.applied();
+    const id = connOf(e.cmd);
+    const conn = id === undefined ? undefined : this.conns.get(id);
+    if (conn === undefined) return;
+    try {
+      conn.applied();
+    } catch (err) {
+      conn.internalError(err);
+    }
   }
 
   private execute(out: readonly Effect[]): void {
     for (let i = 0; i < out.length; i++) {
       const e = out[i] as Effect;
-      switch (e.t) {
-        case 'send':
-          this.conns.get(e.conn)?.deliver(e.packet);
-          break;
-        case 'close':
-          this.conns.get(e.conn)?.closeByBroker(e.reason);
-          break;
-        case 'event':
-          this.event(e.kind, e.detail);
-          break;
-        default: {
-          const _: never = e;
-          void _;
-        }
+      if (e.t === 'event') {
+        this.event(e.kind, e.detail);
+        continue;
+      }
+      const conn = this.conns.get(e.conn);
+      if (conn === undefined) continue;
+      try {
+        this.executeFor(conn, e);
+      } catch (err) {
+        // An effect that cannot be encoded is a bug; it costs this connection, not the process
+        // (a throw here would stop the log's delivery on every later batch too).
+        conn.internalError(err);
+      }
+    }
+  }
+
+  private executeFor(conn: Connection, e: Exclude<Effect, { t: 'event' }>): void {
+    switch (e.t) {
+      case 'send':
+        conn.deliver(e.packet);
+        return;
+      case 'close':
+        conn.closeByBroker(e.reason);
+        return;
+      default: {
+        const _: never = e;
+        void _;
       }
     }
   }

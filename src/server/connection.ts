@@ -150,8 +150,21 @@ export class Connection {
   private onData(chunk: Buffer): void {
     this.lastRxMs = performance.now();
     if (this.phase === 'closing' || this.phase === 'closed') return;
-    const { packets, error } = this.decoder.feed(chunk);
-    this.handleAll(packets, 0, error);
+    try {
+      const { packets, error } = this.decoder.feed(chunk);
+      this.handleAll(packets, 0, error);
+    } catch (err) {
+      this.internalError(err);
+    }
+  }
+
+  /** A bug met while handling this connection's input or output: it closes this connection
+   * only; the process and every other connection go on. */
+  internalError(err: unknown): void {
+    this.host.protocolError('internal', { conn: this.id, error: String(err) }, 'internal error; closing connection');
+    if (this.phase === 'closed') return;
+    if (this.connectProposed) this.beginClose(RC.IMPLEMENTATION_SPECIFIC_ERROR);
+    else this.closeNow(NO_DISCONNECT);
   }
 
   private handleAll(packets: Packet[], from: number, error: DecodeError | null): void {
@@ -247,7 +260,13 @@ export class Connection {
       this.refuseConnect(refusal);
       return;
     }
-    const verdict = this.host.authenticator.authenticate(c, this.socket.remoteAddress ?? '');
+    let verdict: AuthResult | Promise<AuthResult>;
+    try {
+      verdict = this.host.authenticator.authenticate(c, this.socket.remoteAddress ?? '');
+    } catch (err) {
+      this.host.protocolError('authenticator', { conn: this.id, error: String(err) }, 'authenticator threw');
+      verdict = { ok: false, reason: RC.UNSPECIFIED_ERROR };
+    }
     if (!(verdict instanceof Promise)) {
       this.afterAuth(c, verdict);
       return;
@@ -256,7 +275,10 @@ export class Connection {
     this.socket.pause();
     verdict.then(
       (r) => this.afterAuthAsync(c, r),
-      () => this.afterAuthAsync(c, { ok: false, reason: RC.UNSPECIFIED_ERROR }),
+      (err: unknown) => {
+        this.host.protocolError('authenticator', { conn: this.id, error: String(err) }, 'authenticator failed');
+        this.afterAuthAsync(c, { ok: false, reason: RC.UNSPECIFIED_ERROR });
+      },
     );
   }
 
@@ -284,12 +306,16 @@ export class Connection {
   private afterAuthAsync(c: ConnectPacket, r: AuthResult): void {
     if (this.phase !== 'authenticating') return;
     this.phase = 'awaiting-connect';
-    this.afterAuth(c, r);
-    const backlog = this.backlog;
-    const error = this.backlogError;
-    this.backlog = [];
-    this.backlogError = null;
-    this.handleAll(backlog, 0, error);
+    try {
+      this.afterAuth(c, r);
+      const backlog = this.backlog;
+      const error = this.backlogError;
+      this.backlog = [];
+      this.backlogError = null;
+      this.handleAll(backlog, 0, error);
+    } catch (err) {
+      this.internalError(err);
+    }
     if (this.isReading() && !this.host.readsPaused) this.socket.resume();
   }
 
