@@ -1,7 +1,9 @@
 // MQTT 3.1.1 end to end: an in-process BrokerNode over LocalLog on 127.0.0.1 port 0, with MQTT.js
 // as the client we did not write, and a raw client on our codec for what MQTT.js will not send.
 import assert from 'node:assert/strict';
+import { Writable } from 'node:stream';
 import { afterEach, beforeEach, describe, it } from 'node:test';
+import pino from 'pino';
 import { encode } from '../src/protocol/encoder.js';
 import type { Packet } from '../src/protocol/packets.js';
 import { LocalLog } from '../src/log/local-log.js';
@@ -305,6 +307,30 @@ describe('server over MQTT 3.1.1', { timeout: 60_000 }, () => {
       Array.from({ length: count }, (_, i) => `bp/${i}`),
     );
     assert.ok((node.counters.get('reads-paused') ?? 0) >= 1, 'reading was paused at least once');
+  });
+
+  it('logs protocol errors once per reason per window and counts every one', async () => {
+    await node.stop();
+    const lines: { key?: string; level?: number }[] = [];
+    const sink = new Writable({
+      write(chunk, _enc, done) {
+        lines.push(JSON.parse(String(chunk)));
+        done();
+      },
+    });
+    node = await startNode({ logger: pino({ level: 'info' }, sink) });
+    for (let i = 0; i < 3; i++) {
+      const r = await raw();
+      r.send({ type: 'pingreq' }); // not a CONNECT
+      await r.waitClosed();
+    }
+    const protocolLines = lines.filter((l) => l.key?.startsWith('protocol:'));
+    assert.equal(protocolLines.length, 1, JSON.stringify(protocolLines));
+    const counted = [...node.counters].filter(([k]) => k.startsWith('protocol-error:'));
+    assert.deepEqual(
+      counted.map(([, n]) => n),
+      [3],
+    );
   });
 
   it('keeps replies in arrival order behind unapplied proposals', async () => {
