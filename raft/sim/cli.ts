@@ -1,6 +1,8 @@
 #!/usr/bin/env node
 // The deterministic Raft simulator: `npm run sim -- --seeds N --first-seed S [--faults LIST]`.
 // Exit 0: every seed passed; 1: a violation (seed, property and event trace printed); 2: bad usage.
+import { realpathSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import type { UnsafeRule } from '../core/raft.js';
 import type { Fault } from './sim.js';
@@ -11,9 +13,20 @@ const usage =
   '[--break grant-every-vote|commit-old-terms]';
 const unsafeRules: readonly UnsafeRule[] = ['grant-every-vote', 'commit-old-terms'];
 
+export const exitOk = 0;
+export const exitViolation = 1;
+export const exitUsage = 2;
+
+/** Where the CLI writes: stdout carries the trace and the summary, stderr the verdict. */
+export interface CliOutput {
+  out(line: string): void;
+  err(line: string): void;
+}
+
+class UsageError extends Error {}
+
 function fail(message: string): never {
-  console.error(`sim: ${message}\n${usage}`);
-  process.exit(2);
+  throw new UsageError(message);
 }
 
 function parseCount(name: string, value: string, min: number): number {
@@ -22,12 +35,10 @@ function parseCount(name: string, value: string, min: number): number {
   return n;
 }
 
-export function parseFaults(list: string): Set<Fault> {
+function parseFaults(list: string): Set<Fault> {
   const out = new Set<Fault>();
-  for (const name of list
-    .split(',')
-    .map((s) => s.trim())
-    .filter((s) => s !== '')) {
+  const names = list.split(',').map((s) => s.trim());
+  for (const name of names.filter((s) => s !== '')) {
     if (name === 'all') for (const f of faultNames) out.add(f);
     else if (name === 'none') continue;
     else if ((faultNames as readonly string[]).includes(name)) out.add(name as Fault);
@@ -36,9 +47,10 @@ export function parseFaults(list: string): Set<Fault> {
   return out;
 }
 
-function parseFlags() {
+function parseFlags(argv: readonly string[]) {
   try {
     return parseArgs({
+      args: [...argv],
       options: {
         seeds: { type: 'string', default: '100' },
         'first-seed': { type: 'string', default: '1' },
@@ -54,11 +66,22 @@ function parseFlags() {
   }
 }
 
-function main(): void {
-  const v = parseFlags();
+/** Runs the simulator as the command line asks; returns the exit code. */
+export function runCli(argv: readonly string[], io: CliOutput): number {
+  try {
+    return simulate(argv, io);
+  } catch (err) {
+    if (!(err instanceof UsageError)) throw err;
+    io.err(`sim: ${err.message}\n${usage}`);
+    return exitUsage;
+  }
+}
+
+function simulate(argv: readonly string[], io: CliOutput): number {
+  const v = parseFlags(argv);
   if (v.help === true) {
-    console.log(usage);
-    return;
+    io.out(usage);
+    return exitOk;
   }
   const seeds = parseCount('seeds', v.seeds ?? '100', 1);
   const first = parseCount('first-seed', v['first-seed'] ?? '1', 0);
@@ -72,20 +95,26 @@ function main(): void {
   for (let seed = first; seed < first + seeds; seed++) {
     const r = runSeed({ seed, faults, ...(broken === undefined ? {} : { unsafe: broken as UnsafeRule }) });
     if (!r.ok) {
-      for (const line of r.trace) console.log(line);
-      console.error(`sim: VIOLATION at seed ${seed} (faults ${faultList}): ${r.violation}`);
+      for (const line of r.trace) io.out(line);
+      io.err(`sim: VIOLATION at seed ${seed} (faults ${faultList}): ${r.violation}`);
       const extra = broken === undefined ? '' : ` --break ${broken}`;
-      console.error(`sim: replay with: node build/raft/sim/cli.js --seeds 1 --first-seed ${seed} --faults ${faultList}${extra}`);
-      process.exit(1);
+      io.err(`sim: replay with: node build/raft/sim/cli.js --seeds 1 --first-seed ${seed} --faults ${faultList}${extra}`);
+      return exitViolation;
     }
     committed += r.stats.committed;
     elections += r.stats.elections;
   }
   const ms = Math.round(performance.now() - started);
-  console.log(
-    `sim: ${seeds} seeds from ${first} passed (faults ${faultList}) in ${ms} ms; ` +
-      `${elections} elections, ${committed} committed entries`,
+  io.out(
+    `sim: ${seeds} seeds from ${first} passed (faults ${faultList}) in ${ms} ms; ${elections} elections, ${committed} committed entries`,
   );
+  return exitOk;
 }
 
-main();
+const invokedDirectly = process.argv[1] !== undefined && realpathSync(process.argv[1]) === fileURLToPath(import.meta.url);
+if (invokedDirectly) {
+  process.exitCode = runCli(process.argv.slice(2), {
+    out: (line) => console.log(line),
+    err: (line) => console.error(line),
+  });
+}

@@ -1,12 +1,10 @@
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import { describe, it } from 'node:test';
+import { runCli } from './cli.js';
 import type { Fault, SimResult } from './sim.js';
 import { faultNames, runSeed } from './sim.js';
 
 const all: ReadonlySet<Fault> = new Set(faultNames);
-const cli = fileURLToPath(new URL('./cli.js', import.meta.url));
 
 function firstFailure(seeds: number, run: (seed: number) => SimResult): SimResult | undefined {
   for (let seed = 1; seed <= seeds; seed++) {
@@ -51,14 +49,20 @@ describe('raft simulator', { timeout: 60_000 }, () => {
     assert.notDeepEqual(a, c);
   });
 
-  it('the CLI exits 2 naming an unknown flag or fault, 1 with the seed on a violation, 0 on success', () => {
-    const run = (...args: string[]) => spawnSync(process.execPath, [cli, ...args], { encoding: 'utf8' });
+  it('the CLI exits 2 naming an unknown flag or fault, 1 with a replayable seed on a violation, 0 on success', () => {
+    const run = (...args: string[]) => {
+      const out: string[] = [];
+      const err: string[] = [];
+      const status = runCli(args, { out: (l) => out.push(l), err: (l) => err.push(l) });
+      return { status, stdout: out.join('\n'), stderr: err.join('\n') };
+    };
     const flag = run('--sedes', '3');
     assert.equal(flag.status, 2);
     assert.match(flag.stderr, /sedes/);
     const fault = run('--seeds', '1', '--faults', 'drop,meteor');
     assert.equal(fault.status, 2);
     assert.match(fault.stderr, /meteor/);
+    assert.equal(run('--seeds', 'x').status, 2);
     const broken = run('--seeds', '200', '--first-seed', '1', '--break', 'grant-every-vote');
     assert.equal(broken.status, 1);
     const seed = /VIOLATION at seed (\d+) .*election safety/.exec(broken.stderr)?.[1];
