@@ -1,7 +1,7 @@
 import { RaftError } from '../errors.js';
 import type { LogEntry, Message } from './messages.js';
 import { Prng } from './prng.js';
-import type { DurableState, RaftOptions } from './raft.js';
+import type { DurableState, RaftOptions, Ready } from './raft.js';
 import { RaftCore } from './raft.js';
 
 /** A tiny deterministic harness for unit tests and scenario scripts: three cores, one clock, a
@@ -14,6 +14,13 @@ export interface TestClusterOptions {
   readonly seed?: number;
   readonly node?: NodeOptions;
   readonly restore?: ReadonlyMap<number, DurableState>;
+  /** Sees every Ready (e.g. the simulator's safety checker) and every process start. */
+  readonly observer?: ClusterObserver;
+}
+
+export interface ClusterObserver {
+  check(node: RaftCore, ready: Ready): void;
+  restarted(id: number): void;
 }
 
 /** Bound on delivery rounds in stabilize(): two cores that answer each other forever are a bug. */
@@ -27,6 +34,7 @@ export class TestCluster {
   private readonly down = new Set<number>();
   private readonly prng: Prng;
   private readonly nodeOptions: NodeOptions;
+  private readonly observer: ClusterObserver | null;
   /** Group number per node id; messages cross groups only when healed. */
   private groups: Map<number, number> | null = null;
   queue: Message[] = [];
@@ -39,6 +47,7 @@ export class TestCluster {
     this.electionTimeoutMs = opts.electionTimeoutMs ?? 100;
     this.prng = new Prng(opts.seed ?? 1);
     this.nodeOptions = opts.node ?? {};
+    this.observer = opts.observer ?? null;
     for (const id of this.ids) this.start(id, opts.restore?.get(id));
   }
 
@@ -138,6 +147,7 @@ export class TestCluster {
     };
     this.nodes.set(id, new RaftCore(opts));
     this.applied.set(id, []);
+    this.observer?.restarted(id);
     this.collectFrom(this.node(id));
   }
 
@@ -159,6 +169,7 @@ export class TestCluster {
   private collectFrom(n: RaftCore): void {
     if (!n.hasReady()) return;
     const r = n.takeReady();
+    this.observer?.check(n, r);
     if (r.softState !== null) {
       const s = r.softState;
       this.output.push(`${n.id} is ${s.role} term=${s.term} leader=${s.leader} commit=${s.commit}`);
