@@ -1,0 +1,101 @@
+#!/usr/bin/env node
+// The raftmq command: parses flags and the config file, starts one broker node, and stops it on
+// SIGINT/SIGTERM within --shutdown-timeout-ms.
+import { readFileSync } from 'node:fs';
+import { pino } from 'pino';
+import { type Config, helpText, parseCli } from './config.js';
+import { RaftmqError } from './errors.js';
+import { BrokerNode, type NodeOptions } from './server/broker-node.js';
+
+function version(): string {
+  const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
+  return pkg.version;
+}
+
+export function nodeOptions(config: Config, logger: pino.Logger): NodeOptions {
+  return {
+    host: config.host,
+    port: config.port,
+    maxPacketSize: config['max-packet-size'],
+    maxQueuedMessages: config['max-queued-messages'],
+    maxQueuedBytes: config['max-queued-bytes'],
+    maxInflight: config['max-inflight'],
+    receiveMaximum: config['receive-maximum'],
+    maxKeepalive: config['max-keepalive'],
+    topicAliasMaximum: config['topic-alias-maximum'],
+    maxQos: config['max-qos'] as 0 | 1 | 2,
+    retainAvailable: config['retain-available'],
+    willGraceS: config['will-grace-s'],
+    logger,
+  };
+}
+
+async function main(argv: readonly string[]): Promise<number> {
+  let request: ReturnType<typeof parseCli>;
+  try {
+    request = parseCli(argv);
+  } catch (err) {
+    if (err instanceof RaftmqError) {
+      process.stderr.write(`raftmq: ${err.message}\nTry raftmq --help.\n`);
+      return 2;
+    }
+    throw err;
+  }
+  if (request.action === 'help') {
+    process.stdout.write(`${helpText()}\n`);
+    return 0;
+  }
+  if (request.action === 'version') {
+    process.stdout.write(`${version()}\n`);
+    return 0;
+  }
+  const config = request.config;
+  const logger = pino({ level: config['log-level'], base: { pid: process.pid } });
+  const node = new BrokerNode(nodeOptions(config, logger));
+  try {
+    await node.start();
+  } catch (err) {
+    logger.fatal({ err }, 'start failed');
+    process.stderr.write(`raftmq: cannot start: ${(err as Error).message}\n`);
+    return 1;
+  }
+  logger.info({ version: version(), port: node.port }, 'started');
+  await new Promise<void>((resolve) => {
+    const onSignal = (signal: NodeJS.Signals) => {
+      process.off('SIGINT', onSignal);
+      process.off('SIGTERM', onSignal);
+      logger.info({ signal }, 'stopping');
+      const timer = setTimeout(() => {
+        logger.warn({ timeoutMs: config['shutdown-timeout-ms'] }, 'stop timed out');
+        resolve();
+      }, config['shutdown-timeout-ms']);
+      node.stop().then(
+        () => {
+          clearTimeout(timer);
+          resolve();
+        },
+        (err: unknown) => {
+          logger.error({ err }, 'stop failed');
+          clearTimeout(timer);
+          resolve();
+        },
+      );
+    };
+    process.on('SIGINT', onSignal);
+    process.on('SIGTERM', onSignal);
+  });
+  logger.info('stopped');
+  return 0;
+}
+
+main(process.argv.slice(2)).then(
+  (code) => {
+    process.exitCode = code;
+    // Connections and timers are closed by stop(); exit promptly even if a socket lingers.
+    if (code === 0) setImmediate(() => process.exit(0));
+  },
+  (err: unknown) => {
+    process.stderr.write(`raftmq: ${(err as Error).stack ?? String(err)}\n`);
+    process.exit(1);
+  },
+);

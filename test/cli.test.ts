@@ -1,0 +1,73 @@
+// The raftmq command as an operator runs it: help, version, refusals that name the flag or key,
+// and a clean stop on SIGTERM and SIGINT.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+import { BrokerProcess, CLI } from './broker-process.js';
+
+function cli(args: string[]) {
+  return spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', timeout: 10_000 });
+}
+
+describe('raftmq command', { timeout: 60_000 }, () => {
+  it('prints help with every flag and the version from package.json', () => {
+    const help = cli(['--help']);
+    assert.equal(help.status, 0);
+    for (const flag of ['--port', '--host', '--log-level', '--config', '--max-packet-size', '--max-queued-messages', '--max-queued-bytes', '--max-inflight']) {
+      assert.ok(help.stdout.includes(flag), `help mentions ${flag}`);
+    }
+    const version = cli(['--version']);
+    assert.equal(version.status, 0);
+    const pkg = JSON.parse(readFileSync(join(process.cwd(), 'package.json'), 'utf8')) as { version: string };
+    assert.equal(version.stdout.trim(), pkg.version);
+  });
+
+  it('exits 2 naming the flag for an unknown flag or a bad value', () => {
+    const unknown = cli(['--prot', '1']);
+    assert.equal(unknown.status, 2);
+    assert.match(unknown.stderr, /--prot/);
+    const bad = cli(['--max-inflight', 'many']);
+    assert.equal(bad.status, 2);
+    assert.match(bad.stderr, /--max-inflight/);
+  });
+
+  it('exits 2 naming the file and key for an unreadable or wrong config file', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'raftmq-cli-'));
+    const missing = cli(['--config', join(dir, 'nope.yaml')]);
+    assert.equal(missing.status, 2);
+    assert.match(missing.stderr, /nope\.yaml/);
+    const path = join(dir, 'c.yaml');
+    writeFileSync(path, 'max-queued-mesages: 5\n');
+    const wrongKey = cli(['--config', path]);
+    assert.equal(wrongKey.status, 2);
+    assert.match(wrongKey.stderr, /max-queued-mesages/);
+  });
+
+  it('exits 1 with a clear message when the port is taken', async () => {
+    const first = await BrokerProcess.start(['--log-level', 'info']);
+    try {
+      const second = cli(['--host', '127.0.0.1', '--port', String(first.port), '--log-level', 'silent']);
+      assert.equal(second.status, 1);
+      assert.match(second.stderr, /EADDRINUSE|in use/i);
+    } finally {
+      await first.stop();
+    }
+  });
+
+  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+    it(`stops accepting, closes connections and exits 0 on ${signal}`, async () => {
+      const broker = await BrokerProcess.start(['--log-level', 'info']);
+      const sock = connect(broker.port, '127.0.0.1');
+      await new Promise<void>((resolve, reject) => sock.once('connect', resolve).once('error', reject));
+      const closed = new Promise<void>((resolve) => sock.once('close', () => resolve()));
+      const code = await broker.stop(signal);
+      assert.equal(code, 0);
+      await closed;
+      assert.ok(broker.logs.some((l) => l.msg === 'stopped'), 'logs that it stopped');
+    });
+  }
+});
