@@ -50,9 +50,7 @@ export const DEFAULT_SETTINGS: Settings = {
   acl: null,
 };
 
-/** Digests are recorded at indexes that are multiples of this, for `check`. */
-export const CHECK_INTERVAL = 256;
-/** Recorded digests kept. */
+/** Digests recorded at `check` entries and kept for the next check to compare against. */
 export const CHECKS_KEPT = 16;
 
 const GRANTED: readonly number[] = [RC.GRANTED_QOS_0, RC.GRANTED_QOS_1, RC.GRANTED_QOS_2];
@@ -88,7 +86,7 @@ export class Broker implements BrokerState {
   private retained = new RetainedTrie<RetainedMessage>();
   /** Shared subscription round robin: share id → the member chosen last. */
   private cursors = new Map<string, string>();
-  /** Digests recorded at multiples of CHECK_INTERVAL, ascending by index. */
+  /** Digests recorded at `check` entries, ascending by index. */
   private checks = new Map<number, string>();
 
   // ---- derived state, rebuilt on restore ----
@@ -129,7 +127,6 @@ export class Broker implements BrokerState {
       const problem = commandProblem(e.cmd);
       if (problem === null) this.dispatch(e.cmd, e.index, now, out);
       else event(out, 'no-op', { index: e.index, reason: problem });
-      if (e.index % CHECK_INTERVAL === 0) this.recordCheck(e.index);
     } catch (err) {
       this.breakInvariant(`apply threw at ${String(e?.index)}: ${(err as Error)?.message ?? String(err)}`, out);
     }
@@ -254,6 +251,7 @@ export class Broker implements BrokerState {
         return;
       case 'check':
         this.check(cmd.atIndex, cmd.digest, out);
+        this.recordCheck(index);
         return;
       default: {
         const _: never = cmd;

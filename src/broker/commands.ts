@@ -101,7 +101,10 @@ export type Command =
   | { t: 'ack'; conn: ConnId; pid: number; kind: 'puback' | 'pubrec' | 'pubcomp' }
   /** Only advances time, so that deadlines pass while the broker is idle. */
   | { t: 'tick' }
-  /** Replicas compare their state digest at a log position. */
+  /** Replicas compare state digests: each replica records its digest at every check entry, and
+   * compares the digest the leader recorded at an earlier check entry (atIndex) with its own. The
+   * digest costs O(state), so it is computed only at check entries, whose rate the leader sets;
+   * a single node never proposes one. */
   | { t: 'check'; atIndex: number; digest: string };
 
 export interface ConnectCommand {
