@@ -1,0 +1,466 @@
+// Runs a RaftCore on real time and a real transport (DESIGN.md "Raft": Timing, Links). The core is a
+// pure step machine; this is the loop around it: clocks in, messages in and out, Ready batches
+// drained in order after every input, and the application's proposals batched per event-loop turn.
+import { EventEmitter } from 'node:events';
+import { performance } from 'node:perf_hooks';
+import { randomInt } from 'node:crypto';
+import { RaftError } from '../errors.js';
+import type { LogEntry, Message } from '../core/messages.js';
+import { Prng } from '../core/prng.js';
+import { RaftCore, type RaftOptions, type Ready, type Role, type SoftState } from '../core/raft.js';
+import { CoreAdapter } from './core-adapter.js';
+import { DriverError } from './errors.js';
+import { LogLimiter } from './log-limiter.js';
+import { type DriverLogger, MessageGate } from './message-gate.js';
+
+export type { DriverLogger } from './message-gate.js';
+
+/** What the driver needs of a transport; raft/transport's Transport<Message> provides it. */
+export interface DriverTransport {
+  start(): Promise<void>;
+  stop(): Promise<void>;
+  send(to: number, msg: Message): void;
+  onMessage(fn: (from: number, msg: Message) => void): void;
+}
+
+export interface DriverClock {
+  /** Monotonic ms. */
+  monotonic(): number;
+  /** Wall-clock ms since the Unix epoch. */
+  wall(): number;
+}
+
+/** Core options the driver passes through unchanged. */
+export type CoreTuning = Pick<
+  RaftOptions,
+  'heartbeatIntervalMs' | 'inflightAppendsMax' | 'entriesPerAppendMax' | 'uncommittedEntriesMax' | 'preVote' | 'checkQuorum'
+>;
+
+export interface RaftDriverOptions {
+  readonly id: number;
+  readonly voters: readonly number[];
+  /** E in ms (DESIGN.md "Timing"). */
+  readonly electionTimeoutMs: number;
+  /** Builds the transport around the driver's message check, which it must use as `validate`. */
+  readonly transport: (validate: (m: unknown) => m is Message) => DriverTransport;
+  readonly logger: DriverLogger;
+  /** Committed entries, in log order, each once; entries with data null are a new leader's empty
+   * entry (§8) and carry no command. Never called from inside propose(). */
+  readonly onCommitted: (entries: readonly LogEntry[]) => void;
+  /** Role, term or leader changed. */
+  readonly onStateChange?: (state: SoftState) => void;
+  /** Entries written to this node's log, after deleting from `truncatedFrom` (§5.3) if not null. */
+  readonly onAppended?: (entries: readonly LogEntry[], truncatedFrom: number | null) => void;
+  /** The core broke an invariant: a bug. The driver has stopped itself when this is called. */
+  readonly onFatal?: (err: Error) => void;
+  /** `accepting` turns false while proposed-but-uncommitted bytes exceed this. Default 64 MiB. */
+  readonly uncommittedBytesMax?: number;
+  /** Default E/10. */
+  readonly tickIntervalMs?: number;
+  readonly core?: CoreTuning;
+  /** Seeds the election-timeout randomness; default from the OS. */
+  readonly seed?: number;
+  readonly clock?: DriverClock;
+}
+
+export interface ProposeTicket {
+  /** The entry commits at `index` with `term`, or not at all: an entry of another term committed at
+   * `index` means this proposal was lost (leadership changed first). */
+  readonly index: number;
+  readonly term: number;
+}
+
+export interface DriverStatus {
+  id: number;
+  role: Role;
+  term: number;
+  leader: number;
+  lastIndex: number;
+  commitIndex: number;
+  appliedIndex: number;
+  hasLease: boolean;
+  leasesSupported: boolean;
+  clusterTime: number | null;
+  accepting: boolean;
+  uncommittedBytes: number;
+  refusedMessages: number;
+  /** Ms since the last valid message from each peer; null: never heard. */
+  lastContactAgoMs: Record<string, number | null>;
+}
+
+export const UNCOMMITTED_BYTES_MAX_DEFAULT = 64 * 1024 * 1024;
+/** One line per kind of refusal per window. */
+const REFUSAL_LOG_WINDOW_MS = 10_000;
+const UNCOMMITTED_ENTRIES_MAX_DEFAULT = 10_000;
+
+type State = 'new' | 'started' | 'stopping' | 'stopped';
+
+const systemClock: DriverClock = { monotonic: () => performance.now(), wall: () => Date.now() };
+
+export class RaftDriver extends EventEmitter<{ drain: [] }> {
+  readonly id: number;
+  private readonly opts: RaftDriverOptions;
+  private readonly core: RaftCore;
+  private readonly adapter: CoreAdapter;
+  private readonly transport: DriverTransport;
+  private readonly gate: MessageGate;
+  private readonly limiter = new LogLimiter(REFUSAL_LOG_WINDOW_MS);
+  private readonly clock: DriverClock;
+  private readonly peers: readonly number[];
+  private readonly tickIntervalMs: number;
+  private readonly uncommittedBytesMax: number;
+  private readonly uncommittedEntriesMax: number;
+  private state: State = 'new';
+  private ticker: NodeJS.Timeout | undefined;
+  private flushImmediate: NodeJS.Immediate | undefined;
+  /** Integer monotonic ms last given to the core. */
+  private lastTick: number;
+  private applied = 0;
+  private role: Role = 'follower';
+  private term = 0;
+  private leaderId = 0;
+  /** Proposals of this turn, flushed as one core.propose() (DESIGN.md "Batch"). */
+  private pending: Uint8Array[] = [];
+  private pendingBytes = 0;
+  /** Flushed batches not yet committed, oldest first: last index and bytes of each. */
+  private readonly batchLast: number[] = [];
+  private readonly batchBytes: number[] = [];
+  private batchHead = 0;
+  private flushedBytes = 0;
+  private wasAccepting = true;
+  private readonly contact = new Map<number, number>();
+
+  constructor(opts: RaftDriverOptions) {
+    super();
+    checkOptions(opts);
+    this.opts = opts;
+    this.id = opts.id;
+    this.clock = opts.clock ?? systemClock;
+    this.peers = opts.voters.filter((v) => v !== opts.id);
+    this.tickIntervalMs = opts.tickIntervalMs ?? Math.max(1, Math.floor(opts.electionTimeoutMs / 10));
+    this.uncommittedBytesMax = opts.uncommittedBytesMax ?? UNCOMMITTED_BYTES_MAX_DEFAULT;
+    this.uncommittedEntriesMax = opts.core?.uncommittedEntriesMax ?? UNCOMMITTED_ENTRIES_MAX_DEFAULT;
+    this.lastTick = Math.floor(this.clock.monotonic());
+    this.core = new RaftCore({
+      ...opts.core,
+      id: opts.id,
+      voters: opts.voters,
+      electionTimeoutMs: opts.electionTimeoutMs,
+      random: new Prng(opts.seed ?? randomInt(2 ** 32)),
+      now: this.lastTick,
+    });
+    this.adapter = new CoreAdapter(this.core);
+    const entriesPerAppendMax = opts.core?.entriesPerAppendMax ?? 64;
+    const ctx = { self: opts.id, voters: opts.voters, entriesPerAppendMax };
+    this.gate = new MessageGate(ctx, opts.logger, this.limiter, () => this.clock.monotonic());
+    this.transport = opts.transport(this.gate.validate);
+    this.transport.onMessage(this.onMessage);
+  }
+
+  async start(): Promise<void> {
+    if (this.state !== 'new') throw new DriverError('RAFT_DRIVER_STATE', `start() when ${this.state}`);
+    this.state = 'started';
+    await this.transport.start();
+    if (this.state !== 'started') return; // stop() while the transport was binding
+    this.ticker = setInterval(this.onTick, this.tickIntervalMs);
+    this.onTick();
+  }
+
+  /** No timer fires and no message is sent or stepped after this begins; resolves once the
+   * transport has closed its links and listener. */
+  async stop(): Promise<void> {
+    if (this.state === 'stopping' || this.state === 'stopped') return;
+    this.state = 'stopping';
+    clearInterval(this.ticker);
+    this.ticker = undefined;
+    if (this.flushImmediate !== undefined) clearImmediate(this.flushImmediate);
+    this.flushImmediate = undefined;
+    this.pending = [];
+    this.pendingBytes = 0;
+    await this.transport.stop();
+    this.state = 'stopped';
+  }
+
+  // ---- proposals and back-pressure ----
+
+  /** Queues one entry; all entries queued in one event-loop turn go to the core as one append. */
+  propose(data: Uint8Array): ProposeTicket | RaftError | DriverError {
+    if (this.state !== 'started') return new DriverError('RAFT_DRIVER_STATE', `propose() when ${this.state}`);
+    if (this.core.role !== 'leader') {
+      return new RaftError('RAFT_NOT_LEADER', `node ${this.id} is ${this.core.role}; leader ${this.core.softState().leader}`);
+    }
+    const uncommitted = this.core.lastIndex - this.core.commitIndex + this.pending.length;
+    if (uncommitted >= this.uncommittedEntriesMax) {
+      return new RaftError('RAFT_PROPOSALS_FULL', `${uncommitted} uncommitted entries`);
+    }
+    const index = this.core.lastIndex + 1 + this.pending.length;
+    this.pending.push(data);
+    this.pendingBytes += data.length;
+    this.flushImmediate ??= setImmediate(this.flush);
+    this.wasAccepting = this.wasAccepting && this.accepting;
+    return { index, term: this.core.currentTerm };
+  }
+
+  /** False while proposed-but-uncommitted bytes exceed the bound: stop reading input until 'drain'. */
+  get accepting(): boolean {
+    return this.pendingBytes + this.flushedBytes <= this.uncommittedBytesMax;
+  }
+
+  get uncommittedBytes(): number {
+    return this.pendingBytes + this.flushedBytes;
+  }
+
+  private readonly flush = (): void => {
+    this.flushImmediate = undefined;
+    if (this.state !== 'started' || this.pending.length === 0) return;
+    const batch = this.pending;
+    const bytes = this.pendingBytes;
+    this.pending = [];
+    this.pendingBytes = 0;
+    this.advanceClock();
+    let r: ReturnType<RaftCore['propose']>;
+    try {
+      r = this.core.propose(batch);
+    } catch (err) {
+      this.fail(err);
+      return;
+    }
+    if (r.ok) {
+      this.batchLast.push(r.lastIndex);
+      this.batchBytes.push(bytes);
+      this.flushedBytes += bytes;
+    } else {
+      // Leadership changed within this turn; the tickets' indexes will hold other entries.
+      this.opts.logger.info({ entries: batch.length, code: r.error.code, leader: r.leader }, 'raft proposals dropped');
+    }
+    this.drainReady();
+    this.noteAccepting();
+  };
+
+  private releaseCommitted(commit: number): void {
+    while (this.batchHead < this.batchLast.length && this.batchLast[this.batchHead]! <= commit) {
+      this.flushedBytes -= this.batchBytes[this.batchHead]!;
+      this.batchHead++;
+    }
+    if (this.batchHead === this.batchLast.length) {
+      this.batchLast.length = 0;
+      this.batchBytes.length = 0;
+      this.batchHead = 0;
+    }
+  }
+
+  /** A node that stops leading no longer owns its uncommitted tail: the next leader decides it. */
+  private forgetBatches(): void {
+    this.batchLast.length = 0;
+    this.batchBytes.length = 0;
+    this.batchHead = 0;
+    this.flushedBytes = 0;
+  }
+
+  private noteAccepting(): void {
+    const now = this.accepting;
+    if (now && !this.wasAccepting) {
+      this.wasAccepting = true;
+      this.emit('drain');
+    }
+    this.wasAccepting = now;
+  }
+
+  // ---- inputs ----
+
+  private readonly onTick = (): void => {
+    if (this.state !== 'started') return;
+    this.lastTick = Math.max(this.lastTick, Math.floor(this.clock.monotonic()));
+    this.tickCore();
+    this.drainReady();
+  };
+
+  private readonly onMessage = (from: number, m: Message): void => {
+    if (this.state !== 'started') return;
+    if (m.from !== from) {
+      // The link's handshake named the sender; a message claiming another sender is not its own.
+      this.refuse('sender-mismatch', { link: from, claimed: m.from });
+      return;
+    }
+    this.advanceClock();
+    this.contact.set(from, this.lastTick);
+    let error: RaftError | null = null;
+    try {
+      error = this.core.step(m);
+    } catch (err) {
+      this.fail(err);
+      return;
+    }
+    if (error !== null) this.refuse(error.code, { peer: from, detail: error.message });
+    this.drainReady();
+  };
+
+  /** Gives the core the current time before an input, so what it stamps (heard-from times, send
+   * times of rounds) is precise to the millisecond, not to the tick interval. */
+  private advanceClock(): void {
+    const now = Math.floor(this.clock.monotonic());
+    if (now <= this.lastTick) return;
+    this.lastTick = now;
+    this.tickCore();
+  }
+
+  private tickCore(): void {
+    try {
+      this.core.tick(this.lastTick, this.clock.wall());
+    } catch (err) {
+      this.fail(err);
+    }
+  }
+
+  private refuse(kind: string, fields: Record<string, unknown>): void {
+    const suppressed = this.limiter.admit(kind, this.lastTick);
+    if (suppressed !== null) this.opts.logger.warn({ kind, suppressed, ...fields }, 'raft message dropped');
+  }
+
+  /** A throw from the core is a broken invariant (a bug, never bad input: the gate ran first). This
+   * node stops taking part rather than go on with a state it cannot trust. */
+  private fail(err: unknown): void {
+    const e = err instanceof Error ? err : new Error(String(err));
+    this.opts.logger.error({ err: e.message, code: (e as { code?: unknown }).code }, 'raft core failed; stopping');
+    void this.stop();
+    this.opts.onFatal?.(e);
+  }
+
+  // ---- output: Ready, in order ----
+
+  private drainReady(): void {
+    while (this.state === 'started' && this.core.hasReady()) this.handleReady(this.core.takeReady());
+  }
+
+  private handleReady(rd: Ready): void {
+    for (const m of rd.messages) this.transport.send(m.to, m);
+    if (rd.appended.length > 0 || rd.truncatedFrom !== null) this.opts.onAppended?.(rd.appended, rd.truncatedFrom);
+    if (rd.committed.length > 0) this.deliver(rd.committed);
+    if (rd.softState !== null) this.noteSoftState(rd.softState);
+  }
+
+  private deliver(entries: readonly LogEntry[]): void {
+    const last = entries[entries.length - 1]!;
+    try {
+      this.opts.onCommitted(entries);
+    } catch (err) {
+      // DESIGN.md: apply never throws; a throw is the application's bug, reported, not raft's.
+      this.opts.logger.error({ err: (err as Error).message, from: entries[0]!.index, to: last.index }, 'committed-entry callback threw');
+    }
+    this.applied = last.index;
+    this.releaseCommitted(last.index);
+    this.noteAccepting();
+  }
+
+  private noteSoftState(s: SoftState): void {
+    if (s.role === this.role && s.term === this.term && s.leader === this.leaderId) return;
+    const wasLeader = this.role === 'leader';
+    this.role = s.role;
+    this.term = s.term;
+    this.leaderId = s.leader;
+    if (wasLeader && s.role !== 'leader') {
+      this.forgetBatches();
+      this.noteAccepting();
+    }
+    this.opts.logger.info({ role: s.role, term: s.term, leader: s.leader }, 'raft state');
+    this.opts.onStateChange?.(s);
+  }
+
+  // ---- serving-relevant state ----
+
+  get currentRole(): Role {
+    return this.core.role;
+  }
+
+  get currentTerm(): number {
+    return this.core.currentTerm;
+  }
+
+  /** 0: unknown. */
+  get leader(): number {
+    return this.core.softState().leader;
+  }
+
+  get commitIndex(): number {
+    return this.core.commitIndex;
+  }
+
+  get lastIndex(): number {
+    return this.core.lastIndex;
+  }
+
+  /** The last index handed to onCommitted. */
+  get appliedIndex(): number {
+    return this.applied;
+  }
+
+  /** Whether this node holds a leader lease now (DESIGN.md "Leases and votes"); always false while
+   * the core has no lease implementation. */
+  hasLease(): boolean {
+    return this.adapter.hasLease(Math.floor(this.clock.monotonic()));
+  }
+
+  get leasesSupported(): boolean {
+    return this.adapter.leasesSupported;
+  }
+
+  /** Cluster ms, or null while the core has no cluster time. */
+  clusterTime(): number | null {
+    return this.adapter.clusterTime(Math.floor(this.clock.monotonic()));
+  }
+
+  transferLeadership(to: number): RaftError | DriverError | null {
+    if (this.state !== 'started') return new DriverError('RAFT_DRIVER_STATE', `transferLeadership() when ${this.state}`);
+    let error: RaftError | DriverError | null = null;
+    try {
+      error = this.adapter.transferLeadership(to);
+    } catch (err) {
+      this.fail(err);
+      return new DriverError('RAFT_DRIVER_STATE', 'the core failed during the transfer');
+    }
+    this.drainReady();
+    return error;
+  }
+
+  /** Monotonic ms of the last valid message from `peer`; undefined: never heard. */
+  lastContact(peer: number): number | undefined {
+    return this.contact.get(peer);
+  }
+
+  status(): DriverStatus {
+    const now = Math.floor(this.clock.monotonic());
+    const lastContactAgoMs: Record<string, number | null> = {};
+    for (const p of this.peers) {
+      const at = this.contact.get(p);
+      lastContactAgoMs[p] = at === undefined ? null : now - at;
+    }
+    return {
+      id: this.id,
+      role: this.core.role,
+      term: this.core.currentTerm,
+      leader: this.leader,
+      lastIndex: this.core.lastIndex,
+      commitIndex: this.core.commitIndex,
+      appliedIndex: this.applied,
+      hasLease: this.adapter.hasLease(now),
+      leasesSupported: this.adapter.leasesSupported,
+      clusterTime: this.adapter.clusterTime(now),
+      accepting: this.accepting,
+      uncommittedBytes: this.uncommittedBytes,
+      refusedMessages: this.gate.refused,
+      lastContactAgoMs,
+    };
+  }
+}
+
+function checkOptions(opts: RaftDriverOptions): void {
+  const bad = (what: string): never => {
+    throw new DriverError('RAFT_DRIVER_BAD_OPTIONS', what);
+  };
+  if (!Number.isSafeInteger(opts.electionTimeoutMs) || opts.electionTimeoutMs < 10)
+    bad(`electionTimeoutMs ${opts.electionTimeoutMs} (at least 10)`);
+  const tick = opts.tickIntervalMs;
+  if (tick !== undefined && (!Number.isSafeInteger(tick) || tick < 1 || tick > opts.electionTimeoutMs)) bad(`tickIntervalMs ${tick}`);
+  const bytes = opts.uncommittedBytesMax;
+  if (bytes !== undefined && (!Number.isSafeInteger(bytes) || bytes < 1)) bad(`uncommittedBytesMax ${bytes}`);
+}

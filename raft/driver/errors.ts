@@ -1,0 +1,23 @@
+// Stable codes for what the driver and its node program report, in the style of raft/errors.ts and
+// raft/transport/errors.ts (STYLE.md: one registry per module, tests compare codes, never text).
+export const DriverErrorCodes = {
+  /** Options given to the driver are out of range. */
+  RAFT_DRIVER_BAD_OPTIONS: 'bad raft driver options',
+  /** A method was called in a state that does not allow it (start twice, propose after stop). */
+  RAFT_DRIVER_STATE: 'raft driver not in a state for this',
+  /** The core does not implement what was asked (leadership transfer before the lease work lands). */
+  RAFT_DRIVER_UNSUPPORTED: 'not supported by this raft core',
+  /** The node program was started with a bad flag or value; the message names the flag. */
+  RAFT_DRIVER_BAD_ARGS: 'bad raft node arguments',
+} as const;
+
+export type DriverErrorCode = keyof typeof DriverErrorCodes;
+
+export class DriverError extends Error {
+  readonly code: DriverErrorCode;
+  constructor(code: DriverErrorCode, detail: string) {
+    super(`${DriverErrorCodes[code]}: ${detail}`);
+    this.name = 'DriverError';
+    this.code = code;
+  }
+}
