@@ -1,0 +1,226 @@
+// RaftDriver in one process: three drivers over real loopback transports, and a hand-driven raw peer
+// for what a well-behaved node never sends. Waits are bounded; nothing asserts speed.
+import assert from 'node:assert/strict';
+import { afterEach, describe, test } from 'node:test';
+import type { LogEntry, Message } from '../raft/core/messages.js';
+import { type DriverLogger, RaftDriver } from '../raft/driver/driver.js';
+import { frameOf, LOOPBACK, RawPeer, settle, waitFor } from '../raft/transport/transport-harness.js';
+import { Transport } from '../raft/transport/transport.js';
+
+const E = 200;
+const IDS = [1, 2, 3];
+
+class Recorder implements DriverLogger {
+  readonly lines: Array<{ level: string; fields: Record<string, unknown>; msg: string }> = [];
+  info(fields: Record<string, unknown>, msg: string): void {
+    this.lines.push({ level: 'info', fields, msg });
+  }
+  warn(fields: Record<string, unknown>, msg: string): void {
+    this.lines.push({ level: 'warn', fields, msg });
+  }
+  error(fields: Record<string, unknown>, msg: string): void {
+    this.lines.push({ level: 'error', fields, msg });
+  }
+}
+
+interface Harness {
+  driver: RaftDriver;
+  transport: Transport<Message>;
+  logger: Recorder;
+  committed: LogEntry[];
+  sent: Message[];
+}
+
+let running: Harness[] = [];
+let raws: RawPeer[] = [];
+afterEach(async () => {
+  for (const r of raws) r.destroy();
+  await Promise.all(running.map((h) => h.driver.stop()));
+  running = [];
+  raws = [];
+});
+
+function makeDriver(id: number, opts: { uncommittedBytesMax?: number } = {}): Harness {
+  const logger = new Recorder();
+  const h = { logger, committed: [], sent: [] } as unknown as Harness;
+  h.driver = new RaftDriver({
+    id,
+    voters: IDS,
+    electionTimeoutMs: E,
+    logger,
+    seed: id,
+    ...opts,
+    onCommitted: (entries) => h.committed.push(...entries),
+    transport: (validate) => {
+      h.transport = new Transport<Message>({
+        nodeId: id,
+        incarnation: `inc-${id}`,
+        clusterId: 'test',
+        epoch: { generation: 1, id: 'e1' },
+        listen: { host: LOOPBACK, port: 0 },
+        peers: new Map(IDS.map((p) => [p, { host: LOOPBACK, port: 0 }])),
+        logger,
+        validate,
+        random: () => 0.5,
+      });
+      // Record what the driver hands to the transport, then pass it on.
+      const send = h.transport.send.bind(h.transport);
+      h.transport.send = (to, m) => {
+        h.sent.push(m);
+        send(to, m);
+      };
+      return h.transport;
+    },
+  });
+  running.push(h);
+  return h;
+}
+
+async function startCluster(opts: { uncommittedBytesMax?: number } = {}): Promise<Harness[]> {
+  const hs = IDS.map((id) => makeDriver(id, opts));
+  for (const h of hs) await h.driver.start();
+  for (const h of hs) for (const o of hs) if (o !== h) h.transport.setPeerAddress(o.driver.id, o.transport.address());
+  return hs;
+}
+
+async function leaderOf(hs: Harness[]): Promise<Harness> {
+  let leader: Harness | undefined;
+  await waitFor(
+    'one leader that both followers know',
+    () => {
+      const ls = hs.filter((h) => h.driver.currentRole === 'leader');
+      leader = ls.length === 1 ? ls[0] : undefined;
+      return leader !== undefined && hs.every((h) => h.driver.leader === leader!.driver.id);
+    },
+    40 * E,
+  );
+  return leader!;
+}
+
+const bytes = (n: number, fill: number): Uint8Array => new Uint8Array(n).fill(fill);
+
+describe('RaftDriver over loopback TCP', { timeout: 60_000 }, () => {
+  test('proposals made in one event-loop turn travel as one append per follower', async () => {
+    const hs = await startCluster();
+    const leader = await leaderOf(hs);
+    await waitFor('the leader entry to commit everywhere', () => hs.every((h) => h.committed.length >= 1), 10_000);
+    leader.sent.length = 0;
+    const tickets = Array.from({ length: 10 }, (_, k) => leader.driver.propose(bytes(100, k)));
+    await waitFor(
+      'the ten entries to commit on every node',
+      () => hs.every((h) => h.committed.filter((e) => e.data !== null).length === 10),
+      10_000,
+    );
+    const appends = leader.sent.filter((m) => m.type === 'append' && m.entries.length > 0);
+    assert.equal(appends.length, 2, 'one append with entries to each of the two followers');
+    for (const a of appends) assert.equal(a.type === 'append' && a.entries.length, 10);
+    const first = leader.committed.find((e) => e.data !== null)!;
+    assert.deepEqual(
+      tickets.map((t) => (t instanceof Error ? t.message : t.index)),
+      tickets.map((_, k) => first.index + k),
+    );
+    for (const h of hs) {
+      assert.deepEqual(
+        h.committed.filter((e) => e.data !== null).map((e) => e.data![0]),
+        [0, 1, 2, 3, 4, 5, 6, 7, 8, 9],
+        `node ${h.driver.id} applies in proposal order`,
+      );
+      assert.equal(h.driver.appliedIndex, h.committed.at(-1)!.index);
+    }
+  });
+
+  test('a follower refuses proposals, naming the leader it knows', async () => {
+    const hs = await startCluster();
+    const leader = await leaderOf(hs);
+    const follower = hs.find((h) => h !== leader)!;
+    const r = follower.driver.propose(bytes(10, 1));
+    assert.ok(r instanceof Error);
+    assert.equal((r as Error & { code: string }).code, 'RAFT_NOT_LEADER');
+    assert.equal(follower.driver.leader, leader.driver.id);
+  });
+
+  test('accepting turns false over the uncommitted-bytes bound and drain follows the commit', async () => {
+    const hs = await startCluster({ uncommittedBytesMax: 1_000 });
+    const leader = await leaderOf(hs);
+    let drains = 0;
+    leader.driver.on('drain', () => drains++);
+    for (let k = 0; k < 20; k++) leader.driver.propose(bytes(100, k));
+    assert.equal(leader.driver.accepting, false, '2,000 bytes proposed against a 1,000-byte bound');
+    assert.equal(leader.driver.uncommittedBytes, 2_000);
+    await waitFor('drain', () => drains === 1, 10_000);
+    assert.equal(leader.driver.accepting, true);
+    assert.equal(leader.driver.uncommittedBytes, 0);
+  });
+
+  test('status reports role, term, leader, indexes, per-peer contact and no lease without a lease core', async () => {
+    const hs = await startCluster();
+    const leader = await leaderOf(hs);
+    await waitFor('a heartbeat round', () => leader.driver.lastContact(hs.find((h) => h !== leader)!.driver.id) !== undefined, 10_000);
+    const s = leader.driver.status();
+    assert.equal(s.role, 'leader');
+    assert.equal(s.leader, leader.driver.id);
+    assert.ok(s.term >= 1);
+    assert.ok(s.commitIndex >= 1 && s.commitIndex <= s.lastIndex);
+    const contacted = Object.values(s.lastContactAgoMs).filter((v) => v !== null);
+    assert.ok(contacted.length >= 1, 'at least one follower heard from');
+    // The core of this tree has no lease yet; the driver must not claim one (DESIGN.md "One server at a time").
+    assert.equal(s.leasesSupported, leader.driver.leasesSupported);
+    if (!s.leasesSupported) assert.equal(s.hasLease, false);
+  });
+
+  test('stop() ends timers and traffic: a stopped leader sends nothing more', async () => {
+    const hs = await startCluster();
+    const leader = await leaderOf(hs);
+    await leader.driver.stop();
+    const sentAtStop = leader.sent.length;
+    await settle(3 * E);
+    assert.equal(leader.sent.length, sentAtStop, 'no heartbeat after stop');
+    assert.equal(leader.driver.propose(bytes(1, 0)) instanceof Error, true);
+    await waitFor(
+      'a new leader among the two others',
+      () => hs.filter((h) => h !== leader && h.driver.currentRole === 'leader').length === 1,
+      40 * E,
+    );
+  });
+
+  test('a message that fails validation closes its link, is logged, and never reaches the core', async () => {
+    const h = makeDriver(1);
+    await h.driver.start();
+    const r = new RawPeer(h.transport.address().port);
+    raws.push(r);
+    r.write(frameOf(RawPeer.hello(2)));
+    await waitFor('the inbound link from node 2', () => h.logger.lines.some((l) => l.msg === 'peer link up' && l.fields.peer === 2), 5_000);
+    const termBefore = h.driver.currentTerm;
+    // Entry indexes out of sequence, at a far higher term: stepping it would move our term.
+    const badAppend = {
+      type: 'append',
+      from: 2,
+      to: 1,
+      term: 99,
+      prevIndex: 0,
+      prevTerm: 0,
+      commit: 0,
+      entries: [{ index: 5, term: 99, data: null }],
+    };
+    r.write(frameOf(badAppend));
+    await r.waitClosed();
+    assert.equal(h.driver.currentTerm, termBefore);
+    assert.equal(h.driver.status().refusedMessages, 1);
+    const refused = h.logger.lines.filter((l) => l.msg === 'raft message refused; closing its link');
+    assert.equal(refused.length, 1);
+    assert.equal(refused[0]!.fields.code, 'RAFT_BAD_MESSAGE');
+  });
+
+  test('a message claiming another sender than its link is dropped', async () => {
+    const h = makeDriver(1);
+    await h.driver.start();
+    const r = new RawPeer(h.transport.address().port);
+    raws.push(r);
+    r.write(frameOf(RawPeer.hello(2)));
+    await waitFor('the inbound link from node 2', () => h.logger.lines.some((l) => l.msg === 'peer link up' && l.fields.peer === 2), 5_000);
+    r.write(frameOf({ type: 'heartbeat', from: 3, to: 1, term: 7, commit: 0 }));
+    await waitFor('the drop to be logged', () => h.logger.lines.some((l) => l.fields.kind === 'sender-mismatch'), 5_000);
+    assert.equal(h.driver.currentTerm, 0, 'the impostor heartbeat did not move our term');
+    assert.equal(h.driver.lastContact(3), undefined);
+  });
+});
