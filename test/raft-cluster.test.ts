@@ -3,7 +3,7 @@
 // what they waited for; no test asserts how fast anything happened.
 import assert from 'node:assert/strict';
 import { after, describe, test } from 'node:test';
-import { agreedLeader, type RaftNodeProcess, startCluster, stopNodes, waitUntil } from './raft-node-process.js';
+import { agreedLeader, type RaftNodeProcess, sleep, startCluster, stopNodes, waitUntil } from './raft-node-process.js';
 
 const E = 300;
 /** Generous bounds: a loaded CI machine may be slow; only a hang should hit them. */
@@ -62,6 +62,9 @@ describe('three raft node processes on loopback', { timeout: 120_000 }, () => {
     const texts = Array.from({ length: 50 }, (_, k) => `while-paused-${k}`);
     // The leader and the other follower are a majority, so these commit without the paused node.
     const indexes = await proposeAll(leader, texts);
+    // Paused for several heartbeat rounds: its clocks jump on resume and the leader's appends to it
+    // have stalled, so it must catch up through the leader's probing.
+    await sleep(3 * E);
     follower.signal('SIGCONT');
     await waitApplied([follower], indexes.at(-1)!);
     assert.deepEqual(await follower.entries(), (await leader.entries()).slice(0, (await follower.entries()).length));
