@@ -145,6 +145,8 @@ export class Listener {
           return;
         case 'done': {
           cleanup();
+          // Paused before the bytes behind the header are put back: unshift into a flowing stream
+          // with an empty buffer would emit them at once, to no listener.
           socket.pause();
           if (r.consumed < buf.length) socket.unshift(buf.subarray(r.consumed));
           this.dispatch(socket, r.source);
@@ -173,27 +175,31 @@ export class Listener {
 
   private dispatch(socket: Socket, source: ProxySource | null): void {
     if (source !== null) this.sources.set(peerKey(socket), source);
-    const resumeAfter = this.spec.proxy !== null;
     switch (this.spec.kind) {
       case 'mqtt':
         // Resumed before the connection attaches its reader: bytes put back flow to it on the
         // next tick, and the connection may pause again at once.
-        if (resumeAfter) socket.resume();
+        if (this.spec.proxy !== null) socket.resume();
         this.host.accept(socket, this.transport(socket, null));
         return;
       case 'mqtts':
         this.tlsServer?.emit('connection', socket);
-        break;
+        return;
       case 'ws':
-      case 'wss':
+        // The HTTP parser reads the socket's handle directly once resumed; the bytes put back
+        // reach it first, through its 'data' listener.
         this.httpServer?.emit('connection', socket);
-        break;
+        if (this.spec.proxy !== null) socket.resume();
+        return;
+      case 'wss':
+        // TLS reads the bytes put back itself and starts reading the handle.
+        this.httpServer?.emit('connection', socket);
+        return;
       default: {
         const _: never = this.spec.kind;
         void _;
       }
     }
-    if (resumeAfter) socket.resume();
   }
 
   private transport(socket: Socket, certId: string | null): Transport {

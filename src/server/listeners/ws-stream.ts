@@ -87,6 +87,11 @@ export class WsByteStream extends EventEmitter implements ByteStream {
   }
 
   end(): this {
+    // The closing handshake needs the peer's close frame read, even if the connection paused
+    // reading; the connection ignores any data that still arrives.
+    this.userPaused = false;
+    this.backpressured = false;
+    this.apply();
     if (this.ws.readyState === this.ws.OPEN || this.ws.readyState === this.ws.CONNECTING) this.ws.close(WS_CLOSE_NORMAL);
     return this;
   }
