@@ -3,7 +3,7 @@
 // open connection; PROXY protocol v1/v2 through raw sockets; graceful drain on every listener.
 // Certificates are made with openssl at test time (test/tls-certs.ts).
 import assert from 'node:assert/strict';
-import { copyFileSync, mkdtempSync } from 'node:fs';
+import { copyFileSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { connect as netConnect, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -82,7 +82,6 @@ function serverCertCn(port: number, ca: string): Promise<string> {
   );
 }
 
-import { readFileSync, writeFileSync } from 'node:fs';
 function readPem(p: string): Buffer {
   return readFileSync(p);
 }
