@@ -3,19 +3,38 @@
 // SIGINT/SIGTERM within --shutdown-timeout-ms.
 import { readFileSync } from 'node:fs';
 import { pino } from 'pino';
-import { type Config, helpText, parseCli } from './config.js';
+import { type Config, helpText, listenerSpecs, parseCli } from './config.js';
 import { RaftmqError } from './errors.js';
 import { BrokerNode, type NodeOptions } from './server/broker-node.js';
+import { isTlsKind } from './server/listeners/listen-url.js';
+import { type ClientAuth, type IdentityField, TlsMaterial } from './server/listeners/tls-material.js';
 
 function version(): string {
   const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
   return pkg.version;
 }
 
-export function nodeOptions(config: Config, logger: pino.Logger): NodeOptions {
+/** The TLS files of the configuration, read and checked, when a listener needs them. Throws
+ * ConfigError naming the flag and file. */
+export function tlsMaterial(config: Config): TlsMaterial | null {
+  if (!listenerSpecs(config).some((s) => isTlsKind(s.kind))) return null;
+  return TlsMaterial.load({
+    cert: config['tls-cert'],
+    key: config['tls-key'],
+    ca: config['tls-ca'] || null,
+    crl: config['tls-crl'] || null,
+    clientAuth: config['tls-client-auth'] as ClientAuth,
+    identity: config['tls-identity'] as IdentityField,
+    requireClientIdMatch: config['tls-require-client-id-match'],
+  });
+}
+
+export function nodeOptions(config: Config, logger: pino.Logger, tls: TlsMaterial | null = null): NodeOptions {
   return {
     host: config.host,
     port: config.port,
+    listeners: listenerSpecs(config),
+    tls,
     maxPacketSize: config['max-packet-size'],
     maxQueuedMessages: config['max-queued-messages'],
     maxQueuedBytes: config['max-queued-bytes'],
@@ -32,8 +51,10 @@ export function nodeOptions(config: Config, logger: pino.Logger): NodeOptions {
 
 async function main(argv: readonly string[]): Promise<number> {
   let request: ReturnType<typeof parseCli>;
+  let tls: TlsMaterial | null = null;
   try {
     request = parseCli(argv);
+    if (request.action === 'run') tls = tlsMaterial(request.config);
   } catch (err) {
     if (err instanceof RaftmqError) {
       process.stderr.write(`raftmq: ${err.message}\nTry raftmq --help.\n`);
@@ -51,7 +72,7 @@ async function main(argv: readonly string[]): Promise<number> {
   }
   const config = request.config;
   const logger = pino({ level: config['log-level'], base: { pid: process.pid } });
-  const node = new BrokerNode(nodeOptions(config, logger));
+  const node = new BrokerNode(nodeOptions(config, logger, tls));
   try {
     await node.start();
   } catch (err) {
@@ -59,11 +80,17 @@ async function main(argv: readonly string[]): Promise<number> {
     process.stderr.write(`raftmq: cannot start: ${(err as Error).message}\n`);
     return 1;
   }
-  logger.info({ version: version(), port: node.port }, 'started');
+  logger.info({ version: version(), port: node.port, ports: node.ports }, 'started');
+  const onHup = (): void => {
+    logger.info('SIGHUP: re-reading TLS files');
+    node.reloadTls();
+  };
+  process.on('SIGHUP', onHup);
   await new Promise<void>((resolve) => {
     const onSignal = (signal: NodeJS.Signals) => {
       process.off('SIGINT', onSignal);
       process.off('SIGTERM', onSignal);
+      process.off('SIGHUP', onHup);
       logger.info({ signal }, 'stopping');
       const timer = setTimeout(() => {
         logger.warn({ timeoutMs: config['shutdown-timeout-ms'] }, 'stop timed out');

@@ -3,7 +3,7 @@ import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { configurationTable, defaults, parseCli } from './config.js';
+import { configurationTable, defaults, listenerSpecs, parseCli } from './config.js';
 import { CONFIG_ERROR, ConfigError } from './errors.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'raftmq-config-'));
@@ -90,6 +90,33 @@ describe('configuration', { timeout: 10_000 }, () => {
     const badValue = refusal(['--config', file('v.yaml', 'max-inflight: 0\n')]);
     assert.equal(badValue.code, CONFIG_ERROR.BAD_VALUE);
     assert.match(badValue.message, /max-inflight/);
+  });
+
+  it('reads --listen repeated on the command line and as a YAML list, with defaults for path and port', () => {
+    const c = run(['--listen', 'mqtt://0.0.0.0:1883?proxy=v2', '--listen', 'ws://127.0.0.1:8080', '--listen', 'wss://[::1]:8084/broker', '--tls-cert', 'c.pem', '--tls-key', 'k.pem']);
+    assert.deepEqual(listenerSpecs(c), [
+      { kind: 'mqtt', host: '0.0.0.0', port: 1883, path: '', proxy: 2 },
+      { kind: 'ws', host: '127.0.0.1', port: 8080, path: '/mqtt', proxy: null },
+      { kind: 'wss', host: '::1', port: 8084, path: '/broker', proxy: null },
+    ]);
+    const yaml = file('l.yaml', 'listen:\n  - mqtt://127.0.0.1\n  - ws://127.0.0.1:9001/mqtt?proxy=v1\n');
+    assert.deepEqual(run(['--config', yaml]).listen, ['mqtt://127.0.0.1', 'ws://127.0.0.1:9001/mqtt?proxy=v1']);
+    assert.deepEqual(listenerSpecs(run(['--port', '0', '--host', '127.0.0.1'])), [{ kind: 'mqtt', host: '127.0.0.1', port: 0, path: '', proxy: null }]);
+  });
+
+  it('refuses a bad listener URL naming --listen, and TLS settings without what they need', () => {
+    for (const url of ['tcp://0.0.0.0:1883', 'mqtt://0.0.0.0:1883/path', 'ws://0.0.0.0/mqtt', 'mqtt://0.0.0.0:1883?proxy=v3', 'mqtt://0.0.0.0:1883?tls=1', 'not a url']) {
+      const e = refusal(['--listen', url]);
+      assert.equal(e.code, CONFIG_ERROR.BAD_VALUE, url);
+      assert.match(e.message, /--listen/);
+    }
+    const noCert = refusal(['--listen', 'mqtts://0.0.0.0:8883']);
+    assert.equal(noCert.code, CONFIG_ERROR.MISSING_VALUE);
+    assert.match(noCert.message, /--tls-cert/);
+    const noCa = refusal(['--tls-client-auth', 'required']);
+    assert.equal(noCa.code, CONFIG_ERROR.MISSING_VALUE);
+    assert.match(noCa.message, /--tls-ca/);
+    assert.equal(refusal(['--tls-identity', 'ou']).code, CONFIG_ERROR.BAD_VALUE);
   });
 
   it('keeps docs/configuration.md in sync with the schema', () => {

@@ -8,12 +8,15 @@ import { extname } from 'node:path';
 import { parseArgs } from 'node:util';
 import { parse as parseYaml } from 'yaml';
 import { CONFIG_ERROR, ConfigError } from './errors.js';
+import { isTlsKind, type ListenerSpec, parseListenUrl } from './server/listeners/listen-url.js';
 
-type Kind = 'int' | 'size' | 'bool' | 'string' | 'enum';
+/** 'list': a repeatable flag (--listen A --listen B), a YAML or JSON list in the config file. */
+type Kind = 'int' | 'size' | 'bool' | 'string' | 'enum' | 'list';
 
 interface SettingSpec<K extends Kind = Kind> {
   kind: K;
-  default: K extends 'bool' ? boolean : K extends 'int' | 'size' ? number : string;
+  /** For 'string', '' means unset. */
+  default: K extends 'bool' ? boolean : K extends 'int' | 'size' ? number : K extends 'list' ? readonly string[] : string;
   help: string;
   min?: number;
   max?: number;
@@ -26,6 +29,32 @@ const MiB = 1024 * 1024;
 export const SCHEMA = {
   port: { kind: 'int', default: 1883, min: 0, max: 65535, help: 'MQTT TCP port (0 picks a free port)' },
   host: { kind: 'string', default: '0.0.0.0', help: 'address the MQTT listener binds' },
+  listen: {
+    kind: 'list',
+    default: [],
+    help: 'a listener, repeatable: mqtt://HOST:PORT, mqtts://HOST:PORT, ws://HOST:PORT/PATH or wss://HOST:PORT/PATH (path default /mqtt), each optionally ?proxy=v1 or ?proxy=v2; when none is given, --host and --port make one mqtt:// listener',
+  },
+  'tls-cert': { kind: 'string', default: '', help: 'PEM certificate of mqtts:// and wss:// listeners, followed by its intermediate CAs; re-read on change and on SIGHUP' },
+  'tls-key': { kind: 'string', default: '', help: 'PEM private key of --tls-cert' },
+  'tls-ca': { kind: 'string', default: '', help: 'PEM CA certificates that client certificates must chain to' },
+  'tls-crl': { kind: 'string', default: '', help: 'PEM certificate revocation list of --tls-ca; a revoked client certificate fails the handshake' },
+  'tls-client-auth': {
+    kind: 'enum',
+    default: 'none',
+    values: ['none', 'optional', 'required'],
+    help: 'client certificates: not asked for, verified when presented, or required',
+  },
+  'tls-identity': {
+    kind: 'enum',
+    default: 'cn',
+    values: ['cn', 'san'],
+    help: "the client certificate field that becomes the username: subject CN, or the first DNS, email or URI subject alternative name",
+  },
+  'tls-require-client-id-match': {
+    kind: 'bool',
+    default: false,
+    help: 'a client with a certificate must use its identity as client id (else CONNACK 0x85, 3.1.1: 2)',
+  },
   'log-level': {
     kind: 'enum',
     default: 'info',
@@ -100,13 +129,19 @@ export const SCHEMA = {
 } as const satisfies Record<string, SettingSpec>;
 
 export type SettingKey = keyof typeof SCHEMA;
-type ValueOf<S> = S extends { kind: 'bool' } ? boolean : S extends { kind: 'int' | 'size' } ? number : string;
+type ValueOf<S> = S extends { kind: 'bool' }
+  ? boolean
+  : S extends { kind: 'int' | 'size' }
+    ? number
+    : S extends { kind: 'list' }
+      ? string[]
+      : string;
 /** The resolved configuration: every key of SCHEMA with its typed value. */
 export type Config = { -readonly [K in SettingKey]: ValueOf<(typeof SCHEMA)[K]> };
 
 export function defaults(): Config {
   const out: Record<string, unknown> = {};
-  for (const [key, spec] of Object.entries(SCHEMA)) out[key] = spec.default;
+  for (const [key, spec] of Object.entries(SCHEMA)) out[key] = Array.isArray(spec.default) ? [...spec.default] : spec.default;
   return out as Config;
 }
 
@@ -143,6 +178,11 @@ function parseValue(key: SettingKey, raw: unknown, where: string): unknown {
     case 'string': {
       if (typeof raw !== 'string' || raw.length === 0) throw bad('expected a non-empty string');
       return raw;
+    }
+    case 'list': {
+      const items = typeof raw === 'string' ? [raw] : raw;
+      if (!Array.isArray(items) || items.some((v) => typeof v !== 'string' || v.length === 0)) throw bad('expected a list of non-empty strings');
+      return [...(items as string[])];
     }
     default: {
       const never: never = spec.kind;
@@ -190,12 +230,14 @@ export type CliRequest =
 
 /** Parses command-line arguments (without node and script) into a resolved configuration. */
 export function parseCli(argv: readonly string[]): CliRequest {
-  const options: Record<string, { type: 'string' | 'boolean' }> = {
+  const options: Record<string, { type: 'string' | 'boolean'; multiple?: boolean }> = {
     config: { type: 'string' },
     help: { type: 'boolean' },
     version: { type: 'boolean' },
   };
-  for (const key of Object.keys(SCHEMA)) options[key] = { type: 'string' };
+  for (const [key, spec] of Object.entries(SCHEMA) as [string, SettingSpec][]) {
+    options[key] = spec.kind === 'list' ? { type: 'string', multiple: true } : { type: 'string' };
+  }
   let parsed: ReturnType<typeof parseArgs>;
   try {
     parsed = parseArgs({ args: [...argv], options, strict: true, allowPositionals: false });
@@ -204,7 +246,7 @@ export function parseCli(argv: readonly string[]): CliRequest {
     const code = e.code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' ? CONFIG_ERROR.UNKNOWN_FLAG : CONFIG_ERROR.BAD_ARGUMENTS;
     throw new ConfigError(code, e.message);
   }
-  const values = parsed.values as Record<string, string | boolean | undefined>;
+  const values = parsed.values as Record<string, string | string[] | boolean | undefined>;
   if (values.help === true) return { action: 'help' };
   if (values.version === true) return { action: 'version' };
   const config = defaults();
@@ -214,6 +256,7 @@ export function parseCli(argv: readonly string[]): CliRequest {
     if (raw === undefined) continue;
     (config as Record<string, unknown>)[key] = parseValue(key, raw, `--${key}`);
   }
+  listenerSpecs(config);
   return { action: 'run', config };
 }
 
@@ -221,7 +264,7 @@ export function helpText(): string {
   const lines = ['Usage: raftmq [flags]', '', 'Flags (a config file takes the same keys without dashes):'];
   lines.push('  --config FILE                  JSON or YAML file of settings; flags beat the file');
   for (const [key, spec] of Object.entries(SCHEMA) as [string, SettingSpec][]) {
-    lines.push(`  --${key.padEnd(28)} ${spec.help} (default ${String(spec.default)})`);
+    lines.push(`  --${key.padEnd(28)} ${spec.help} (default ${shownDefault(spec)})`);
   }
   lines.push('  --help                         print this help', '  --version                      print the version');
   return lines.join('\n');
@@ -231,7 +274,31 @@ export function helpText(): string {
 export function configurationTable(): string {
   const rows = ['| flag | default | meaning |', '|---|---|---|'];
   for (const [key, spec] of Object.entries(SCHEMA) as [string, SettingSpec][]) {
-    rows.push(`| \`--${key}\` | ${String(spec.default)} | ${spec.help} |`);
+    rows.push(`| \`--${key}\` | ${shownDefault(spec)} | ${spec.help} |`);
   }
   return rows.join('\n');
+}
+
+function shownDefault(spec: SettingSpec): string {
+  if (Array.isArray(spec.default)) return spec.default.length === 0 ? 'none' : spec.default.join(' ');
+  return spec.default === '' ? 'none' : String(spec.default);
+}
+
+/** The listeners a configuration asks for, checked against the TLS settings they need; errors
+ * name the flag. --host and --port make the one mqtt:// listener when --listen is absent. */
+export function listenerSpecs(config: Config): ListenerSpec[] {
+  const specs: ListenerSpec[] =
+    config.listen.length === 0
+      ? [{ kind: 'mqtt', host: config.host, port: config.port, path: '', proxy: null }]
+      : config.listen.map((url) => parseListenUrl(url, '--listen'));
+  const tlsListener = specs.find((s) => isTlsKind(s.kind));
+  if (tlsListener !== undefined) {
+    for (const flag of ['tls-cert', 'tls-key'] as const) {
+      if (config[flag] === '') throw new ConfigError(CONFIG_ERROR.MISSING_VALUE, `--listen ${tlsListener.kind}://...: needs --${flag}`);
+    }
+  }
+  if (config['tls-client-auth'] !== 'none' && config['tls-ca'] === '') {
+    throw new ConfigError(CONFIG_ERROR.MISSING_VALUE, `--tls-client-auth ${config['tls-client-auth']} needs --tls-ca`);
+  }
+  return specs;
 }

@@ -24,6 +24,10 @@ export const CONFIG_ERROR = {
   UNREADABLE_FILE: 'ERR_CONFIG_UNREADABLE_FILE',
   BAD_FILE: 'ERR_CONFIG_BAD_FILE',
   BAD_ARGUMENTS: 'ERR_CONFIG_BAD_ARGUMENTS',
+  /** A setting that another setting requires is absent (a TLS listener without --tls-cert). */
+  MISSING_VALUE: 'ERR_CONFIG_MISSING_VALUE',
+  /** TLS files that OpenSSL refuses (not PEM, key does not match the certificate). */
+  BAD_TLS: 'ERR_CONFIG_BAD_TLS',
 } as const;
 export type ConfigErrorCode = (typeof CONFIG_ERROR)[keyof typeof CONFIG_ERROR];
 

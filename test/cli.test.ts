@@ -47,6 +47,30 @@ describe('raftmq command', { timeout: 60_000 }, () => {
     assert.match(wrongKey.stderr, /max-queued-mesages/);
   });
 
+  it('exits 2 naming the file when a TLS file cannot be read or is not a certificate', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'raftmq-cli-tls-'));
+    const missing = join(dir, 'absent.crt');
+    const r = cli(['--listen', 'mqtts://127.0.0.1:0', '--tls-cert', missing, '--tls-key', missing]);
+    assert.equal(r.status, 2);
+    assert.match(r.stderr, /--tls-cert .*absent\.crt/);
+    const junk = join(dir, 'junk.pem');
+    writeFileSync(junk, 'not a certificate\n');
+    const bad = cli(['--listen', 'wss://127.0.0.1:0/mqtt', '--tls-cert', junk, '--tls-key', junk]);
+    assert.equal(bad.status, 2);
+    assert.match(bad.stderr, /junk\.pem/);
+  });
+
+  it('starts every --listen listener and logs each bound url', async () => {
+    const broker = await BrokerProcess.start(['--log-level', 'info', '--listen', 'mqtt://127.0.0.1:0', '--listen', 'ws://127.0.0.1:0/mqtt?proxy=v1']);
+    try {
+      await broker.waitForLog((l) => l.msg === 'listening' && /^ws:\/\/127\.0\.0\.1:\d+\/mqtt\?proxy=v1$/.test(String(l.url)));
+      const tcp = await broker.waitForLog((l) => l.msg === 'listening' && String(l.url).startsWith('mqtt://'));
+      assert.notEqual(tcp.port, 0);
+    } finally {
+      assert.equal(await broker.stop(), 0);
+    }
+  });
+
   it('exits 1 with a clear message when the port is taken', async () => {
     const first = await BrokerProcess.start(['--log-level', 'info']);
     try {

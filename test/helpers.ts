@@ -65,8 +65,9 @@ export interface Received {
   packet: IPublishPacket;
 }
 
-export async function connectClient(port: number, opts: IClientOptions = {}): Promise<TestClient> {
-  const client = mqtt.connect(`mqtt://127.0.0.1:${port}`, {
+/** `where`: a port on 127.0.0.1 (mqtt://), or a whole URL (mqtts://, ws://, wss://). */
+export async function connectClient(where: number | string, opts: IClientOptions = {}): Promise<TestClient> {
+  const client = mqtt.connect(typeof where === 'number' ? `mqtt://127.0.0.1:${where}` : where, {
     reconnectPeriod: 0,
     connectTimeout: WAIT_MS,
     protocolVersion: 4,

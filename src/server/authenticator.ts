@@ -1,5 +1,6 @@
 import type { ConnectPacket } from '../protocol/packets.js';
 import { RC } from '../protocol/reason-codes.js';
+import type { Transport } from './transport.js';
 
 /** The outcome of checking a CONNECT. `reason` is an MQTT 5 CONNACK reason code (RC.*); a 3.1.1
  * connection maps it with connackReturnCode(). */
@@ -9,7 +10,9 @@ export type AuthResult = { ok: true } | { ok: false; reason: number };
  * (DESIGN.md "The seam"); a synchronous answer costs no promise, an asynchronous one (a password
  * file lookup, an external service) pauses the connection until it settles. */
 export interface Authenticator {
-  authenticate(connect: ConnectPacket, remoteAddress: string): AuthResult | Promise<AuthResult>;
+  /** `connect.username` is already the certificate identity when `transport.certIdentity` is set
+   * (the certificate was verified against --tls-ca during the handshake). */
+  authenticate(connect: ConnectPacket, remoteAddress: string, transport: Transport): AuthResult | Promise<AuthResult>;
 }
 
 const OK: AuthResult = { ok: true };

@@ -1,6 +1,5 @@
 // A broker node: the log, the state machine applied in log order, and the MQTT listener that is
 // open only while the log says this node serves (DESIGN.md "The seam").
-import type { Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import { Broker } from '../broker/broker.js';
@@ -11,13 +10,21 @@ import { encode } from '../protocol/encoder.js';
 import { RC } from '../protocol/reason-codes.js';
 import { allowAll, type Authenticator } from './authenticator.js';
 import { Connection, type ConnectionHost, type ConnectionLimits } from './connection.js';
-import { TcpListener } from './listener.js';
+import { type ListenerSpec, listenerUrl } from './listeners/listen-url.js';
+import { Listener, type ListenerHost } from './listeners/listener.js';
+import type { TlsMaterial } from './listeners/tls-material.js';
 import { type ConnackLimits, toWire } from './outbound.js';
 import { RateLimitedLog } from './rate-limited-log.js';
+import type { ByteStream, Transport } from './transport.js';
 
 export interface NodeOptions {
+  /** The one mqtt:// listener used when `listeners` is absent or empty. */
   host: string;
   port: number;
+  /** Every listener of the node (--listen); all serve the same broker. */
+  listeners?: ListenerSpec[];
+  /** Certificates for mqtts:// and wss:// listeners (required when there is one). */
+  tls?: TlsMaterial | null;
   maxPacketSize: number;
   maxQueuedMessages: number;
   maxQueuedBytes: number;
@@ -103,7 +110,7 @@ function connOf(cmd: Command): ConnId | undefined {
   }
 }
 
-export class BrokerNode implements LogListener, ConnectionHost {
+export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
   readonly limits: ConnectionLimits;
   readonly authenticator: Authenticator;
   /** Event counts (apply events, protocol errors, drops), for metrics. */
@@ -117,10 +124,13 @@ export class BrokerNode implements LogListener, ConnectionHost {
   private readonly conns = new Map<ConnId, Connection>();
   private period = 0;
   private seq = 0;
-  private listener: TcpListener | null = null;
+  private readonly specs: ListenerSpec[];
+  private listeners: Listener[] | null = null;
   /** Bumped whenever listening should stop, so a listen that completes late closes itself. */
   private listenGen = 0;
-  private boundPort = 0;
+  /** Bound port per spec; a later serving period listens on the same ports (port 0 stays the
+   * first pick). */
+  private readonly boundPorts: number[];
   private dirty: Connection[] = [];
   private flushScheduled = false;
   private readonly flushBound = (): void => this.flushAll();
@@ -143,6 +153,8 @@ export class BrokerNode implements LogListener, ConnectionHost {
     this.limited = new RateLimitedLog(opts.logger, LOG_WINDOW_MS, () => performance.now());
     this.log = log ?? new LocalLog({ node: 1, settings: settingsFrom(opts) });
     this.authenticator = opts.authenticator ?? allowAll;
+    this.specs = opts.listeners?.length ? opts.listeners : [{ kind: 'mqtt', host: opts.host, port: opts.port, path: '', proxy: null }];
+    this.boundPorts = this.specs.map(() => 0);
     this.limits = {
       maxPacketSize: opts.maxPacketSize,
       maxKeepalive: opts.maxKeepalive,
@@ -154,9 +166,28 @@ export class BrokerNode implements LogListener, ConnectionHost {
     };
   }
 
-  /** The bound MQTT port (the real one when options asked for port 0); 0 before the first listen. */
+  /** The bound port of the first listener (the real one when options asked for port 0); 0 before
+   * the first listen. */
   get port(): number {
-    return this.boundPort;
+    return this.boundPorts[0] ?? 0;
+  }
+
+  /** Bound ports in the order of the listener specs. */
+  get ports(): readonly number[] {
+    return this.boundPorts;
+  }
+
+  /** Re-reads the TLS files (SIGHUP); new handshakes use them, open connections stay. */
+  reloadTls(): void {
+    const tls = this.opts.tls;
+    if (tls == null) return;
+    try {
+      const r = tls.reload();
+      if (r === 'changed') this.logger.info({ cert: tls.settings.cert }, 'tls certificates reloaded');
+    } catch (err) {
+      this.event('tls-reload-failed');
+      this.logger.error({ err: (err as Error).message }, 'tls reload failed; the previous certificates stay in use');
+    }
   }
 
   get readsPaused(): boolean {
@@ -169,6 +200,7 @@ export class BrokerNode implements LogListener, ConnectionHost {
     const first = new Promise<void>((resolve, reject) => {
       this.firstListen = { resolve, reject };
     });
+    this.opts.tls?.watch(() => this.reloadTls());
     this.log.start(this);
     return first;
   }
@@ -178,6 +210,7 @@ export class BrokerNode implements LogListener, ConnectionHost {
     if (this.stopped) return;
     this.stopped = true;
     this.clearTick();
+    this.opts.tls?.close();
     const closing = this.stopServing(RC.SERVER_SHUTTING_DOWN);
     this.firstListen?.resolve();
     this.firstListen = null;
@@ -345,46 +378,59 @@ export class BrokerNode implements LogListener, ConnectionHost {
   // ---- listening ----
 
   private startListening(): void {
-    if (this.listener !== null) return;
+    if (this.listeners !== null) return;
     const gen = ++this.listenGen;
-    const listener = new TcpListener((s) => this.accept(s));
-    this.listener = listener;
-    // Once bound, a later serving period listens on the same port (port 0 stays the first pick).
-    listener.listen(this.opts.host, this.boundPort || this.opts.port).then(
-      (port) => {
-        if (gen !== this.listenGen) return void listener.close(0);
-        this.boundPort = port;
-        this.logger.info({ host: this.opts.host, port }, 'listening');
+    const maxPacket = this.opts.maxPacketSize;
+    const listeners = this.specs.map((spec) => new Listener(spec, this, this.opts.tls ?? null, maxPacket));
+    this.listeners = listeners;
+    const bound = listeners.map((l, i) =>
+      l.listen(this.boundPorts[i] || l.spec.port).then((port) => {
+        this.boundPorts[i] = port;
+        if (gen === this.listenGen) this.logger.info({ url: listenerUrl(l.spec, port), host: l.spec.host, port }, 'listening');
+      }),
+    );
+    Promise.all(bound).then(
+      () => {
+        if (gen !== this.listenGen) {
+          for (const l of listeners) void l.close(0);
+          return;
+        }
         this.firstListen?.resolve();
         this.firstListen = null;
       },
       (err: Error) => {
-        if (this.listener === listener) this.listener = null;
-        this.logger.error({ err: err.message, host: this.opts.host, port: this.opts.port }, 'cannot listen');
+        for (const l of listeners) void l.close(0);
+        if (this.listeners === listeners) this.listeners = null;
+        this.logger.error({ err: err.message }, 'cannot listen');
         this.firstListen?.reject(err);
         this.firstListen = null;
       },
     );
   }
 
-  private accept(socket: Socket): void {
+  accept(stream: ByteStream, transport: Transport): void {
     if (!this.log.serving || this.halted || this.stopped) {
-      socket.destroy();
+      stream.destroy();
       return;
     }
     const id: ConnId = `${this.period}.${++this.seq}`;
-    this.conns.set(id, new Connection(id, socket, this));
+    this.conns.set(id, new Connection(id, stream, transport, this));
   }
 
-  /** Closes the listener and every connection. `reason`: v5 DISCONNECT to send, if any. */
+  refused(key: string, fields: Record<string, unknown>, message: string): void {
+    this.counters.set(key, (this.counters.get(key) ?? 0) + 1);
+    this.limited.warn(key, fields, message);
+  }
+
+  /** Closes every listener and every connection. `reason`: v5 DISCONNECT to send, if any. */
   private async stopServing(reason: number | undefined): Promise<void> {
     this.listenGen++;
     this.clearTick();
-    const listener = this.listener;
-    this.listener = null;
+    const listeners = this.listeners;
+    this.listeners = null;
     this.closeAll(reason);
     this.period = 0;
-    if (listener !== null) await listener.close(STOP_GRACE_MS);
+    if (listeners !== null) await Promise.all(listeners.map((l) => l.close(STOP_GRACE_MS)));
   }
 
   private closeAll(reason: number | undefined): void {

@@ -4,7 +4,6 @@
 // Connection-scoped protocol state lives here and starts fresh with every connection (DESIGN.md
 // "The seam"): keep-alive, inbound topic aliases, the inbound Receive Maximum count. Everything a
 // client may expect to find again after reconnecting is decided by apply.
-import type { Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import type { Command, ConnId, Message, OutPacket, ProtocolLevel, SubscriptionRequest } from '../broker/commands.js';
 import { Decoder } from '../protocol/decoder.js';
@@ -23,6 +22,7 @@ import { validateTopicFilter, validateTopicName } from '../protocol/topic.js';
 import type { Authenticator, AuthResult } from './authenticator.js';
 import { connectExpiryS, messageFromPublish, payloadFormatValid, RECEIVE_MAX_DEFAULT, willFromConnect } from './inbound.js';
 import { type ConnackLimits, toWire } from './outbound.js';
+import type { ByteStream, Transport } from './transport.js';
 
 /** The limits a connection enforces; a subset of NodeOptions. */
 export interface ConnectionLimits {
@@ -87,7 +87,8 @@ const NO_DISCONNECT = -1;
 
 export class Connection {
   readonly id: ConnId;
-  private readonly socket: Socket;
+  readonly transport: Transport;
+  private readonly socket: ByteStream;
   private readonly host: ConnectionHost;
   private readonly decoder: Decoder;
   private phase: Phase = 'awaiting-connect';
@@ -118,9 +119,10 @@ export class Connection {
   private backlog: Packet[] = [];
   private backlogError: DecodeError | null = null;
 
-  constructor(id: ConnId, socket: Socket, host: ConnectionHost) {
+  constructor(id: ConnId, socket: ByteStream, transport: Transport, host: ConnectionHost) {
     this.id = id;
     this.socket = socket;
+    this.transport = transport;
     this.host = host;
     const l = host.limits;
     this.decoder = new Decoder({ maxPacketSize: l.maxPacketSize });
@@ -132,7 +134,6 @@ export class Connection {
       topicAliasMaximum: l.topicAliasMaximum,
       serverKeepAlive: undefined,
     };
-    socket.setNoDelay(true);
     socket.on('data', (chunk: Buffer) => this.onData(chunk));
     socket.on('error', (err: Error) => this.onSocketError(err));
     socket.on('close', () => this.onSocketClose());
@@ -253,8 +254,11 @@ export class Connection {
 
   // ---- CONNECT ----
 
-  private onConnect(c: ConnectPacket): void {
-    this.level = c.level;
+  private onConnect(connect: ConnectPacket): void {
+    this.level = connect.level;
+    // A verified client certificate names the user; its identity replaces any username sent.
+    const certId = this.transport.certIdentity;
+    const c = certId === null ? connect : { ...connect, username: certId };
     const refusal = this.connectRefusal(c);
     if (refusal !== null) {
       this.refuseConnect(refusal);
@@ -262,7 +266,7 @@ export class Connection {
     }
     let verdict: AuthResult | Promise<AuthResult>;
     try {
-      verdict = this.host.authenticator.authenticate(c, this.socket.remoteAddress ?? '');
+      verdict = this.host.authenticator.authenticate(c, this.transport.remoteAddress, this.transport);
     } catch (err) {
       this.host.protocolError('authenticator', { conn: this.id, error: String(err) }, 'authenticator threw');
       verdict = { ok: false, reason: RC.UNSPECIFIED_ERROR };
@@ -287,6 +291,8 @@ export class Connection {
     const l = this.host.limits;
     // [MQTT-3.1.3-8]: a persistent session needs a client id to find it again.
     if (c.clientId === '' && !c.clean) return RC.CLIENT_IDENTIFIER_NOT_VALID;
+    // --tls-require-client-id-match: a device may only claim the session of its own certificate.
+    if (this.transport.clientIdMustMatchIdentity && c.clientId !== this.transport.certIdentity) return RC.CLIENT_IDENTIFIER_NOT_VALID;
     // 3.1.1 cannot tell the client a shorter keep-alive; like Mosquitto, refuse the identifier.
     if (c.level !== 5 && c.keepAlive > l.maxKeepalive) return RC.CLIENT_IDENTIFIER_NOT_VALID;
     if (c.will !== null) {

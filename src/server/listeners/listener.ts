@@ -1,0 +1,290 @@
+// One MQTT listener of any kind. Every connection is accepted by a plain TCP server, so PROXY
+// protocol, socket tracking and draining are the same for all kinds; a TLS or HTTP server that
+// never listens itself is then handed the socket ('connection' injection, as node:tls documents).
+import { createServer as createHttpServer, type IncomingMessage, type Server as HttpServer, type ServerResponse } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
+import { createServer as createNetServer, type Server as NetServer, type Socket } from 'node:net';
+import { createServer as createTlsServer, type Server as TlsServer, type TLSSocket } from 'node:tls';
+import { WebSocketServer } from 'ws';
+import { type ProxySource, parseProxyHeader } from '../proxy-protocol.js';
+import type { ByteStream, Transport } from '../transport.js';
+import { type ListenerSpec, isTlsKind } from './listen-url.js';
+import { certIdentity, type TlsMaterial } from './tls-material.js';
+import { WsByteStream } from './ws-stream.js';
+
+/** What a listener needs from the node. */
+export interface ListenerHost {
+  accept(stream: ByteStream, transport: Transport): void;
+  /** A connection refused before MQTT (TLS handshake, PROXY header, WebSocket upgrade): counted
+   * under `key` and logged at most once per window per key. */
+  refused(key: string, fields: Record<string, unknown>, message: string): void;
+}
+
+/** A PROXY header that has not arrived within this time closes the socket. */
+export const PROXY_HEADER_TIMEOUT_MS = 5_000;
+/** An HTTP request line and headers (the WebSocket upgrade) must arrive within this time. */
+const HTTP_HEADERS_TIMEOUT_MS = 10_000;
+/** WebSocket subprotocols, preferred first [MQTT-6.0.0-3/4]; mqttv3.1 for older clients. */
+const WS_SUBPROTOCOLS = ['mqtt', 'mqttv3.1'] as const;
+
+export class Listener {
+  readonly spec: ListenerSpec;
+  private readonly host: ListenerHost;
+  private readonly tls: TlsMaterial | null;
+  private readonly raw: NetServer;
+  private readonly sockets = new Set<Socket>();
+  /** PROXY sources by the real peer's "address|port", for sockets handed to a TLS/HTTP server. */
+  private readonly sources = new Map<string, ProxySource>();
+  private readonly tlsServer: TlsServer | null = null;
+  private readonly httpServer: HttpServer | null = null;
+  private readonly wss: WebSocketServer | null = null;
+  private unsubscribe: (() => void) | null = null;
+
+  constructor(spec: ListenerSpec, host: ListenerHost, tls: TlsMaterial | null, maxPacketSize: number) {
+    this.spec = spec;
+    this.host = host;
+    if (isTlsKind(spec.kind) && tls === null) throw new Error(`${spec.kind} listener without TLS material`);
+    this.tls = tls;
+    this.raw = createNetServer({ noDelay: true, pauseOnConnect: spec.proxy !== null }, (s) => this.onRaw(s));
+    switch (spec.kind) {
+      case 'mqtt':
+        break;
+      case 'mqtts':
+        this.tlsServer = createTlsServer((tls as TlsMaterial).serverOptions(), (s) => this.onSecure(s));
+        break;
+      case 'ws':
+        this.httpServer = createHttpServer({ headersTimeout: HTTP_HEADERS_TIMEOUT_MS, requestTimeout: HTTP_HEADERS_TIMEOUT_MS }, notWebSocket);
+        break;
+      case 'wss':
+        this.httpServer = createHttpsServer(
+          { ...(tls as TlsMaterial).serverOptions(), headersTimeout: HTTP_HEADERS_TIMEOUT_MS, requestTimeout: HTTP_HEADERS_TIMEOUT_MS },
+          notWebSocket,
+        );
+        break;
+      default: {
+        const _: never = spec.kind;
+        void _;
+      }
+    }
+    const secure = (this.tlsServer ?? this.httpServer) as TlsServer | null;
+    if (tls !== null && secure !== null && isTlsKind(spec.kind)) {
+      secure.on('tlsClientError', (err: Error & { code?: string }, s: TLSSocket) => this.onTlsError(err, s));
+      this.unsubscribe = tls.subscribe((opts) => secure.setSecureContext(opts));
+    }
+    if (this.httpServer !== null) {
+      // Twice the packet bound: a frame may carry several packets, and the decoder bounds each.
+      this.wss = new WebSocketServer({
+        noServer: true,
+        maxPayload: 2 * maxPacketSize,
+        perMessageDeflate: false,
+        clientTracking: false,
+        handleProtocols: (offered) => WS_SUBPROTOCOLS.find((p) => offered.has(p)) ?? false,
+      });
+      this.httpServer.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => this.onUpgrade(req, socket, head));
+    }
+  }
+
+  /** Resolves with the bound port (port 0 picks a free one). */
+  listen(port: number): Promise<number> {
+    return new Promise((resolve, reject) => {
+      const onError = (err: Error): void => reject(err);
+      this.raw.once('error', onError);
+      this.raw.listen({ host: this.spec.host, port }, () => {
+        this.raw.off('error', onError);
+        const addr = this.raw.address();
+        resolve(typeof addr === 'object' && addr !== null ? addr.port : port);
+      });
+    });
+  }
+
+  /** Stops accepting; resolves once every socket has closed, destroying stragglers after graceMs. */
+  close(graceMs: number): Promise<void> {
+    this.unsubscribe?.();
+    this.unsubscribe = null;
+    this.httpServer?.close(() => {});
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        for (const s of this.sockets) s.destroy();
+      }, graceMs);
+      this.raw.close(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+      if (this.sockets.size === 0) clearTimeout(timer);
+    });
+  }
+
+  // ---- accepting ----
+
+  private onRaw(socket: Socket): void {
+    this.sockets.add(socket);
+    socket.once('close', () => {
+      this.sockets.delete(socket);
+      this.sources.delete(peerKey(socket));
+    });
+    if (this.spec.proxy === null) this.dispatch(socket, null);
+    else this.readProxy(socket, this.spec.proxy);
+  }
+
+  /** Reads the PROXY header before anything else; the bytes behind it are put back. */
+  private readProxy(socket: Socket, version: 1 | 2): void {
+    let buf: Buffer = Buffer.alloc(0);
+    const fail = (reason: string, key: string): void => {
+      cleanup();
+      this.host.refused(key, { listener: this.spec.kind, remote: socket.remoteAddress, reason }, 'PROXY header refused; closing');
+      socket.destroy();
+    };
+    const onData = (chunk: Buffer): void => {
+      buf = buf.length === 0 ? chunk : Buffer.concat([buf, chunk]);
+      const r = parseProxyHeader(buf, version);
+      switch (r.k) {
+        case 'more':
+          return;
+        case 'error':
+          fail(r.reason, 'proxy-malformed');
+          return;
+        case 'done': {
+          cleanup();
+          // Paused before the bytes behind the header are put back: unshift into a flowing stream
+          // with an empty buffer would emit them at once, to no listener.
+          socket.pause();
+          if (r.consumed < buf.length) socket.unshift(buf.subarray(r.consumed));
+          this.dispatch(socket, r.source);
+          return;
+        }
+        default: {
+          const _: never = r;
+          void _;
+        }
+      }
+    };
+    const onError = (): void => {
+      cleanup();
+      socket.destroy();
+    };
+    const timer = setTimeout(() => fail(`no header within ${PROXY_HEADER_TIMEOUT_MS} ms`, 'proxy-timeout'), PROXY_HEADER_TIMEOUT_MS);
+    const cleanup = (): void => {
+      clearTimeout(timer);
+      socket.off('data', onData);
+      socket.off('error', onError);
+    };
+    socket.on('data', onData);
+    socket.on('error', onError);
+    socket.resume();
+  }
+
+  private dispatch(socket: Socket, source: ProxySource | null): void {
+    if (source !== null) this.sources.set(peerKey(socket), source);
+    switch (this.spec.kind) {
+      case 'mqtt':
+        // Resumed before the connection attaches its reader: bytes put back flow to it on the
+        // next tick, and the connection may pause again at once.
+        if (this.spec.proxy !== null) socket.resume();
+        this.host.accept(socket, this.transport(socket, null));
+        return;
+      case 'mqtts':
+        this.tlsServer?.emit('connection', socket);
+        return;
+      case 'ws':
+        // The HTTP parser reads the socket's handle directly once resumed; the bytes put back
+        // reach it first, through its 'data' listener.
+        this.httpServer?.emit('connection', socket);
+        if (this.spec.proxy !== null) socket.resume();
+        return;
+      case 'wss':
+        // TLS reads the bytes put back itself and starts reading the handle.
+        this.httpServer?.emit('connection', socket);
+        return;
+      default: {
+        const _: never = this.spec.kind;
+        void _;
+      }
+    }
+  }
+
+  private transport(socket: Socket, certId: string | null): Transport {
+    const src = this.sources.get(peerKey(socket));
+    return {
+      kind: this.spec.kind,
+      remoteAddress: src?.address ?? socket.remoteAddress ?? '',
+      remotePort: src?.port ?? socket.remotePort ?? 0,
+      certIdentity: certId,
+      clientIdMustMatchIdentity: certId !== null && this.tls?.settings.requireClientIdMatch === true,
+    };
+  }
+
+  // ---- TLS ----
+
+  private onTlsError(err: Error & { code?: string }, s: TLSSocket): void {
+    this.host.refused(
+      'tls-handshake-refused',
+      { listener: this.spec.kind, remote: this.sources.get(peerKey(s))?.address ?? s.remoteAddress, reason: err.code ?? err.message },
+      'TLS handshake refused',
+    );
+  }
+
+  /** The identity of a TLS peer, or a reason to refuse it: under 'optional' a presented
+   * certificate must still verify; a verified one must carry the configured field. */
+  private peerIdentity(s: TLSSocket): { ok: true; id: string | null } | { ok: false; reason: string } {
+    const tls = this.tls as TlsMaterial;
+    if (tls.settings.clientAuth === 'none') return { ok: true, id: null };
+    const cert = s.getPeerCertificate();
+    if (cert === null || Object.keys(cert).length === 0) return { ok: true, id: null };
+    if (!s.authorized) return { ok: false, reason: String(s.authorizationError) };
+    const id = certIdentity(cert, tls.settings.identity);
+    if (id === null) return { ok: false, reason: `certificate has no ${tls.settings.identity === 'cn' ? 'subject CN' : 'DNS, email or URI SAN'}` };
+    return { ok: true, id };
+  }
+
+  private onSecure(s: TLSSocket): void {
+    const peer = this.peerIdentity(s);
+    if (!peer.ok) {
+      this.onTlsError(Object.assign(new Error(peer.reason), { code: peer.reason }), s);
+      s.destroy();
+      return;
+    }
+    this.host.accept(s, this.transport(s, peer.id));
+  }
+
+  // ---- WebSocket ----
+
+  private onUpgrade(req: IncomingMessage, socket: Socket, head: Buffer): void {
+    const path = (req.url ?? '').split('?')[0];
+    const offered = (req.headers['sec-websocket-protocol'] ?? '').split(',').map((p) => p.trim());
+    const fields = { listener: this.spec.kind, remote: this.sources.get(peerKey(socket))?.address ?? socket.remoteAddress, path };
+    if (path !== this.spec.path) {
+      this.host.refused('ws-wrong-path', fields, 'WebSocket upgrade on an unknown path');
+      return void refuseUpgrade(socket, '404 Not Found');
+    }
+    if (!WS_SUBPROTOCOLS.some((p) => offered.includes(p))) {
+      // [MQTT-6.0.0-3]: the client must offer the "mqtt" subprotocol.
+      this.host.refused('ws-no-subprotocol', { ...fields, offered }, 'WebSocket upgrade without the mqtt subprotocol');
+      return void refuseUpgrade(socket, '400 Bad Request');
+    }
+    let certId: string | null = null;
+    if (this.spec.kind === 'wss') {
+      const peer = this.peerIdentity(socket as TLSSocket);
+      if (!peer.ok) {
+        this.onTlsError(Object.assign(new Error(peer.reason), { code: peer.reason }), socket as TLSSocket);
+        return void socket.destroy();
+      }
+      certId = peer.id;
+    }
+    const transport = this.transport(socket, certId);
+    this.wss?.handleUpgrade(req, socket, head, (ws) => this.host.accept(new WsByteStream(ws), transport));
+  }
+}
+
+function peerKey(s: Socket): string {
+  return `${s.remoteAddress}|${s.remotePort}`;
+}
+
+function refuseUpgrade(socket: Socket, status: string): void {
+  socket.end(`HTTP/1.1 ${status}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`);
+}
+
+/** A plain HTTP request to a WebSocket listener. */
+function notWebSocket(_req: IncomingMessage, res: ServerResponse): void {
+  res.writeHead(426, { Connection: 'close', Upgrade: 'websocket', 'Content-Type': 'text/plain' });
+  res.end('MQTT over WebSocket: upgrade with subprotocol mqtt\n');
+}

@@ -1,0 +1,33 @@
+// What a connection needs from the byte stream under it, and what it knows about the peer. TCP,
+// TLS and WebSocket streams all fit, so the broker's semantics are the same on every listener.
+
+export type ListenerKind = 'mqtt' | 'mqtts' | 'ws' | 'wss';
+
+/** The subset of a net.Socket a connection uses; tls.TLSSocket and WsByteStream provide it too. */
+export interface ByteStream {
+  on(event: 'data', listener: (chunk: Buffer) => void): unknown;
+  on(event: 'error', listener: (err: Error) => void): unknown;
+  on(event: 'close', listener: () => void): unknown;
+  pause(): unknown;
+  resume(): unknown;
+  /** One call per event-loop turn (for WebSocket: one binary frame). */
+  write(buf: Buffer): unknown;
+  end(): unknown;
+  destroy(): unknown;
+  readonly destroyed: boolean;
+  /** Bytes accepted by write() and not yet handed to the kernel. */
+  readonly writableLength: number;
+}
+
+/** Where a connection came from. */
+export interface Transport {
+  kind: ListenerKind;
+  /** The device's address: from the PROXY header when the listener has one, else the socket's. */
+  remoteAddress: string;
+  remotePort: number;
+  /** The verified client certificate's identity (subject CN or first SAN, per --tls-identity),
+   * or null when the client presented none. */
+  certIdentity: string | null;
+  /** --tls-require-client-id-match: a client with a certificate must use its identity as client id. */
+  clientIdMustMatchIdentity: boolean;
+}
