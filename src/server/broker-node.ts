@@ -10,6 +10,7 @@ import { encode } from '../protocol/encoder.js';
 import { RC } from '../protocol/reason-codes.js';
 import { allowAll, type Authenticator } from './authenticator.js';
 import { Connection, type ConnectionHost, type ConnectionLimits } from './connection.js';
+import { type EnhancedAuthMethod, methodTable } from './enhanced-auth.js';
 import { type ListenerSpec, listenerUrl } from './listeners/listen-url.js';
 import { Listener, type ListenerHost } from './listeners/listener.js';
 import type { TlsMaterial } from './listeners/tls-material.js';
@@ -38,6 +39,10 @@ export interface NodeOptions {
   logger: Logger;
   /** Checks each CONNECT; accepts everyone when absent. */
   authenticator?: Authenticator;
+  /** MQTT 5 enhanced-authentication methods offered (e.g. ScramSha256 over a credential store). A
+   * CONNECT naming one of them is authenticated by it instead of `authenticator`; any other
+   * Authentication Method is refused with 0x8C. */
+  enhancedAuth?: readonly EnhancedAuthMethod[];
 }
 
 /** At most one log line per key per window (protocol errors, apply events). */
@@ -113,6 +118,7 @@ function connOf(cmd: Command): ConnId | undefined {
 export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
   readonly limits: ConnectionLimits;
   readonly authenticator: Authenticator;
+  readonly enhancedAuth: ReadonlyMap<string, EnhancedAuthMethod>;
   /** Event counts (apply events, protocol errors, drops), for metrics. */
   readonly counters = new Map<string, number>();
   private readonly opts: NodeOptions;
@@ -155,6 +161,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     this.authenticator = opts.authenticator ?? allowAll;
     this.specs = opts.listeners?.length ? opts.listeners : [{ kind: 'mqtt', host: opts.host, port: opts.port, path: '', proxy: null }];
     this.boundPorts = this.specs.map(() => 0);
+    this.enhancedAuth = methodTable(opts.enhancedAuth);
     this.limits = {
       maxPacketSize: opts.maxPacketSize,
       maxKeepalive: opts.maxKeepalive,

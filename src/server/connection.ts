@@ -9,6 +9,7 @@ import type { Command, ConnId, Message, OutPacket, ProtocolLevel, SubscriptionRe
 import { Decoder } from '../protocol/decoder.js';
 import { encode } from '../protocol/encoder.js';
 import type {
+  AuthPacket,
   ConnectPacket,
   DecodeError,
   DisconnectPacket,
@@ -19,9 +20,12 @@ import type {
 } from '../protocol/packets.js';
 import { CONNACK_V4, RC } from '../protocol/reason-codes.js';
 import { validateTopicFilter, validateTopicName } from '../protocol/topic.js';
+import { type AuthAction, EnhancedAuthState } from './auth-exchange.js';
 import type { Authenticator, AuthResult } from './authenticator.js';
+import type { EnhancedAuthMethod } from './enhanced-auth.js';
 import { connectExpiryS, messageFromPublish, payloadFormatValid, RECEIVE_MAX_DEFAULT, willFromConnect } from './inbound.js';
-import { type ConnackLimits, toWire } from './outbound.js';
+import { type ConnackLimits, publishWithAlias, reasonText, toWire, withoutProblemInfo } from './outbound.js';
+import { OutboundAliases } from './topic-alias-out.js';
 import type { ByteStream, Transport } from './transport.js';
 
 /** The limits a connection enforces; a subset of NodeOptions. */
@@ -40,6 +44,8 @@ export interface ConnectionLimits {
 export interface ConnectionHost {
   readonly limits: ConnectionLimits;
   readonly authenticator: Authenticator;
+  /** MQTT 5 enhanced-authentication methods offered, by Authentication Method name. */
+  readonly enhancedAuth: ReadonlyMap<string, EnhancedAuthMethod>;
   /** Appends a command to the log (and pauses reading everywhere when the log is over its bound). */
   propose(cmd: Command): void;
   /** Routes a QoS 0 non-retained message to live subscribers and executes the effects. */
@@ -67,6 +73,8 @@ const KEEPALIVE_FACTOR_PER_S_MS = 1_500;
 type Phase =
   | 'awaiting-connect'
   | 'authenticating'
+  /** CONNECT named an Authentication Method: AUTH exchanges until the method decides. */
+  | 'auth-exchange'
   /** CONNECT proposed, CONNACK not yet applied. */
   | 'connecting'
   | 'connected'
@@ -118,6 +126,14 @@ export class Connection {
   /** Packets decoded while an asynchronous authentication was running. */
   private backlog: Packet[] = [];
   private backlogError: DecodeError | null = null;
+  /** Enhanced authentication agreed at CONNECT, kept for re-authentication. */
+  private enhanced: EnhancedAuthState | null = null;
+  /** Outbound topic aliases, when the client accepts them. */
+  private aliasesOut: OutboundAliases | null = null;
+  /** The client's Maximum Packet Size; 0: none beyond the protocol's. */
+  private clientMaxPacket = 0;
+  /** The CONNECT of an enhanced authentication in progress, proposed once the method succeeds. */
+  private pendingConnect: ConnectPacket | undefined;
 
   constructor(id: ConnId, socket: ByteStream, transport: Transport, host: ConnectionHost) {
     this.id = id;
@@ -188,6 +204,11 @@ export class Connection {
   }
 
   private handle(p: Packet): void {
+    if (this.phase === 'auth-exchange' && p.type !== 'auth' && p.type !== 'disconnect') {
+      // [MQTT-3.1.2-30]: only AUTH or DISCONNECT until the CONNACK of an enhanced authentication.
+      this.onAuthAction({ k: 'refuse', reason: RC.PROTOCOL_ERROR, why: `${p.type} during authentication` });
+      return;
+    }
     switch (p.type) {
       case 'connect':
         this.onConnect(p);
@@ -216,8 +237,7 @@ export class Connection {
         this.onDisconnect(p);
         return;
       case 'auth':
-        // No Authentication Method was agreed, so AUTH is out of place [MQTT-4.12.0-1].
-        this.fail(RC.PROTOCOL_ERROR, 'auth-unexpected', 'AUTH without an authentication method');
+        this.onAuth(p);
         return;
       case 'connack':
       case 'suback':
@@ -262,6 +282,10 @@ export class Connection {
     const refusal = this.connectRefusal(c);
     if (refusal !== null) {
       this.refuseConnect(refusal);
+      return;
+    }
+    if (c.level === 5 && c.props.authMethod !== undefined) {
+      this.beginEnhanced(c);
       return;
     }
     let verdict: AuthResult | Promise<AuthResult>;
@@ -325,12 +349,13 @@ export class Connection {
     if (this.isReading() && !this.host.readsPaused) this.socket.resume();
   }
 
-  private afterAuth(c: ConnectPacket, r: AuthResult): void {
+  private afterAuth(c: ConnectPacket, r: AuthResult, user: string | null = c.username): void {
     if (!r.ok) {
       this.refuseConnect(r.reason);
       return;
     }
     this.phase = 'connecting';
+    if (c.level === 5) this.takeClientLimits(c);
     this.connectExpiry = connectExpiryS(c);
     this.keepAliveMs = this.keepAliveFor(c) * KEEPALIVE_FACTOR_PER_S_MS;
     if (this.keepAliveMs > 0) this.armTimer(this.keepAliveMs);
@@ -344,11 +369,76 @@ export class Connection {
       clean: c.clean,
       expiryS: this.connectExpiry,
       will: willFromConnect(c),
-      username: c.username,
+      username: user,
       receiveMax: c.props.receiveMax ?? RECEIVE_MAX_DEFAULT,
       maxPacketSize: c.props.maxPacketSize ?? 0,
       problemInfo: c.props.requestProblemInfo !== 0,
     });
+  }
+
+  /** What the v5 client asked of the server's output (§3.1.2.11): problem information, response
+   * information, outbound aliases, its Maximum Packet Size. */
+  private takeClientLimits(c: ConnectPacket): void {
+    const p = c.props;
+    if (p.requestProblemInfo === 0) this.limits.noProblemInfo = true;
+    if (p.requestResponseInfo === 1) this.limits.responseInfoFor = c.clientId;
+    const aliasMax = Math.min(p.topicAliasMax ?? 0, this.host.limits.topicAliasMaximum);
+    if (aliasMax > 0) this.aliasesOut = new OutboundAliases(aliasMax);
+    this.clientMaxPacket = p.maxPacketSize ?? 0;
+  }
+
+  // ---- enhanced authentication (§4.12; rules in auth-exchange.ts) ----
+
+  private beginEnhanced(c: ConnectPacket): void {
+    const { state, action } = EnhancedAuthState.begin(c, this.host.enhancedAuth);
+    this.enhanced = state;
+    this.onAuthAction(action, c);
+  }
+
+  private onAuth(p: AuthPacket): void {
+    if (this.enhanced === null) {
+      // No Authentication Method was agreed, so AUTH is out of place [MQTT-4.12.0-1].
+      this.fail(RC.PROTOCOL_ERROR, 'auth-unexpected', 'AUTH without an authentication method');
+      return;
+    }
+    if (this.phase === 'connecting') {
+      // Authenticated, CONNACK not yet out: the client must wait for it [MQTT-3.1.2-30].
+      this.fail(RC.PROTOCOL_ERROR, 'auth-before-connack', 'AUTH before CONNACK');
+      return;
+    }
+    this.onAuthAction(this.enhanced.onAuth(p, this.phase === 'connected'), this.pendingConnect);
+  }
+
+  private onAuthAction(a: AuthAction, c?: ConnectPacket): void {
+    switch (a.k) {
+      case 'send':
+        if (this.phase === 'awaiting-connect') {
+          this.phase = 'auth-exchange';
+          this.pendingConnect = c;
+        }
+        this.writeControl({ type: 'auth', code: a.code, props: { authMethod: this.enhanced?.method.name, authData: a.data } });
+        return;
+      case 'authenticated': {
+        const connect = c as ConnectPacket;
+        this.pendingConnect = undefined;
+        this.phase = 'awaiting-connect';
+        this.limits.auth = { method: connect.props.authMethod as string, data: a.data };
+        this.host.event('enhanced-auth-ok', { conn: this.id, method: this.limits.auth.method });
+        this.afterAuth(connect, { ok: true }, a.user);
+        return;
+      }
+      case 'refuse':
+        this.host.protocolError('enhanced-auth', { conn: this.id, reason: a.reason }, a.why);
+        this.refuseConnect(a.reason);
+        return;
+      case 'disconnect':
+        this.fail(a.reason, 'reauth', a.why);
+        return;
+      default: {
+        const _: never = a;
+        void _;
+      }
+    }
   }
 
   /** The keep-alive in seconds this connection runs with. 0 means disabled, as the client asked
@@ -654,8 +744,40 @@ export class Connection {
   // ---- output ----
 
   private sendOut(p: OutPacket): void {
-    if (p.type === 'publish') this.write(this.host.encodePublish(p, this.level, this.limits));
-    else this.write(encode(toWire(p, this.level, this.limits), this.level));
+    if (p.type !== 'publish') this.writeControl(toWire(p, this.level, this.limits));
+    else if (this.aliasesOut === null) this.write(this.host.encodePublish(p, this.level, this.limits));
+    else this.write(this.encodeAliased(p));
+  }
+
+  /** A PUBLISH under an outbound alias. Apply sized the packet without one; an alias that would
+   * push it over the client's Maximum Packet Size is not used [MQTT-3.1.2-24]. */
+  private encodeAliased(p: Extract<OutPacket, { type: 'publish' }>): Buffer {
+    const aliases = this.aliasesOut as OutboundAliases;
+    const alias = aliases.assign(p.msg.topic);
+    const known = aliases.known;
+    const buf = encode(publishWithAlias(p, alias, known), 5);
+    if (this.clientMaxPacket === 0 || buf.length <= this.clientMaxPacket) return buf;
+    if (!known) aliases.cancel(p.msg.topic);
+    return this.host.encodePublish(p, this.level, this.limits);
+  }
+
+  /** Every packet but PUBLISH: Reason String and User Properties go first when the packet would
+   * exceed the client's Maximum Packet Size [MQTT-3.1.2-25]; a packet that cannot fit even then
+   * is not sent, and the connection closes since the client cannot be answered. */
+  private writeControl(w: Packet): void {
+    let buf = encode(w, this.level);
+    if (this.clientMaxPacket === 0 || buf.length <= this.clientMaxPacket) {
+      this.write(buf);
+      return;
+    }
+    const bare = withoutProblemInfo(w);
+    if (bare !== null) buf = encode(bare, this.level);
+    if (buf.length <= this.clientMaxPacket) {
+      this.write(buf);
+      return;
+    }
+    this.host.event('packet-too-large-for-client', { conn: this.id, type: w.type, bytes: buf.length });
+    if (w.type !== 'disconnect') this.beginClose(RC.PACKET_TOO_LARGE);
   }
 
   private write(buf: Buffer): void {
@@ -680,7 +802,8 @@ export class Connection {
   private closeNow(reason: number): void {
     if (this.phase === 'closed') return;
     if (reason !== NO_DISCONNECT && this.level === 5 && this.connackOk) {
-      this.write(encode({ type: 'disconnect', code: reason, props: {} }, 5));
+      const text = reasonText(reason);
+      this.writeControl({ type: 'disconnect', code: reason, props: text === undefined ? {} : { reasonString: text } });
     }
     this.phase = 'closed';
     this.local = [];
@@ -715,6 +838,7 @@ export class Connection {
     switch (this.phase) {
       case 'awaiting-connect':
       case 'authenticating':
+      case 'auth-exchange':
         this.host.event('connect-timeout', { conn: this.id });
         this.closeNow(NO_DISCONNECT);
         return;
