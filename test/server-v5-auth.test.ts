@@ -8,7 +8,17 @@ import type { Packet } from '../src/protocol/packets.js';
 import { RC } from '../src/protocol/reason-codes.js';
 import type { BrokerNode } from '../src/server/broker-node.js';
 import { MemoryScramStore, SCRAM_SHA_256, ScramClient, ScramSha256 } from '../src/server/scram.js';
-import { connectClient, connectPacket, type PacketOf, RawClient, startNode, subscribe, type TestClient, WAIT_MS, withTimeout } from './helpers.js';
+import {
+  connectClient,
+  connectPacket,
+  type PacketOf,
+  RawClient,
+  startNode,
+  subscribe,
+  type TestClient,
+  WAIT_MS,
+  withTimeout,
+} from './helpers.js';
 
 function auth(code: number, data: Uint8Array | undefined, method = SCRAM_SHA_256): Packet {
   return { type: 'auth', code, props: data === undefined ? { authMethod: method } : { authMethod: method, authData: data } };

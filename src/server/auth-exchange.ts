@@ -30,10 +30,14 @@ export class EnhancedAuthState {
 
   /** For a CONNECT naming an Authentication Method: the state and the first action. A method the
    * broker does not offer is refused with 0x8C [MQTT-4.12.0-1 / §3.2.2.2]. */
-  static begin(c: ConnectPacket, methods: ReadonlyMap<string, EnhancedAuthMethod>): { state: EnhancedAuthState | null; action: AuthAction } {
+  static begin(
+    c: ConnectPacket,
+    methods: ReadonlyMap<string, EnhancedAuthMethod>,
+  ): { state: EnhancedAuthState | null; action: AuthAction } {
     const name = c.props.authMethod as string;
     const method = methods.get(name);
-    if (method === undefined) return { state: null, action: { k: 'refuse', reason: RC.BAD_AUTHENTICATION_METHOD, why: `method ${name} not offered` } };
+    if (method === undefined)
+      return { state: null, action: { k: 'refuse', reason: RC.BAD_AUTHENTICATION_METHOD, why: `method ${name} not offered` } };
     const state = new EnhancedAuthState(method);
     const data = c.props.authData;
     return { state, action: state.first(safeStep(() => method.start(data))) };

@@ -2,7 +2,8 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { Message } from '../broker/commands.js';
 import { RC, SUBACK_FAILURE_V4 } from '../protocol/reason-codes.js';
-import { type ConnackLimits, toWire } from './outbound.js';
+import type { Packet } from '../protocol/packets.js';
+import { type ConnackLimits, publishWithAlias, responseInformation, toWire, withoutProblemInfo } from './outbound.js';
 
 const limits: ConnackLimits = {
   receiveMaximum: 64,
@@ -78,5 +79,49 @@ describe('effects to wire packets', { timeout: 30_000 }, () => {
       props: { messageExpiry: 42, contentType: 'text/plain', userProps: [['k', 'v']], subIds: [7] },
     });
     assert.deepEqual(v4.type === 'publish' && v4.props, {});
+  });
+});
+
+describe('v5 output shaped by what the client asked', { timeout: 30_000 }, () => {
+  it('puts a Reason String on failing acks unless the client asked for no problem information', () => {
+    const fail = { type: 'puback', pid: 1, code: RC.QUOTA_EXCEEDED } as const;
+    assert.deepEqual((toWire(fail, 5, limits) as { props: object }).props, { reasonString: 'quota exceeded' });
+    assert.deepEqual((toWire(fail, 5, { ...limits, noProblemInfo: true }) as { props: object }).props, {});
+    assert.deepEqual((toWire({ type: 'puback', pid: 1, code: RC.SUCCESS }, 5, limits) as { props: object }).props, {});
+    const suback = toWire({ type: 'suback', pid: 2, codes: [RC.GRANTED_QOS_1, RC.NOT_AUTHORIZED] }, 5, limits) as { props: object };
+    assert.deepEqual(suback.props, { reasonString: 'not authorized' });
+  });
+
+  it('gives Response Information and enhanced-authentication data in a successful CONNACK only', () => {
+    const l: ConnackLimits = { ...limits, responseInfoFor: 'dev-1', auth: { method: 'SCRAM-SHA-256', data: Buffer.from('v=x') } };
+    const ok = toWire({ type: 'connack', sessionPresent: false, code: RC.SUCCESS }, 5, l) as Extract<Packet, { type: 'connack' }>;
+    assert.equal(ok.props.responseInfo, 'response/dev-1/');
+    assert.equal(ok.props.authMethod, 'SCRAM-SHA-256');
+    assert.deepEqual(ok.props.authData, Buffer.from('v=x'));
+    const refused = toWire({ type: 'connack', sessionPresent: false, code: RC.NOT_AUTHORIZED }, 5, l) as Extract<
+      Packet,
+      { type: 'connack' }
+    >;
+    assert.deepEqual(refused.props, { reasonString: 'not authorized' });
+    assert.equal(responseInformation('a+b'), undefined, 'no topic prefix from a wildcard client id');
+  });
+
+  it('strips Reason String and User Properties, and reports when there were none', () => {
+    const p: Packet = {
+      type: 'disconnect',
+      code: RC.QUOTA_EXCEEDED,
+      props: { reasonString: 'r', userProps: [['k', 'v']], sessionExpiry: 5 },
+    };
+    assert.deepEqual(withoutProblemInfo(p), { type: 'disconnect', code: RC.QUOTA_EXCEEDED, props: { sessionExpiry: 5 } });
+    assert.equal(withoutProblemInfo({ type: 'pingresp' }), null);
+    assert.equal(withoutProblemInfo({ type: 'puback', pid: 1, code: 0, props: {} }), null);
+  });
+
+  it('sends the topic with a new outbound alias and the alias alone once known', () => {
+    const out = { type: 'publish', pid: 4, qos: 1, retain: false, dup: false, msg } as const;
+    const first = publishWithAlias(out, 3, false) as Extract<Packet, { type: 'publish' }>;
+    const again = publishWithAlias(out, 3, true) as Extract<Packet, { type: 'publish' }>;
+    assert.deepEqual([first.topic, first.props.topicAlias, first.pid], ['a/b', 3, 4]);
+    assert.deepEqual([again.topic, again.props.topicAlias, again.props.contentType], ['', 3, 'text/plain']);
   });
 });

@@ -37,7 +37,11 @@ const sha256 = (b: Buffer): Buffer => createHash('sha256').update(b).digest();
 const hmac = (key: Buffer, text: string): Buffer => createHmac('sha256', key).update(text).digest();
 
 /** Derives the stored credential from a password (RFC 5802 §3). */
-export function scramCredential(password: string, salt: Buffer = randomBytes(SALT_BYTES), iterations = SCRAM_ITERATIONS_DEFAULT): ScramCredential {
+export function scramCredential(
+  password: string,
+  salt: Buffer = randomBytes(SALT_BYTES),
+  iterations = SCRAM_ITERATIONS_DEFAULT,
+): ScramCredential {
   const salted = pbkdf2Sync(Buffer.from(password.normalize('NFKC'), 'utf8'), salt, iterations, 32, 'sha256');
   return {
     salt,
@@ -123,7 +127,8 @@ class ScramFinal implements AuthExchange {
     const m = /^c=([A-Za-z0-9+/=]*),r=([^,]*)(?:,[^,]*)*?,p=([A-Za-z0-9+/=]+)$/.exec(text);
     if (m === null) return refuse(RC.NOT_AUTHORIZED, 'client-final malformed');
     const [, binding, nonce, proofB64] = m as unknown as [string, string, string, string];
-    if (Buffer.from(binding, 'base64').toString('utf8') !== this.first.gs2Header) return refuse(RC.NOT_AUTHORIZED, 'channel binding mismatch');
+    if (Buffer.from(binding, 'base64').toString('utf8') !== this.first.gs2Header)
+      return refuse(RC.NOT_AUTHORIZED, 'channel binding mismatch');
     if (nonce !== this.nonce) return refuse(RC.NOT_AUTHORIZED, 'nonce mismatch');
     const withoutProof = text.slice(0, text.lastIndexOf(',p='));
     const authMessage = `${this.first.bare},${this.serverFirst},${withoutProof}`;
@@ -197,7 +202,13 @@ export class ScramClient {
     if (m === null) throw new Error(`server-first malformed: ${text}`);
     const [, nonce, saltB64, iter] = m as unknown as [string, string, string, string];
     if (!nonce.startsWith(this.clientNonce)) throw new Error('server nonce does not extend the client nonce');
-    const salted = pbkdf2Sync(Buffer.from(this.password.normalize('NFKC'), 'utf8'), Buffer.from(saltB64, 'base64'), Number(iter), 32, 'sha256');
+    const salted = pbkdf2Sync(
+      Buffer.from(this.password.normalize('NFKC'), 'utf8'),
+      Buffer.from(saltB64, 'base64'),
+      Number(iter),
+      32,
+      'sha256',
+    );
     const clientKey = hmac(salted, 'Client Key');
     this.serverKey = hmac(salted, 'Server Key');
     const withoutProof = `c=biws,r=${nonce}`;
