@@ -266,6 +266,23 @@ describe('broker v5: shared subscriptions', { timeout: 30_000 }, () => {
     );
   });
 
+  it('passes a message on to the next member when the chosen one cannot take it', () => {
+    // a's client allows packets of 30 bytes: the long message is too large for a and goes to b,
+    // and the short one still reaches a in its turn.
+    const h = new Harness();
+    const [p, a, b] = [h.conn(1), h.conn(2), h.conn(3)];
+    h.connect(p, 'pub', v5());
+    h.connect(a, 'a', v5({ maxPacketSize: 30 }));
+    h.connect(b, 'b', v5());
+    h.subscribe(a, 1, [{ filter: '$share/g/q', qos: 1 }]);
+    h.subscribe(b, 1, [{ filter: '$share/g/q', qos: 1 }]);
+    const long = h.publish(p, msg('q', 'x'.repeat(64), 1), 1);
+    assert.deepEqual([published(long, a).length, published(long, b).length], [0, 1]);
+    assert.equal(events(long, 'too-large').length, 0, 'passed on, not dropped');
+    const short = h.publish(p, msg('q', 'y', 1), 2);
+    assert.deepEqual([published(short, a).length, published(short, b).length], [1, 0]);
+  });
+
   it('delivers to a share and to a plain subscription of the same session separately', () => {
     const h = new Harness();
     const [p, a] = [h.conn(1), h.conn(2)];

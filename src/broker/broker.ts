@@ -18,7 +18,7 @@ import type {
   Will,
 } from './commands.js';
 import { type Deadline, DeadlineHeap, SESSION_DEADLINE, WILL_DEADLINE } from './deadlines.js';
-import { applyAck, deliver, event, fillInflight, inflightLimit, resendInflight } from './deliver.js';
+import { applyAck, canTake, deliver, event, fillInflight, inflightLimit, resendInflight } from './deliver.js';
 import { RetainedTrie } from './retained-trie.js';
 import {
   connPeriod,
@@ -631,11 +631,8 @@ export class Broker implements BrokerState {
     const expiresAt = expiryDeadline(msg, now);
     for (const t of targets.values()) this.deliverRouted(t, msg, expiresAt, now, out);
     for (const [share, members] of shares) {
-      const sub = this.pickMember(share, members, cursors);
-      const s = this.sessions.get(sub.clientId);
-      if (s !== undefined) {
-        this.deliverRouted({ s, qos: sub.qos, rap: sub.rap, subIds: sub.subId === null ? null : [sub.subId] }, msg, expiresAt, now, out);
-      }
+      const t = this.pickMember(share, members, cursors, msg, expiresAt, now);
+      if (t !== null) this.deliverRouted(t, msg, expiresAt, now, out);
     }
     return targets.size + shares.size;
   }
@@ -647,15 +644,38 @@ export class Broker implements BrokerState {
   }
 
   /** Round robin over the share's online members in client id order, from the one after the last
-   * chosen; an offline member's queue only when no member is online (§4.8.2). */
-  private pickMember(share: string, members: Subscription[], cursors: Map<string, string>): Subscription {
+   * chosen; an offline member's queue only when no member is online (§4.8.2). A member that cannot
+   * take the message (too large for it, queue full) passes it to the next; when none can, the
+   * first choice drops it and counts the drop. */
+  private pickMember(
+    share: string,
+    members: Subscription[],
+    cursors: Map<string, string>,
+    msg: Message,
+    expiresAt: number | null,
+    now: number,
+  ): Target | null {
     members.sort(byClientId);
     const online = members.filter((m) => this.sessions.get(m.clientId)?.conn != null);
     const pool = online.length > 0 ? online : members;
     const last = cursors.get(share);
-    const chosen = (last === undefined ? undefined : pool.find((m) => m.clientId > last)) ?? pool[0];
-    cursors.set(share, chosen.clientId);
-    return chosen;
+    const after = last === undefined ? -1 : pool.findIndex((m) => m.clientId > last);
+    const start = after < 0 ? 0 : after;
+    let first: Target | null = null;
+    for (let i = 0; i < pool.length; i++) {
+      const sub = pool[(start + i) % pool.length] as Subscription;
+      const s = this.sessions.get(sub.clientId);
+      if (s === undefined) continue;
+      const t: Target = { s, qos: sub.qos, rap: sub.rap, subIds: sub.subId === null ? null : [sub.subId] };
+      first ??= t;
+      const d = { msg, qos: minQos(msg.qos, t.qos), retain: false, subIds: t.subIds, expiresAt };
+      if (canTake(s, d, this.settings, now)) {
+        cursors.set(share, sub.clientId);
+        return t;
+      }
+    }
+    if (first !== null) cursors.set(share, first.s.clientId);
+    return first;
   }
 
   // ---- QoS 1/2 flows ----

@@ -71,6 +71,14 @@ export function queueSize(d: Delivery): number {
   return Buffer.byteLength(d.msg.topic, 'utf8') + d.msg.payload.length;
 }
 
+/** True when deliver() would send or queue the message rather than drop it (too large for the
+ * session, or its queue full): a shared subscription passes such a message to another member. */
+export function canTake(s: Session, d: Delivery, settings: Settings, now: number): boolean {
+  if (tooLarge(s, d, settings, now)) return false;
+  if (d.qos === 0 || (s.conn !== null && s.queue.length === 0 && s.inflight.length < inflightLimit(s, settings))) return true;
+  return s.queue.length < settings.maxQueuedMessages && s.queueBytes + queueSize(d) <= settings.maxQueuedBytes;
+}
+
 /** Delivers one message to one session; returns false on a broken invariant. */
 export function deliver(s: Session, d: Delivery, settings: Settings, now: number, out: Effect[]): boolean {
   if (isExpired(d, now)) return true;
