@@ -660,7 +660,7 @@ export class Broker implements BrokerState {
     const pool = online.length > 0 ? online : members;
     const last = cursors.get(share);
     const after = last === undefined ? -1 : pool.findIndex((m) => m.clientId > last);
-    const start = after < 0 ? 0 : after;
+    const start = Math.max(after, 0);
     let first: Target | null = null;
     for (let i = 0; i < pool.length; i++) {
       const sub = pool[(start + i) % pool.length] as Subscription;
