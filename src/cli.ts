@@ -2,6 +2,7 @@
 // The raftmq command: parses flags and the config file, starts one broker node, and stops it on
 // SIGINT/SIGTERM within --shutdown-timeout-ms.
 import { readFileSync } from 'node:fs';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { pino } from 'pino';
 import { type Config, helpText, listenerSpecs, parseCli } from './config.js';
 import { RaftmqError } from './errors.js';
@@ -12,6 +13,41 @@ import { type ClientAuth, type IdentityField, TlsMaterial } from './server/liste
 function version(): string {
   const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
   return pkg.version;
+}
+
+/** Sampling interval of the event-loop delay histogram; its values include this interval. */
+const LOOP_DELAY_RESOLUTION_MS = 10;
+
+/** Logs the event-loop delay histogram (DESIGN.md "Performance principles") since the previous
+ * report, on SIGUSR2 and at stop, then resets it. Values are ms and include the sampling interval.
+ * The signal is an explicit request, so the line is written at info even under --log-level warn. */
+function watchLoopDelay(logger: pino.Logger): () => void {
+  const h = monitorEventLoopDelay({ resolution: LOOP_DELAY_RESOLUTION_MS });
+  h.enable();
+  const out = logger.isLevelEnabled('info') ? logger : logger.child({}, { level: 'info' });
+  const ms = (ns: number): number => Math.round(ns / 1e3) / 1e3;
+  const report = (on: string): void => {
+    out.info(
+      {
+        on,
+        resolutionMs: LOOP_DELAY_RESOLUTION_MS,
+        samples: h.count,
+        p50Ms: ms(h.percentile(50)),
+        p99Ms: ms(h.percentile(99)),
+        p999Ms: ms(h.percentile(99.9)),
+        maxMs: ms(h.max),
+      },
+      'event-loop-delay',
+    );
+    h.reset();
+  };
+  const onUsr2 = (): void => report('SIGUSR2');
+  process.on('SIGUSR2', onUsr2);
+  return () => {
+    process.off('SIGUSR2', onUsr2);
+    report('stop');
+    h.disable();
+  };
 }
 
 /** The TLS files of the configuration, read and checked, when a listener needs them. Throws
@@ -81,6 +117,7 @@ async function main(argv: readonly string[]): Promise<number> {
     return 1;
   }
   logger.info({ version: version(), port: node.port, ports: node.ports }, 'started');
+  const stopLoopDelay = watchLoopDelay(logger);
   const onHup = (): void => {
     logger.info('SIGHUP: re-reading TLS files');
     node.reloadTls();
@@ -111,6 +148,7 @@ async function main(argv: readonly string[]): Promise<number> {
     process.on('SIGINT', onSignal);
     process.on('SIGTERM', onSignal);
   });
+  stopLoopDelay();
   logger.info('stopped');
   return 0;
 }
