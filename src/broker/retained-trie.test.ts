@@ -45,7 +45,9 @@ describe('RetainedTrie', { timeout: 30_000 }, () => {
     const trie = new RetainedTrie<number>();
     const topics = ['sport/tennis/player1', 'sport/tennis/player1/ranking', 'sport/tennis/player1/score/wimbledon',
       'sport', 'sport/', '/finance', '/', '$SYS/monitor/Clients', '$SYS', 'a//b', 'sport/tennis/player2'];
-    topics.forEach((t, i) => trie.set(t, i));
+    topics.forEach((t, i) => {
+      trie.set(t, i);
+    });
     assert.deepEqual(matched(trie, 'sport/tennis/player1/#'),
       ['sport/tennis/player1', 'sport/tennis/player1/ranking', 'sport/tennis/player1/score/wimbledon']);
     assert.deepEqual(matched(trie, 'sport/#'), ['sport', 'sport/', 'sport/tennis/player1',
@@ -135,7 +137,7 @@ describe('RetainedTrie', { timeout: 30_000 }, () => {
     const deep = '/'.repeat(60_000);
     trie.set(deep, 1);
     assert.deepEqual(matched(trie, '#'), [deep]);
-    assert.deepEqual(matched(trie, '+/'.repeat(30_000) + '#'), [deep]);
+    assert.deepEqual(matched(trie, `${'+/'.repeat(30_000)}#`), [deep]);
     assert.deepEqual([...trie.entries()], [[deep, 1]]);
     assert.equal(trie.delete(deep), true);
   });

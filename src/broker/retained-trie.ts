@@ -139,7 +139,8 @@ function childFor<V>(node: TopicNode<V>, level: string): TopicNode<V> {
   const existing = node.children?.get(level);
   if (existing !== undefined) return existing;
   const created = new TopicNode<V>();
-  (node.children ??= new SortedStringMap()).set(level, created);
+  node.children ??= new SortedStringMap();
+  node.children.set(level, created);
   return created;
 }
 

@@ -262,7 +262,10 @@ function childFor<V>(node: FilterNode<V>, level: string): FilterNode<V> {
   const created = new FilterNode<V>();
   if (level === '+') node.plus = created;
   else if (level === '#') node.hash = created;
-  else (node.children ??= new Map()).set(level, created);
+  else {
+    node.children ??= new Map();
+    node.children.set(level, created);
+  }
   return created;
 }
 
