@@ -29,8 +29,12 @@ export class ClusterClock {
   private readonly maxOffsetMs: number;
   /** Steering closes a gap over about this many ms, at most ±steerRateMax. */
   private readonly steerHorizonMs: number;
+  private readonly roundTripMaxMs: number;
   private readonly samples = new Map<number, ClockSample>();
   private excluded: number[] = [];
+  /** Scratch arrays of target(), reused: it runs at every leader tick. */
+  private readonly fresh: { voter: number; wall: number }[] = [];
+  private readonly agreeing: number[] = [];
   /** Cluster ms at leader monotonic `monoBase`, advancing at `rate` per monotonic ms. */
   private base = 0;
   private monoBase = 0;
@@ -42,6 +46,7 @@ export class ClusterClock {
     this.staleMs = sampleStaleE * opts.electionTimeoutMs;
     this.maxOffsetMs = opts.maxClockOffsetMs;
     this.steerHorizonMs = opts.electionTimeoutMs;
+    this.roundTripMaxMs = opts.electionTimeoutMs;
   }
 
   /** Forgets every sample: a new campaign or term measures afresh. */
@@ -51,9 +56,10 @@ export class ClusterClock {
   }
 
   /** A voter's wall clock read between the leader's `sentAt` and `receivedAt` (its monotonic ms):
-   * placed at the midpoint, the error is at most half the round trip. */
+   * placed at the midpoint, the error is at most half the round trip, so a round trip over E (a
+   * delayed or duplicated answer, a paused peer) is not used. */
   sample(voter: number, wall: number, sentAt: number, receivedAt: number): void {
-    if (sentAt > receivedAt) return;
+    if (sentAt > receivedAt || receivedAt - sentAt > this.roundTripMaxMs) return;
     this.samples.set(voter, { offset: wall - (sentAt + receivedAt) / 2, at: receivedAt });
   }
 
@@ -65,21 +71,24 @@ export class ClusterClock {
   /** The lower median of the fresh clocks within maxClockOffsetMs of the median of them all, or
    * null unless at least two clocks agree. Records the excluded voters. */
   target(monotonic: number): number | null {
-    const fresh: { voter: number; wall: number }[] = [];
+    const fresh = this.fresh;
+    fresh.length = 0;
     for (const [voter, s] of this.samples) {
       if (monotonic - s.at <= this.staleMs) fresh.push({ voter, wall: monotonic + s.offset });
     }
-    fresh.sort((a, b) => a.wall - b.wall);
-    const median = lowerMedian(fresh.map((f) => f.wall));
-    this.excluded = [];
-    if (median === null) return null;
-    const agreeing: number[] = [];
+    if (this.excluded.length > 0) this.excluded = [];
+    if (fresh.length === 0) return null;
+    fresh.sort(byWall);
+    const median = fresh[Math.floor((fresh.length - 1) / 2)]?.wall ?? 0;
+    const agreeing = this.agreeing;
+    agreeing.length = 0;
     for (const f of fresh) {
       if (Math.abs(f.wall - median) > this.maxOffsetMs) this.excluded.push(f.voter);
       else agreeing.push(f.wall);
     }
     this.excluded.sort((a, b) => a - b);
-    return agreeing.length >= 2 ? lowerMedian(agreeing) : null;
+    // `agreeing` is ascending, as `fresh` is.
+    return agreeing.length >= 2 ? (agreeing[Math.floor((agreeing.length - 1) / 2)] ?? null) : null;
   }
 
   excludedClocks(): number[] {
@@ -125,8 +134,4 @@ export class ClusterClock {
   }
 }
 
-/** Element floor((n-1)/2) of an ascending array; null when empty. */
-function lowerMedian(sorted: readonly number[]): number | null {
-  if (sorted.length === 0) return null;
-  return sorted[Math.floor((sorted.length - 1) / 2)] ?? null;
-}
+const byWall = (a: { wall: number }, b: { wall: number }): number => a.wall - b.wall;

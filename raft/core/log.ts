@@ -116,9 +116,10 @@ export class MemoryLog {
   }
 
   private push(e: LogEntry): void {
-    assert(e.index === this.entries.length + 1, `entry ${e.index} appended after ${this.entries.length}`);
-    assert(e.term >= this.lastTerm(), `entry ${e.index} term ${e.term} below previous ${this.lastTerm()}`);
-    assert(e.time >= this.lastTime(), `entry ${e.index} time ${e.time} below previous ${this.lastTime()}`);
+    // Checked before the message is built: push runs once per entry per node.
+    if (e.index !== this.entries.length + 1) assert(false, `entry ${e.index} appended after ${this.entries.length}`);
+    if (e.term < this.lastTerm()) assert(false, `entry ${e.index} term ${e.term} below previous ${this.lastTerm()}`);
+    if (e.time < this.lastTime()) assert(false, `entry ${e.index} time ${e.time} below previous ${this.lastTime()}`);
     this.entries.push(e);
   }
 }

@@ -24,9 +24,8 @@ export type Role = 'follower' | 'pre-candidate' | 'candidate' | 'leader';
 /** Rules broken on purpose, only so tests can prove the simulator's checkers catch a broken core.
  * 'grant-every-vote' ignores votedFor (§5.2: one vote per term); 'commit-old-terms' commits any
  * majority-replicated entry by counting, the bug of the paper's Figure 8 (§5.4.2);
- * 'answer-every-vote' drops the vote-ignoring rule, so elections no longer wait out leases;
- * 'full-lease' holds a lease for E instead of E·(1−2ρ) minus the margin. */
-export type UnsafeRule = 'grant-every-vote' | 'commit-old-terms' | 'answer-every-vote' | 'full-lease';
+ * 'answer-every-vote' drops the vote-ignoring rule, so elections no longer wait out leases. */
+export type UnsafeRule = 'grant-every-vote' | 'commit-old-terms' | 'answer-every-vote';
 
 /** ρ: monotonic clocks keep the real rate within 0.1 % (DESIGN.md "What the cluster guarantees"). */
 export const clockDriftMax = 0.001;
@@ -160,7 +159,7 @@ export class RaftCore {
   private leaderSince = 0;
   /** Monotonic ms at which the lease ends; 0: none. Only a leader holds one. */
   private leaseEnd = 0;
-  /** Rounds sent before this monotonic ms never renew the lease (term start, a frozen machine). */
+  /** Rounds sent at or before this monotonic ms never renew the lease (term start, a frozen machine). */
   private leaseFloor = 0;
   /** Set when TimeoutNow went out: no lease again in this term. */
   private leaseForfeited = false;
@@ -192,7 +191,7 @@ export class RaftCore {
     this.unsafe = opts.unsafe ?? null;
     const e = opts.electionTimeoutMs;
     this.leaseMarginMs = leaseMarginFraction * e;
-    this.leaseDurationMs = this.unsafe === 'full-lease' ? e : e * (1 - 2 * clockDriftMax) - this.leaseMarginMs;
+    this.leaseDurationMs = e * (1 - 2 * clockDriftMax) - this.leaseMarginMs;
     this.ignoreVotesUntil = opts.ignoreVotesUntil ?? Number.NEGATIVE_INFINITY;
     this.clock = new ClusterClock({ electionTimeoutMs: e, maxClockOffsetMs: opts.maxClockOffsetMs ?? 1000 });
     this.now = opts.now;
@@ -762,7 +761,9 @@ export class RaftCore {
     for (const p of this.progress.values()) sent.push(p.ackedSentAt);
     sent.sort((a, b) => b - a);
     const round = sent[this.quorum - 1] ?? Number.NEGATIVE_INFINITY;
-    if (round < this.leaseFloor) return;
+    // Strictly after: a round sent just before a freeze carries the same monotonic time as the
+    // moment it was detected, since the monotonic clock stood still in between.
+    if (round <= this.leaseFloor) return;
     this.leaseEnd = Math.max(this.leaseEnd, round + this.leaseDurationMs);
   }
 
