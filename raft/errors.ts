@@ -11,6 +11,10 @@ export const RaftErrorCodes = {
   RAFT_NOT_LEADER: 'not the raft leader',
   /** propose() would take the uncommitted tail of the log over its bound. */
   RAFT_PROPOSALS_FULL: 'too many uncommitted raft entries',
+  /** transferLeadership() to itself, to a node that is not a voter, or while a transfer runs. */
+  RAFT_BAD_TRANSFER: 'bad leadership transfer',
+  /** propose() while the leader hands leadership over (thesis §3.10: proposals stop). */
+  RAFT_TRANSFERRING: 'raft leadership transfer in progress',
   /** Options given to the core or the simulator are out of range. */
   RAFT_BAD_OPTIONS: 'bad raft options',
   /** The simulator found a run that breaks a safety or liveness property. */

@@ -12,7 +12,7 @@ export type AppendOutcome =
   | { readonly ok: false; readonly hint: number };
 
 /** The log, in memory by design (DESIGN.md "Raft"). Index 0 is the empty prefix with term 0.
- * Invariants: indexes are contiguous from 1; terms never decrease along the log; commit <= last,
+ * Invariants: indexes are contiguous from 1; terms and times never decrease along the log; commit <= last,
  * and the committed prefix never changes. */
 export class MemoryLog {
   private readonly entries: LogEntry[] = [];
@@ -38,6 +38,15 @@ export class MemoryLog {
   termAt(index: number): number | undefined {
     if (index === 0) return 0;
     return this.entries[index - 1]?.term;
+  }
+
+  /** Cluster time of the entry at `index`; 0 for index 0 and past the end. */
+  timeAt(index: number): number {
+    return this.entries[index - 1]?.time ?? 0;
+  }
+
+  lastTime(): number {
+    return this.timeAt(this.entries.length);
   }
 
   entry(index: number): LogEntry {
@@ -107,8 +116,10 @@ export class MemoryLog {
   }
 
   private push(e: LogEntry): void {
-    assert(e.index === this.entries.length + 1, `entry ${e.index} appended after ${this.entries.length}`);
-    assert(e.term >= this.lastTerm(), `entry ${e.index} term ${e.term} below previous ${this.lastTerm()}`);
+    // Checked before the message is built: push runs once per entry per node.
+    if (e.index !== this.entries.length + 1) assert(false, `entry ${e.index} appended after ${this.entries.length}`);
+    if (e.term < this.lastTerm()) assert(false, `entry ${e.index} term ${e.term} below previous ${this.lastTerm()}`);
+    if (e.time < this.lastTime()) assert(false, `entry ${e.index} time ${e.time} below previous ${this.lastTime()}`);
     this.entries.push(e);
   }
 }

@@ -4,10 +4,13 @@
  * envelope through `from` and `term` only, so the added fields are checked in one place. */
 
 /** One log entry. `data` is null for the empty entry a new leader appends in its own term (§5.4.2,
- * §8); the application skips it. Entries are immutable once created: logs and messages share them. */
+ * §8); the application skips it. Entries are immutable once created: logs and messages share them.
+ * `time` is cluster time (integer ms since the Unix epoch), stamped by the leader once per append
+ * and never decreasing along the log (DESIGN.md "Cluster time"); apply reads time from nowhere else. */
 export interface LogEntry {
   readonly index: number;
   readonly term: number;
+  readonly time: number;
   readonly data: Uint8Array | null;
 }
 
@@ -31,15 +34,25 @@ export interface PreVoteResponse extends Envelope {
   readonly granted: boolean;
 }
 
+/** `transfer`: sent by the target of a leadership transfer (thesis §3.10), whose old leader gave up
+ * its lease before TimeoutNow; only such a request overrides the vote-ignoring rule. `sentAt` is the
+ * candidate's monotonic ms, echoed with the voter's wall clock: a new leader starts its term with
+ * clock samples (DESIGN.md "Cluster time"). */
 export interface VoteRequest extends Envelope {
   readonly type: 'vote-request';
   readonly lastIndex: number;
   readonly lastTerm: number;
+  readonly transfer: boolean;
+  readonly sentAt: number;
 }
 
 export interface VoteResponse extends Envelope {
   readonly type: 'vote-response';
   readonly granted: boolean;
+  /** The request's sentAt, echoed. */
+  readonly sentAt: number;
+  /** The voter's wall clock when it answered, ms since the Unix epoch. */
+  readonly wall: number;
 }
 
 /** AppendEntries (§5.3). `entries` hold indexes prevIndex+1 .. prevIndex+entries.length. */
@@ -50,6 +63,8 @@ export interface Append extends Envelope {
   readonly entries: readonly LogEntry[];
   /** Leader's commit index. */
   readonly commit: number;
+  /** Leader's monotonic ms when it sent this round; the lease runs from it (DESIGN.md "Leases"). */
+  readonly sentAt: number;
 }
 
 /** success: `index` is the last index known to match the leader (prevIndex + entries). Rejected:
@@ -60,6 +75,8 @@ export interface AppendResponse extends Envelope {
   readonly success: boolean;
   readonly index: number;
   readonly hint: number;
+  /** The append's sentAt, echoed (0 in an answer to a stale append). */
+  readonly sentAt: number;
 }
 
 /** Sent every E/5. `commit` is min(leader commit, the follower's match), so a follower never
@@ -67,10 +84,24 @@ export interface AppendResponse extends Envelope {
 export interface Heartbeat extends Envelope {
   readonly type: 'heartbeat';
   readonly commit: number;
+  /** Leader's monotonic ms when it sent this round. */
+  readonly sentAt: number;
 }
 
+/** Carries the follower's wall clock; the leader places it at the midpoint of the round trip in
+ * its own monotonic frame (DESIGN.md "Cluster time"). */
 export interface HeartbeatResponse extends Envelope {
   readonly type: 'heartbeat-response';
+  /** The heartbeat's sentAt, echoed. */
+  readonly sentAt: number;
+  /** The follower's wall clock when it answered, ms since the Unix epoch. */
+  readonly wall: number;
+}
+
+/** Leadership transfer (thesis §3.10): the leader, having brought the target up to date and given
+ * up its lease, tells it to campaign at once. */
+export interface TimeoutNow extends Envelope {
+  readonly type: 'timeout-now';
 }
 
 export type Message =
@@ -81,7 +112,8 @@ export type Message =
   | Append
   | AppendResponse
   | Heartbeat
-  | HeartbeatResponse;
+  | HeartbeatResponse
+  | TimeoutNow;
 
 export type MessageType = Message['type'];
 export const messageTypes: readonly MessageType[] = [
@@ -93,6 +125,7 @@ export const messageTypes: readonly MessageType[] = [
   'append-response',
   'heartbeat',
   'heartbeat-response',
+  'timeout-now',
 ];
 
 export function isVoteRequest(m: Message): m is PreVoteRequest | VoteRequest {

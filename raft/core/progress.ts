@@ -17,6 +17,9 @@ export class Progress {
   private readonly inflight: number[] = [];
   /** Monotonic ms of the latest message from this follower in the current term (check-quorum). */
   lastHeardAt: number;
+  /** Leader monotonic send time of the newest round this follower answered in this term; the lease
+   * runs from the newest round a majority answered (DESIGN.md "Leases and votes"). */
+  ackedSentAt = Number.NEGATIVE_INFINITY;
 
   constructor(next: number, now: number) {
     this.next = next;

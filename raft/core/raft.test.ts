@@ -12,7 +12,7 @@ const bytes = (s: string): Uint8Array => enc.encode(s);
 
 /** A log whose entry k (1-based) has terms[k-1]. */
 function logOf(terms: readonly number[]): LogEntry[] {
-  return terms.map((term, k) => ({ index: k + 1, term, data: bytes(`e${k + 1}`) }));
+  return terms.map((term, k) => ({ index: k + 1, term, time: 0, data: bytes(`e${k + 1}`) }));
 }
 
 function restored(map: Record<number, DurableState>): Map<number, DurableState> {
@@ -81,7 +81,7 @@ describe('raft core: the paper, section by section', { timeout: 30_000 }, () => 
     c.node(1).campaign();
     c.stabilize();
     assert.equal(c.node(3).durableState().vote, 1);
-    const request: Message = { type: 'vote-request', from: 2, to: 3, term: 1, lastIndex: 9, lastTerm: 1 };
+    const request: Message = { type: 'vote-request', from: 2, to: 3, term: 1, lastIndex: 9, lastTerm: 1, transfer: false, sentAt: 0 };
     const n3 = new RaftCore({
       id: 3,
       voters: [1, 2, 3],
@@ -206,7 +206,7 @@ describe('raft core: the paper, section by section', { timeout: 30_000 }, () => 
   it('§8 a new leader appends an empty entry of its term and commits it', () => {
     const c = electedCluster();
     const last = c.node(1).entries().at(-1);
-    assert.deepEqual(last, { index: 1, term: 1, data: null });
+    assert.deepEqual(last, { index: 1, term: 1, time: 0, data: null });
     assert.equal(c.node(1).commitIndex, 1);
   });
 });
@@ -253,7 +253,7 @@ describe('raft core: pre-vote, check-quorum and the vote-ignoring rule', { timeo
     c.stabilize();
     const n2 = c.node(2);
     const term = n2.currentTerm;
-    n2.step({ type: 'vote-request', from: 3, to: 2, term: term + 5, lastIndex: 99, lastTerm: term + 4 });
+    n2.step({ type: 'vote-request', from: 3, to: 2, term: term + 5, lastIndex: 99, lastTerm: term + 4, transfer: false, sentAt: 0 });
     assert.equal(n2.currentTerm, term);
     assert.equal(n2.takeReady().messages.length, 0, 'no answer at all');
   });
@@ -329,14 +329,62 @@ describe('raft core: replication flow control and input checks', { timeout: 30_0
     const bad: unknown[] = [
       null,
       { type: 'nope', from: 1, to: 2, term: 1 },
-      { type: 'heartbeat', from: 1, to: 2, term: -1, commit: 0 },
-      { type: 'append', from: 1, to: 2, term: 1, prevIndex: 0, prevTerm: 0, commit: 0, entries: [{ index: 2, term: 1, data: null }] },
-      { type: 'append', from: 1, to: 2, term: 1, prevIndex: 0, prevTerm: 0, commit: 0, entries: [{ index: 1, term: 5, data: null }] },
-      { type: 'vote-request', from: 1, to: 2, term: 1, lastIndex: 'x', lastTerm: 0 },
+      { type: 'heartbeat', from: 1, to: 2, term: -1, commit: 0, sentAt: 0 },
+      { type: 'heartbeat', from: 1, to: 2, term: 1, commit: 0, sentAt: Number.NaN },
+      {
+        type: 'append',
+        from: 1,
+        to: 2,
+        term: 1,
+        prevIndex: 0,
+        prevTerm: 0,
+        commit: 0,
+        sentAt: 0,
+        entries: [{ index: 2, term: 1, time: 0, data: null }],
+      },
+      {
+        type: 'append',
+        from: 1,
+        to: 2,
+        term: 1,
+        prevIndex: 0,
+        prevTerm: 0,
+        commit: 0,
+        sentAt: 0,
+        entries: [{ index: 1, term: 5, time: 0, data: null }],
+      },
+      {
+        type: 'append',
+        from: 1,
+        to: 2,
+        term: 1,
+        prevIndex: 0,
+        prevTerm: 0,
+        commit: 0,
+        sentAt: 0,
+        entries: [
+          { index: 1, term: 1, time: 9, data: null },
+          { index: 2, term: 1, time: 8, data: null },
+        ],
+      },
+      {
+        type: 'append',
+        from: 1,
+        to: 2,
+        term: 1,
+        prevIndex: 0,
+        prevTerm: 0,
+        commit: 0,
+        sentAt: 0,
+        entries: [{ index: 1, term: 1, time: 0.5, data: null }],
+      },
+      { type: 'vote-request', from: 1, to: 2, term: 1, lastIndex: 'x', lastTerm: 0, transfer: false, sentAt: 0 },
+      { type: 'vote-request', from: 1, to: 2, term: 1, lastIndex: 0, lastTerm: 0, transfer: 'yes', sentAt: 0 },
+      { type: 'heartbeat-response', from: 1, to: 2, term: 1, sentAt: 0 },
     ];
     for (const m of bad) assert.equal(n.step(m as Message)?.code, 'RAFT_BAD_MESSAGE', JSON.stringify(m));
-    assert.equal(n.step({ type: 'heartbeat', from: 7, to: 2, term: 1, commit: 0 })?.code, 'RAFT_UNKNOWN_PEER');
-    assert.equal(n.step({ type: 'heartbeat', from: 1, to: 3, term: 1, commit: 0 })?.code, 'RAFT_UNKNOWN_PEER');
+    assert.equal(n.step({ type: 'heartbeat', from: 7, to: 2, term: 1, commit: 0, sentAt: 0 })?.code, 'RAFT_UNKNOWN_PEER');
+    assert.equal(n.step({ type: 'heartbeat', from: 1, to: 3, term: 1, commit: 0, sentAt: 0 })?.code, 'RAFT_UNKNOWN_PEER');
     assert.equal(n.currentTerm, 0);
     assert.equal(n.hasReady(), false);
   });

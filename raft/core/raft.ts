@@ -1,10 +1,12 @@
 import { RaftError } from '../errors.js';
 import { assert, assertInteger, unreachable } from './assert.js';
+import { ClusterClock } from './cluster-time.js';
 import { MemoryLog } from './log.js';
 import type {
   Append,
   AppendResponse,
   Heartbeat,
+  HeartbeatResponse,
   LogEntry,
   Message,
   PreVoteRequest,
@@ -21,8 +23,17 @@ export type Role = 'follower' | 'pre-candidate' | 'candidate' | 'leader';
 
 /** Rules broken on purpose, only so tests can prove the simulator's checkers catch a broken core.
  * 'grant-every-vote' ignores votedFor (§5.2: one vote per term); 'commit-old-terms' commits any
- * majority-replicated entry by counting, the bug of the paper's Figure 8 (§5.4.2). */
-export type UnsafeRule = 'grant-every-vote' | 'commit-old-terms';
+ * majority-replicated entry by counting, the bug of the paper's Figure 8 (§5.4.2);
+ * 'answer-every-vote' drops the vote-ignoring rule, so elections no longer wait out leases. */
+export type UnsafeRule = 'grant-every-vote' | 'commit-old-terms' | 'answer-every-vote';
+
+/** ρ: monotonic clocks keep the real rate within 0.1 % (DESIGN.md "What the cluster guarantees"). */
+export const clockDriftMax = 0.001;
+/** The lease margin, as a fraction of E; also the wall-over-monotonic jump taken as a frozen
+ * machine (DESIGN.md "Leases and votes"). */
+export const leaseMarginFraction = 0.05;
+/** A leadership transfer that has not completed within this many E is aborted (thesis §3.10). */
+export const transferTimeoutE = 1;
 
 /** What survives a restart (as if resumed from a state file); commit and role do not. */
 export interface DurableState {
@@ -53,6 +64,12 @@ export interface RaftOptions {
   /** Monotonic ms at construction. */
   readonly now: number;
   readonly restore?: DurableState;
+  /** Monotonic ms before which every vote and pre-vote request is ignored. DESIGN.md's third case
+   * of the vote-ignoring rule: the part-3 driver sets it to now + 2E when it resumes a state file
+   * (the node cannot know when it last heard from a leader); the simulator does on each restart. */
+  readonly ignoreVotesUntil?: number;
+  /** A wall clock farther than this from the median is excluded from cluster time. Default 1000. */
+  readonly maxClockOffsetMs?: number;
   readonly unsafe?: UnsafeRule;
 }
 
@@ -84,6 +101,15 @@ export type ProposeResult =
   | { readonly ok: true; readonly firstIndex: number; readonly lastIndex: number }
   | { readonly ok: false; readonly error: RaftError; readonly leader: number };
 
+/** A leadership transfer in progress (thesis §3.10). */
+interface Transfer {
+  readonly to: number;
+  /** Leader monotonic ms at which it is aborted. */
+  readonly deadline: number;
+  /** TimeoutNow went out; the lease is given up for the rest of the term. */
+  timeoutNowSent: boolean;
+}
+
 interface RoleHandler {
   readonly role: Role;
   step(m: Message): void;
@@ -106,6 +132,10 @@ export class RaftCore {
   private readonly checkQuorum: boolean;
   private readonly random: RandomSource;
   private readonly unsafe: UnsafeRule | null;
+  /** E·(1−2ρ) − margin (DESIGN.md "Leases and votes"). */
+  private readonly leaseDurationMs: number;
+  private readonly leaseMarginMs: number;
+  private readonly ignoreVotesUntil: number;
 
   private term = 0;
   /** Candidate voted for in `term`; 0: none. */
@@ -127,6 +157,16 @@ export class RaftCore {
   private readonly progress = new Map<number, Progress>();
   private heartbeatDue = 0;
   private leaderSince = 0;
+  /** Monotonic ms at which the lease ends; 0: none. Only a leader holds one. */
+  private leaseEnd = 0;
+  /** Rounds sent at or before this monotonic ms never renew the lease (term start, a frozen machine). */
+  private leaseFloor = 0;
+  /** Set when TimeoutNow went out: no lease again in this term. */
+  private leaseForfeited = false;
+  private transfer: Transfer | null = null;
+  /** wall − monotonic at the latest tick; a jump of more than the margin is a frozen machine. */
+  private wallAhead: number | null = null;
+  private readonly clock: ClusterClock;
 
   private messages: Message[] = [];
   private appended: LogEntry[] = [];
@@ -149,6 +189,11 @@ export class RaftCore {
     this.checkQuorum = opts.checkQuorum ?? true;
     this.random = opts.random;
     this.unsafe = opts.unsafe ?? null;
+    const e = opts.electionTimeoutMs;
+    this.leaseMarginMs = leaseMarginFraction * e;
+    this.leaseDurationMs = e * (1 - 2 * clockDriftMax) - this.leaseMarginMs;
+    this.ignoreVotesUntil = opts.ignoreVotesUntil ?? Number.NEGATIVE_INFINITY;
+    this.clock = new ClusterClock({ electionTimeoutMs: e, maxClockOffsetMs: opts.maxClockOffsetMs ?? 1000 });
     this.now = opts.now;
     this.log = new MemoryLog(opts.restore?.entries);
     this.term = opts.restore?.term ?? 0;
@@ -165,7 +210,19 @@ export class RaftCore {
     assert(monotonic >= this.now, `monotonic clock went back from ${this.now} to ${monotonic}`);
     this.now = monotonic;
     this.wall = wall;
+    this.detectFreeze(wall - monotonic);
     this.handler.tick();
+  }
+
+  /** DESIGN.md "Leases and votes": a machine frozen with its monotonic clock (a suspended VM) sees
+   * its wall clock step ahead on resume. The lease ends, and rounds sent before now never renew
+   * it, since their answers may be older than they look. */
+  private detectFreeze(wallAhead: number): void {
+    const before = this.wallAhead;
+    this.wallAhead = wallAhead;
+    if (before === null || wallAhead - before <= this.leaseMarginMs) return;
+    this.leaseEnd = 0;
+    this.leaseFloor = this.now;
   }
 
   /** Feeds one message from a peer. A malformed or misaddressed message returns its error and
@@ -173,13 +230,29 @@ export class RaftCore {
   step(m: Message): RaftError | null {
     const error = validateMessage(m, { self: this.id, voters: this.voters, entriesPerAppendMax: this.entriesPerAppendMax });
     if (error !== null) return error;
-    if (m.type === 'append-response' && m.index > this.log.lastIndex() && m.term === this.term && m.success) {
-      return new RaftError('RAFT_BAD_MESSAGE', `ack of index ${m.index} beyond last ${this.log.lastIndex()}`);
-    }
+    const refused = this.refuseForState(m);
+    if (refused !== null) return refused;
     if (!this.stepTerm(m)) return null;
     if (isVoteRequest(m)) this.handleVoteRequest(m);
     else this.handler.step(m);
     this.checkInvariants();
+    return null;
+  }
+
+  /** Checks of a valid message against this node's state: what the peer claims must be possible. */
+  private refuseForState(m: Message): RaftError | null {
+    if (m.term !== this.term) return null;
+    if (m.type === 'append-response' && m.index > this.log.lastIndex() && m.success) {
+      return new RaftError('RAFT_BAD_MESSAGE', `ack of index ${m.index} beyond last ${this.log.lastIndex()}`);
+    }
+    if ((m.type === 'append-response' || m.type === 'heartbeat-response' || m.type === 'vote-response') && m.sentAt > this.now) {
+      return new RaftError('RAFT_BAD_MESSAGE', `${m.type} echoes send time ${m.sentAt}, after now ${this.now}`);
+    }
+    const first = m.type === 'append' ? m.entries[0] : undefined;
+    if (m.type === 'append' && first !== undefined && this.log.matches(m.prevIndex, m.prevTerm)) {
+      const before = this.log.timeAt(m.prevIndex);
+      if (first.time < before) return new RaftError('RAFT_BAD_MESSAGE', `entry ${first.index} time ${first.time} below ${before}`);
+    }
     return null;
   }
 
@@ -189,13 +262,17 @@ export class RaftCore {
     if (this.handler.role !== 'leader') {
       return { ok: false, error: new RaftError('RAFT_NOT_LEADER', `node ${this.id} is ${this.handler.role}`), leader: this.leader };
     }
+    if (this.transfer !== null) {
+      return { ok: false, error: new RaftError('RAFT_TRANSFERRING', `to node ${this.transfer.to}`), leader: this.id };
+    }
     const uncommitted = this.log.lastIndex() - this.log.commit;
     if (uncommitted + data.length > this.uncommittedEntriesMax) {
       const detail = `${uncommitted} uncommitted + ${data.length} > ${this.uncommittedEntriesMax}`;
       return { ok: false, error: new RaftError('RAFT_PROPOSALS_FULL', detail), leader: this.id };
     }
     const firstIndex = this.log.lastIndex() + 1;
-    this.appendOwn(data.map((d, k) => ({ index: firstIndex + k, term: this.term, data: d })));
+    const time = this.stampTime();
+    this.appendOwn(data.map((d, k) => ({ index: firstIndex + k, term: this.term, time, data: d })));
     this.broadcastAppend();
     this.maybeCommit();
     return { ok: true, firstIndex, lastIndex: this.log.lastIndex() };
@@ -205,7 +282,45 @@ export class RaftCore {
   campaign(): void {
     if (this.handler.role === 'leader') return;
     if (this.preVote) this.becomePreCandidate();
-    else this.becomeCandidate();
+    else this.becomeCandidate(false);
+  }
+
+  /** Hands leadership to `to` (thesis §3.10): proposals stop, `to` is brought up to date, then the
+   * lease is given up and TimeoutNow sent. Aborted after transferTimeoutE·E. */
+  transferLeadership(to: number): RaftError | null {
+    if (this.handler.role !== 'leader') return new RaftError('RAFT_NOT_LEADER', `node ${this.id} is ${this.handler.role}`);
+    if (to === this.id || !this.peers.includes(to)) return new RaftError('RAFT_BAD_TRANSFER', `node ${to} is not another voter`);
+    if (this.transfer !== null) return new RaftError('RAFT_BAD_TRANSFER', `already transferring to ${this.transfer.to}`);
+    this.transfer = { to, deadline: this.now + transferTimeoutE * this.electionTimeoutMs, timeoutNowSent: false };
+    const pr = this.progress.get(to);
+    assert(pr !== undefined, `no progress for ${to}`);
+    if (pr.match === this.log.lastIndex()) this.sendTimeoutNow();
+    else this.sendAppend(to, pr, true);
+    return null;
+  }
+
+  // ---- leases (DESIGN.md "Leases and votes") ----
+
+  /** True while this node leads and holds a lease at monotonic ms `monotonic`. */
+  hasLease(monotonic: number): boolean {
+    return this.handler.role === 'leader' && monotonic < this.leaseEnd;
+  }
+
+  /** Monotonic ms at which the lease ends; 0 if there is none. */
+  leaseUntil(): number {
+    return this.handler.role === 'leader' ? this.leaseEnd : 0;
+  }
+
+  /** Cluster ms at monotonic `monotonic`: on the leader, its steered clock (never below the log's
+   * last time); elsewhere, the time of the last entry in the log. */
+  clusterTime(monotonic: number): number {
+    if (this.handler.role !== 'leader') return this.log.lastTime();
+    return Math.max(this.log.lastTime(), this.clock.read(monotonic));
+  }
+
+  /** Voters whose wall clock the leader excluded at its latest estimate (empty unless leading). */
+  excludedClocks(): number[] {
+    return this.handler.role === 'leader' ? this.clock.excludedClocks() : [];
   }
 
   // ---- output ----
@@ -284,7 +399,7 @@ export class RaftCore {
 
   /** Applies the term rules common to every role; false: drop the message. */
   private stepTerm(m: Message): boolean {
-    if (isVoteRequest(m) && this.ignoresVoteRequests()) return false;
+    if (isVoteRequest(m) && this.ignoresVoteRequest(m)) return false;
     if (m.term > this.term) {
       const keepsTerm = m.type === 'pre-vote-request' || (m.type === 'pre-vote-response' && m.granted);
       if (!keepsTerm) this.becomeFollower(m.term, m.type === 'append' || m.type === 'heartbeat' ? m.from : 0);
@@ -297,12 +412,17 @@ export class RaftCore {
     return true;
   }
 
-  /** The vote-ignoring rule of DESIGN.md ("Leases and votes"): while a leader is known to be alive a
-   * request cannot be from a legitimate election, and adopting its term would depose that leader.
-   * Part 2 adds `leaseUntil` for a leader and the 2E after resuming a state file here. */
-  private ignoresVoteRequests(): boolean {
-    if (this.handler.role === 'leader') return true;
-    return this.leader !== 0 && this.now - this.leaderHeardAt < this.electionTimeoutMs;
+  /** The vote-ignoring rule of DESIGN.md ("Leases and votes"): within E of hearing from a leader,
+   * while leading with a lease, and before `ignoreVotesUntil` (2E after resuming a state file). A
+   * node that answered a leader's round thus votes for nobody until that leader's lease, measured
+   * from the round's send time and shorter by the drift bound and a margin, is over: elections wait
+   * out leases. Only the target of a transfer overrides it; its old leader gave up the lease. */
+  private ignoresVoteRequest(m: PreVoteRequest | VoteRequest): boolean {
+    if (m.type === 'vote-request' && m.transfer) return false;
+    if (this.unsafe === 'answer-every-vote') return false;
+    if (this.now < this.ignoreVotesUntil) return true;
+    if (this.handler.role === 'leader') return this.hasLease(this.now);
+    return this.now - this.leaderHeardAt < this.electionTimeoutMs;
   }
 
   /** A lower-term pre-vote gets a refusal carrying our term, so a pre-candidate catches up. A
@@ -313,7 +433,7 @@ export class RaftCore {
     if (m.type === 'pre-vote-request') {
       this.send({ type: 'pre-vote-response', from: this.id, to: m.from, term: this.term, granted: false });
     } else if (m.type === 'append' || m.type === 'heartbeat') {
-      this.send({ type: 'append-response', from: this.id, to: m.from, term: this.term, success: false, index: 0, hint: 0 });
+      this.send({ type: 'append-response', from: this.id, to: m.from, term: this.term, success: false, index: 0, hint: 0, sentAt: 0 });
     }
   }
 
@@ -333,7 +453,7 @@ export class RaftCore {
       if (this.vote === 0 || this.unsafe !== 'grant-every-vote') this.vote = m.from;
       this.resetElectionTimer();
     }
-    this.send({ type: 'vote-response', from: this.id, to: m.from, term, granted });
+    this.send({ type: 'vote-response', from: this.id, to: m.from, term, granted, sentAt: m.sentAt, wall: this.wall });
   }
 
   // ---- roles: one becomeX per role swaps the handler ----
@@ -348,6 +468,8 @@ export class RaftCore {
     if (leader !== 0) this.leaderHeardAt = this.now;
     this.progress.clear();
     this.votes.clear();
+    this.leaseEnd = 0;
+    this.transfer = null;
     this.handler = this.followerHandler();
     this.resetElectionTimer();
   }
@@ -356,16 +478,18 @@ export class RaftCore {
     this.leader = 0;
     this.handler = this.preCandidateHandler();
     this.resetElectionTimer();
-    this.startPoll('pre-vote-request', this.term + 1);
+    this.startPoll('pre-vote-request', this.term + 1, false);
   }
 
-  private becomeCandidate(): void {
+  /** `transfer`: campaigning on TimeoutNow, so the vote requests override the vote-ignoring rule. */
+  private becomeCandidate(transfer: boolean): void {
     this.term += 1;
     this.vote = this.id;
     this.leader = 0;
     this.handler = this.candidateHandler();
     this.resetElectionTimer();
-    this.startPoll('vote-request', this.term);
+    this.clock.reset();
+    this.startPoll('vote-request', this.term, transfer);
   }
 
   private becomeLeader(): void {
@@ -376,19 +500,30 @@ export class RaftCore {
     this.heartbeatDue = this.now + this.heartbeatIntervalMs;
     this.progress.clear();
     for (const p of this.peers) this.progress.set(p, new Progress(this.log.lastIndex() + 1, this.now));
+    this.leaseEnd = 0;
+    this.leaseFloor = this.now;
+    this.leaseForfeited = false;
+    this.transfer = null;
+    // DESIGN.md "Cluster time": the one jump forward is at the start of a term, to the target the
+    // vote answers' clocks give.
+    this.clock.sampleSelf(this.id, this.wall, this.now);
+    this.clock.start(this.now, this.log.lastTime());
     // §5.4.2 and §8: an entry of the new term lets earlier entries commit, and tells the leader
     // its commit index.
-    this.appendOwn([{ index: this.log.lastIndex() + 1, term: this.term, data: null }]);
+    this.appendOwn([{ index: this.log.lastIndex() + 1, term: this.term, time: this.stampTime(), data: null }]);
     this.broadcastAppend();
     this.maybeCommit();
   }
 
-  private startPoll(type: 'pre-vote-request' | 'vote-request', term: number): void {
+  private startPoll(type: 'pre-vote-request' | 'vote-request', term: number, transfer: boolean): void {
     this.votes.clear();
     this.votes.set(this.id, true);
     const lastIndex = this.log.lastIndex();
     const lastTerm = this.log.lastTerm();
-    for (const to of this.peers) this.send({ type, from: this.id, to, term, lastIndex, lastTerm });
+    for (const to of this.peers) {
+      if (type === 'pre-vote-request') this.send({ type, from: this.id, to, term, lastIndex, lastTerm });
+      else this.send({ type, from: this.id, to, term, lastIndex, lastTerm, transfer, sentAt: this.now });
+    }
     this.tallyVotes();
   }
 
@@ -398,7 +533,7 @@ export class RaftCore {
     let rejected = 0;
     for (const g of this.votes.values()) g ? granted++ : rejected++;
     if (granted >= this.quorum) {
-      if (this.handler.role === 'pre-candidate') this.becomeCandidate();
+      if (this.handler.role === 'pre-candidate') this.becomeCandidate(false);
       else this.becomeLeader();
     } else if (rejected >= this.quorum) {
       this.becomeFollower(this.term, 0);
@@ -456,6 +591,10 @@ export class RaftCore {
       case 'heartbeat':
         this.handleHeartbeat(m);
         return;
+      case 'timeout-now':
+        // Thesis §3.10: campaign at once, without pre-vote, which the others would ignore.
+        if (m.from === this.leader) this.becomeCandidate(true);
+        return;
       case 'pre-vote-request':
       case 'vote-request':
       case 'pre-vote-response':
@@ -481,12 +620,15 @@ export class RaftCore {
         if (this.handler.role === 'pre-candidate') this.countVote(m, this.term + 1);
         return;
       case 'vote-response':
-        if (this.handler.role === 'candidate') this.countVote(m, this.term);
+        if (this.handler.role !== 'candidate') return;
+        if (m.term === this.term) this.clock.sample(m.from, m.wall, m.sentAt, this.now);
+        this.countVote(m, this.term);
         return;
       case 'pre-vote-request':
       case 'vote-request':
       case 'append-response':
       case 'heartbeat-response':
+      case 'timeout-now':
         return;
       default:
         unreachable(m, 'candidate message');
@@ -505,24 +647,24 @@ export class RaftCore {
     this.heardFromLeader(m.from);
     if (m.prevIndex < this.log.commit) {
       // Everything up to our commit index is in the leader's log (§5.4 Leader Completeness).
-      this.replyAppend(m.from, true, this.log.commit, 0);
+      this.replyAppend(m, true, this.log.commit, 0);
       return;
     }
     const outcome = this.log.tryAppend(m.prevIndex, m.prevTerm, m.entries);
     if (!outcome.ok) {
-      this.replyAppend(m.from, false, m.prevIndex, outcome.hint);
+      this.replyAppend(m, false, m.prevIndex, outcome.hint);
       return;
     }
     if (outcome.truncatedFrom !== null) this.noteTruncation(outcome.truncatedFrom);
     this.appended.push(...outcome.written);
     this.log.commitTo(Math.min(m.commit, outcome.lastNew));
-    this.replyAppend(m.from, true, outcome.lastNew, 0);
+    this.replyAppend(m, true, outcome.lastNew, 0);
   }
 
   private handleHeartbeat(m: Heartbeat): void {
     this.heardFromLeader(m.from);
     this.log.commitTo(Math.min(m.commit, this.log.lastIndex()));
-    this.send({ type: 'heartbeat-response', from: this.id, to: m.from, term: this.term });
+    this.send({ type: 'heartbeat-response', from: this.id, to: m.from, term: this.term, sentAt: m.sentAt, wall: this.wall });
   }
 
   private heardFromLeader(from: number): void {
@@ -532,8 +674,8 @@ export class RaftCore {
     this.resetElectionTimer();
   }
 
-  private replyAppend(to: number, success: boolean, index: number, hint: number): void {
-    this.send({ type: 'append-response', from: this.id, to, term: this.term, success, index, hint });
+  private replyAppend(m: Append, success: boolean, index: number, hint: number): void {
+    this.send({ type: 'append-response', from: this.id, to: m.from, term: this.term, success, index, hint, sentAt: m.sentAt });
   }
 
   private noteTruncation(from: number): void {
@@ -548,6 +690,12 @@ export class RaftCore {
       this.becomeFollower(this.term, 0);
       return;
     }
+    if (this.transfer !== null && this.now >= this.transfer.deadline) {
+      this.abortTransfer();
+      if (this.handler.role !== 'leader') return;
+    }
+    this.clock.sampleSelf(this.id, this.wall, this.now);
+    this.clock.steer(this.now);
     if (this.now >= this.heartbeatDue) {
       this.heartbeatDue = this.now + this.heartbeatIntervalMs;
       for (const to of this.peers) this.sendHeartbeat(to);
@@ -569,12 +717,15 @@ export class RaftCore {
     switch (m.type) {
       case 'append-response':
         pr.lastHeardAt = this.now;
+        this.roundAnswered(pr, m.sentAt);
         this.handleAppendResponse(m, pr);
+        this.maybeSendTimeoutNow(m.from, pr);
         return;
       case 'heartbeat-response':
         pr.lastHeardAt = this.now;
-        pr.heartbeatAnswered(this.inflightAppendsMax);
-        if (pr.match < this.log.lastIndex()) this.sendAppend(m.from, pr, true);
+        this.roundAnswered(pr, m.sentAt);
+        this.clock.sample(m.from, m.wall, m.sentAt, this.now);
+        this.heartbeatAnswered(m, pr);
         return;
       case 'append':
       case 'heartbeat':
@@ -585,10 +736,64 @@ export class RaftCore {
       case 'vote-request':
       case 'pre-vote-response':
       case 'vote-response':
+      case 'timeout-now':
         return;
       default:
         unreachable(m, 'leader message');
     }
+  }
+
+  private heartbeatAnswered(m: HeartbeatResponse, pr: Progress): void {
+    pr.heartbeatAnswered(this.inflightAppendsMax);
+    if (pr.match < this.log.lastIndex()) this.sendAppend(m.from, pr, true);
+    this.maybeSendTimeoutNow(m.from, pr);
+  }
+
+  /** A follower answered the round sent at `sentAt` in this term, so it ignores votes for E from
+   * when it got it. The lease runs from the newest round a majority (this node included, at once)
+   * answered, for E·(1−2ρ) − margin: even with both clocks off by ρ, it ends before any of that
+   * majority will vote again (DESIGN.md "Leases and votes"). */
+  private roundAnswered(pr: Progress, sentAt: number): void {
+    if (sentAt <= pr.ackedSentAt) return;
+    pr.ackedSentAt = sentAt;
+    if (this.leaseForfeited) return;
+    const sent = [this.now];
+    for (const p of this.progress.values()) sent.push(p.ackedSentAt);
+    sent.sort((a, b) => b - a);
+    const round = sent[this.quorum - 1] ?? Number.NEGATIVE_INFINITY;
+    // Strictly after: a round sent just before a freeze carries the same monotonic time as the
+    // moment it was detected, since the monotonic clock stood still in between.
+    if (round <= this.leaseFloor) return;
+    this.leaseEnd = Math.max(this.leaseEnd, round + this.leaseDurationMs);
+  }
+
+  // ---- leadership transfer (thesis §3.10) ----
+
+  /** Once the target holds the whole log, give up the lease, then send TimeoutNow. */
+  private maybeSendTimeoutNow(from: number, pr: Progress): void {
+    const t = this.transfer;
+    if (t === null || t.timeoutNowSent || t.to !== from || pr.match !== this.log.lastIndex()) return;
+    this.sendTimeoutNow();
+  }
+
+  private sendTimeoutNow(): void {
+    const t = this.transfer;
+    assert(t !== null, 'TimeoutNow without a transfer');
+    // The target's vote requests override the vote-ignoring rule, so this lease must end first,
+    // and no round of this term may renew it: a follower that answers one may still vote for the
+    // target afterwards.
+    this.leaseEnd = 0;
+    this.leaseForfeited = true;
+    t.timeoutNowSent = true;
+    this.send({ type: 'timeout-now', from: this.id, to: t.to, term: this.term });
+  }
+
+  /** Before TimeoutNow, the leader just resumes. After it, it cannot hold a lease again in this
+   * term, so it steps down and lets an election (perhaps the target's) choose the next leader. */
+  private abortTransfer(): void {
+    const sent = this.transfer?.timeoutNowSent === true;
+    this.transfer = null;
+    if (sent) this.becomeFollower(this.term, 0);
   }
 
   private handleAppendResponse(m: AppendResponse, pr: Progress): void {
@@ -645,7 +850,8 @@ export class RaftCore {
     const prevIndex = pr.next - 1;
     const prevTerm = this.log.termAt(prevIndex) ?? 0;
     const entries = hi > pr.next ? this.log.slice(pr.next, hi) : [];
-    this.send({ type: 'append', from: this.id, to, term: this.term, prevIndex, prevTerm, entries, commit: this.log.commit });
+    const commit = this.log.commit;
+    this.send({ type: 'append', from: this.id, to, term: this.term, prevIndex, prevTerm, entries, commit, sentAt: this.now });
     pr.sent(hi - 1);
     return true;
   }
@@ -654,7 +860,12 @@ export class RaftCore {
     const pr = this.progress.get(to);
     assert(pr !== undefined, `no progress for ${to}`);
     const commit = Math.min(pr.match, this.log.commit);
-    this.send({ type: 'heartbeat', from: this.id, to, term: this.term, commit });
+    this.send({ type: 'heartbeat', from: this.id, to, term: this.term, commit, sentAt: this.now });
+  }
+
+  /** DESIGN.md "Cluster time": one time per append, never below the log's last. */
+  private stampTime(): number {
+    return Math.max(this.log.lastTime(), Math.floor(this.clock.read(this.now)));
   }
 
   // ---- plumbing ----
@@ -689,6 +900,7 @@ function checkOptions(opts: RaftOptions): void {
   if (new Set(opts.voters).size !== opts.voters.length) bad('duplicate voter');
   for (const v of opts.voters) if (!Number.isSafeInteger(v) || v <= 0) bad(`voter id ${v}`);
   if (!(opts.electionTimeoutMs >= 2)) bad(`electionTimeoutMs ${opts.electionTimeoutMs}`);
+  if (opts.maxClockOffsetMs !== undefined && !(opts.maxClockOffsetMs > 0)) bad(`maxClockOffsetMs ${opts.maxClockOffsetMs}`);
   assertInteger(opts.now, 'now');
   const restore = opts.restore;
   if (restore !== undefined && restore.vote !== 0 && !opts.voters.includes(restore.vote)) bad(`restored vote ${restore.vote}`);

@@ -205,6 +205,7 @@ export function formatMessage(m: Message): string {
     case 'heartbeat':
       return `${head} commit=${m.commit}`;
     case 'heartbeat-response':
+    case 'timeout-now':
       return head;
     default: {
       const _: never = m;

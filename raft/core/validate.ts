@@ -11,6 +11,8 @@ export interface ValidationContext {
 
 const isIndex = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
 const isBool = (v: unknown): v is boolean => typeof v === 'boolean';
+/** Clock readings (monotonic or wall ms) may be fractional. */
+const isClock = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v) && v >= 0;
 
 /** Every field of a message from the network is untrusted: a bad one is refused with a specific
  * error and changes nothing, so one broken peer cannot trip an assertion here. */
@@ -29,18 +31,23 @@ export function validateMessage(m: unknown, ctx: ValidationContext): RaftError |
 function validateBody(m: Message, ctx: ValidationContext): RaftError | null {
   switch (m.type) {
     case 'pre-vote-request':
+      return isIndex(m.lastIndex) && isIndex(m.lastTerm) && m.lastTerm <= m.term ? null : bad('lastIndex/lastTerm');
     case 'vote-request':
+      if (!isBool(m.transfer) || !isClock(m.sentAt)) return bad('vote-request transfer/sentAt');
       return isIndex(m.lastIndex) && isIndex(m.lastTerm) && m.lastTerm <= m.term ? null : bad('lastIndex/lastTerm');
     case 'pre-vote-response':
-    case 'vote-response':
       return isBool(m.granted) ? null : bad('granted must be a boolean');
+    case 'vote-response':
+      return isBool(m.granted) && isClock(m.sentAt) && isClock(m.wall) ? null : bad('vote-response fields');
     case 'append':
       return validateAppend(m, ctx);
     case 'append-response':
-      return isBool(m.success) && isIndex(m.index) && isIndex(m.hint) ? null : bad('append-response fields');
+      return isBool(m.success) && isIndex(m.index) && isIndex(m.hint) && isClock(m.sentAt) ? null : bad('append-response fields');
     case 'heartbeat':
-      return isIndex(m.commit) ? null : bad('heartbeat commit');
+      return isIndex(m.commit) && isClock(m.sentAt) ? null : bad('heartbeat fields');
     case 'heartbeat-response':
+      return isClock(m.sentAt) && isClock(m.wall) ? null : bad('heartbeat-response fields');
+    case 'timeout-now':
       return null;
     default: {
       const _: never = m;
@@ -52,15 +59,19 @@ function validateBody(m: Message, ctx: ValidationContext): RaftError | null {
 function validateAppend(m: Message & { type: 'append' }, ctx: ValidationContext): RaftError | null {
   if (!isIndex(m.prevIndex) || !isIndex(m.prevTerm) || !isIndex(m.commit)) return bad('append indexes');
   if (m.prevTerm > m.term || (m.prevIndex === 0 && m.prevTerm !== 0)) return bad('append prevTerm');
+  if (!isClock(m.sentAt)) return bad('append sentAt');
   if (!Array.isArray(m.entries) || m.entries.length > ctx.entriesPerAppendMax) return bad('append entries');
   let term = m.prevTerm;
+  let time = 0;
   for (let k = 0; k < m.entries.length; k++) {
     const e = m.entries[k] as LogEntry | undefined;
     if (typeof e !== 'object' || e === null) return bad('entry not an object');
     if (e.index !== m.prevIndex + 1 + k) return bad(`entry index ${String(e.index)} out of sequence`);
     if (!isIndex(e.term) || e.term < term || e.term > m.term) return bad(`entry ${e.index} term`);
     if (e.data !== null && !(e.data instanceof Uint8Array)) return bad(`entry ${e.index} data`);
+    if (!isIndex(e.time) || e.time < time) return bad(`entry ${e.index} time`);
     term = e.term;
+    time = e.time;
   }
   return null;
 }

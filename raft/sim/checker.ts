@@ -23,8 +23,10 @@ export class SafetyChecker {
   private readonly leaderOfTerm = new Map<number, number>();
   /** `${index}/${term}` -> the entry's data and the term before it, as first seen on any node. */
   private readonly entryAt = new Map<string, { data: string; prevTerm: number }>();
-  /** The committed log, as first applied by any node; index k holds entry k + 1. */
-  readonly committed: { term: number; data: string }[] = [];
+  /** The committed log, as first applied by any node; index k holds entry k + 1. `commitTerm` is
+   * the term in which it committed: the first node to apply it is the leader that committed it or
+   * a follower told so by that leader, so its current term then is that term. */
+  readonly committed: { term: number; time: number; data: string; commitTerm: number }[] = [];
   /** Next index each node's current process must apply. */
   private readonly applyNext = new Map<number, number>();
   /** While a node leads: its term and last index, which may only grow (Leader Append-Only). */
@@ -50,6 +52,10 @@ export class SafetyChecker {
     for (const e of ready.appended) {
       const key = `${e.index}/${e.term}`;
       const prevTerm = e.index >= 2 ? (log[e.index - 2]?.term ?? -1) : 0;
+      const prevTime = e.index >= 2 ? (log[e.index - 2]?.time ?? 0) : 0;
+      if (e.time < prevTime) {
+        throw new Violation('cluster time order', `node ${node.id} holds ${e.index} at time ${e.time} after time ${prevTime}`);
+      }
       const seen = this.entryAt.get(key);
       const data = dataKey(e);
       if (seen === undefined) this.entryAt.set(key, { data, prevTerm });
@@ -89,8 +95,11 @@ export class SafetyChecker {
     this.leaderOfTerm.set(term, node.id);
     this.elections++;
     const log = node.entries();
+    // §5.4: an entry committed in a term is in the log of every leader of a higher term. A leader of
+    // a lower term can still be elected late (a candidate paused with its votes in flight).
     for (let k = 0; k < this.committed.length; k++) {
       const c = this.committed[k];
+      if (c !== undefined && c.commitTerm >= term) break;
       const e = log[k];
       if (c === undefined || e === undefined || e.term !== c.term || dataKey(e) !== c.data) {
         throw new Violation('leader completeness', `leader ${node.id} of term ${term} lacks committed entry ${k + 1}`);
@@ -102,10 +111,12 @@ export class SafetyChecker {
     let next = this.applyNext.get(node.id) ?? 1;
     for (const e of ready.committed) {
       if (e.index !== next) throw new Violation('apply order', `node ${node.id} applied ${e.index}, expected ${next}`);
+      const before = this.committed[e.index - 2]?.time ?? 0;
+      if (e.time < before) throw new Violation('cluster time order', `committed ${e.index} at time ${e.time} after time ${before}`);
       const known = this.committed[e.index - 1];
       const data = dataKey(e);
-      if (known === undefined) this.committed.push({ term: e.term, data });
-      else if (known.term !== e.term || known.data !== data) {
+      if (known === undefined) this.committed.push({ term: e.term, time: e.time, data, commitTerm: node.currentTerm });
+      else if (known.term !== e.term || known.time !== e.time || known.data !== data) {
         throw new Violation(
           'state machine safety',
           `node ${node.id} applied ${e.index}/${e.term} "${data}", ` + `another applied ${e.index}/${known.term} "${known.data}"`,

@@ -6,7 +6,7 @@ import { faultNames, runSeed } from './sim.js';
 const all: ReadonlySet<Fault> = new Set(faultNames);
 
 describe('raft simulator, long run', { timeout: 170_000 }, () => {
-  it('2,000 seeds with every fault class keep safety and liveness (about 30 s on 2 cores)', () => {
+  it('2,000 seeds with every fault class keep safety and liveness (about 50 s on 2 busy cores)', () => {
     const started = performance.now();
     for (let seed = 1000; seed < 3000; seed++) {
       const r = runSeed({ seed, faults: all });

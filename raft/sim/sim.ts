@@ -1,14 +1,23 @@
 import { RaftError } from '../errors.js';
-import type { Message } from '../core/messages.js';
+import type { LogEntry, Message } from '../core/messages.js';
 import { Prng } from '../core/prng.js';
 import type { UnsafeRule } from '../core/raft.js';
-import { RaftCore } from '../core/raft.js';
+import { clockDriftMax, RaftCore } from '../core/raft.js';
 import { formatEntry, formatMessage } from '../core/test-cluster.js';
 import { SafetyChecker, Violation } from './checker.js';
+import { SimClock, wallEpochMs } from './clocks.js';
 import { EventQueue } from './event-queue.js';
+import { LeaseChecker } from './lease-checker.js';
 
-export const faultNames = ['drop', 'dup', 'reorder', 'partition', 'crash'] as const;
+export const faultNames = ['drop', 'dup', 'reorder', 'partition', 'crash', 'pause', 'clock', 'transfer'] as const;
 export type Fault = (typeof faultNames)[number];
+
+/** Named scenarios: node 1 campaigns at E/2, clocks drift, and one thing happens (see docs/raft.md). */
+export const scenarioNames = ['skewed-follower', 'skewed-leader', 'leader-step', 'frozen-leader', 'transfer'] as const;
+export type Scenario = (typeof scenarioNames)[number];
+
+/** A correct wall clock is within this of true time (NTP); only one clock may be wrong. */
+export const correctWallErrorMs = 10;
 
 export interface SimOptions {
   readonly seed: number;
@@ -18,6 +27,7 @@ export interface SimOptions {
   /** Length of the phase with faults, in simulated ms. Default 200E. */
   readonly faultPhaseMs?: number;
   readonly unsafe?: UnsafeRule;
+  readonly scenario?: Scenario;
   /** Record the event list (off for speed; a failing seed is re-run with it on). */
   readonly trace?: boolean;
 }
@@ -27,6 +37,14 @@ export interface SimStats {
   readonly messages: number;
   readonly elections: number;
   readonly committed: number;
+  /** Lease intervals begun (in true time, across all nodes). */
+  readonly leases: number;
+  /** Leadership transfers that reached TimeoutNow. */
+  readonly transfers: number;
+  /** Every voter a leader ever reported as an excluded clock. */
+  readonly excludedClocks: readonly number[];
+  /** Most that an entry's cluster time was ahead of true time when stamped, ms (negative: behind). */
+  readonly maxAheadMs: number;
 }
 
 export type SimResult =
@@ -48,6 +66,11 @@ type SimEvent =
   | { readonly kind: 'restart'; readonly node: number }
   | { readonly kind: 'partition' }
   | { readonly kind: 'heal' }
+  | { readonly kind: 'pause'; readonly node: number; readonly forMs?: number }
+  | { readonly kind: 'resume'; readonly node: number }
+  | { readonly kind: 'clock-fault' }
+  | { readonly kind: 'transfer' }
+  | { readonly kind: 'campaign'; readonly node: number }
   | { readonly kind: 'quiet' }
   | { readonly kind: 'liveness-probe' }
   | { readonly kind: 'end' };
@@ -82,6 +105,20 @@ class Simulation {
   private readonly faults: ReadonlySet<Fault>;
   private readonly queue = new EventQueue<SimEvent>();
   private readonly checker = new SafetyChecker();
+  private readonly leases = new LeaseChecker();
+  private readonly clocks = new Map<number, SimClock>();
+  /** Messages that reached a paused node, delivered in order when it resumes. */
+  private readonly backlog = new Map<number, Message[]>();
+  /** The one node whose wall clock may be wrong, once chosen. */
+  private wrongClock = 0;
+  /** Which clock fault this seed injects (with `clock`): skew, jumps, leader step, drift only. */
+  private readonly clockVariant: number;
+  /** An entry's time may be ahead of true time by at most this: a correct clock's error plus half
+   * the longest round trip a sample may have (E) plus a little for drift and steering. */
+  private readonly aheadMaxMs: number;
+  private transfers = 0;
+  private maxAheadMs = Number.NEGATIVE_INFINITY;
+  private readonly excluded = new Set<number>();
   private readonly nodes = new Map<number, RaftCore>();
   private readonly down = new Set<number>();
   /** Directed links that lose everything: `${from}>${to}`. */
@@ -110,6 +147,15 @@ class Simulation {
     // the smallest still let a lagging node catch up within the quiet period.
     this.entriesPerAppendMax = [4, 16, 64][this.prng.int(3)] ?? 64;
     this.inflightAppendsMax = [2, 8][this.prng.int(2)] ?? 8;
+    const variant = this.prng.int(4);
+    this.clockVariant = opts.scenario === 'leader-step' ? 2 : variant;
+    this.aheadMaxMs = correctWallErrorMs + this.e / 2 + 5;
+    const drifts = this.faults.has('clock') || opts.scenario !== undefined;
+    for (const id of ids) {
+      const rate = drifts ? 1 + (this.prng.float() * 2 - 1) * clockDriftMax : 1;
+      const offset = drifts ? (this.prng.float() * 2 - 1) * correctWallErrorMs : 0;
+      this.clocks.set(id, new SimClock(0, rate, offset));
+    }
   }
 
   private readonly entriesPerAppendMax: number;
@@ -130,7 +176,15 @@ class Simulation {
       this.record(`VIOLATION ${violation}`);
       return { ok: false, seed: this.opts.seed, property, violation, trace: this.trace ?? [] };
     }
-    const stats = { ...this.stats, elections: this.checker.elections, committed: this.checker.committed.length };
+    const stats = {
+      ...this.stats,
+      elections: this.checker.elections,
+      committed: this.checker.committed.length,
+      leases: this.leases.intervals,
+      transfers: this.transfers,
+      excludedClocks: [...this.excluded].sort((a, b) => a - b),
+      maxAheadMs: this.maxAheadMs,
+    };
     return { ok: true, seed: this.opts.seed, stats };
   }
 
@@ -142,6 +196,10 @@ class Simulation {
     this.queue.push(this.prng.int(this.e), { kind: 'propose' });
     if (this.faults.has('partition')) this.queue.push(this.prng.range(this.e, 5 * this.e), { kind: 'partition' });
     if (this.faults.has('crash')) this.queue.push(this.prng.range(this.e, 5 * this.e), { kind: 'crash', node: this.pickNode() });
+    if (this.faults.has('pause')) this.queue.push(this.prng.range(this.e, 5 * this.e), { kind: 'pause', node: this.pickNode() });
+    if (this.faults.has('clock')) this.queue.push(this.prng.range(this.e, 20 * this.e), { kind: 'clock-fault' });
+    if (this.faults.has('transfer')) this.queue.push(this.prng.range(5 * this.e, 15 * this.e), { kind: 'transfer' });
+    if (this.opts.scenario !== undefined) this.scheduleScenario(this.opts.scenario);
     this.queue.push(this.faultEnd, { kind: 'quiet' });
     this.queue.push(this.faultEnd + probeStartE * this.e, { kind: 'liveness-probe' });
     this.queue.push(this.faultEnd + quietPeriodsE * this.e, { kind: 'end' });
@@ -164,6 +222,18 @@ class Simulation {
         return this.onPartition();
       case 'heal':
         return this.onHeal();
+      case 'pause':
+        return this.onPause(ev.node, ev.forMs);
+      case 'resume':
+        return this.onResume(ev.node);
+      case 'clock-fault':
+        return this.onClockFault();
+      case 'transfer':
+        return this.onTransfer();
+      case 'campaign':
+        this.node(ev.node).campaign();
+        this.flush(this.node(ev.node));
+        return false;
       case 'quiet':
         return this.onQuiet();
       case 'liveness-probe':
@@ -182,17 +252,31 @@ class Simulation {
   }
 
   private onTick(id: number): boolean {
-    if (!this.down.has(id)) {
-      const node = this.node(id);
-      node.tick(this.now, this.now);
-      this.flush(node);
-    }
+    if (this.runs(id)) this.tickNode(id);
     this.queue.push(this.now + this.tickMs(), { kind: 'tick', node: id });
     return false;
   }
 
+  private tickNode(id: number): void {
+    const node = this.node(id);
+    const clock = this.clock(id);
+    node.tick(clock.mono(this.now), clock.wall(this.now));
+    this.flush(node);
+  }
+
+  /** Up and not paused. */
+  private runs(id: number): boolean {
+    return !this.down.has(id) && !this.clock(id).isPaused;
+  }
+
   private onDeliver(m: Message): boolean {
     if (this.down.has(m.to)) return false;
+    if (this.clock(m.to).isPaused) {
+      const held = this.backlog.get(m.to);
+      if (held === undefined) this.backlog.set(m.to, [m]);
+      else held.push(m);
+      return false;
+    }
     const node = this.node(m.to);
     if (this.trace !== null) this.record(`deliver ${formatMessage(m)}`);
     const error = node.step(m);
@@ -202,7 +286,7 @@ class Simulation {
   }
 
   private onPropose(): boolean {
-    const leaders = ids.filter((id) => !this.down.has(id) && this.node(id).role === 'leader');
+    const leaders = ids.filter((id) => this.runs(id) && this.node(id).role === 'leader');
     const id = leaders[this.prng.int(leaders.length)];
     if (id !== undefined) {
       const count = 1 + this.prng.int(3);
@@ -219,8 +303,9 @@ class Simulation {
   }
 
   private onCrash(id: number): boolean {
-    if (!this.quiet && !this.down.has(id)) {
+    if (!this.quiet && this.runs(id)) {
       this.down.add(id);
+      this.leases.update(id, this.now, this.now);
       this.record(`crash ${id}`);
       this.queue.push(this.now + this.prng.range(this.e / 2, 4 * this.e), { kind: 'restart', node: id });
     }
@@ -269,6 +354,7 @@ class Simulation {
     this.dropRate = 0;
     this.blocked.clear();
     for (const id of [...this.down]) this.onRestart(id);
+    for (const id of ids) if (this.clock(id).isPaused) this.onResume(id);
     if (this.faults.size > 0 && this.prng.chance(0.5)) this.isolate(this.pickNode());
     this.record(`quiet ${[...this.blocked].join(' ')}`);
     return false;
@@ -276,7 +362,7 @@ class Simulation {
 
   private onLivenessProbe(): boolean {
     if (this.markerProposed) return false;
-    const leader = ids.find((id) => !this.down.has(id) && this.node(id).role === 'leader');
+    const leader = ids.find((id) => this.runs(id) && this.node(id).role === 'leader');
     if (leader !== undefined) {
       const node = this.node(leader);
       const r = node.propose([encoder.encode('marker')]);
@@ -286,6 +372,104 @@ class Simulation {
     }
     if (!this.markerProposed) this.queue.push(this.now + this.e / 2, { kind: 'liveness-probe' });
     return false;
+  }
+
+  /** The machine stops, clocks included, for 1 ms to 3E; see SimClock. */
+  private onPause(id: number, forMs: number | undefined): boolean {
+    if (!this.quiet && this.runs(id)) {
+      this.clock(id).pause(this.now);
+      this.record(`pause ${id}`);
+      this.queue.push(this.now + (forMs ?? this.prng.range(1, 3 * this.e)), { kind: 'resume', node: id });
+    }
+    if (!this.quiet && this.faults.has('pause')) {
+      this.queue.push(this.now + this.prng.range(this.e, 6 * this.e), { kind: 'pause', node: this.pickNode() });
+    }
+    return false;
+  }
+
+  /** On resume the node ticks first (a driver's timers fire before queued socket reads are
+   * handled), then gets what arrived meanwhile. */
+  private onResume(id: number): boolean {
+    const clock = this.clock(id);
+    if (!clock.isPaused) return false;
+    clock.resume(this.now);
+    this.record(`resume ${id}`);
+    if (this.down.has(id)) return false;
+    this.tickNode(id);
+    const held = this.backlog.get(id) ?? [];
+    this.backlog.delete(id);
+    for (const m of held) this.onDeliver(m);
+    return false;
+  }
+
+  /** One wall clock goes wrong (DESIGN.md's model allows one): a skew, repeated jumps, or a step
+   * of the leader's clock; or none, leaving drift only. */
+  private onClockFault(): boolean {
+    if (this.quiet) return false;
+    const big = (): number => (this.prng.chance(0.5) ? 1 : -1) * this.prng.range(50, 5000);
+    const leader = ids.find((id) => this.runs(id) && this.node(id).role === 'leader');
+    const id = this.clockVariant === 2 ? leader : this.wrongClock || this.pickNode();
+    if (this.clockVariant > 2) return false;
+    // A stopped machine's clocks stop too: its wall clock cannot step while it is paused.
+    if (id === undefined || this.clock(id).isPaused) {
+      this.queue.push(this.now + this.e, { kind: 'clock-fault' });
+      return false;
+    }
+    this.setWrongClock(id, (this.clockVariant === 2 ? this.clock(id).wallOffset : 0) + big());
+    if (this.clockVariant === 1) this.queue.push(this.now + this.prng.range(this.e, 10 * this.e), { kind: 'clock-fault' });
+    return false;
+  }
+
+  private setWrongClock(id: number, offset: number): void {
+    this.wrongClock = id;
+    this.clock(id).wallOffset = offset;
+    this.record(`wall clock of ${id} off by ${offset} ms`);
+  }
+
+  private onTransfer(): boolean {
+    if (this.quiet) return false;
+    const leader = ids.find((id) => this.runs(id) && this.node(id).role === 'leader');
+    if (leader !== undefined) {
+      const to = ids.filter((x) => x !== leader)[this.prng.int(2)] ?? leader;
+      const node = this.node(leader);
+      const error = node.transferLeadership(to);
+      this.record(`transfer ${leader} -> ${to}: ${error === null ? 'started' : error.code}`);
+      this.flush(node);
+    }
+    this.queue.push(this.now + this.prng.range(5 * this.e, 15 * this.e), { kind: 'transfer' });
+    return false;
+  }
+
+  private scheduleScenario(scenario: Scenario): void {
+    this.queue.push(this.e / 2, { kind: 'campaign', node: 1 });
+    const at = 20 * this.e;
+    switch (scenario) {
+      case 'skewed-follower':
+        this.setWrongClock(3, 5000);
+        return;
+      case 'skewed-leader':
+        this.setWrongClock(1, 5000);
+        return;
+      case 'leader-step':
+        this.queue.push(at, { kind: 'clock-fault' });
+        return;
+      case 'frozen-leader':
+        this.queue.push(at, { kind: 'pause', node: 1, forMs: 3 * this.e });
+        return;
+      case 'transfer':
+        this.queue.push(at, { kind: 'transfer' });
+        return;
+      default: {
+        const _: never = scenario;
+        throw new RaftError('RAFT_BAD_OPTIONS', `unknown scenario ${String(_)}`);
+      }
+    }
+  }
+
+  private clock(id: number): SimClock {
+    const c = this.clocks.get(id);
+    if (c === undefined) throw new RaftError('RAFT_INVARIANT', `no clock ${id}`);
+    return c;
   }
 
   private isolate(id: number): void {
@@ -308,6 +492,7 @@ class Simulation {
 
   /** Starts a process for `id`: fresh, or resuming the durable state of the one that crashed. */
   private startNode(id: number, crashed: RaftCore | undefined): void {
+    const mono = Math.floor(this.clock(id).mono(this.now));
     const node = new RaftCore({
       id,
       voters: ids,
@@ -315,7 +500,9 @@ class Simulation {
       entriesPerAppendMax: this.entriesPerAppendMax,
       inflightAppendsMax: this.inflightAppendsMax,
       random: this.prng.fork(),
-      now: this.now,
+      now: mono,
+      // DESIGN.md: a node that resumed a state file ignores votes for 2E.
+      ignoreVotesUntil: crashed === undefined ? mono : mono + 2 * this.e,
       ...(crashed === undefined ? {} : { restore: crashed.durableState() }),
       ...(this.opts.unsafe === undefined ? {} : { unsafe: this.opts.unsafe }),
     });
@@ -333,6 +520,11 @@ class Simulation {
       this.record(`${node.id} ${s.role} term=${s.term} leader=${s.leader} commit=${s.commit}`);
     }
     this.checker.check(node, ready);
+    this.checkTime(node, ready.appended);
+    const clock = this.clock(node.id);
+    const mono = clock.mono(this.now);
+    this.leases.update(node.id, this.now, node.hasLease(mono) ? clock.trueAt(node.leaseUntil()) : this.now);
+    for (const c of node.excludedClocks()) this.excluded.add(c);
     for (const e of ready.committed) {
       if (e.data !== null && e.data.length === markerBytes && decoder.decode(e.data) === 'marker') this.markerCommitted = true;
       if (this.trace !== null) this.record(`${node.id} applied ${formatEntry(e)}`);
@@ -340,8 +532,24 @@ class Simulation {
     for (const m of ready.messages) this.send(m);
   }
 
+  /** No deadline passes early while at most one clock is wrong: an entry the leader stamps is not
+   * ahead of true time by more than aheadMaxMs. */
+  private checkTime(node: RaftCore, appended: readonly LogEntry[]): void {
+    if (node.role !== 'leader') return;
+    const trueWall = wallEpochMs + this.now;
+    for (const e of appended) {
+      if (e.term !== node.currentTerm) continue;
+      const ahead = e.time - trueWall;
+      this.maxAheadMs = Math.max(this.maxAheadMs, ahead);
+      if (ahead > this.aheadMaxMs) {
+        throw new Violation('cluster time ahead', `leader ${node.id} stamped ${e.index} ${ahead.toFixed(1)} ms ahead of true time`);
+      }
+    }
+  }
+
   private send(m: Message): void {
     this.stats.messages++;
+    if (m.type === 'timeout-now') this.transfers++;
     const link = `${m.from}>${m.to}`;
     if (this.blocked.has(link) || this.netRandom.chance(this.dropRate)) {
       if (this.trace !== null) this.record(`drop ${formatMessage(m)}`);
