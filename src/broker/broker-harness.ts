@@ -11,6 +11,7 @@ export const testSettings: Settings = {
   retainAvailable: true,
   maxPacketSize: 1 << 20,
   willGraceS: 30,
+  maxSubscriptions: 0,
   acl: null,
 };
 

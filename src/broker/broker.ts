@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { parseSharedFilter } from '../protocol/topic.js';
+import { aclAllows, aclAllowsSubscribe } from './acl.js';
 import { RC } from '../protocol/reason-codes.js';
 import type { BrokerState } from './broker-state.js';
 import type {
@@ -47,6 +48,7 @@ export const DEFAULT_SETTINGS: Settings = {
   retainAvailable: true,
   maxPacketSize: 1024 * 1024,
   willGraceS: 30,
+  maxSubscriptions: 0,
   acl: null,
 };
 
@@ -141,8 +143,9 @@ export class Broker implements BrokerState {
         event(out, 'no-op', { reason: 'routeQos0 takes QoS 0 without retain' });
         return 0;
       }
-      const publisher = this.byConn.get(from)?.clientId ?? null;
-      return this.route(publisher, msg, this.time, out, this.qos0Cursors);
+      const s = this.byConn.get(from);
+      if (!this.mayPublish(s, msg, out)) return 0;
+      return this.route(s?.clientId ?? null, msg, this.time, out, this.qos0Cursors);
     } catch (err) {
       event(out, 'invariant', { reason: `routeQos0 threw: ${(err as Error)?.message ?? String(err)}` });
       return 0;
@@ -317,6 +320,12 @@ export class Broker implements BrokerState {
       return;
     }
     const clientId = cmd.clientId ?? `auto-${cmd.conn}`;
+    if (cmd.will !== null && !aclAllows(this.settings.acl, { clientId, username: cmd.username }, 'write', cmd.will.msg.topic)) {
+      // A will the client may not publish is refused at CONNECT, before it can take over a session.
+      event(out, 'acl-denied', { clientId, access: 'write', topic: cmd.will.msg.topic, will: true });
+      out.push({ t: 'send', conn: cmd.conn, packet: { type: 'connack', sessionPresent: false, code: RC.NOT_AUTHORIZED } });
+      return;
+    }
     let s = this.sessions.get(clientId);
     if (s !== undefined && s.conn !== null) this.takeover(s, cmd.clean, now, out);
     this.settlePendingWill(clientId, cmd.clean, now, out);
@@ -507,6 +516,11 @@ export class Broker implements BrokerState {
       };
       // The same filter again replaces the subscription's options [MQTT-3.8.4-3].
       const isNew = !s.subs.has(req.filter);
+      const refusal = this.subscribeRefusal(s, sub, isNew);
+      if (refusal !== null) {
+        codes.push(refusal);
+        continue;
+      }
       this.addSub(s, sub, isNew);
       codes.push(GRANTED[sub.qos]);
       // Retain Handling (§3.8.3.1; 3.1.1 always sends); none on a shared subscription (§4.8.2).
@@ -514,6 +528,15 @@ export class Broker implements BrokerState {
     }
     out.push({ t: 'send', conn: cmd.conn, packet: { type: 'suback', pid: cmd.pid, codes } });
     for (const sub of wantRetained) this.sendRetained(s, sub, now, out);
+  }
+
+  /** NOT_AUTHORIZED when the ACL gives no read access to the whole filter; QUOTA_EXCEEDED for a
+   * new subscription beyond Settings.maxSubscriptions. */
+  private subscribeRefusal(s: Session, sub: Subscription, isNew: boolean): number | null {
+    if (!aclAllowsSubscribe(this.settings.acl, s, sub.topicFilter)) return RC.NOT_AUTHORIZED;
+    const max = this.settings.maxSubscriptions;
+    if (isNew && max > 0 && s.subs.size >= max) return RC.QUOTA_EXCEEDED;
+    return null;
   }
 
   private addSub(s: Session, sub: Subscription, isNew: boolean): void {
@@ -550,6 +573,7 @@ export class Broker implements BrokerState {
         this.retained.delete(topic);
         continue;
       }
+      if (!aclAllows(this.settings.acl, s, 'read', topic)) continue;
       const d = { msg: r.msg, qos: minQos(r.msg.qos, sub.qos), retain: true, subIds, expiresAt: r.expiresAt };
       if (!deliver(s, d, this.settings, now, out)) this.breakInvariant('no free packet id', out);
     }
@@ -577,13 +601,30 @@ export class Broker implements BrokerState {
       out.push({ t: 'send', conn: cmd.conn, packet: { type: 'pubrec', pid, code: RC.SUCCESS } });
       return;
     }
-    const matched = this.publishMessage(s?.clientId ?? null, cmd.msg, now, out);
-    const code = matched === 0 ? RC.NO_MATCHING_SUBSCRIBERS : RC.SUCCESS;
+    let code: number = RC.NOT_AUTHORIZED;
+    if (this.mayPublish(s, cmd.msg, out)) {
+      const matched = this.publishMessage(s?.clientId ?? null, cmd.msg, now, out);
+      code = matched === 0 ? RC.NO_MATCHING_SUBSCRIBERS : RC.SUCCESS;
+    } else if (s !== undefined && s.protocol < 5) {
+      // 3.1.1 has no negative PUBACK: acknowledged and dropped, as Mosquitto does.
+      code = RC.SUCCESS;
+    }
     if (cmd.msg.qos === 1) out.push({ t: 'send', conn: cmd.conn, packet: { type: 'puback', pid, code } });
     if (cmd.msg.qos === 2) {
-      s?.inbound.add(pid);
+      // A PUBREC with an error code ends the flow [MQTT-4.3.3-8 / §4.3.3]: no id is held.
+      if (code < RC.UNSPECIFIED_ERROR) s?.inbound.add(pid);
       out.push({ t: 'send', conn: cmd.conn, packet: { type: 'pubrec', pid, code } });
     }
+  }
+
+  /** Write access of the publishing session; a publish whose connection no longer holds a session
+   * cannot be judged and is not routed while an ACL is configured. */
+  private mayPublish(s: Session | undefined, msg: Message, out: Effect[]): boolean {
+    const acl = this.settings.acl;
+    if (acl === null) return true;
+    if (s !== undefined && aclAllows(acl, s, 'write', msg.topic)) return true;
+    event(out, 'acl-denied', { clientId: s?.clientId ?? '', access: 'write', topic: msg.topic });
+    return false;
   }
 
   private publishWill(clientId: string, msg: Message, now: number, out: Effect[]): void {
@@ -609,6 +650,8 @@ export class Broker implements BrokerState {
     const shares = new Map<string, Subscription[]>();
     this.subsTrie.match(msg.topic, (_key, sub) => {
       if (sub.share !== null) {
+        const member = this.sessions.get(sub.clientId);
+        if (member === undefined || !aclAllows(this.settings.acl, member, 'read', msg.topic)) return;
         const members = shares.get(sub.share);
         if (members === undefined) shares.set(sub.share, [sub]);
         else members.push(sub);
@@ -619,7 +662,8 @@ export class Broker implements BrokerState {
       const t = targets.get(sub.clientId);
       if (t === undefined) {
         const s = this.sessions.get(sub.clientId);
-        if (s !== undefined) targets.set(sub.clientId, { s, qos: sub.qos, rap: sub.rap, subIds: sub.subId === null ? null : [sub.subId] });
+        // Read access is judged per message against the subscriber as it is now (DESIGN.md "The seam").
+        if (s !== undefined && aclAllows(this.settings.acl, s, 'read', msg.topic)) targets.set(sub.clientId, { s, qos: sub.qos, rap: sub.rap, subIds: sub.subId === null ? null : [sub.subId] });
         return;
       }
       if (sub.qos > t.qos) t.qos = sub.qos;

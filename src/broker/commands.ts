@@ -71,12 +71,14 @@ export interface Settings {
   maxPacketSize: number;
   /** Wills of connections ended by a failover wait max(grace, will delay), in seconds. */
   willGraceS: number;
-  /** Access control table; null allows everything. The entries are defined by the security work. */
+  /** Subscriptions per session; a SUBSCRIBE beyond it is refused per filter with 0x97. 0: no bound. */
+  maxSubscriptions: number;
+  /** Access control table in file order (src/broker/acl.ts); null allows everything. */
   acl: AclRule[] | null;
 }
 
 /** One ACL line in Mosquitto's model: `topic` lines (user null: anonymous, or a named user) and
- * `pattern` lines (any user, with %c and %u substituted). */
+ * `pattern` lines (any user, with %c and %u substituted; user is always null). */
 export interface AclRule {
   kind: 'topic' | 'pattern';
   /** For `topic` rules: the user they belong to; null for lines before the first `user` line. */

@@ -21,7 +21,7 @@ import { isMessage, isSettings } from './validate.js';
 
 const packr = new Packr({ useRecords: false, mapsAsObjects: true, variableMapSize: true });
 
-export const SNAPSHOT_VERSION = 1;
+export const SNAPSHOT_VERSION = 2;
 /** Snapshot chunks are at most this many bytes. */
 export const SNAPSHOT_CHUNK_BYTES = 64 * 1024;
 
@@ -69,7 +69,7 @@ const encodeDelivery = (d: Delivery): unknown[] => [encodeMsg(d.msg), d.qos, d.r
 
 function encodeSettings(s: Settings): unknown[] {
   const acl = s.acl === null ? null : s.acl.map((r) => [r.kind, r.user, r.access, r.filter]);
-  return [s.maxQueuedMessages, s.maxQueuedBytes, s.maxInflight, s.maxQos, s.retainAvailable, s.maxPacketSize, s.willGraceS, acl];
+  return [s.maxQueuedMessages, s.maxQueuedBytes, s.maxInflight, s.maxQos, s.retainAvailable, s.maxPacketSize, s.willGraceS, s.maxSubscriptions, acl];
 }
 
 function encodeSession(s: Session): unknown[] {
@@ -191,7 +191,7 @@ function decodeDelivery(v: unknown): Delivery {
 }
 
 function decodeSettings(v: unknown): Settings {
-  const [mqm, mqb, mi, mq, ra, mps, grace, acl] = arr(v, 'settings', 8);
+  const [mqm, mqb, mi, mq, ra, mps, grace, maxSubs, acl] = arr(v, 'settings', 9);
   const s = {
     maxQueuedMessages: mqm,
     maxQueuedBytes: mqb,
@@ -200,6 +200,7 @@ function decodeSettings(v: unknown): Settings {
     retainAvailable: ra,
     maxPacketSize: mps,
     willGraceS: grace,
+    maxSubscriptions: maxSubs,
     acl:
       acl === null
         ? null

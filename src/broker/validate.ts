@@ -1,4 +1,4 @@
-import type { Command, Message, MessageProps, Settings, SubscriptionRequest, Will } from './commands.js';
+import type { AclRule, Command, Message, MessageProps, Settings, SubscriptionRequest, Will } from './commands.js';
 import { validateTopicFilter, validateTopicName } from '../protocol/topic.js';
 import { connPeriod } from './session.js';
 
@@ -48,6 +48,14 @@ function isSubRequest(r: unknown): r is SubscriptionRequest {
   );
 }
 
+const ACL_ACCESS: readonly unknown[] = ['read', 'write', 'readwrite', 'deny'];
+
+function isAclRule(r: unknown): r is AclRule {
+  if (!isObj(r) || !isStr(r.filter) || r.filter.length === 0 || !ACL_ACCESS.includes(r.access)) return false;
+  if (r.kind === 'pattern') return r.user === null;
+  return r.kind === 'topic' && (r.user === null || isStr(r.user));
+}
+
 export function isSettings(s: unknown): s is Settings {
   return (
     isObj(s) &&
@@ -58,7 +66,8 @@ export function isSettings(s: unknown): s is Settings {
     isBool(s.retainAvailable) &&
     isInt(s.maxPacketSize, 1, 268_435_460) &&
     isInt(s.willGraceS, 0, U32) &&
-    (s.acl === null || Array.isArray(s.acl))
+    isInt(s.maxSubscriptions, 0, U32) &&
+    (s.acl === null || (Array.isArray(s.acl) && s.acl.every(isAclRule)))
   );
 }
 

@@ -13,6 +13,7 @@ export const contractSettings: Settings = {
   retainAvailable: true,
   maxPacketSize: 1 << 20,
   willGraceS: 30,
+  maxSubscriptions: 0,
   acl: null,
 };
 
