@@ -4,8 +4,12 @@
 import { readFileSync } from 'node:fs';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { pino } from 'pino';
+import type { AclRule } from './broker/commands.js';
 import { type Config, helpText, listenerSpecs, parseCli } from './config.js';
-import { RaftmqError } from './errors.js';
+import { CONFIG_ERROR, ConfigError, RaftmqError } from './errors.js';
+import { readAclFile } from './server/auth/acl-file.js';
+import { runPasswd } from './server/auth/passwd-command.js';
+import { PasswordFileAuthenticator } from './server/auth/password-authenticator.js';
 import { BrokerNode, type NodeOptions } from './server/broker-node.js';
 import { isTlsKind } from './server/listeners/listen-url.js';
 import { type ClientAuth, type IdentityField, TlsMaterial } from './server/listeners/tls-material.js';
@@ -81,16 +85,73 @@ export function nodeOptions(config: Config, logger: pino.Logger, tls: TlsMateria
     maxQos: config['max-qos'] as 0 | 1 | 2,
     retainAvailable: config['retain-available'],
     willGraceS: config['will-grace-s'],
+    maxSubscriptions: config['max-subscriptions'],
+    nodeLimits: {
+      maxConnections: config['max-connections'],
+      maxPendingConnections: config['max-pending-connections'],
+      connectTimeoutMs: config['connect-timeout-ms'],
+      maxTopicLevels: config['max-topic-levels'],
+      maxTopicLength: config['max-topic-length'],
+      publishRate: config['max-publish-rate'],
+      connectRatePerAddress: config['max-connect-rate'],
+    },
+    statsIntervalMs: config['stats-interval-ms'],
     logger,
   };
 }
 
+/** Anonymous access: as configured, or (auto) only when no password file is given. */
+export function allowAnonymous(config: Config): boolean {
+  const v = config['allow-anonymous'];
+  return v === 'auto' ? config['password-file'] === '' : v === 'true';
+}
+
+interface Security {
+  authenticator: PasswordFileAuthenticator | null;
+  acl: AclRule[] | null;
+}
+
+/** Reads the password and ACL files; a problem throws a ConfigError naming the file and line. */
+function loadSecurity(config: Config, events: { event(kind: string, f?: Record<string, unknown>): void }): Security {
+  const pw = config['password-file'];
+  if (pw === '' && config['allow-anonymous'] === 'false') {
+    // Without a password file nobody could authenticate: refused rather than letting any username in.
+    throw new ConfigError(CONFIG_ERROR.BAD_VALUE, '--allow-anonymous false needs --password-file');
+  }
+  const authenticator = pw === '' ? null : new PasswordFileAuthenticator(pw, allowAnonymous(config), events);
+  const acl = config['acl-file'] === '' ? null : readAclFile(config['acl-file']);
+  return { authenticator, acl };
+}
+
+/** SIGHUP: the password file and the ACL file again; a bad file keeps the old one and says why. */
+function reloadSecurity(config: Config, security: Security, node: BrokerNode, logger: pino.Logger): void {
+  try {
+    security.authenticator?.reload();
+    if (security.authenticator !== null) logger.info({ users: security.authenticator.userCount }, 'password file reloaded');
+  } catch (err) {
+    logger.error({ err: (err as Error).message }, 'password file not reloaded; the previous one stays');
+  }
+  if (config['acl-file'] === '') return;
+  try {
+    const acl = readAclFile(config['acl-file']);
+    node.reloadAcl(acl);
+    logger.info({ rules: acl.length }, 'acl file reloaded');
+  } catch (err) {
+    logger.error({ err: (err as Error).message }, 'acl file not reloaded; the previous one stays');
+  }
+}
+
 async function main(argv: readonly string[]): Promise<number> {
+  if (argv[0] === 'passwd') return runPasswd(argv.slice(1), process);
   let request: ReturnType<typeof parseCli>;
   let tls: TlsMaterial | null = null;
+  let security: Security;
+  let node: BrokerNode | null = null;
+  const events = { event: (kind: string, f?: Record<string, unknown>) => node?.event(kind, f) };
   try {
     request = parseCli(argv);
     if (request.action === 'run') tls = tlsMaterial(request.config);
+    security = request.action === 'run' ? loadSecurity(request.config, events) : { authenticator: null, acl: null };
   } catch (err) {
     if (err instanceof RaftmqError) {
       process.stderr.write(`raftmq: ${err.message}\nTry raftmq --help.\n`);
@@ -108,19 +169,32 @@ async function main(argv: readonly string[]): Promise<number> {
   }
   const config = request.config;
   const logger = pino({ level: config['log-level'], base: { pid: process.pid } });
-  const node = new BrokerNode(nodeOptions(config, logger, tls));
+  const options = nodeOptions(config, logger, tls);
+  if (security.authenticator !== null) {
+    const auth = security.authenticator;
+    options.authenticator = auth;
+    options.gauges = () => ({
+      authThrottleAddresses: auth.throttle.byAddress.size,
+      authThrottleUsers: auth.throttle.byUser.size,
+      authThrottleTableMax: auth.throttle.byAddress.max,
+    });
+  }
+  options.acl = security.acl;
+  node = new BrokerNode(options);
+  const running = node;
   try {
-    await node.start();
+    await running.start();
   } catch (err) {
     logger.fatal({ err }, 'start failed');
     process.stderr.write(`raftmq: cannot start: ${(err as Error).message}\n`);
     return 1;
   }
-  logger.info({ version: version(), port: node.port, ports: node.ports }, 'started');
+  logger.info({ version: version(), port: running.port, ports: running.ports }, 'started');
   const stopLoopDelay = watchLoopDelay(logger);
   const onHup = (): void => {
-    logger.info('SIGHUP: re-reading TLS files');
-    node.reloadTls();
+    logger.info('SIGHUP: re-reading TLS, password and ACL files');
+    running.reloadTls();
+    reloadSecurity(config, security, running, logger);
   };
   process.on('SIGHUP', onHup);
   await new Promise<void>((resolve) => {
@@ -133,7 +207,7 @@ async function main(argv: readonly string[]): Promise<number> {
         logger.warn({ timeoutMs: config['shutdown-timeout-ms'] }, 'stop timed out');
         resolve();
       }, config['shutdown-timeout-ms']);
-      node.stop().then(
+      running.stop().then(
         () => {
           clearTimeout(timer);
           resolve();

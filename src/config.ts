@@ -119,6 +119,85 @@ export const SCHEMA = {
     max: 4_294_967,
     help: 'wills of connections ended by a failover wait at least this long, in seconds',
   },
+  'password-file': {
+    kind: 'string',
+    default: '',
+    help: 'password file of USER:$scrypt$... lines (raftmq passwd FILE USER); empty: no authentication; re-read on SIGHUP',
+  },
+  'allow-anonymous': {
+    kind: 'enum',
+    default: 'auto',
+    values: ['auto', 'true', 'false'],
+    help: 'whether clients without a username may connect; auto: true without --password-file, false with one',
+  },
+  'acl-file': {
+    kind: 'string',
+    default: '',
+    help: "ACL file in Mosquitto's acl_file syntax; empty: every client may publish and subscribe anywhere; re-read on SIGHUP",
+  },
+  'max-connections': {
+    kind: 'int',
+    default: 100_000,
+    min: 0,
+    max: 10_000_000,
+    help: 'connections past CONNECT; the CONNECT beyond it is refused (MQTT 5 CONNACK 0x97, 3.1.1 code 3); 0: no bound',
+  },
+  'max-pending-connections': {
+    kind: 'int',
+    default: 1_000,
+    min: 1,
+    max: 1_000_000,
+    help: 'sockets that have not yet sent CONNECT; a socket beyond it is closed at accept',
+  },
+  'connect-timeout-ms': {
+    kind: 'int',
+    default: 10_000,
+    min: 100,
+    max: 600_000,
+    help: 'a socket that sends no CONNECT within this time is closed',
+  },
+  'max-topic-levels': {
+    kind: 'int',
+    default: 128,
+    min: 0,
+    max: 65_535,
+    help: 'levels in a topic name or filter (PUBLISH: DISCONNECT 0x90; SUBSCRIBE: 0x8F per filter); 0: no bound',
+  },
+  'max-topic-length': {
+    kind: 'int',
+    default: 65_535,
+    min: 1,
+    max: 65_535,
+    help: 'bytes in a topic name or filter (PUBLISH: DISCONNECT 0x90; SUBSCRIBE: 0x8F per filter)',
+  },
+  'max-subscriptions': {
+    kind: 'int',
+    default: 1_000,
+    min: 0,
+    max: 4_294_967_295,
+    help: 'subscriptions per session; a new one beyond it is refused with 0x97 (3.1.1: 0x80); 0: no bound',
+  },
+  'max-publish-rate': {
+    kind: 'int',
+    default: 0,
+    min: 0,
+    max: 10_000_000,
+    help: 'PUBLISH packets per second per connection, bursts up to the same number; over it: MQTT 5 DISCONNECT 0x96, 3.1.1 close; 0: no bound',
+  },
+  'max-connect-rate': {
+    kind: 'int',
+    default: 0,
+    min: 0,
+    max: 1_000_000,
+    help: 'CONNECTs per second per source address, bursts up to the same number; over it: MQTT 5 CONNACK 0x9F, 3.1.1 close; 0: no bound',
+  },
+  'stats-interval-ms': {
+    kind: 'int',
+    default: 0,
+    min: 0,
+    max: 86_400_000,
+    help: "log a 'stats' line (counters, connections, bounded tables) at this interval; 0: off",
+  },
   'shutdown-timeout-ms': {
     kind: 'int',
     default: 3000,
@@ -172,6 +251,8 @@ function parseValue(key: SettingKey, raw: unknown, where: string): unknown {
       return n;
     }
     case 'enum': {
+      // A YAML or JSON boolean for an enum of true/false/... reads as its word.
+      if (typeof raw === 'boolean') raw = String(raw);
       if (typeof raw !== 'string' || !spec.values?.includes(raw)) throw bad(`expected one of ${spec.values?.join(', ')}`);
       return raw;
     }
@@ -261,7 +342,7 @@ export function parseCli(argv: readonly string[]): CliRequest {
 }
 
 export function helpText(): string {
-  const lines = ['Usage: raftmq [flags]', '', 'Flags (a config file takes the same keys without dashes):'];
+  const lines = ['Usage: raftmq [flags]', '       raftmq passwd [-b] FILE USER [PASSWORD]   add or change a user of a password file', '', 'Flags (a config file takes the same keys without dashes):'];
   lines.push('  --config FILE                  JSON or YAML file of settings; flags beat the file');
   for (const [key, spec] of Object.entries(SCHEMA) as [string, SettingSpec][]) {
     lines.push(`  --${key.padEnd(28)} ${spec.help} (default ${shownDefault(spec)})`);

@@ -3,7 +3,7 @@
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import { Broker } from '../broker/broker.js';
-import type { Command, ConnId, Effect, Entry, Message, OutPacket, ProtocolLevel, Settings } from '../broker/commands.js';
+import type { AclRule, Command, ConnId, Effect, Entry, Message, OutPacket, ProtocolLevel, Settings } from '../broker/commands.js';
 import type { BrokerLog, LogListener } from '../log/broker-log.js';
 import { LocalLog } from '../log/local-log.js';
 import { encode } from '../protocol/encoder.js';
@@ -14,6 +14,7 @@ import { type EnhancedAuthMethod, methodTable } from './enhanced-auth.js';
 import { type ListenerSpec, listenerUrl } from './listeners/listen-url.js';
 import { Listener, type ListenerHost } from './listeners/listener.js';
 import type { TlsMaterial } from './listeners/tls-material.js';
+import { ConnectRateLimiter, DEFAULT_NODE_LIMITS, type NodeLimits } from './limits.js';
 import { type ConnackLimits, toWire } from './outbound.js';
 import { RateLimitedLog } from './rate-limited-log.js';
 import type { ByteStream, Transport } from './transport.js';
@@ -43,6 +44,16 @@ export interface NodeOptions {
    * CONNECT naming one of them is authenticated by it instead of `authenticator`; any other
    * Authentication Method is refused with 0x8C. */
   enhancedAuth?: readonly EnhancedAuthMethod[];
+  /** Subscriptions per session (Settings.maxSubscriptions); 0 or absent: no bound. */
+  maxSubscriptions?: number;
+  /** The ACL table (src/broker/acl.ts); null or absent: everything allowed. */
+  acl?: AclRule[] | null;
+  /** Local limits; absent fields take DEFAULT_NODE_LIMITS. */
+  nodeLimits?: Partial<NodeLimits>;
+  /** Log a 'stats' line at this interval; 0 or absent: off. */
+  statsIntervalMs?: number;
+  /** Further gauges for the stats line (e.g. the authenticator's bounded tables). */
+  gauges?: () => Record<string, number>;
 }
 
 /** At most one log line per key per window (protocol errors, apply events). */
@@ -64,7 +75,8 @@ export function settingsFrom(o: NodeOptions): Settings {
     retainAvailable: o.retainAvailable,
     maxPacketSize: o.maxPacketSize,
     willGraceS: o.willGraceS,
-    acl: null,
+    maxSubscriptions: o.maxSubscriptions ?? 0,
+    acl: o.acl ?? null,
   };
 }
 
@@ -86,6 +98,15 @@ function eventLevel(kind: string): 'info' | 'warn' | 'error' {
     case 'qos0-dropped-slow-consumer':
     case 'stale-deadline':
     case 'reads-paused':
+    case 'acl-denied':
+    case 'auth-failed':
+    case 'auth-throttled':
+    case 'auth-anonymous-refused':
+    case 'limit-max-connections':
+    case 'limit-pending-connections':
+    case 'limit-connect-rate':
+    case 'limit-publish-rate':
+    case 'limit-topic':
       return 'warn';
     default:
       return 'info';
@@ -149,6 +170,11 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
   private tickDeadline: number | undefined;
   private readonly tickBound = (): void => this.onTick();
   private paused = false;
+  /** Connections of this period admitted past CONNECT (max-connections counts these). */
+  private readonly admitted = new Set<ConnId>();
+  private readonly connectRate: ConnectRateLimiter;
+  private settings: Settings;
+  private statsTimer: NodeJS.Timeout | null = null;
   private halted = false;
   private stopped = false;
   private firstListen: { resolve: () => void; reject: (e: Error) => void } | null = null;
@@ -157,12 +183,16 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     this.opts = opts;
     this.logger = opts.logger;
     this.limited = new RateLimitedLog(opts.logger, LOG_WINDOW_MS, () => performance.now());
-    this.log = log ?? new LocalLog({ node: 1, settings: settingsFrom(opts) });
+    this.settings = settingsFrom(opts);
+    this.log = log ?? new LocalLog({ node: 1, settings: this.settings });
     this.authenticator = opts.authenticator ?? allowAll;
     this.specs = opts.listeners?.length ? opts.listeners : [{ kind: 'mqtt', host: opts.host, port: opts.port, path: '', proxy: null }];
     this.boundPorts = this.specs.map(() => 0);
     this.enhancedAuth = methodTable(opts.enhancedAuth);
+    const nl: NodeLimits = { ...DEFAULT_NODE_LIMITS, ...opts.nodeLimits };
+    this.connectRate = new ConnectRateLimiter(nl.connectRatePerAddress);
     this.limits = {
+      ...nl,
       maxPacketSize: opts.maxPacketSize,
       maxKeepalive: opts.maxKeepalive,
       receiveMaximum: opts.receiveMaximum,
@@ -209,6 +239,11 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     });
     this.opts.tls?.watch(() => this.reloadTls());
     this.log.start(this);
+    const every = this.opts.statsIntervalMs ?? 0;
+    if (every > 0) {
+      this.statsTimer = setInterval(() => this.logger.info(this.stats(), 'stats'), every);
+      this.statsTimer.unref();
+    }
     return first;
   }
 
@@ -218,6 +253,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     this.stopped = true;
     this.clearTick();
     this.opts.tls?.close();
+    if (this.statsTimer !== null) clearInterval(this.statsTimer);
     const closing = this.stopServing(RC.SERVER_SHUTTING_DOWN);
     this.firstListen?.resolve();
     this.firstListen = null;
@@ -316,7 +352,43 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     void this.stopServing(undefined);
   }
 
+  /** Counters and gauges of the bounded tables, for the stats line and tests. */
+  stats(): Record<string, unknown> {
+    return {
+      connections: this.conns.size,
+      connected: this.admitted.size,
+      pending: this.conns.size - this.admitted.size,
+      connectRateTable: this.connectRate.table.size,
+      connectRateTableMax: this.connectRate.table.max,
+      ...this.opts.gauges?.(),
+      counters: Object.fromEntries(this.counters),
+    };
+  }
+
+  /** A configuration reload (SIGHUP): the new ACL table is proposed as a `settings` command, so
+   * every replica switches at the same log position. */
+  reloadAcl(acl: AclRule[] | null): void {
+    this.settings = { ...this.settings, acl };
+    if (this.log.serving && !this.stopped) this.log.propose({ t: 'settings', settings: this.settings });
+  }
+
   // ---- ConnectionHost ----
+
+  /** The refusal of a CONNECT by a node limit, or null when admitted (and then counted until the
+   * socket closes): the per-address connect rate first, then max-connections. */
+  admitConnect(address: string, conn: Connection): number | null {
+    if (!this.connectRate.admit(address, performance.now())) {
+      this.event('limit-connect-rate', { address });
+      return RC.CONNECTION_RATE_EXCEEDED;
+    }
+    const max = this.limits.maxConnections;
+    if (max > 0 && this.admitted.size >= max) {
+      this.event('limit-max-connections', { connected: this.admitted.size });
+      return RC.QUOTA_EXCEEDED;
+    }
+    this.admitted.add(conn.id);
+    return null;
+  }
 
   propose(cmd: Command): void {
     this.log.propose(cmd);
@@ -344,7 +416,10 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
   }
 
   closed(c: Connection): void {
-    if (this.conns.get(c.id) === c) this.conns.delete(c.id);
+    if (this.conns.get(c.id) === c) {
+      this.conns.delete(c.id);
+      this.admitted.delete(c.id);
+    }
   }
 
   event(kind: string, fields?: Record<string, unknown>): void {
@@ -420,6 +495,12 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
       stream.destroy();
       return;
     }
+    if (this.conns.size - this.admitted.size >= this.limits.maxPendingConnections) {
+      // Sockets that have not sent CONNECT cost memory and a timer each: refused at accept.
+      this.event('limit-pending-connections', { pending: this.conns.size - this.admitted.size });
+      stream.destroy();
+      return;
+    }
     const id: ConnId = `${this.period}.${++this.seq}`;
     this.conns.set(id, new Connection(id, stream, transport, this));
   }
@@ -443,6 +524,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
   private closeAll(reason: number | undefined): void {
     for (const c of this.conns.values()) c.shutdown(reason ?? -1);
     this.conns.clear();
+    this.admitted.clear();
     this.flushAll();
   }
 

@@ -24,12 +24,13 @@ import { type AuthAction, EnhancedAuthState } from './auth-exchange.js';
 import type { Authenticator, AuthResult } from './authenticator.js';
 import type { EnhancedAuthMethod } from './enhanced-auth.js';
 import { connectExpiryS, messageFromPublish, payloadFormatValid, RECEIVE_MAX_DEFAULT, willFromConnect } from './inbound.js';
+import { type NodeLimits, TokenBucket, topicLimitProblem } from './limits.js';
 import { type ConnackLimits, publishWithAlias, reasonText, toWire, withoutProblemInfo } from './outbound.js';
 import { OutboundAliases } from './topic-alias-out.js';
 import type { ByteStream, Transport } from './transport.js';
 
 /** The limits a connection enforces; a subset of NodeOptions. */
-export interface ConnectionLimits {
+export interface ConnectionLimits extends NodeLimits {
   maxPacketSize: number;
   maxKeepalive: number;
   receiveMaximum: number;
@@ -46,6 +47,8 @@ export interface ConnectionHost {
   readonly authenticator: Authenticator;
   /** MQTT 5 enhanced-authentication methods offered, by Authentication Method name. */
   readonly enhancedAuth: ReadonlyMap<string, EnhancedAuthMethod>;
+  /** A node limit's refusal of this CONNECT (RC.*), or null when admitted (src/server/limits.ts). */
+  admitConnect(address: string, conn: Connection): number | null;
   /** Appends a command to the log (and pauses reading everywhere when the log is over its bound). */
   propose(cmd: Command): void;
   /** Routes a QoS 0 non-retained message to live subscribers and executes the effects. */
@@ -63,8 +66,6 @@ export interface ConnectionHost {
   readonly readsPaused: boolean;
 }
 
-/** A client that sends nothing but a CONNECT within this time is closed. */
-const CONNECT_TIMEOUT_MS = 10_000;
 /** A connection that decided to close waits at most this long for its queued replies. */
 const CLOSE_GRACE_MS = 5_000;
 /** Keep-alive is enforced at one and a half times the interval [MQTT-3.1.2-24]. */
@@ -134,6 +135,8 @@ export class Connection {
   private clientMaxPacket = 0;
   /** The CONNECT of an enhanced authentication in progress, proposed once the method succeeds. */
   private pendingConnect: ConnectPacket | undefined;
+  /** --max-publish-rate, created on the first PUBLISH when a rate is set. */
+  private publishBucket: TokenBucket | null = null;
 
   constructor(id: ConnId, socket: ByteStream, transport: Transport, host: ConnectionHost) {
     this.id = id;
@@ -154,7 +157,7 @@ export class Connection {
     socket.on('error', (err: Error) => this.onSocketError(err));
     socket.on('close', () => this.onSocketClose());
     this.lastRxMs = performance.now();
-    this.armTimer(CONNECT_TIMEOUT_MS);
+    this.armTimer(l.connectTimeoutMs);
     if (host.readsPaused) socket.pause();
   }
 
@@ -276,10 +279,15 @@ export class Connection {
 
   private onConnect(connect: ConnectPacket): void {
     this.level = connect.level;
+    const limited = this.host.admitConnect(this.transport.remoteAddress, this);
+    if (limited === RC.CONNECTION_RATE_EXCEEDED && connect.level !== 5) {
+      this.closeNow(NO_DISCONNECT); // 3.1.1 has no return code for a rate: closed without CONNACK.
+      return;
+    }
     // A verified client certificate names the user; its identity replaces any username sent.
     const certId = this.transport.certIdentity;
     const c = certId === null ? connect : { ...connect, username: certId };
-    const refusal = this.connectRefusal(c);
+    const refusal = limited ?? this.connectRefusal(c);
     if (refusal !== null) {
       this.refuseConnect(refusal);
       return;
@@ -456,6 +464,7 @@ export class Connection {
   // ---- PUBLISH ----
 
   private onPublish(p: PublishPacket): void {
+    if (!this.withinPublishRate()) return;
     const topic = this.resolveTopic(p);
     if (topic === null) return;
     const l = this.host.limits;
@@ -493,6 +502,19 @@ export class Connection {
     this.propose(cmd);
   }
 
+  /** --max-publish-rate: over it, MQTT 5 DISCONNECT 0x96 (3.1.1: close), after the replies already
+   * decided. Closing rather than pausing reads tells the client why and frees the slot at once. */
+  private withinPublishRate(): boolean {
+    const rate = this.host.limits.publishRate;
+    if (rate <= 0) return true;
+    const now = performance.now();
+    this.publishBucket ??= new TokenBucket(rate, rate, now);
+    if (this.publishBucket.take(now)) return true;
+    this.host.event('limit-publish-rate', { conn: this.id });
+    this.fail(RC.MESSAGE_RATE_TOO_HIGH, 'publish-rate', `over ${rate} PUBLISH/s`);
+    return false;
+  }
+
   /** The topic after Topic Alias resolution (§3.3.2.3.4), or null after failing the connection. */
   private resolveTopic(p: PublishPacket): string | null {
     let topic = p.topic;
@@ -514,7 +536,7 @@ export class Connection {
         this.aliases.set(alias, topic);
       }
     }
-    const invalid = validateTopicName(topic);
+    const invalid = validateTopicName(topic) ?? topicLimitProblem(topic, this.host.limits);
     if (invalid !== null) {
       this.fail(RC.TOPIC_NAME_INVALID, 'topic-name-invalid', invalid);
       return null;
@@ -549,7 +571,7 @@ export class Connection {
         this.fail(RC.PROTOCOL_ERROR, 'shared-no-local', sub.filter);
         return;
       }
-      if (validateTopicFilter(sub.filter) === null) valid.push(sub);
+      if (validateTopicFilter(sub.filter) === null && this.filterWithinLimits(sub.filter)) valid.push(sub);
       else {
         codes ??= new Array<number>(s.subs.length).fill(-1);
         codes[i] = RC.TOPIC_FILTER_INVALID;
@@ -566,6 +588,13 @@ export class Connection {
     const cmd: Command = { t: 'subscribe', conn: this.id, pid: s.pid, subs: valid };
     if (s.props.subId !== undefined) cmd.subId = s.props.subId;
     this.propose(cmd);
+  }
+
+  private filterWithinLimits(filter: string): boolean {
+    const problem = topicLimitProblem(filter, this.host.limits);
+    if (problem === null) return true;
+    this.host.event('limit-topic', { conn: this.id, problem });
+    return false;
   }
 
   private onUnsubscribe(u: UnsubscribePacket): void {

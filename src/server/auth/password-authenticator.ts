@@ -1,0 +1,93 @@
+// The Authenticator (src/server/authenticator.ts) over a password file, with anonymous access
+// decided by --allow-anonymous and failed attempts throttled per address and username.
+import { readFileSync } from 'node:fs';
+import { performance } from 'node:perf_hooks';
+import { CONFIG_ERROR, ConfigError } from '../../errors.js';
+import type { ConnectPacket } from '../../protocol/packets.js';
+import { RC } from '../../protocol/reason-codes.js';
+import type { Authenticator, AuthResult } from '../authenticator.js';
+import type { Transport } from '../transport.js';
+import { AuthThrottle } from './auth-throttle.js';
+import { type PasswordHash, parsePasswordFile, verifyPassword } from './password-file.js';
+
+const OK: AuthResult = { ok: true };
+const BAD_CREDENTIALS: AuthResult = { ok: false, reason: RC.BAD_USER_NAME_OR_PASSWORD };
+const NOT_AUTHORIZED: AuthResult = { ok: false, reason: RC.NOT_AUTHORIZED };
+const BAD_METHOD: AuthResult = { ok: false, reason: RC.BAD_AUTHENTICATION_METHOD };
+
+/** Reads and parses a password file; a problem names the file and line (exit 2 at start). */
+export function readPasswordFile(path: string): Map<string, PasswordHash> {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    throw new ConfigError(CONFIG_ERROR.UNREADABLE_FILE, `--password-file ${path}: cannot read: ${(err as Error).message}`);
+  }
+  const r = parsePasswordFile(text);
+  if ('problem' in r) throw new ConfigError(CONFIG_ERROR.BAD_FILE, `--password-file ${path}:${r.problem.line}: ${r.problem.reason}`);
+  return r.users;
+}
+
+export interface AuthCounters {
+  /** A counted event, e.g. 'auth-failed', 'auth-throttled'. */
+  event(kind: string, fields?: Record<string, unknown>): void;
+}
+
+export class PasswordFileAuthenticator implements Authenticator {
+  readonly throttle = new AuthThrottle();
+  private users: Map<string, PasswordHash>;
+
+  constructor(
+    readonly path: string,
+    private readonly allowAnonymous: boolean,
+    private readonly counters: AuthCounters,
+    private readonly monotonicMs: () => number = () => performance.now(),
+  ) {
+    this.users = readPasswordFile(path);
+  }
+
+  get userCount(): number {
+    return this.users.size;
+  }
+
+  /** Re-reads the file (SIGHUP); on a problem the old users stay and the error is thrown. */
+  reload(): void {
+    this.users = readPasswordFile(this.path);
+  }
+
+  authenticate(connect: ConnectPacket, remoteAddress: string, transport?: Transport): AuthResult | Promise<AuthResult> {
+    if (connect.props.authMethod !== undefined) return BAD_METHOD; // [MQTT-4.12.0-1]
+    // A client certificate verified against --tls-ca during the handshake is the credential; its
+    // identity is already the username, and no password is asked for.
+    if (transport !== undefined && transport.certIdentity !== null) return OK;
+    const user = connect.username;
+    if (user === null) {
+      if (this.allowAnonymous) return OK;
+      this.counters.event('auth-anonymous-refused', { address: remoteAddress });
+      return NOT_AUTHORIZED;
+    }
+    const now = this.monotonicMs();
+    const blocked = this.throttle.blockedFor(remoteAddress, user, now);
+    if (blocked > 0) {
+      this.counters.event('auth-throttled', { address: remoteAddress, username: user, delayMs: Math.round(blocked) });
+      return delayed(BAD_CREDENTIALS, blocked);
+    }
+    const h = this.users.get(user);
+    if (h === undefined || connect.password === null) return this.failed(remoteAddress, user, now);
+    return verifyPassword(connect.password, h).then((ok) => {
+      if (!ok) return this.failed(remoteAddress, user, this.monotonicMs());
+      this.throttle.succeed(remoteAddress, user);
+      return OK;
+    });
+  }
+
+  private failed(address: string, user: string, now: number): Promise<AuthResult> {
+    const delay = this.throttle.fail(address, user, now);
+    this.counters.event('auth-failed', { address, username: user, delayMs: delay });
+    return delayed(BAD_CREDENTIALS, delay);
+  }
+}
+
+function delayed(r: AuthResult, ms: number): Promise<AuthResult> {
+  return new Promise((resolve) => setTimeout(resolve, ms, r));
+}
