@@ -1,0 +1,96 @@
+// Node limits against an in-process node with small bounds: each refusal carries its reason code
+// (or is a close where 3.1.1 has none) and is counted.
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { RC } from '../src/protocol/reason-codes.js';
+import type { BrokerNode } from '../src/server/broker-node.js';
+import type { NodeLimits } from '../src/server/limits.js';
+import { connectClient, connectPacket, disconnect, RawClient, sleep, startNode } from './helpers.js';
+
+async function withNode(limits: Partial<NodeLimits>, body: (node: BrokerNode) => Promise<void>): Promise<void> {
+  const node = await startNode({ nodeLimits: limits });
+  try {
+    await body(node);
+  } finally {
+    await node.stop();
+  }
+}
+
+async function rawConnect(node: BrokerNode, level: 4 | 5, clientId: string): Promise<RawClient> {
+  const c = await RawClient.open(node.port, level);
+  c.send(connectPacket({ level, clientId }));
+  return c;
+}
+
+const counter = (node: BrokerNode, kind: string): number => node.counters.get(kind) ?? 0;
+
+describe('node limits', { timeout: 60_000 }, () => {
+  it('refuses the CONNECT beyond max-connections with 0x97 (3.1.1: code 3) and counts it', async () => {
+    await withNode({ maxConnections: 2 }, async (node) => {
+      const a = await connectClient(node.port, { protocolVersion: 5, clientId: 'a' });
+      const b = await connectClient(node.port, { protocolVersion: 4, clientId: 'b' });
+      const v5 = await rawConnect(node, 5, 'c5');
+      assert.equal((await v5.waitFor('connack')).code, RC.QUOTA_EXCEEDED);
+      const v4 = await rawConnect(node, 4, 'c4');
+      assert.equal((await v4.waitFor('connack')).code, 3);
+      await v4.waitClosed();
+      assert.equal(counter(node, 'limit-max-connections'), 2);
+      await disconnect(a);
+      await disconnect(b);
+    });
+  });
+
+  it('closes a socket beyond max-pending-connections at accept, and one silent past connect-timeout-ms', async () => {
+    await withNode({ maxPendingConnections: 2, connectTimeoutMs: 300 }, async (node) => {
+      const silent = [await RawClient.open(node.port, 4), await RawClient.open(node.port, 4)];
+      const extra = await RawClient.open(node.port, 4);
+      await extra.waitClosed();
+      assert.equal(counter(node, 'limit-pending-connections'), 1);
+      for (const s of silent) await s.waitClosed();
+      assert.equal(counter(node, 'connect-timeout'), 2);
+      // The server forgets a socket on its own close event, which may follow the client's.
+      for (let i = 0; i < 100 && node.stats().pending !== 0; i++) await sleep(20);
+      const c = await connectClient(node.port, { protocolVersion: 5, clientId: 'after' });
+      await disconnect(c);
+    });
+  });
+
+  it('refuses filters over max-topic-levels with 0x8F and a PUBLISH over it with DISCONNECT 0x90', async () => {
+    await withNode({ maxTopicLevels: 3 }, async (node) => {
+      const c = await rawConnect(node, 5, 'deep');
+      await c.waitFor('connack');
+      c.send({ type: 'subscribe', pid: 1, subs: [{ filter: 'a/b/c', qos: 0, nl: false, rap: false, rh: 0 }, { filter: 'a/b/c/d', qos: 0, nl: false, rap: false, rh: 0 }], props: {} });
+      assert.deepEqual((await c.waitFor('suback')).codes, [0, RC.TOPIC_FILTER_INVALID]);
+      c.send({ type: 'publish', topic: 'a/b/c/d', payload: new Uint8Array(0), qos: 0, retain: false, dup: false, props: {} });
+      assert.equal((await c.waitFor('disconnect')).code, RC.TOPIC_NAME_INVALID);
+      await c.waitClosed();
+    });
+  });
+
+  it('disconnects an MQTT 5 publisher over max-publish-rate with 0x96 and closes a 3.1.1 one', async () => {
+    await withNode({ publishRate: 5 }, async (node) => {
+      for (const level of [5, 4] as const) {
+        const c = await rawConnect(node, level, `fast${level}`);
+        await c.waitFor('connack');
+        for (let i = 0; i < 20; i++) c.send({ type: 'publish', topic: 't', payload: new Uint8Array(1), qos: 0, retain: false, dup: false, props: {} });
+        if (level === 5) assert.equal((await c.waitFor('disconnect')).code, RC.MESSAGE_RATE_TOO_HIGH);
+        await c.waitClosed();
+      }
+      assert.equal(counter(node, 'limit-publish-rate'), 2);
+    });
+  });
+
+  it('refuses CONNECTs over max-connect-rate per address with 0x9F, and closes 3.1.1 ones without CONNACK', async () => {
+    await withNode({ connectRatePerAddress: 2 }, async (node) => {
+      const ok = [await rawConnect(node, 5, 'r1'), await rawConnect(node, 5, 'r2')];
+      for (const c of ok) assert.equal((await c.waitFor('connack')).code, RC.SUCCESS);
+      const v5 = await rawConnect(node, 5, 'r3');
+      assert.equal((await v5.waitFor('connack')).code, RC.CONNECTION_RATE_EXCEEDED);
+      const v4 = await rawConnect(node, 4, 'r4');
+      await v4.waitClosed();
+      assert.equal(v4.packets.length, 0);
+      assert.equal(counter(node, 'limit-connect-rate'), 2);
+      for (const c of ok) c.destroy();
+    });
+  });
+});
