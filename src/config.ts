@@ -341,6 +341,8 @@ export function parseCli(argv: readonly string[]): CliRequest {
   return { action: 'run', config };
 }
 
+const shownDefault = (spec: SettingSpec): string => (spec.default === '' ? '(none)' : String(spec.default));
+
 export function helpText(): string {
   const lines = ['Usage: raftmq [flags]', '       raftmq passwd [-b] FILE USER [PASSWORD]   add or change a user of a password file', '', 'Flags (a config file takes the same keys without dashes):'];
   lines.push('  --config FILE                  JSON or YAML file of settings; flags beat the file');
