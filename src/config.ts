@@ -288,7 +288,10 @@ export function readConfigFile(path: string): Partial<Config> {
   try {
     doc = extname(path) === '.json' ? JSON.parse(text) : parseYaml(text);
   } catch (err) {
-    throw new ConfigError(CONFIG_ERROR.BAD_FILE, `--config ${path}: not valid ${extname(path) === '.json' ? 'JSON' : 'YAML'}: ${(err as Error).message}`);
+    throw new ConfigError(
+      CONFIG_ERROR.BAD_FILE,
+      `--config ${path}: not valid ${extname(path) === '.json' ? 'JSON' : 'YAML'}: ${(err as Error).message}`,
+    );
   }
   if (doc === null || doc === undefined) return {};
   if (typeof doc !== 'object' || Array.isArray(doc)) {
@@ -304,10 +307,7 @@ export function readConfigFile(path: string): Partial<Config> {
   return out as Partial<Config>;
 }
 
-export type CliRequest =
-  | { action: 'run'; config: Config }
-  | { action: 'help' }
-  | { action: 'version' };
+export type CliRequest = { action: 'run'; config: Config } | { action: 'help' } | { action: 'version' };
 
 /** Parses command-line arguments (without node and script) into a resolved configuration. */
 export function parseCli(argv: readonly string[]): CliRequest {
@@ -344,7 +344,12 @@ export function parseCli(argv: readonly string[]): CliRequest {
 const shownDefault = (spec: SettingSpec): string => (spec.default === '' ? '(none)' : String(spec.default));
 
 export function helpText(): string {
-  const lines = ['Usage: raftmq [flags]', '       raftmq passwd [-b] FILE USER [PASSWORD]   add or change a user of a password file', '', 'Flags (a config file takes the same keys without dashes):'];
+  const lines = [
+    'Usage: raftmq [flags]',
+    '       raftmq passwd [-b] FILE USER [PASSWORD]   add or change a user of a password file',
+    '',
+    'Flags (a config file takes the same keys without dashes):',
+  ];
   lines.push('  --config FILE                  JSON or YAML file of settings; flags beat the file');
   for (const [key, spec] of Object.entries(SCHEMA) as [string, SettingSpec][]) {
     lines.push(`  --${key.padEnd(28)} ${spec.help} (default ${shownDefault(spec)})`);

@@ -75,14 +75,22 @@ describe('password file authentication', { timeout: 60_000 }, () => {
 
   it('admits a user with the right password over 3.1.1 and 5.0', async () => {
     for (const protocolVersion of [4, 5] as const) {
-      const c = await connectClient(node.port, { protocolVersion, username: 'alice', password: 'wonderland', clientId: `a${protocolVersion}` });
+      const c = await connectClient(node.port, {
+        protocolVersion,
+        username: 'alice',
+        password: 'wonderland',
+        clientId: `a${protocolVersion}`,
+      });
       assert.equal(c.connack.reasonCode ?? 0, 0);
       await disconnect(c);
     }
   });
 
   it('refuses a wrong password or unknown user with 0x86 (3.1.1: 4)', async () => {
-    assert.equal(await refusal(node.port, { protocolVersion: 5, username: 'bob', password: 'wrong', clientId: 'b5' }), RC.BAD_USER_NAME_OR_PASSWORD);
+    assert.equal(
+      await refusal(node.port, { protocolVersion: 5, username: 'bob', password: 'wrong', clientId: 'b5' }),
+      RC.BAD_USER_NAME_OR_PASSWORD,
+    );
     clockMs += 60_000;
     assert.equal(await refusal(node.port, { protocolVersion: 4, username: 'mallory', password: 'x', clientId: 'm4' }), 4);
     clockMs += 60_000;
@@ -105,7 +113,10 @@ describe('password file authentication', { timeout: 60_000 }, () => {
     assert.equal(counter(node, 'auth-throttled'), throttled + 2);
     assert.equal(counter(node, 'auth-failed'), failed + 1);
     // Also from this address: a right password waits out the window too.
-    assert.equal(await refusal(node.port, { protocolVersion: 5, username: 'alice', password: 'wonderland', clientId: 'a-early' }), RC.BAD_USER_NAME_OR_PASSWORD);
+    assert.equal(
+      await refusal(node.port, { protocolVersion: 5, username: 'alice', password: 'wonderland', clientId: 'a-early' }),
+      RC.BAD_USER_NAME_OR_PASSWORD,
+    );
     assert.ok(auth.throttle.byUser.size <= auth.throttle.byUser.max);
     clockMs += 60_000;
     const ok = await connectClient(node.port, { protocolVersion: 5, username: 'alice', password: 'wonderland', clientId: 'a-after' });
@@ -169,7 +180,10 @@ describe('ACL file authorization', { timeout: 60_000 }, () => {
     const d1 = await connectClient(node.port, { protocolVersion: 5, clientId: 'd1' });
     const d2 = await connectClient(node.port, { protocolVersion: 5, clientId: 'd2' });
     assert.deepEqual(await subackCodes(d1, ['devices/d1/#', 'devices/d2/#'], 1), [1, RC.NOT_AUTHORIZED]);
-    await assert.rejects(publish(d2, 'devices/d1/cmd', 'spoof', { qos: 1 }), (e: Error & { code?: number }) => e.code === RC.NOT_AUTHORIZED);
+    await assert.rejects(
+      publish(d2, 'devices/d1/cmd', 'spoof', { qos: 1 }),
+      (e: Error & { code?: number }) => e.code === RC.NOT_AUTHORIZED,
+    );
     await publish(d1, 'devices/d1/cmd', 'own', { qos: 1 });
     await d1.waitFor((m) => m.topic === 'devices/d1/cmd', 'own message', WAIT_MS);
     assert.deepEqual(

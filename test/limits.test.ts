@@ -59,7 +59,15 @@ describe('node limits', { timeout: 60_000 }, () => {
     await withNode({ maxTopicLevels: 3 }, async (node) => {
       const c = await rawConnect(node, 5, 'deep');
       await c.waitFor('connack');
-      c.send({ type: 'subscribe', pid: 1, subs: [{ filter: 'a/b/c', qos: 0, nl: false, rap: false, rh: 0 }, { filter: 'a/b/c/d', qos: 0, nl: false, rap: false, rh: 0 }], props: {} });
+      c.send({
+        type: 'subscribe',
+        pid: 1,
+        subs: [
+          { filter: 'a/b/c', qos: 0, nl: false, rap: false, rh: 0 },
+          { filter: 'a/b/c/d', qos: 0, nl: false, rap: false, rh: 0 },
+        ],
+        props: {},
+      });
       assert.deepEqual((await c.waitFor('suback')).codes, [0, RC.TOPIC_FILTER_INVALID]);
       c.send({ type: 'publish', topic: 'a/b/c/d', payload: new Uint8Array(0), qos: 0, retain: false, dup: false, props: {} });
       assert.equal((await c.waitFor('disconnect')).code, RC.TOPIC_NAME_INVALID);
@@ -72,7 +80,8 @@ describe('node limits', { timeout: 60_000 }, () => {
       for (const level of [5, 4] as const) {
         const c = await rawConnect(node, level, `fast${level}`);
         await c.waitFor('connack');
-        for (let i = 0; i < 20; i++) c.send({ type: 'publish', topic: 't', payload: new Uint8Array(1), qos: 0, retain: false, dup: false, props: {} });
+        for (let i = 0; i < 20; i++)
+          c.send({ type: 'publish', topic: 't', payload: new Uint8Array(1), qos: 0, retain: false, dup: false, props: {} });
         if (level === 5) assert.equal((await c.waitFor('disconnect')).code, RC.MESSAGE_RATE_TOO_HIGH);
         await c.waitClosed();
       }

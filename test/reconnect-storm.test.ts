@@ -65,11 +65,16 @@ const statsLines = (b: BrokerProcess): LogLine[] => b.logs.filter((l) => l.msg =
 describe('reconnect storm', { timeout: 120_000 }, () => {
   it('refuses every connect beyond a limit with its reason, counts it, and keeps every table bounded', async (t) => {
     const broker = await BrokerProcess.start([
-      '--log-level', 'info',
-      '--max-connections', String(MAX_CONNECTIONS),
-      '--max-pending-connections', String(MAX_PENDING),
-      '--max-connect-rate', String(CONNECT_RATE),
-      '--stats-interval-ms', '100',
+      '--log-level',
+      'info',
+      '--max-connections',
+      String(MAX_CONNECTIONS),
+      '--max-pending-connections',
+      String(MAX_PENDING),
+      '--max-connect-rate',
+      String(CONNECT_RATE),
+      '--stats-interval-ms',
+      '100',
     ]);
     const pid = broker.proc.pid as number;
     try {

@@ -16,7 +16,13 @@ function cli(args: string[], input?: string) {
 }
 
 async function connackCode(port: number, username: string, password: string): Promise<number> {
-  const client = mqtt.connect(`mqtt://127.0.0.1:${port}`, { reconnectPeriod: 0, protocolVersion: 5, username, password, clientId: `${username}-${password}` });
+  const client = mqtt.connect(`mqtt://127.0.0.1:${port}`, {
+    reconnectPeriod: 0,
+    protocolVersion: 5,
+    username,
+    password,
+    clientId: `${username}-${password}`,
+  });
   try {
     return await withTimeout(
       new Promise<number>((resolve) => {

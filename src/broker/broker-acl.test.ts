@@ -59,7 +59,12 @@ describe('broker ACL', { timeout: 30_000 }, () => {
     const h = new Harness(withAcl);
     const a = h.conn(1);
     h.connect(a, 'a1', as('alice'));
-    const out = h.subscribe(a, 3, [{ filter: 'alice/+', qos: 1 }, { filter: '#' }, { filter: 'devices/a1/#', qos: 0 }, { filter: 'devices/b1/#' }]);
+    const out = h.subscribe(a, 3, [
+      { filter: 'alice/+', qos: 1 },
+      { filter: '#' },
+      { filter: 'devices/a1/#', qos: 0 },
+      { filter: 'devices/b1/#' },
+    ]);
     assert.deepEqual(sent(out, a), [{ type: 'suback', pid: 3, codes: [1, RC.NOT_AUTHORIZED, 0, RC.NOT_AUTHORIZED] }]);
   });
 
@@ -98,7 +103,10 @@ describe('broker ACL', { timeout: 30_000 }, () => {
   });
 
   it('delivers a will only to subscribers allowed to read it', () => {
-    const h = new Harness({ ...testSettings, acl: table('user alice\ntopic read w/#\nuser bob\ntopic write w/#\nuser carol\ntopic read x') });
+    const h = new Harness({
+      ...testSettings,
+      acl: table('user alice\ntopic read w/#\nuser bob\ntopic write w/#\nuser carol\ntopic read x'),
+    });
     const [a, b, c] = [h.conn(1), h.conn(2), h.conn(3)];
     h.connect(a, 'a1', as('alice'));
     h.subscribe(a, 1, [{ filter: 'w/#' }]);
@@ -114,7 +122,12 @@ describe('broker ACL', { timeout: 30_000 }, () => {
     const h = new Harness({ ...testSettings, maxSubscriptions: 2 });
     const a = h.conn(1);
     h.connect(a, 'a1', { protocol: 5 });
-    const out = h.subscribe(a, 1, [{ filter: 'x', qos: 0 }, { filter: 'y', qos: 0 }, { filter: 'z', qos: 0 }, { filter: 'x', qos: 1 }]);
+    const out = h.subscribe(a, 1, [
+      { filter: 'x', qos: 0 },
+      { filter: 'y', qos: 0 },
+      { filter: 'z', qos: 0 },
+      { filter: 'x', qos: 1 },
+    ]);
     assert.deepEqual(sent(out, a), [{ type: 'suback', pid: 1, codes: [0, 0, RC.QUOTA_EXCEEDED, 1] }]);
   });
 

@@ -663,7 +663,8 @@ export class Broker implements BrokerState {
       if (t === undefined) {
         const s = this.sessions.get(sub.clientId);
         // Read access is judged per message against the subscriber as it is now (DESIGN.md "The seam").
-        if (s !== undefined && aclAllows(this.settings.acl, s, 'read', msg.topic)) targets.set(sub.clientId, { s, qos: sub.qos, rap: sub.rap, subIds: sub.subId === null ? null : [sub.subId] });
+        if (s !== undefined && aclAllows(this.settings.acl, s, 'read', msg.topic))
+          targets.set(sub.clientId, { s, qos: sub.qos, rap: sub.rap, subIds: sub.subId === null ? null : [sub.subId] });
         return;
       }
       if (sub.qos > t.qos) t.qos = sub.qos;

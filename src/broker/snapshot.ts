@@ -69,7 +69,17 @@ const encodeDelivery = (d: Delivery): unknown[] => [encodeMsg(d.msg), d.qos, d.r
 
 function encodeSettings(s: Settings): unknown[] {
   const acl = s.acl === null ? null : s.acl.map((r) => [r.kind, r.user, r.access, r.filter]);
-  return [s.maxQueuedMessages, s.maxQueuedBytes, s.maxInflight, s.maxQos, s.retainAvailable, s.maxPacketSize, s.willGraceS, s.maxSubscriptions, acl];
+  return [
+    s.maxQueuedMessages,
+    s.maxQueuedBytes,
+    s.maxInflight,
+    s.maxQos,
+    s.retainAvailable,
+    s.maxPacketSize,
+    s.willGraceS,
+    s.maxSubscriptions,
+    acl,
+  ];
 }
 
 function encodeSession(s: Session): unknown[] {

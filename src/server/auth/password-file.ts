@@ -48,7 +48,8 @@ export function parseHash(field: string): PasswordHash | string {
   const m = LINE.exec(field);
   if (m === null) return 'expected $scrypt$N=..,r=..,p=..$SALT$HASH';
   const params = { N: Number(m[1]), r: Number(m[2]), p: Number(m[3]) };
-  if (params.N < N_MIN || params.N > N_MAX || (params.N & (params.N - 1)) !== 0) return `N must be a power of two from ${N_MIN} to ${N_MAX}`;
+  if (params.N < N_MIN || params.N > N_MAX || (params.N & (params.N - 1)) !== 0)
+    return `N must be a power of two from ${N_MIN} to ${N_MAX}`;
   if (params.r < 1 || params.r > R_MAX) return `r must be from 1 to ${R_MAX}`;
   if (params.p < 1 || params.p > P_MAX) return `p must be from 1 to ${P_MAX}`;
   const salt = Buffer.from(m[4] as string, 'base64');
