@@ -341,8 +341,6 @@ export function parseCli(argv: readonly string[]): CliRequest {
   return { action: 'run', config };
 }
 
-const shownDefault = (spec: SettingSpec): string => (spec.default === '' ? '(none)' : String(spec.default));
-
 export function helpText(): string {
   const lines = [
     'Usage: raftmq [flags]',
