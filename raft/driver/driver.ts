@@ -8,7 +8,6 @@ import { RaftError } from '../errors.js';
 import type { LogEntry, Message } from '../core/messages.js';
 import { Prng } from '../core/prng.js';
 import { RaftCore, type RaftOptions, type Ready, type Role, type SoftState } from '../core/raft.js';
-import { CoreAdapter } from './core-adapter.js';
 import { DriverError } from './errors.js';
 import { LogLimiter } from './log-limiter.js';
 import { type DriverLogger, MessageGate } from './message-gate.js';
@@ -79,8 +78,7 @@ export interface DriverStatus {
   commitIndex: number;
   appliedIndex: number;
   hasLease: boolean;
-  leasesSupported: boolean;
-  clusterTime: number | null;
+  clusterTime: number;
   accepting: boolean;
   uncommittedBytes: number;
   refusedMessages: number;
@@ -101,7 +99,6 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
   readonly id: number;
   private readonly opts: RaftDriverOptions;
   private readonly core: RaftCore;
-  private readonly adapter: CoreAdapter;
   private readonly transport: DriverTransport;
   private readonly gate: MessageGate;
   private readonly limiter = new LogLimiter(REFUSAL_LOG_WINDOW_MS);
@@ -149,7 +146,6 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
       random: new Prng(opts.seed ?? randomInt(2 ** 32)),
       now: this.lastTick,
     });
-    this.adapter = new CoreAdapter(this.core);
     const entriesPerAppendMax = opts.core?.entriesPerAppendMax ?? 64;
     const ctx = { self: opts.id, voters: opts.voters, entriesPerAppendMax };
     this.gate = new MessageGate(ctx, opts.logger, this.limiter, () => this.clock.monotonic());
@@ -394,26 +390,21 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     return this.applied;
   }
 
-  /** Whether this node holds a leader lease now (DESIGN.md "Leases and votes"); always false while
-   * the core has no lease implementation. */
+  /** Whether this node holds a leader lease now (DESIGN.md "Leases and votes"). */
   hasLease(): boolean {
-    return this.adapter.hasLease(Math.floor(this.clock.monotonic()));
+    return this.core.hasLease(Math.floor(this.clock.monotonic()));
   }
 
-  get leasesSupported(): boolean {
-    return this.adapter.leasesSupported;
-  }
-
-  /** Cluster ms, or null while the core has no cluster time. */
-  clusterTime(): number | null {
-    return this.adapter.clusterTime(Math.floor(this.clock.monotonic()));
+  /** Cluster ms (DESIGN.md "Cluster time"). */
+  clusterTime(): number {
+    return this.core.clusterTime(Math.floor(this.clock.monotonic()));
   }
 
   transferLeadership(to: number): RaftError | DriverError | null {
     if (this.state !== 'started') return new DriverError('RAFT_DRIVER_STATE', `transferLeadership() when ${this.state}`);
     let error: RaftError | DriverError | null = null;
     try {
-      error = this.adapter.transferLeadership(to);
+      error = this.core.transferLeadership(to);
     } catch (err) {
       this.fail(err);
       return new DriverError('RAFT_DRIVER_STATE', 'the core failed during the transfer');
@@ -442,9 +433,8 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
       lastIndex: this.core.lastIndex,
       commitIndex: this.core.commitIndex,
       appliedIndex: this.applied,
-      hasLease: this.adapter.hasLease(now),
-      leasesSupported: this.adapter.leasesSupported,
-      clusterTime: this.adapter.clusterTime(now),
+      hasLease: this.core.hasLease(now),
+      clusterTime: this.core.clusterTime(now),
       accepting: this.accepting,
       uncommittedBytes: this.uncommittedBytes,
       refusedMessages: this.gate.refused,
