@@ -1,10 +1,14 @@
 #!/usr/bin/env node
-// The raftmq command: parses flags and the config file, starts one broker node, and stops it on
-// SIGINT/SIGTERM within --shutdown-timeout-ms.
+// The raftmq command: parses flags and the config file, starts one broker node (alone, or as one of
+// a three-node cluster with --cluster-node and --cluster-peers), and stops it on SIGINT/SIGTERM
+// within --shutdown-timeout-ms.
 import { readFileSync } from 'node:fs';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { pino } from 'pino';
 import type { AclRule } from './broker/commands.js';
+import { clusterSettings } from './cluster/cluster-config.js';
+import { healthSource, type RunningCluster, singleNodeStatus, startClusterNode } from './cluster/cluster-node.js';
+import { HealthServer } from './cluster/health.js';
 import { type Config, helpText, listenerSpecs, parseCli } from './config.js';
 import { CONFIG_ERROR, ConfigError, RaftmqError } from './errors.js';
 import { readAclFile } from './server/auth/acl-file.js';
@@ -141,6 +145,54 @@ function reloadSecurity(config: Config, security: Security, node: BrokerNode, lo
   }
 }
 
+interface Running {
+  node: BrokerNode;
+  stop(): Promise<void>;
+}
+
+/** A single node serves once it listens; a cluster node is started once raft runs, and serves only
+ * while it is the leader with a lease, so its start does not wait for serving. */
+async function startNode(
+  config: Config,
+  opts: NodeOptions,
+  logger: pino.Logger,
+  created: (node: BrokerNode) => void,
+): Promise<Running> {
+  const health = { host: config.host, port: config['health-port'] };
+  const cs = clusterSettings(config);
+  if (cs !== null) {
+    const c: RunningCluster = await startClusterNode(cs, opts, health, logger, created, (err) => {
+      logger.fatal({ err: err.message }, 'cannot listen for MQTT clients');
+      process.stderr.write(`raftmq: cannot listen for MQTT clients: ${err.message}\n`);
+      process.exit(1);
+    });
+    logger.info({ version: version(), node: cs.node, raftPort: c.raftPort, healthPort: c.healthPort }, 'started');
+    return c;
+  }
+  const node = new BrokerNode(opts);
+  created(node);
+  await node.start();
+  let server: HealthServer | null = null;
+  let healthPort = -1;
+  if (health.port >= 0) {
+    server = new HealthServer(healthSource(node, () => singleNodeStatus(node)));
+    try {
+      healthPort = await server.listen(health.host, health.port);
+    } catch (err) {
+      await node.stop();
+      throw new Error(`--health-port ${health.host}:${health.port}: ${(err as Error).message}`);
+    }
+    logger.info({ port: healthPort }, 'health listening');
+  }
+  logger.info({ version: version(), port: node.port, ports: node.ports, healthPort }, 'started');
+  return {
+    node,
+    async stop() {
+      await Promise.all([node.stop(), server?.close()]);
+    },
+  };
+}
+
 async function main(argv: readonly string[]): Promise<number> {
   if (argv[0] === 'passwd') return runPasswd(argv.slice(1), process);
   let request: ReturnType<typeof parseCli>;
@@ -180,21 +232,22 @@ async function main(argv: readonly string[]): Promise<number> {
     });
   }
   options.acl = security.acl;
-  node = new BrokerNode(options);
-  const running = node;
+  let running: Running;
   try {
-    await running.start();
+    running = await startNode(config, options, logger, (n) => {
+      node = n;
+    });
   } catch (err) {
     logger.fatal({ err }, 'start failed');
     process.stderr.write(`raftmq: cannot start: ${(err as Error).message}\n`);
     return 1;
   }
-  logger.info({ version: version(), port: running.port, ports: running.ports }, 'started');
+  const broker = running.node;
   const stopLoopDelay = watchLoopDelay(logger);
   const onHup = (): void => {
     logger.info('SIGHUP: re-reading TLS, password and ACL files');
-    running.reloadTls();
-    reloadSecurity(config, security, running, logger);
+    broker.reloadTls();
+    reloadSecurity(config, security, broker, logger);
   };
   process.on('SIGHUP', onHup);
   await new Promise<void>((resolve) => {

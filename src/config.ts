@@ -7,6 +7,7 @@ import { readFileSync } from 'node:fs';
 import { extname } from 'node:path';
 import { parseArgs } from 'node:util';
 import { parse as parseYaml } from 'yaml';
+import { clusterSettings } from './cluster/cluster-config.js';
 import { CONFIG_ERROR, ConfigError } from './errors.js';
 import { isTlsKind, type ListenerSpec, parseListenUrl } from './server/listeners/listen-url.js';
 
@@ -205,6 +206,48 @@ export const SCHEMA = {
     max: 600_000,
     help: 'the whole stop on SIGTERM/SIGINT finishes within this time',
   },
+  'cluster-node': {
+    kind: 'int',
+    default: 0,
+    min: 0,
+    max: 65_535,
+    help: 'this node\'s id in --cluster-peers; 0: a single node, no cluster',
+  },
+  'cluster-peers': {
+    kind: 'string',
+    default: '',
+    help: 'the three nodes of the cluster, 1=HOST:PORT,2=HOST:PORT,3=HOST:PORT (raft peer addresses)',
+  },
+  'cluster-listen': {
+    kind: 'string',
+    default: '',
+    help: 'HOST:PORT this node listens on for peers; default its own entry of --cluster-peers',
+  },
+  'cluster-id': { kind: 'string', default: 'raftmq', help: 'a peer link to a node of another cluster id is refused' },
+  'cluster-secret': {
+    kind: 'string',
+    default: '',
+    help: 'shared secret: every peer link starts with an HMAC-SHA256 challenge; without one a warning is logged',
+  },
+  'cluster-election-timeout-ms': {
+    kind: 'int',
+    default: 500,
+    min: 10,
+    max: 60_000,
+    help: 'raft election timeout E; heartbeats and lease renewal every E/5',
+  },
+  'state-file': {
+    kind: 'string',
+    default: '',
+    help: 'required in a cluster; where the node will keep its raft state on stop (checked, not yet written)',
+  },
+  'health-port': {
+    kind: 'int',
+    default: -1,
+    min: -1,
+    max: 65_535,
+    help: 'HTTP port of GET /health and GET /metrics on --host; -1: off, 0 picks a free port',
+  },
 } as const satisfies Record<string, SettingSpec>;
 
 export type SettingKey = keyof typeof SCHEMA;
@@ -338,6 +381,7 @@ export function parseCli(argv: readonly string[]): CliRequest {
     (config as Record<string, unknown>)[key] = parseValue(key, raw, `--${key}`);
   }
   listenerSpecs(config);
+  clusterSettings(config);
   return { action: 'run', config };
 }
 

@@ -400,6 +400,19 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     return this.core.clusterTime(Math.floor(this.clock.monotonic()));
   }
 
+  /** Ms left of this node's lease; 0 without one. */
+  leaseRemainingMs(): number {
+    if (!this.hasLease()) return 0;
+    return Math.max(0, Math.floor(this.core.leaseUntil() - this.clock.monotonic()));
+  }
+
+  /** Highest index known replicated on `peer` (§5.3 matchIndex), as the leader sees it; undefined
+   * on a non-leader, which does not track followers. */
+  matchIndex(peer: number): number | undefined {
+    if (this.core.role !== 'leader') return undefined;
+    return this.core.progressOf(peer)?.match;
+  }
+
   transferLeadership(to: number): RaftError | DriverError | null {
     if (this.state !== 'started') return new DriverError('RAFT_DRIVER_STATE', `transferLeadership() when ${this.state}`);
     let error: RaftError | DriverError | null = null;

@@ -142,6 +142,9 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
   readonly enhancedAuth: ReadonlyMap<string, EnhancedAuthMethod>;
   /** Event counts (apply events, protocol errors, drops), for metrics. */
   readonly counters = new Map<string, number>();
+  /** PUBLISH packets received from clients (every QoS) and written to clients, for metrics. */
+  messagesIn = 0;
+  messagesOut = 0;
   private readonly opts: NodeOptions;
   private readonly log: BrokerLog;
   private readonly broker = new Broker();
@@ -178,6 +181,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
   private halted = false;
   private stopped = false;
   private firstListen: { resolve: () => void; reject: (e: Error) => void } | null = null;
+  private checkApplied: { index: number; digest: string } | null = null;
 
   constructor(opts: NodeOptions, log?: BrokerLog) {
     this.opts = opts;
@@ -231,6 +235,22 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     return this.paused;
   }
 
+  /** Open MQTT connections of the current serving period. */
+  get connectionCount(): number {
+    return this.conns.size;
+  }
+
+  /** Why the state machine stopped this node serving (digest mismatch, broken invariant); null
+   * while sound. */
+  get failure(): string | null {
+    return this.broker.failed;
+  }
+
+  /** Index and digest of the last `check` entry applied here; the leader's next check carries it. */
+  get lastCheck(): { index: number; digest: string } | null {
+    return this.checkApplied;
+  }
+
   /** Starts the log; resolves once this node first serves and listens (a cluster follower's
    * start() resolves only when it becomes the serving leader). */
   start(): Promise<void> {
@@ -274,7 +294,8 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     if (this.stopped) return;
     if (!on) {
       this.logger.info({ period: this.period }, 'serve-end');
-      void this.stopServing(undefined);
+      // The lease lapsed or a higher term appeared: another node may serve soon.
+      void this.stopServing(RC.SERVER_SHUTTING_DOWN);
       return;
     }
     if (this.halted) return;
@@ -298,6 +319,8 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     const out = this.applyOut;
     out.length = 0;
     this.broker.apply(e, out);
+    // apply() recorded this digest at the check entry and cached it, so reading it costs nothing.
+    if (e.cmd.t === 'check') this.checkApplied = { index: e.index, digest: this.broker.digest() };
     // Effects only while serving, only for this period's open connections (the map holds no
     // others); a follower applies the same entry and drops them all.
     if (this.log.serving) this.execute(out);
@@ -333,6 +356,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
   private executeFor(conn: Connection, e: Exclude<Effect, { t: 'event' }>): void {
     switch (e.t) {
       case 'send':
+        if (e.packet.type === 'publish') this.messagesOut++;
         conn.deliver(e.packet);
         return;
       case 'close':
@@ -391,6 +415,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
   }
 
   propose(cmd: Command): void {
+    if (cmd.t === 'publish') this.messagesIn++;
     this.log.propose(cmd);
     if (!this.paused && !this.log.accepting) {
       this.paused = true;
@@ -401,6 +426,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
 
   routeQos0(from: ConnId, msg: Message): void {
     if (!this.log.serving) return;
+    this.messagesIn++;
     const out = this.routeOut;
     out.length = 0;
     this.broker.routeQos0(from, msg, out);
@@ -452,6 +478,13 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     this.flushScheduled = false;
     this.sharedPublish.fill(null);
     if (this.dirty.length === 0) return;
+    if (this.period !== 0 && !this.log.serving) {
+      // Each write checks the lease (DESIGN.md "One server at a time"): it lapsed since the last
+      // event, so this node stops serving before anything more goes out.
+      this.logger.info({ period: this.period }, 'serve-end at write');
+      void this.stopServing(RC.SERVER_SHUTTING_DOWN);
+      return;
+    }
     const d = this.dirty;
     this.dirty = [];
     for (let i = 0; i < d.length; i++) (d[i] as Connection).flush();
@@ -516,8 +549,9 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     this.clearTick();
     const listeners = this.listeners;
     this.listeners = null;
-    this.closeAll(reason);
+    // Before closing, so the flush inside closeAll sends the DISCONNECTs instead of re-entering.
     this.period = 0;
+    this.closeAll(reason);
     if (listeners !== null) await Promise.all(listeners.map((l) => l.close(STOP_GRACE_MS)));
   }
 

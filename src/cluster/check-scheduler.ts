@@ -1,0 +1,56 @@
+// When the serving leader proposes a `check` (DESIGN.md "The seam": replicas compare state). Each
+// check makes every replica record its digest at that index and carries the leader's digest of the
+// previous check, which every replica compares with its own. The digest hashes the whole state, so
+// checks are rare: one per CHECK_ENTRIES_DEFAULT committed entries or CHECK_INTERVAL_MS_DEFAULT of
+// cluster time, whichever comes first, and none while nothing is committed. Pure: time is passed in.
+
+/** A check after this many committed entries since the last one. */
+export const CHECK_ENTRIES_DEFAULT = 50_000;
+/** A check after this much cluster time since the last one (ms), if anything was committed. */
+export const CHECK_INTERVAL_MS_DEFAULT = 30_000;
+
+export interface CheckPolicy {
+  entriesMax: number;
+  intervalMs: number;
+}
+
+export const defaultCheckPolicy: CheckPolicy = { entriesMax: CHECK_ENTRIES_DEFAULT, intervalMs: CHECK_INTERVAL_MS_DEFAULT };
+
+export class CheckScheduler {
+  private readonly policy: CheckPolicy;
+  /** Entries committed since the last check was proposed (the check itself not counted). */
+  private since = 0;
+  /** Cluster ms when the last check was proposed, or the serving period began. */
+  private lastAt = 0;
+  /** A proposed check has not been applied yet: never two in flight. */
+  private inFlight = false;
+
+  constructor(policy: CheckPolicy) {
+    if (!(policy.entriesMax >= 1) || !(policy.intervalMs >= 1)) throw new RangeError('check policy bounds must be at least 1');
+    this.policy = policy;
+  }
+
+  /** A serving period begins at cluster time `now`. */
+  reset(now: number): void {
+    this.since = 0;
+    this.lastAt = now;
+    this.inFlight = false;
+  }
+
+  /** `count` entries were applied, `checks` of them check commands. */
+  noteApplied(count: number, checks: number): void {
+    this.since += count - checks;
+    if (checks > 0) this.inFlight = false;
+  }
+
+  due(now: number): boolean {
+    if (this.inFlight || this.since === 0) return false;
+    return this.since >= this.policy.entriesMax || now - this.lastAt >= this.policy.intervalMs;
+  }
+
+  proposed(now: number): void {
+    this.since = 0;
+    this.lastAt = now;
+    this.inFlight = true;
+  }
+}

@@ -1,0 +1,102 @@
+// The cluster settings of a configuration, checked together (DESIGN.md "Operating it", "Links").
+// Every refusal names the flag it is about. This stage runs the fixed three-voter configuration:
+// a peer list of any other size is refused.
+import type { Config } from '../config.js';
+import { CONFIG_ERROR, ConfigError } from '../errors.js';
+
+export interface PeerAddress {
+  host: string;
+  port: number;
+}
+
+export interface ClusterSettings {
+  node: number;
+  /** Every node, this one included, by id. */
+  peers: Map<number, PeerAddress>;
+  /** Where this node listens for peers. */
+  listen: PeerAddress;
+  clusterId: string;
+  /** undefined: links are not authenticated (a warning is logged at start). */
+  secret: string | undefined;
+  electionTimeoutMs: number;
+  /** Checked for presence only: state files come with raft part 3. */
+  stateFile: string;
+}
+
+/** Exactly this many voters (raft part 2: a fixed configuration). */
+export const CLUSTER_SIZE = 3;
+
+/** Null on a single node; the checked cluster settings otherwise. Throws ConfigError. */
+export function clusterSettings(config: Config): ClusterSettings | null {
+  const node = config['cluster-node'];
+  const peersText = config['cluster-peers'];
+  if (node === 0 && peersText === '') {
+    for (const flag of ['cluster-listen', 'cluster-secret'] as const) {
+      if (config[flag] !== '') throw missing(`--${flag} needs --cluster-node and --cluster-peers`);
+    }
+    return null;
+  }
+  if (node === 0) throw missing('--cluster-peers needs --cluster-node ID (this node\'s id in the list)');
+  if (peersText === '') throw missing(`--cluster-node ${node} needs --cluster-peers 1=HOST:PORT,2=HOST:PORT,3=HOST:PORT`);
+  const peers = parsePeers(peersText);
+  if (peers.size !== CLUSTER_SIZE) {
+    throw bad(`--cluster-peers: a cluster is exactly ${CLUSTER_SIZE} nodes (got ${peers.size})`);
+  }
+  const own = peers.get(node);
+  if (own === undefined) throw bad(`--cluster-node ${node} is not in --cluster-peers (ids ${[...peers.keys()].join(', ')})`);
+  if (config['state-file'] === '') throw missing('--state-file FILE is required in a cluster');
+  const listenText = config['cluster-listen'];
+  return {
+    node,
+    peers,
+    listen: listenText === '' ? { ...own } : hostPort(listenText, '--cluster-listen'),
+    clusterId: config['cluster-id'],
+    secret: config['cluster-secret'] === '' ? undefined : config['cluster-secret'],
+    electionTimeoutMs: config['cluster-election-timeout-ms'],
+    stateFile: config['state-file'],
+  };
+}
+
+export function parsePeers(text: string): Map<number, PeerAddress> {
+  const peers = new Map<number, PeerAddress>();
+  for (const item of text.split(',')) {
+    const eq = item.indexOf('=');
+    if (eq <= 0) throw bad(`--cluster-peers: entry "${item}" is not ID=HOST:PORT`);
+    const idText = item.slice(0, eq);
+    const id = Number(idText);
+    if (!/^[0-9]+$/.test(idText) || !Number.isSafeInteger(id) || id < 1 || id > 65_535) {
+      throw bad(`--cluster-peers: node id "${idText}" is not a whole number in [1, 65535]`);
+    }
+    if (peers.has(id)) throw bad(`--cluster-peers: node ${id} is listed twice`);
+    const address = hostPort(item.slice(eq + 1), `--cluster-peers entry for node ${id}`);
+    // Peers dial each other at these addresses, so each must be a real port.
+    if (address.port === 0) throw bad(`--cluster-peers: node ${id} has port 0; every node needs a fixed peer port`);
+    peers.set(id, address);
+  }
+  const seen = new Map<string, number>();
+  for (const [id, a] of peers) {
+    const key = `${a.host}:${a.port}`;
+    const other = seen.get(key);
+    if (other !== undefined) throw bad(`--cluster-peers: nodes ${other} and ${id} share the address ${key}`);
+    seen.set(key, id);
+  }
+  return peers;
+}
+
+export function hostPort(text: string, flag: string): PeerAddress {
+  const colon = text.lastIndexOf(':');
+  if (colon <= 0) throw bad(`${flag}: "${text}" is not HOST:PORT`);
+  const portText = text.slice(colon + 1);
+  const port = Number(portText);
+  if (!/^[0-9]+$/.test(portText) || port > 65_535) throw bad(`${flag}: port "${portText}" is not in [0, 65535]`);
+  const host = text.slice(0, colon).replace(/^\[(.*)\]$/, '$1');
+  return { host, port };
+}
+
+function bad(message: string): ConfigError {
+  return new ConfigError(CONFIG_ERROR.BAD_VALUE, message);
+}
+
+function missing(message: string): ConfigError {
+  return new ConfigError(CONFIG_ERROR.MISSING_VALUE, message);
+}

@@ -1,0 +1,100 @@
+// A broker node of a three-node cluster, as the raftmq command runs it: RaftLog under a BrokerNode,
+// and the health port. The peer port is bound first (a second process of this node id fails at
+// once); the MQTT listeners open only while this node serves.
+import type { Logger } from 'pino';
+import { BrokerNode, type NodeOptions, settingsFrom } from '../server/broker-node.js';
+import type { ClusterSettings } from './cluster-config.js';
+import { HealthServer, type HealthSource } from './health.js';
+import { type ClusterStatus, RaftLog } from './raft-log.js';
+
+export interface RunningCluster {
+  node: BrokerNode;
+  log: RaftLog;
+  raftPort: number;
+  /** -1: no health port. */
+  healthPort: number;
+  stop(): Promise<void>;
+}
+
+/** Starts raft, the broker node and the health port. Rejects if the peer or health port cannot be
+ * bound (the error names the address). Does not wait for this node to serve. */
+export async function startClusterNode(
+  cs: ClusterSettings,
+  nodeOpts: NodeOptions,
+  health: { host: string; port: number },
+  logger: Logger,
+  created: (node: BrokerNode) => void,
+  onServeFailure: (err: Error) => void,
+): Promise<RunningCluster> {
+  if (cs.secret === undefined) logger.warn({}, 'no --cluster-secret: peer links are not authenticated');
+  logger.info({ stateFile: cs.stateFile }, 'state files come with raft part 3: --state-file is checked but not written yet');
+  const { log, transport } = RaftLog.overTcp({
+    node: cs.node,
+    peers: cs.peers,
+    listen: cs.listen,
+    clusterId: cs.clusterId,
+    secret: cs.secret,
+    electionTimeoutMs: cs.electionTimeoutMs,
+    settings: settingsFrom(nodeOpts),
+    logger,
+  });
+  await log.open();
+  const raftPort = transport()?.address().port ?? cs.listen.port;
+  const node = new BrokerNode(nodeOpts, log);
+  created(node);
+  log.attach({ lastCheck: () => node.lastCheck, failure: () => node.failure });
+  let server: HealthServer | null = null;
+  let healthPort = -1;
+  try {
+    if (health.port >= 0) {
+      server = new HealthServer(healthSource(node, () => log.status()));
+      healthPort = await server.listen(health.host, health.port);
+      logger.info({ port: healthPort }, 'health listening');
+    }
+  } catch (err) {
+    await log.stop();
+    throw new Error(`--health-port ${health.host}:${health.port}: ${(err as Error).message}`);
+  }
+  // Resolves when this node first serves, which a follower may never do: not awaited.
+  node.start().catch(onServeFailure);
+  return {
+    node,
+    log,
+    raftPort,
+    healthPort,
+    async stop() {
+      await Promise.all([node.stop(), server?.close()]);
+    },
+  };
+}
+
+export function healthSource(node: BrokerNode, status: () => ClusterStatus): HealthSource {
+  return {
+    status,
+    connections: () => node.connectionCount,
+    messagesIn: () => node.messagesIn,
+    messagesOut: () => node.messagesOut,
+    queueDrops: () => node.counters.get('queue-full') ?? 0,
+  };
+}
+
+/** /health of a single node: it always leads and serves while its state machine is sound. */
+export function singleNodeStatus(node: BrokerNode): ClusterStatus {
+  const failure = node.failure;
+  return {
+    node: 1,
+    serving: failure === null,
+    role: 'leader',
+    term: 0,
+    leader: 1,
+    servePeriod: 0,
+    leaseRemainingMs: 0,
+    commitIndex: 0,
+    appliedIndex: 0,
+    redundant: false,
+    needsForceStart: false,
+    membership: 'member',
+    epoch: null,
+    failure,
+  };
+}

@@ -1,0 +1,501 @@
+// RaftLog: the broker's log over raft/ (DESIGN.md "The seam", "Raft", "One server at a time").
+// Commands are encoded once, all proposals of one event-loop turn go to the driver as one append,
+// and committed entries are decoded and handed to the broker in log order on every node. Only a
+// node that leads, has applied an entry of its own term, has committed its serve-start and holds a
+// lease serves; the rule is judged again at each accept and each write (the `serving` getter) and
+// every poll interval, and the moment it fails the node stops serving.
+import { randomBytes } from 'node:crypto';
+import type { Command, Entry, Settings } from '../broker/commands.js';
+import type { LogEntry, Message } from '../../raft/core/messages.js';
+import type { Role, SoftState } from '../../raft/core/raft.js';
+import { type DriverLogger, type ProposeTicket, RaftDriver } from '../../raft/driver/driver.js';
+import { type PeerAddress, Transport } from '../../raft/transport/transport.js';
+import type { BrokerLog, LogListener } from '../log/broker-log.js';
+import { decodeCommand, encodeCommand } from '../log/command-codec.js';
+import { CheckScheduler, type CheckPolicy, defaultCheckPolicy } from './check-scheduler.js';
+import { frameEntry, unframeEntry } from './entry-frame.js';
+
+/** What RaftLog needs of a RaftDriver; tests give a fake to drive the serving rule by hand. */
+export interface ClusterDriver {
+  start(): Promise<void>;
+  stop(): Promise<void>;
+  propose(data: Uint8Array): ProposeTicket | Error;
+  readonly accepting: boolean;
+  readonly currentRole: Role;
+  readonly currentTerm: number;
+  readonly leader: number;
+  readonly commitIndex: number;
+  readonly lastIndex: number;
+  readonly appliedIndex: number;
+  hasLease(): boolean;
+  leaseRemainingMs(): number;
+  matchIndex(peer: number): number | undefined;
+  lastContact(peer: number): number | undefined;
+  on(event: 'drain', fn: () => void): unknown;
+}
+
+/** The driver's callbacks, which RaftLog owns. */
+export interface DriverHooks {
+  onCommitted(entries: readonly LogEntry[]): void;
+  onStateChange(s: SoftState): void;
+  onFatal(err: Error): void;
+}
+
+/** What RaftLog asks of the broker node above it, for checks and for a failed state machine. */
+export interface ReplicaSource {
+  /** Index and digest of the last check entry this replica applied; null before the first. */
+  lastCheck(): { index: number; digest: string } | null;
+  /** Why the state machine stopped (a digest mismatch, a broken invariant); null while sound. */
+  failure(): string | null;
+}
+
+export interface RaftLogOptions {
+  node: number;
+  voters: readonly number[];
+  settings: Settings;
+  logger: DriverLogger;
+  driver: (hooks: DriverHooks) => ClusterDriver;
+  /** Interval (ms) at which the serving rule is judged even when nothing happens: E/10. */
+  pollIntervalMs: number;
+  /** Wall clock, ms since the Unix epoch. */
+  clock?: () => number;
+  check?: CheckPolicy;
+  /** Connected state of each peer link, for /health; absent: assume connected. */
+  peerConnected?: (peer: number) => boolean;
+  /** Bound on proposed-but-not-flushed bytes of one turn; over it, accepting turns false. */
+  pendingBytesMax?: number;
+}
+
+/** The fields of /health that the log knows (DESIGN.md "Operating it"). */
+export interface ClusterStatus {
+  node: number;
+  serving: boolean;
+  role: Role;
+  term: number;
+  leader: number;
+  servePeriod: number;
+  leaseRemainingMs: number;
+  commitIndex: number;
+  appliedIndex: number;
+  redundant: boolean;
+  /** Raft parts 3 and 4 (amnesia, force-start, epochs) do not exist yet: fixed values. */
+  needsForceStart: false;
+  membership: 'member';
+  epoch: null;
+  failure: string | null;
+}
+
+export interface TcpClusterOptions {
+  node: number;
+  peers: ReadonlyMap<number, PeerAddress>;
+  listen: PeerAddress;
+  clusterId: string;
+  secret: string | undefined;
+  electionTimeoutMs: number;
+  settings: Settings;
+  logger: DriverLogger;
+  check?: CheckPolicy;
+}
+
+const PENDING_BYTES_MAX_DEFAULT = 64 * 1024 * 1024;
+/** At most one line per kind of dropped proposal per window (ms). */
+const DROP_LOG_WINDOW_MS = 10_000;
+
+export class RaftLog implements BrokerLog {
+  readonly node: number;
+  private readonly opts: RaftLogOptions;
+  private readonly driver: ClusterDriver;
+  private readonly clock: () => number;
+  private readonly peers: readonly number[];
+  private readonly checks: CheckScheduler;
+  private readonly pendingBytesMax: number;
+  private listener: LogListener | null = null;
+  private source: ReplicaSource | null = null;
+  /** Entries committed before start(listener), delivered on start. */
+  private early: Entry[] = [];
+  private pending: Uint8Array[] = [];
+  private pendingBytes = 0;
+  private flushImmediate: NodeJS.Immediate | undefined;
+  private evaluateImmediate: NodeJS.Immediate | undefined;
+  private poll: NodeJS.Timeout | undefined;
+  private blocked = false;
+  private opened = false;
+  private stopped = false;
+  /** Highest entry time seen, proposed or applied: stamps and apply times never go below it. */
+  private lastTime = 0;
+  private lastAppliedTime = 0;
+  private lastAppliedTerm = 0;
+  /** This leader's serve-start, proposed and not yet committed. */
+  private startTicket: ProposeTicket | null = null;
+  /** Index and term of this leader's committed serve-start, not yet serving (waiting for a lease). */
+  private readyPeriod = 0;
+  private readyTerm = 0;
+  /** The serving period (index of its serve-start) and the term it belongs to; 0 when not serving. */
+  private period = 0;
+  private servingTerm = 0;
+  private readonly dropLoggedAt = new Map<string, number>();
+
+  constructor(opts: RaftLogOptions) {
+    this.opts = opts;
+    this.node = opts.node;
+    this.clock = opts.clock ?? Date.now;
+    this.peers = opts.voters.filter((v) => v !== opts.node);
+    this.checks = new CheckScheduler(opts.check ?? defaultCheckPolicy);
+    this.pendingBytesMax = opts.pendingBytesMax ?? PENDING_BYTES_MAX_DEFAULT;
+    this.driver = opts.driver({
+      onCommitted: (entries) => this.onCommitted(entries),
+      onStateChange: () => this.evaluate(),
+      onFatal: (err) => this.onFatal(err),
+    });
+    this.driver.on('drain', () => this.onDrain());
+  }
+
+  /** A RaftLog over a RaftDriver and the TCP transport. Call open() before start(). */
+  static overTcp(o: TcpClusterOptions): { log: RaftLog; transport: () => Transport<Message> | undefined } {
+    let transport: Transport<Message> | undefined;
+    const voters = [...o.peers.keys()];
+    const log = new RaftLog({
+      node: o.node,
+      voters,
+      settings: o.settings,
+      logger: o.logger,
+      check: o.check,
+      pollIntervalMs: Math.max(1, Math.floor(o.electionTimeoutMs / 10)),
+      peerConnected: (peer) => transport?.stats().peers.find((p) => p.nodeId === peer)?.connected ?? false,
+      driver: (hooks) =>
+        new RaftDriver({
+          id: o.node,
+          voters,
+          electionTimeoutMs: o.electionTimeoutMs,
+          logger: o.logger,
+          transport: (validate) => {
+            transport = new Transport<Message>({
+              nodeId: o.node,
+              incarnation: randomBytes(8).toString('hex'),
+              clusterId: o.clusterId,
+              epoch: 1,
+              listen: o.listen,
+              peers: new Map(o.peers),
+              secret: o.secret,
+              logger: o.logger,
+              validate,
+            });
+            return transport;
+          },
+          onCommitted: hooks.onCommitted,
+          onStateChange: hooks.onStateChange,
+          onFatal: hooks.onFatal,
+        }),
+    });
+    return { log, transport: () => transport };
+  }
+
+  /** Binds the peer port and starts raft (DESIGN.md "Links": the bind comes before anything else,
+   * so a second process with this node id fails here). Rejects with the transport's error. */
+  async open(): Promise<void> {
+    if (this.opened) return;
+    this.opened = true;
+    await this.driver.start();
+    if (this.stopped) return;
+    this.poll = setInterval(() => this.evaluate(), this.opts.pollIntervalMs);
+  }
+
+  /** The broker node above this log, consulted for checks and state-machine failure. */
+  attach(source: ReplicaSource): void {
+    this.source = source;
+  }
+
+  // ---- BrokerLog ----
+
+  get accepting(): boolean {
+    return !this.blocked && this.driver.accepting;
+  }
+
+  /** Live: judged on every call, so each accept and each write sees a lapsed lease at once. */
+  get serving(): boolean {
+    if (this.period === 0) return false;
+    if (this.servingHolds()) return true;
+    this.evaluateImmediate ??= setImmediate(this.evaluateSoon);
+    return false;
+  }
+
+  get servePeriod(): number {
+    return this.serving ? this.period : 0;
+  }
+
+  now(): number {
+    return Math.max(this.lastTime, Math.floor(this.clock()));
+  }
+
+  start(listener: LogListener): void {
+    if (this.listener !== null) throw new Error('RaftLog already started');
+    this.listener = listener;
+    if (!this.opened) {
+      this.open().catch((err: unknown) => this.onFatal(err instanceof Error ? err : new Error(String(err))));
+    }
+    setImmediate(() => {
+      const early = this.early;
+      this.early = [];
+      if (early.length > 0 && !this.stopped) listener.committed(early);
+      this.evaluate();
+    });
+  }
+
+  propose(cmd: Command): void {
+    if (this.stopped || !this.serving) return;
+    this.enqueue(encodeCommand(cmd));
+  }
+
+  async stop(): Promise<void> {
+    if (this.stopped) return;
+    this.stopped = true;
+    this.period = 0;
+    this.pending = [];
+    this.pendingBytes = 0;
+    this.early = [];
+    clearInterval(this.poll);
+    if (this.flushImmediate !== undefined) clearImmediate(this.flushImmediate);
+    if (this.evaluateImmediate !== undefined) clearImmediate(this.evaluateImmediate);
+    await this.driver.stop();
+  }
+
+  // ---- status ----
+
+  status(): ClusterStatus {
+    const serving = this.serving && this.source?.failure() == null;
+    return {
+      node: this.node,
+      serving,
+      role: this.driver.currentRole,
+      term: this.driver.currentTerm,
+      leader: this.driver.leader,
+      servePeriod: serving ? this.period : 0,
+      leaseRemainingMs: this.driver.leaseRemainingMs(),
+      commitIndex: this.driver.commitIndex,
+      appliedIndex: this.driver.appliedIndex,
+      redundant: this.redundant(),
+      needsForceStart: false,
+      membership: 'member',
+      epoch: null,
+      failure: this.source?.failure() ?? null,
+    };
+  }
+
+  /** Every configured node is a caught-up voter: judged by the leader, which alone tracks what each
+   * follower holds; a follower reports false. */
+  private redundant(): boolean {
+    if (this.driver.currentRole !== 'leader') return false;
+    const commit = this.driver.commitIndex;
+    for (const p of this.peers) {
+      const match = this.driver.matchIndex(p);
+      if (match === undefined || match < commit) return false;
+      if (this.opts.peerConnected !== undefined && !this.opts.peerConnected(p)) return false;
+    }
+    return true;
+  }
+
+  // ---- proposals ----
+
+  private enqueue(bytes: Uint8Array): void {
+    this.pending.push(bytes);
+    this.pendingBytes += bytes.length;
+    if (this.pendingBytes > this.pendingBytesMax) this.blocked = true;
+    this.flushImmediate ??= setImmediate(this.flush);
+  }
+
+  /** One cluster time per append (DESIGN.md "The one idea"): every command of this turn carries the
+   * same stamp, max(last, wall clock), so time never decreases along this leader's entries. */
+  private readonly flush = (): void => {
+    this.flushImmediate = undefined;
+    if (this.stopped || this.pending.length === 0) return;
+    const batch = this.pending;
+    this.pending = [];
+    this.pendingBytes = 0;
+    const time = this.now();
+    this.lastTime = time;
+    for (let i = 0; i < batch.length; i++) {
+      const r = this.driver.propose(frameEntry(time, batch[i] as Uint8Array));
+      if (r instanceof Error) {
+        this.noteDropped(r, batch.length - i);
+        break;
+      }
+    }
+    if (this.blocked) {
+      this.blocked = false;
+      if (this.driver.accepting) this.listener?.drain();
+    }
+  };
+
+  private noteDropped(err: Error, count: number): void {
+    const code = (err as { code?: string }).code ?? 'unknown';
+    const now = Math.floor(this.clock());
+    const at = this.dropLoggedAt.get(code);
+    if (at === undefined || now - at >= DROP_LOG_WINDOW_MS) {
+      this.dropLoggedAt.set(code, now);
+      this.opts.logger.warn({ code, count, err: err.message }, 'proposals dropped');
+    }
+    this.evaluate();
+  }
+
+  /** serve-start bypasses the serving gate and the turn's batch: a leader proposes it before it
+   * serves (so no command of this turn is pending), and needs its ticket to know its period. */
+  private proposeInternal(cmd: Command): ProposeTicket | null {
+    if (this.stopped || this.driver.currentRole !== 'leader') return null;
+    const time = this.now();
+    this.lastTime = time;
+    const r = this.driver.propose(frameEntry(time, encodeCommand(cmd)));
+    if (r instanceof Error) {
+      this.noteDropped(r, 1);
+      return null;
+    }
+    return r;
+  }
+
+  private onDrain(): void {
+    if (!this.stopped && !this.blocked) this.listener?.drain();
+  }
+
+  // ---- committed entries ----
+
+  private onCommitted(raw: readonly LogEntry[]): void {
+    if (this.stopped) return;
+    const out: Entry[] = new Array(raw.length);
+    let checks = 0;
+    for (let i = 0; i < raw.length; i++) {
+      const e = raw[i] as LogEntry;
+      const entry = this.toEntry(e);
+      out[i] = entry;
+      this.lastAppliedTerm = e.term;
+      if (entry.cmd.t === 'check') checks++;
+      const ticket = this.startTicket;
+      if (ticket !== null && e.index === ticket.index) {
+        this.startTicket = null;
+        // Another term's entry at the ticket's index: the proposal was lost with leadership.
+        if (e.term === ticket.term) {
+          this.readyPeriod = e.index;
+          this.readyTerm = e.term;
+        }
+      }
+    }
+    this.checks.noteApplied(out.length, checks);
+    if (this.listener === null) {
+      for (const e of out) this.early.push(e);
+      return;
+    }
+    this.listener.committed(out);
+    this.evaluate();
+    this.maybeCheck();
+  }
+
+  /** A new leader's empty entry (§8) and an entry that cannot be decoded become a `tick` at the
+   * previous time, so apply sees every index; all replicas read the same bytes and decide alike. */
+  private toEntry(e: LogEntry): Entry {
+    let time = this.lastAppliedTime;
+    let cmd: Command = { t: 'tick' };
+    if (e.data !== null) {
+      try {
+        const frame = unframeEntry(e.data);
+        cmd = decodeCommand(frame.command);
+        // Time never decreases along the log, even where a new leader's clock is behind.
+        if (frame.time > time) time = frame.time;
+      } catch (err) {
+        this.opts.logger.error({ index: e.index, err: (err as Error).message }, 'committed entry cannot be decoded; applied as a tick');
+      }
+    }
+    this.lastAppliedTime = time;
+    if (time > this.lastTime) this.lastTime = time;
+    return { index: e.index, time, cmd };
+  }
+
+  // ---- the serving rule ----
+
+  /** DESIGN.md "One server at a time": leader, an entry of its own term applied, its serve-start
+   * committed, a lease; and a sound state machine. */
+  private servingHolds(): boolean {
+    const d = this.driver;
+    return (
+      !this.stopped &&
+      d.currentRole === 'leader' &&
+      d.currentTerm === this.servingTerm &&
+      this.lastAppliedTerm === this.servingTerm &&
+      d.hasLease() &&
+      this.source?.failure() == null
+    );
+  }
+
+  private readonly evaluateSoon = (): void => {
+    this.evaluateImmediate = undefined;
+    this.evaluate();
+  };
+
+  private evaluate(): void {
+    if (this.stopped) return;
+    if (this.period !== 0 && !this.servingHolds()) this.endServing();
+    if (this.driver.currentRole !== 'leader' || this.source?.failure() != null) {
+      this.startTicket = null;
+      this.readyPeriod = 0;
+      return;
+    }
+    if (this.period !== 0) return;
+    const term = this.driver.currentTerm;
+    if (this.readyPeriod !== 0 && this.readyTerm !== term) this.readyPeriod = 0;
+    if (this.startTicket !== null && this.startTicket.term !== term) this.startTicket = null;
+    if (this.readyPeriod === 0 && this.startTicket === null) {
+      this.startTicket = this.proposeInternal({ t: 'serve-start', node: this.node, settings: this.opts.settings });
+      return;
+    }
+    if (this.readyPeriod !== 0 && this.listener !== null && this.lastAppliedTerm === term && this.driver.hasLease()) {
+      this.beginServing(this.readyPeriod, term);
+    }
+  }
+
+  private beginServing(period: number, term: number): void {
+    this.period = period;
+    this.servingTerm = term;
+    this.readyPeriod = 0;
+    this.checks.reset(this.now());
+    this.opts.logger.info({ node: this.node, term, period, leaseRemainingMs: this.driver.leaseRemainingMs() }, 'serving');
+    this.listener?.serving(true, period);
+  }
+
+  /** The period is over for good: a later one needs a serve-start of its own, so ConnIds of this
+   * period are never reused (DESIGN.md "The seam"). */
+  private endServing(): void {
+    const d = this.driver;
+    const why =
+      d.currentRole !== 'leader'
+        ? 'not leader'
+        : d.currentTerm !== this.servingTerm
+          ? 'higher term'
+          : this.source?.failure() != null
+            ? 'state machine failed'
+            : 'lease lapsed';
+    this.opts.logger.info({ node: this.node, period: this.period, term: d.currentTerm, why }, 'serving ended');
+    this.period = 0;
+    this.servingTerm = 0;
+    this.listener?.serving(false, 0);
+  }
+
+  // ---- checks ----
+
+  private maybeCheck(): void {
+    if (this.period === 0 || !this.serving) return;
+    const now = this.now();
+    if (!this.checks.due(now)) return;
+    const last = this.source?.lastCheck() ?? null;
+    const cmd: Command = last === null ? { t: 'check', atIndex: 0, digest: '' } : { t: 'check', atIndex: last.index, digest: last.digest };
+    // Through the turn's batch, so the check shares the append and the time of the turn.
+    this.enqueue(encodeCommand(cmd));
+    this.checks.proposed(now);
+  }
+
+  private onFatal(err: Error): void {
+    this.opts.logger.error({ node: this.node, err: err.message }, 'raft stopped; this node no longer takes part');
+    if (this.period !== 0) {
+      this.period = 0;
+      this.listener?.serving(false, 0);
+    }
+    this.stopped = true;
+    clearInterval(this.poll);
+  }
+}
