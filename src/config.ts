@@ -35,10 +35,18 @@ export const SCHEMA = {
     default: [],
     help: 'a listener, repeatable: mqtt://HOST:PORT, mqtts://HOST:PORT, ws://HOST:PORT/PATH or wss://HOST:PORT/PATH (path default /mqtt), each optionally ?proxy=v1 or ?proxy=v2; when none is given, --host and --port make one mqtt:// listener',
   },
-  'tls-cert': { kind: 'string', default: '', help: 'PEM certificate of mqtts:// and wss:// listeners, followed by its intermediate CAs; re-read on change and on SIGHUP' },
+  'tls-cert': {
+    kind: 'string',
+    default: '',
+    help: 'PEM certificate of mqtts:// and wss:// listeners, followed by its intermediate CAs; re-read on change and on SIGHUP',
+  },
   'tls-key': { kind: 'string', default: '', help: 'PEM private key of --tls-cert' },
   'tls-ca': { kind: 'string', default: '', help: 'PEM CA certificates that client certificates must chain to' },
-  'tls-crl': { kind: 'string', default: '', help: 'PEM certificate revocation list of --tls-ca; a revoked client certificate fails the handshake' },
+  'tls-crl': {
+    kind: 'string',
+    default: '',
+    help: 'PEM certificate revocation list of --tls-ca; a revoked client certificate fails the handshake',
+  },
   'tls-client-auth': {
     kind: 'enum',
     default: 'none',
@@ -49,7 +57,7 @@ export const SCHEMA = {
     kind: 'enum',
     default: 'cn',
     values: ['cn', 'san'],
-    help: "the client certificate field that becomes the username: subject CN, or the first DNS, email or URI subject alternative name",
+    help: 'the client certificate field that becomes the username: subject CN, or the first DNS, email or URI subject alternative name',
   },
   'tls-require-client-id-match': {
     kind: 'bool',
@@ -211,7 +219,7 @@ export const SCHEMA = {
     default: 0,
     min: 0,
     max: 65_535,
-    help: 'this node\'s id in --cluster-peers; 0: a single node, no cluster',
+    help: "this node's id in --cluster-peers; 0: a single node, no cluster",
   },
   'cluster-peers': {
     kind: 'string',
@@ -305,7 +313,8 @@ function parseValue(key: SettingKey, raw: unknown, where: string): unknown {
     }
     case 'list': {
       const items = typeof raw === 'string' ? [raw] : raw;
-      if (!Array.isArray(items) || items.some((v) => typeof v !== 'string' || v.length === 0)) throw bad('expected a list of non-empty strings');
+      if (!Array.isArray(items) || items.some((v) => typeof v !== 'string' || v.length === 0))
+        throw bad('expected a list of non-empty strings');
       return [...(items as string[])];
     }
     default: {

@@ -36,7 +36,7 @@ export function clusterSettings(config: Config): ClusterSettings | null {
     }
     return null;
   }
-  if (node === 0) throw missing('--cluster-peers needs --cluster-node ID (this node\'s id in the list)');
+  if (node === 0) throw missing("--cluster-peers needs --cluster-node ID (this node's id in the list)");
   if (peersText === '') throw missing(`--cluster-node ${node} needs --cluster-peers 1=HOST:PORT,2=HOST:PORT,3=HOST:PORT`);
   const peers = parsePeers(peersText);
   if (peers.size !== CLUSTER_SIZE) {

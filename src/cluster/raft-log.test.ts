@@ -1,0 +1,320 @@
+// The serving rule of RaftLog (DESIGN.md "One server at a time"), driven by hand through a fake
+// driver: role, term, lease and commits are set by the test, so each condition can be taken away
+// alone. The real driver over TCP runs the BrokerLog contract in test/cluster-raft-log.slow.test.ts.
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import type { Command, Entry } from '../broker/commands.js';
+import type { LogEntry } from '../../raft/core/messages.js';
+import type { Role } from '../../raft/core/raft.js';
+import type { ProposeTicket } from '../../raft/driver/driver.js';
+import { contractSettings } from '../log/broker-log.contract.js';
+import type { LogListener } from '../log/broker-log.js';
+import { decodeCommand } from '../log/command-codec.js';
+import { type ClusterDriver, type DriverHooks, RaftLog } from './raft-log.js';
+import { unframeEntry } from './entry-frame.js';
+
+class FakeDriver implements ClusterDriver {
+  role: Role = 'follower';
+  term = 1;
+  lease = false;
+  log: LogEntry[] = [];
+  committed = 0;
+  hooks: DriverHooks;
+  constructor(hooks: DriverHooks) {
+    this.hooks = hooks;
+  }
+  async start(): Promise<void> {}
+  async stop(): Promise<void> {}
+  propose(data: Uint8Array): ProposeTicket | Error {
+    if (this.role !== 'leader') return Object.assign(new Error('not leader'), { code: 'RAFT_NOT_LEADER' });
+    const index = this.log.length + 1;
+    this.log.push({ index, term: this.term, data });
+    return { index, term: this.term };
+  }
+  get accepting(): boolean {
+    return true;
+  }
+  get currentRole(): Role {
+    return this.role;
+  }
+  get currentTerm(): number {
+    return this.term;
+  }
+  get leader(): number {
+    return this.role === 'leader' ? 1 : 2;
+  }
+  get commitIndex(): number {
+    return this.committed;
+  }
+  get lastIndex(): number {
+    return this.log.length;
+  }
+  get appliedIndex(): number {
+    return this.committed;
+  }
+  hasLease(): boolean {
+    return this.lease;
+  }
+  leaseRemainingMs(): number {
+    return this.lease ? 100 : 0;
+  }
+  matchIndex(): number | undefined {
+    return this.role === 'leader' ? this.committed : undefined;
+  }
+  lastContact(): number | undefined {
+    return 0;
+  }
+  on(): unknown {
+    return this;
+  }
+  /** Becomes leader of a new term and appends the empty entry of §8. */
+  lead(term: number): void {
+    this.role = 'leader';
+    this.term = term;
+    this.log.push({ index: this.log.length + 1, term, data: null });
+    this.hooks.onStateChange({ role: 'leader', term, leader: 1, commit: this.committed });
+  }
+  /** Commits everything appended. */
+  commitAll(): void {
+    const from = this.committed;
+    this.committed = this.log.length;
+    if (this.committed > from) this.hooks.onCommitted(this.log.slice(from));
+  }
+  commandAt(index: number): Command | null {
+    const data = this.log[index - 1]?.data;
+    return data == null ? null : decodeCommand(unframeEntry(data).command);
+  }
+}
+
+class Listener implements LogListener {
+  entries: Entry[] = [];
+  servingCalls: [boolean, number][] = [];
+  committed(entries: readonly Entry[]): void {
+    this.entries.push(...entries);
+  }
+  serving(on: boolean, period: number): void {
+    this.servingCalls.push([on, period]);
+  }
+  drain(): void {}
+}
+
+const turn = (): Promise<void> => new Promise((r) => setImmediate(r));
+
+async function setup(wall = 1_000): Promise<{ log: RaftLog; driver: FakeDriver; listener: Listener; clock: { wall: number } }> {
+  let driver: FakeDriver | undefined;
+  const clock = { wall };
+  const silent = { info() {}, warn() {}, error() {} };
+  const log = new RaftLog({
+    node: 1,
+    voters: [1, 2, 3],
+    settings: contractSettings,
+    logger: silent,
+    pollIntervalMs: 1_000_000,
+    clock: () => clock.wall,
+    driver: (hooks) => {
+      driver = new FakeDriver(hooks);
+      return driver;
+    },
+  });
+  const listener = new Listener();
+  await log.open();
+  log.start(listener);
+  await turn();
+  return { log, driver: driver!, listener, clock };
+}
+
+/** Leads term `term`, commits the serve-start it proposes, and grants the lease. */
+async function serve(d: FakeDriver, term: number): Promise<void> {
+  d.lead(term);
+  d.lease = true;
+  d.commitAll();
+  await turn();
+}
+
+describe('RaftLog serving rule', { timeout: 10_000 }, () => {
+  it('serves only once leader, own-term entry applied, serve-start committed and lease all hold', async () => {
+    const { log, driver, listener } = await setup();
+    try {
+      driver.lead(2);
+      const start = driver.commandAt(driver.lastIndex);
+      assert.equal(start?.t, 'serve-start', 'a new leader proposes serve-start at once');
+      assert.equal(log.serving, false, 'not before serve-start commits');
+      driver.commitAll();
+      assert.equal(log.serving, false, 'not without a lease');
+      assert.deepEqual(listener.servingCalls, []);
+      driver.lease = true;
+      driver.hooks.onStateChange({ role: 'leader', term: 2, leader: 1, commit: driver.committed });
+      assert.equal(log.serving, true);
+      assert.deepEqual(listener.servingCalls, [[true, 2]], 'the period is the serve-start index');
+      assert.equal(log.servePeriod, 2);
+    } finally {
+      await log.stop();
+    }
+  });
+
+  it('stops serving when the lease lapses, and serves again only under a new serve-start', async () => {
+    const { log, driver, listener } = await setup();
+    try {
+      await serve(driver, 2);
+      assert.deepEqual(listener.servingCalls, [[true, 2]]);
+      driver.lease = false;
+      assert.equal(log.serving, false, 'the getter sees the lapse at once (each accept and write)');
+      await turn();
+      assert.deepEqual(listener.servingCalls.at(-1), [false, 0], 'and the listener hears of it in a turn of its own');
+      assert.equal(driver.commandAt(driver.lastIndex)?.t, 'serve-start', 'a fresh serve-start is proposed');
+      const next = driver.lastIndex;
+      driver.lease = true;
+      driver.commitAll();
+      assert.deepEqual(listener.servingCalls.at(-1), [true, next], 'the new period is the new serve-start');
+    } finally {
+      await log.stop();
+    }
+  });
+
+  it('stops serving when a higher term appears', async () => {
+    const { log, driver, listener } = await setup();
+    try {
+      await serve(driver, 2);
+      driver.role = 'follower';
+      driver.term = 3;
+      driver.hooks.onStateChange({ role: 'follower', term: 3, leader: 2, commit: driver.committed });
+      assert.deepEqual(listener.servingCalls, [
+        [true, 2],
+        [false, 0],
+      ]);
+      assert.equal(log.serving, false);
+      log.propose({ t: 'tick' });
+      await turn();
+      assert.equal(driver.lastIndex, 2, 'proposals while not serving are dropped');
+    } finally {
+      await log.stop();
+    }
+  });
+
+  it('does not serve on a serve-start of an earlier term', async () => {
+    const { log, driver, listener } = await setup();
+    try {
+      driver.lead(2);
+      driver.lease = true;
+      // Leadership moves before the serve-start commits; the node leads again in term 4.
+      driver.role = 'follower';
+      driver.term = 3;
+      driver.hooks.onStateChange({ role: 'follower', term: 3, leader: 2, commit: 0 });
+      driver.commitAll();
+      assert.deepEqual(listener.servingCalls, []);
+      driver.lead(4);
+      assert.equal(log.serving, false);
+      driver.commitAll();
+      assert.deepEqual(listener.servingCalls, [[true, driver.lastIndex]]);
+      assert.equal(driver.log[driver.lastIndex - 1]?.term, 4);
+    } finally {
+      await log.stop();
+    }
+  });
+
+  it('stamps one non-decreasing time per turn and hands decoded commands in log order', async () => {
+    const { log, driver, listener, clock } = await setup(5_000);
+    try {
+      await serve(driver, 2);
+      log.propose({ t: 'tick' });
+      log.propose({ t: 'pubrel', conn: '2.1', pid: 7 });
+      await turn();
+      clock.wall = 4_000; // the wall clock steps back
+      log.propose({ t: 'tick' });
+      await turn();
+      driver.commitAll();
+      const mine = listener.entries.slice(-3);
+      assert.deepEqual(
+        mine.map((e) => e.cmd.t),
+        ['tick', 'pubrel', 'tick'],
+      );
+      assert.equal(mine[0]!.time, mine[1]!.time, 'one time per append');
+      assert.ok(mine[2]!.time >= mine[1]!.time, 'time never decreases');
+      assert.deepEqual(
+        listener.entries.map((e) => e.index),
+        Array.from({ length: listener.entries.length }, (_, i) => i + 1),
+        'every index reaches apply, the empty entry as a tick',
+      );
+    } finally {
+      await log.stop();
+    }
+  });
+
+  it('stops serving when the state machine reports a failure, and says so in status', async () => {
+    const { log, driver, listener } = await setup();
+    let failure: string | null = null;
+    log.attach({ lastCheck: () => null, failure: () => failure });
+    try {
+      await serve(driver, 2);
+      assert.equal(log.status().serving, true);
+      failure = 'digest mismatch at 40';
+      assert.equal(log.serving, false);
+      await turn();
+      assert.deepEqual(listener.servingCalls.at(-1), [false, 0]);
+      const s = log.status();
+      assert.equal(s.serving, false);
+      assert.equal(s.failure, 'digest mismatch at 40');
+      const before = driver.lastIndex;
+      driver.hooks.onStateChange({ role: 'leader', term: 2, leader: 1, commit: driver.committed });
+      assert.equal(driver.lastIndex, before, 'a failed node proposes no new serve-start');
+    } finally {
+      await log.stop();
+    }
+  });
+
+  it('proposes a check carrying the digest of the previous check once enough entries committed', async () => {
+    let driver: FakeDriver | undefined;
+    const log = new RaftLog({
+      node: 1,
+      voters: [1, 2, 3],
+      settings: contractSettings,
+      logger: { info() {}, warn() {}, error() {} },
+      pollIntervalMs: 1_000_000,
+      check: { entriesMax: 3, intervalMs: 1_000_000 },
+      driver: (hooks) => {
+        driver = new FakeDriver(hooks);
+        return driver;
+      },
+    });
+    const listener = new Listener();
+    let last: { index: number; digest: string } | null = null;
+    log.attach({ lastCheck: () => last, failure: () => null });
+    await log.open();
+    log.start(listener);
+    await turn();
+    try {
+      await serve(driver!, 2);
+      for (let i = 0; i < 3; i++) log.propose({ t: 'tick' });
+      await turn();
+      driver!.commitAll();
+      await turn();
+      const first = driver!.commandAt(driver!.lastIndex);
+      assert.deepEqual(first, { t: 'check', atIndex: 0, digest: '' }, 'the first check only records');
+      last = { index: driver!.lastIndex, digest: 'abc' };
+      driver!.commitAll();
+      for (let i = 0; i < 3; i++) log.propose({ t: 'tick' });
+      await turn();
+      driver!.commitAll();
+      await turn();
+      assert.deepEqual(driver!.commandAt(driver!.lastIndex), { t: 'check', atIndex: last.index, digest: 'abc' });
+    } finally {
+      await log.stop();
+    }
+  });
+
+  it('reports redundant only on a leader whose peers hold the commit index', async () => {
+    const { log, driver } = await setup();
+    try {
+      assert.equal(log.status().redundant, false, 'a follower does not know');
+      await serve(driver, 2);
+      const s = log.status();
+      assert.equal(s.redundant, true);
+      assert.equal(s.role, 'leader');
+      assert.equal(s.needsForceStart, false);
+      assert.equal(s.membership, 'member');
+      assert.equal(s.epoch, null);
+    } finally {
+      await log.stop();
+    }
+  });
+});
