@@ -1,0 +1,118 @@
+// The raftmq command in cluster mode, as three real processes on loopback: it starts without
+// waiting to serve, answers /health and /metrics on every node, refuses a second process of one
+// node id at once, and refuses peer links of another secret. These hold whether or not a node
+// holds a lease; serving itself is checked in test/cluster-failover.slow.test.ts.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { after, before, describe, it } from 'node:test';
+import { CLI } from './broker-process.js';
+import { ClusterNodeProcess, freePort, httpGet, LocalCluster, LOOPBACK } from './cluster-processes.js';
+
+const ELECTION_WAIT_MS = 10_000;
+
+describe('raftmq cluster mode', { timeout: 60_000 }, () => {
+  let cluster: LocalCluster;
+  before(async () => {
+    cluster = await LocalCluster.start();
+  });
+  after(async () => {
+    await cluster?.stop();
+  });
+
+  it('elects one leader that every node names, and /health answers 200 exactly where serving is true', async () => {
+    const deadline = Date.now() + ELECTION_WAIT_MS;
+    let leaders: number[] = [];
+    while (Date.now() < deadline) {
+      const hs = await Promise.all(cluster.nodes.map((n) => n.health()));
+      leaders = hs.filter((h) => h.body.role === 'leader').map((h) => h.body.node);
+      const named = new Set(hs.map((h) => h.body.leader));
+      if (leaders.length === 1 && named.size === 1 && named.has(leaders[0]!)) break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    assert.equal(leaders.length, 1, 'one leader');
+    const hs = await Promise.all(cluster.nodes.map((n) => n.health()));
+    for (const h of hs) {
+      assert.equal(h.code, h.body.serving ? 200 : 503, `node ${h.body.node}: status code follows serving`);
+      assert.equal(h.body.needsForceStart, false);
+      assert.equal(h.body.membership, 'member');
+      assert.equal(h.body.epoch, null);
+      assert.equal(typeof h.body.term, 'number');
+      assert.equal(typeof h.body.leaseRemainingMs, 'number');
+      assert.ok(h.body.commitIndex >= 1, 'the leader has committed at least its empty entry');
+      if (h.body.role !== 'leader') assert.equal(h.body.redundant, false, 'only the leader judges redundancy');
+    }
+    assert.ok(hs.filter((h) => h.code === 200).length <= 1, 'never two nodes serving');
+  });
+
+  it('reports Prometheus metrics: connections, messages, drops, raft term and commit index, loop delay', async () => {
+    const r = await httpGet(cluster.nodes[0]!.healthPort, '/metrics');
+    assert.equal(r.code, 200);
+    for (const name of [
+      'raftmq_connections',
+      'raftmq_messages_in_total',
+      'raftmq_messages_out_total',
+      'raftmq_queue_drops_total',
+      'raftmq_raft_term',
+      'raftmq_raft_commit_index',
+      'raftmq_event_loop_delay_p99_seconds',
+    ]) {
+      assert.match(r.text, new RegExp(`^${name} [0-9.e+-]+$`, 'm'), name);
+    }
+    assert.equal((await httpGet(cluster.nodes[0]!.healthPort, '/nothing')).code, 404);
+  });
+
+  it('refuses a second process of the same node id at once, naming the peer port', () => {
+    const r = spawnSync(
+      process.execPath,
+      [CLI, '--host', LOOPBACK, '--port', '0', '--cluster-node', '2', '--cluster-peers', cluster.peers, '--state-file', '/tmp/x'],
+      { encoding: 'utf8', timeout: 10_000 },
+    );
+    assert.equal(r.status, 1);
+    const port = cluster.peers.split(',')[1]!.split(':')[1]!;
+    assert.match(r.stderr, new RegExp(`cannot listen for peers: 127\\.0\\.0\\.1:${port}: address in use`));
+  });
+
+  it('exits 2 naming the flag for a peer list that is not three nodes', () => {
+    const r = spawnSync(process.execPath, [CLI, '--cluster-node', '1', '--cluster-peers', '1=a:1,2=b:2', '--state-file', 's'], {
+      encoding: 'utf8',
+      timeout: 10_000,
+    });
+    assert.equal(r.status, 2);
+    assert.match(r.stderr, /--cluster-peers: a cluster is exactly 3 nodes/);
+  });
+});
+
+describe('raftmq cluster links', { timeout: 30_000 }, () => {
+  it('refuses and logs the link of a node with another cluster secret', async () => {
+    const ports = [await freePort(), await freePort(), await freePort()];
+    const peers = ports.map((p, i) => `${i + 1}=${LOOPBACK}:${p}`).join(',');
+    const start = (id: number, secret: string) =>
+      ClusterNodeProcess.spawn(id, [
+        '--host',
+        LOOPBACK,
+        '--port',
+        '0',
+        '--cluster-node',
+        String(id),
+        '--cluster-peers',
+        peers,
+        '--cluster-secret',
+        secret,
+        '--state-file',
+        `/tmp/s${id}`,
+      ]);
+    const a = start(1, 'right');
+    const b = start(2, 'wrong');
+    try {
+      const refused = await a.waitForLog((l) => l.msg === 'peer link closed' && String(l.code).startsWith('auth-'), 10_000);
+      assert.equal(refused.level, 40, 'logged as a warning');
+      assert.equal(
+        a.logs.some((l) => l.msg === 'peer link up'),
+        false,
+        'no link came up between different secrets',
+      );
+    } finally {
+      await Promise.all([a.stop(), b.stop()]);
+    }
+  });
+});

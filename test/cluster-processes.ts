@@ -1,0 +1,214 @@
+// Three raftmq processes on loopback as one cluster, for cluster tests. Peer ports must be known up
+// front (each node dials the others at the addresses of --cluster-peers), so they are picked by
+// binding port 0 and closing: a small race with other programs, acceptable in tests. MQTT and
+// health ports are 0, read back from the logs. Every wait is bounded; only processes started here
+// are signalled, by PID.
+import { type ChildProcess, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { request } from 'node:http';
+import { createServer } from 'node:net';
+import { CLI, type LogLine } from './broker-process.js';
+
+export const LOOPBACK = '127.0.0.1';
+
+export async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen({ host: LOOPBACK, port: 0 }, () => resolve());
+  });
+  const address = server.address();
+  const port = typeof address === 'object' && address !== null ? address.port : 0;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+export interface Health {
+  code: number;
+  body: {
+    node: number;
+    serving: boolean;
+    role: string;
+    term: number;
+    leader: number;
+    leaseRemainingMs: number;
+    commitIndex: number;
+    appliedIndex: number;
+    redundant: boolean;
+    needsForceStart: boolean;
+    membership: string;
+    epoch: unknown;
+    failure: string | null;
+  };
+}
+
+export function httpGet(port: number, path: string, timeoutMs = 2_000): Promise<{ code: number; text: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request({ host: LOOPBACK, port, path, method: 'GET', timeout: timeoutMs }, (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => {
+        text += c;
+      });
+      res.on('end', () => resolve({ code: res.statusCode ?? 0, text }));
+    });
+    req.on('timeout', () => req.destroy(new Error(`GET ${path} on ${port} timed out`)));
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+export class ClusterNodeProcess {
+  readonly logs: LogLine[] = [];
+  stderr = '';
+  healthPort = 0;
+  private constructor(
+    readonly id: number,
+    readonly proc: ChildProcess,
+  ) {}
+
+  static spawn(id: number, args: string[]): ClusterNodeProcess {
+    const proc = spawn(process.execPath, [CLI, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const n = new ClusterNodeProcess(id, proc);
+    let buf = '';
+    proc.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
+      buf += chunk;
+      for (let nl = buf.indexOf('\n'); nl >= 0; nl = buf.indexOf('\n')) {
+        const line = buf.slice(0, nl);
+        buf = buf.slice(nl + 1);
+        try {
+          n.logs.push(JSON.parse(line) as LogLine);
+        } catch {
+          n.logs.push({ level: 0, msg: line });
+        }
+      }
+    });
+    proc.stderr?.setEncoding('utf8').on('data', (chunk: string) => {
+      n.stderr += chunk;
+    });
+    return n;
+  }
+
+  get alive(): boolean {
+    return this.proc.exitCode === null && this.proc.signalCode === null;
+  }
+
+  /** The MQTT port of the latest serving period of this node (0: never listened). */
+  get mqttPort(): number {
+    for (let i = this.logs.length - 1; i >= 0; i--) {
+      const l = this.logs[i]!;
+      if (l.msg === 'listening') return l.port as number;
+    }
+    return 0;
+  }
+
+  async waitForLog(pred: (l: LogLine) => boolean, timeoutMs: number): Promise<LogLine> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const hit = this.logs.find(pred);
+      if (hit !== undefined) return hit;
+      if (!this.alive) throw new Error(`node ${this.id} exited (${this.proc.exitCode ?? this.proc.signalCode}); stderr: ${this.stderr}`);
+      if (Date.now() > deadline) throw new Error(`node ${this.id}: timed out waiting for a log line`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  }
+
+  async health(): Promise<Health> {
+    const r = await httpGet(this.healthPort, '/health');
+    return { code: r.code, body: JSON.parse(r.text) as Health['body'] };
+  }
+
+  signal(sig: NodeJS.Signals): void {
+    if (this.alive) this.proc.kill(sig);
+  }
+
+  async exited(timeoutMs: number): Promise<number | null> {
+    if (!this.alive) return this.proc.exitCode;
+    const timer = setTimeout(() => this.proc.kill('SIGKILL'), timeoutMs);
+    const [code] = (await once(this.proc, 'exit')) as [number | null];
+    clearTimeout(timer);
+    return code;
+  }
+
+  async stop(): Promise<void> {
+    if (!this.alive) return;
+    this.proc.kill('SIGCONT');
+    this.proc.kill('SIGTERM');
+    await this.exited(5_000);
+  }
+}
+
+export interface ClusterOptions {
+  electionTimeoutMs?: number;
+  extra?: (id: number) => string[];
+}
+
+export class LocalCluster {
+  private constructor(
+    readonly nodes: ClusterNodeProcess[],
+    readonly peers: string,
+  ) {}
+
+  static async start(o: ClusterOptions = {}, timeoutMs = 15_000): Promise<LocalCluster> {
+    const ports = [await freePort(), await freePort(), await freePort()];
+    const peers = ports.map((p, i) => `${i + 1}=${LOOPBACK}:${p}`).join(',');
+    const nodes = [1, 2, 3].map((id) =>
+      ClusterNodeProcess.spawn(id, [
+        '--host',
+        LOOPBACK,
+        '--port',
+        '0',
+        '--health-port',
+        '0',
+        '--cluster-node',
+        String(id),
+        '--cluster-peers',
+        peers,
+        '--cluster-election-timeout-ms',
+        String(o.electionTimeoutMs ?? 500),
+        '--state-file',
+        `/tmp/raftmq-test-state-${process.pid}-${id}`,
+        ...(o.extra?.(id) ?? []),
+      ]),
+    );
+    const cluster = new LocalCluster(nodes, peers);
+    try {
+      for (const n of nodes) {
+        const line = await n.waitForLog((l) => l.msg === 'health listening', timeoutMs);
+        n.healthPort = line.port as number;
+      }
+    } catch (err) {
+      await cluster.stop();
+      throw err;
+    }
+    return cluster;
+  }
+
+  get alive(): ClusterNodeProcess[] {
+    return this.nodes.filter((n) => n.alive);
+  }
+
+  /** Waits until exactly one live node answers /health 200 and has an MQTT port; returns it. */
+  async serving(timeoutMs: number, among: ClusterNodeProcess[] = this.alive): Promise<ClusterNodeProcess> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const codes = await Promise.all(
+        among.map((n) =>
+          n.health().then(
+            (h) => h.code,
+            () => 0,
+          ),
+        ),
+      );
+      const up = among.filter((_, i) => codes[i] === 200);
+      if (up.length === 1 && up[0]!.mqttPort !== 0) return up[0]!;
+      if (up.length > 1) throw new Error(`nodes ${up.map((n) => n.id).join(', ')} serve at once`);
+      if (Date.now() > deadline) throw new Error(`no serving leader within ${timeoutMs} ms; health ${codes.join(', ')}`);
+      await new Promise((r) => setTimeout(r, 25));
+    }
+  }
+
+  async stop(): Promise<void> {
+    await Promise.all(this.nodes.map((n) => n.stop()));
+  }
+}
