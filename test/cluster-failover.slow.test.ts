@@ -1,0 +1,204 @@
+// Three raftmq processes on loopback with MQTT.js clients (DESIGN.md "What the cluster guarantees
+// and how"): one serving leader; acknowledged QoS 1 messages of a persistent session survive kill -9
+// of the leader; QoS 2 arrives exactly once across it; a SIGSTOP shorter than the lease changes
+// nothing. Each needs a serving leader, and serving needs a lease, so these pass only once raft/core
+// has leases. The time from kill to the first CONNACK on the new leader is printed, not asserted.
+import assert from 'node:assert/strict';
+import { after, describe, it } from 'node:test';
+import mqtt, { type IClientOptions, type MqttClient } from 'mqtt';
+import { type ClusterNodeProcess, LocalCluster, LOOPBACK } from './cluster-processes.js';
+
+const ELECTION_TIMEOUT_MS = 500;
+const SERVE_WAIT_MS = 15_000;
+const FAILOVER_WAIT_MS = 15_000;
+const DELIVERY_WAIT_MS = 15_000;
+
+const clusters: LocalCluster[] = [];
+after(async () => {
+  await Promise.all(clusters.map((c) => c.stop()));
+});
+
+async function startCluster(): Promise<{ cluster: LocalCluster; leader: ClusterNodeProcess }> {
+  const cluster = await LocalCluster.start({ electionTimeoutMs: ELECTION_TIMEOUT_MS });
+  clusters.push(cluster);
+  const leader = await cluster.serving(SERVE_WAIT_MS);
+  return { cluster, leader };
+}
+
+/** Connects without automatic reconnects; resolves on CONNACK with the session-present flag. */
+function connect(port: number, opts: IClientOptions, timeoutMs = 5_000): Promise<{ client: MqttClient; sessionPresent: boolean }> {
+  const client = mqtt.connect({ host: LOOPBACK, port, reconnectPeriod: 0, connectTimeout: timeoutMs, ...opts });
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      client.end(true);
+      reject(new Error(`no CONNACK from port ${port} within ${timeoutMs} ms`));
+    }, timeoutMs);
+    client.once('connect', (ack) => {
+      clearTimeout(timer);
+      resolve({ client, sessionPresent: ack.sessionPresent });
+    });
+    client.once('error', (err) => {
+      clearTimeout(timer);
+      client.end(true);
+      reject(err);
+    });
+  });
+}
+
+/** Collects payloads by text as they arrive; attach before CONNACK so no redelivery is missed. */
+function collect(client: MqttClient): string[] {
+  const got: string[] = [];
+  client.on('message', (_topic, payload) => got.push(payload.toString()));
+  return got;
+}
+
+async function until(what: string, cond: () => boolean, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!cond()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/** Kills the leader with SIGKILL and measures until a client's CONNACK on the new serving leader. */
+async function killLeader(cluster: LocalCluster, leader: ClusterNodeProcess): Promise<{ next: ClusterNodeProcess; ms: number }> {
+  const survivors = cluster.nodes.filter((n) => n !== leader);
+  const t0 = performance.now();
+  leader.signal('SIGKILL');
+  await leader.exited(5_000);
+  const deadline = t0 + FAILOVER_WAIT_MS;
+  for (;;) {
+    const next = await cluster.serving(Math.max(1, deadline - performance.now()), survivors);
+    try {
+      const { client } = await connect(next.mqttPort, { clientId: `probe-${next.id}`, clean: true }, 1_000);
+      const ms = Math.round(performance.now() - t0);
+      client.end(true);
+      return { next, ms };
+    } catch (err) {
+      if (performance.now() > deadline) throw err;
+    }
+  }
+}
+
+describe('three-node cluster with MQTT.js clients', { timeout: 120_000 }, () => {
+  it('one leader serves MQTT: /health is 200 on exactly that node, and a persistent subscriber gets QoS 1', async () => {
+    const { cluster, leader } = await startCluster();
+    const codes = await Promise.all(cluster.nodes.map((n) => n.health().then((h) => h.code)));
+    assert.deepEqual(codes.filter((c) => c === 200).length, 1);
+    const { client: sub } = await connect(leader.mqttPort, { clientId: 'sub-a', clean: false });
+    const got = collect(sub);
+    await sub.subscribeAsync('a/#', { qos: 1 });
+    const { client: pub } = await connect(leader.mqttPort, { clientId: 'pub-a', clean: true });
+    for (let i = 0; i < 20; i++) await pub.publishAsync('a/x', `m${i}`, { qos: 1 });
+    await until('20 messages', () => new Set(got).size === 20, DELIVERY_WAIT_MS);
+    pub.end(true);
+    sub.end(true);
+  });
+
+  it('after kill -9 of the leader a new leader serves the persistent session with every acknowledged QoS 1 message', async () => {
+    const { cluster, leader } = await startCluster();
+    const first = await connect(leader.mqttPort, { clientId: 'sub-b', clean: false });
+    await first.client.subscribeAsync('b/#', { qos: 1 });
+    await first.client.endAsync();
+    const { client: pub } = await connect(leader.mqttPort, { clientId: 'pub-b', clean: true });
+    const acked: string[] = [];
+    for (let i = 0; i < 50; i++) {
+      await pub.publishAsync('b/x', `q${i}`, { qos: 1 });
+      acked.push(`q${i}`);
+    }
+    pub.end(true);
+
+    const { next, ms } = await killLeader(cluster, leader);
+    console.log(`# failover: kill -9 of node ${leader.id} to first CONNACK on node ${next.id}: ${ms} ms (E = ${ELECTION_TIMEOUT_MS} ms)`);
+
+    const sub = mqtt.connect({ host: LOOPBACK, port: next.mqttPort, clientId: 'sub-b', clean: false, reconnectPeriod: 0 });
+    const got = collect(sub);
+    const ack = await new Promise<{ sessionPresent: boolean }>((resolve, reject) => {
+      sub.once('connect', resolve);
+      sub.once('error', reject);
+    });
+    assert.equal(ack.sessionPresent, true, 'the session is on the new leader');
+    await until('every acknowledged message', () => acked.every((m) => got.includes(m)), DELIVERY_WAIT_MS);
+    const { client: pub2 } = await connect(next.mqttPort, { clientId: 'pub-b2', clean: true });
+    await pub2.publishAsync('b/x', 'after', { qos: 1 });
+    await until('a message published after failover', () => got.includes('after'), DELIVERY_WAIT_MS);
+    pub2.end(true);
+    sub.end(true);
+  });
+
+  it('QoS 2 arrives exactly once across kill -9 of the leader', async () => {
+    const { cluster, leader } = await startCluster();
+    const first = await connect(leader.mqttPort, {
+      clientId: 'sub-c',
+      clean: false,
+      protocolVersion: 5,
+      properties: { sessionExpiryInterval: 3600 },
+    });
+    const got = collect(first.client);
+    await first.client.subscribeAsync('c/#', { qos: 2 });
+    const { client: pub } = await connect(leader.mqttPort, { clientId: 'pub-c', clean: true, protocolVersion: 5 });
+    const acked: string[] = [];
+    for (let i = 0; i < 30; i++) {
+      await pub.publishAsync('c/x', `e${i}`, { qos: 2 });
+      acked.push(`e${i}`);
+    }
+    // Some deliveries are done, some in flight, some queued when the leader dies.
+    pub.end(true);
+    const { next } = await killLeader(cluster, leader);
+    first.client.end(true);
+
+    const sub = mqtt.connect({
+      host: LOOPBACK,
+      port: next.mqttPort,
+      clientId: 'sub-c',
+      clean: false,
+      protocolVersion: 5,
+      properties: { sessionExpiryInterval: 3600 },
+      reconnectPeriod: 0,
+    });
+    sub.on('message', (_t, payload) => got.push(payload.toString()));
+    await new Promise((resolve, reject) => {
+      sub.once('connect', resolve);
+      sub.once('error', reject);
+    });
+    await until('every acknowledged QoS 2 message', () => acked.every((m) => got.includes(m)), DELIVERY_WAIT_MS);
+    // Give any duplicate a chance to show before judging.
+    const { client: pub2 } = await connect(next.mqttPort, { clientId: 'pub-c2', clean: true, protocolVersion: 5 });
+    await pub2.publishAsync('c/x', 'last', { qos: 2 });
+    await until('the last message', () => got.includes('last'), DELIVERY_WAIT_MS);
+    pub2.end(true);
+    sub.end(true);
+    const counts = new Map<string, number>();
+    for (const m of got) counts.set(m, (counts.get(m) ?? 0) + 1);
+    assert.deepEqual(
+      [...counts].filter(([, c]) => c !== 1),
+      [],
+      'no QoS 2 message twice',
+    );
+  });
+
+  it('a SIGSTOP of the leader shorter than its lease changes nothing', async () => {
+    const { cluster, leader } = await startCluster();
+    const before = await leader.health();
+    const { client: sub } = await connect(leader.mqttPort, { clientId: 'sub-d', clean: true, protocolVersion: 5 });
+    let closed = false;
+    sub.on('close', () => {
+      closed = true;
+    });
+    const got = collect(sub);
+    await sub.subscribeAsync('d/#', { qos: 1 });
+    leader.signal('SIGSTOP');
+    await new Promise((r) => setTimeout(r, ELECTION_TIMEOUT_MS / 4));
+    leader.signal('SIGCONT');
+    const { client: pub } = await connect(leader.mqttPort, { clientId: 'pub-d', clean: true });
+    await pub.publishAsync('d/x', 'after-pause', { qos: 1 });
+    await until('the message published after the pause', () => got.includes('after-pause'), DELIVERY_WAIT_MS);
+    const afterHealth = await leader.health();
+    assert.equal(afterHealth.code, 200, 'the same node still serves');
+    assert.equal(afterHealth.body.term, before.body.term, 'no election happened');
+    assert.equal(closed, false, 'the subscriber was never disconnected');
+    for (const n of cluster.nodes) if (n !== leader) assert.equal((await n.health()).body.leader, leader.id);
+    pub.end(true);
+    sub.end(true);
+  });
+});
