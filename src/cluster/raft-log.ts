@@ -359,14 +359,11 @@ export class RaftLog implements BrokerLog {
 
   private onCommitted(raw: readonly LogEntry[]): void {
     if (this.stopped) return;
-    const out: Entry[] = new Array(raw.length);
+    const out: Entry[] = [];
     let checks = 0;
     for (let i = 0; i < raw.length; i++) {
       const e = raw[i] as LogEntry;
-      const entry = this.toEntry(e);
-      out[i] = entry;
       this.lastAppliedTerm = e.term;
-      if (entry.cmd.t === 'check') checks++;
       const ticket = this.startTicket;
       if (ticket !== null && e.index === ticket.index) {
         this.startTicket = null;
@@ -376,32 +373,37 @@ export class RaftLog implements BrokerLog {
           this.readyTerm = e.term;
         }
       }
+      const entry = this.toEntry(e);
+      if (entry === null) continue;
+      if (entry.cmd.t === 'check') checks++;
+      out.push(entry);
     }
     this.checks.noteApplied(out.length, checks);
     if (this.listener === null) {
       for (const e of out) this.early.push(e);
       return;
     }
-    this.listener.committed(out);
+    if (out.length > 0) this.listener.committed(out);
     this.evaluate();
     this.maybeCheck();
   }
 
-  /** A new leader's empty entry (§8) and an entry that cannot be decoded become a `tick` at the
-   * previous time, so apply sees every index; all replicas read the same bytes and decide alike. */
-  private toEntry(e: LogEntry): Entry {
-    let time = this.lastAppliedTime;
-    let cmd: Command = { t: 'tick' };
-    if (e.data !== null) {
-      try {
-        const frame = unframeEntry(e.data);
-        cmd = decodeCommand(frame.command);
-        // Time never decreases along the log, even where a new leader's clock is behind.
-        if (frame.time > time) time = frame.time;
-      } catch (err) {
-        this.opts.logger.error({ index: e.index, err: (err as Error).message }, 'committed entry cannot be decoded; applied as a tick');
-      }
+  /** Null for a new leader's empty entry (§8), which carries no command, and for an entry that
+   * cannot be decoded (a bug: only leaders of this cluster propose); every replica reads the same
+   * bytes and skips alike, and apply accepts gaps in the index. */
+  private toEntry(e: LogEntry): Entry | null {
+    if (e.data === null) return null;
+    let frame: ReturnType<typeof unframeEntry>;
+    let cmd: Command;
+    try {
+      frame = unframeEntry(e.data);
+      cmd = decodeCommand(frame.command);
+    } catch (err) {
+      this.opts.logger.error({ index: e.index, err: (err as Error).message }, 'committed entry cannot be decoded; skipped');
+      return null;
     }
+    // Time never decreases along the log, even where a new leader's clock is behind.
+    const time = Math.max(frame.time, this.lastAppliedTime);
     this.lastAppliedTime = time;
     if (time > this.lastTime) this.lastTime = time;
     return { index: e.index, time, cmd };
