@@ -1,8 +1,7 @@
 // Three raftmq processes on loopback with MQTT.js clients (DESIGN.md "What the cluster guarantees
 // and how"): one serving leader; acknowledged QoS 1 messages of a persistent session survive kill -9
 // of the leader; QoS 2 arrives exactly once across it; a SIGSTOP shorter than the lease changes
-// nothing. Each needs a serving leader, and serving needs a lease, so these pass only once raft/core
-// has leases. The time from kill to the first CONNACK on the new leader is printed, not asserted.
+// nothing. The time from kill to the first CONNACK on the new leader is printed, not asserted.
 import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import mqtt, { type IClientOptions, type MqttClient } from 'mqtt';

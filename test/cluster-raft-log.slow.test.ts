@@ -1,7 +1,6 @@
 // The BrokerLog contract (src/log/broker-log.contract.ts) against RaftLog: three in-process nodes
-// over the TCP transport on loopback; the suite drives the node that wins the election. Every case
-// needs the leader to serve, and serving needs a lease (DESIGN.md "One server at a time"), so these
-// pass only once raft/core has leases (raft part 2's lease work).
+// over the TCP transport on loopback; the suite drives the node that wins the election, which serves
+// once it holds a lease (DESIGN.md "One server at a time").
 import type { Entry } from '../src/broker/commands.js';
 import { RaftLog } from '../src/cluster/raft-log.js';
 import { brokerLogContract, contractSettings } from '../src/log/broker-log.contract.js';

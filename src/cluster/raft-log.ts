@@ -1,10 +1,11 @@
 // RaftLog: the broker's log over raft/ (DESIGN.md "The seam", "Raft", "One server at a time").
-// Commands are encoded once, all proposals of one event-loop turn go to the driver as one append,
+// Commands are encoded once, all proposals of one event-loop turn go to raft as one append,
 // and committed entries are decoded and handed to the broker in log order on every node. Only a
 // node that leads, has applied an entry of its own term, has committed its serve-start and holds a
 // lease serves; the rule is judged again at each accept and each write (the `serving` getter) and
 // every poll interval, and the moment it fails the node stops serving.
 import { randomBytes } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
 import type { Command, Entry, Settings } from '../broker/commands.js';
 import type { LogEntry, Message } from '../../raft/core/messages.js';
 import type { Role, SoftState } from '../../raft/core/raft.js';
@@ -13,7 +14,6 @@ import { type PeerAddress, Transport } from '../../raft/transport/transport.js';
 import type { BrokerLog, LogListener } from '../log/broker-log.js';
 import { decodeCommand, encodeCommand } from '../log/command-codec.js';
 import { CheckScheduler, type CheckPolicy, defaultCheckPolicy } from './check-scheduler.js';
-import { frameEntry, unframeEntry } from './entry-frame.js';
 
 /** What RaftLog needs of a RaftDriver; tests give a fake to drive the serving rule by hand. */
 export interface ClusterDriver {
@@ -29,6 +29,8 @@ export interface ClusterDriver {
   readonly appliedIndex: number;
   hasLease(): boolean;
   leaseRemainingMs(): number;
+  /** Cluster ms (DESIGN.md "Cluster time"); null without a cluster-time implementation. */
+  clusterTime(): number | null;
   matchIndex(peer: number): number | undefined;
   lastContact(peer: number): number | undefined;
   on(event: 'drain', fn: () => void): unknown;
@@ -57,13 +59,9 @@ export interface RaftLogOptions {
   driver: (hooks: DriverHooks) => ClusterDriver;
   /** Interval (ms) at which the serving rule is judged even when nothing happens: E/10. */
   pollIntervalMs: number;
-  /** Wall clock, ms since the Unix epoch. */
-  clock?: () => number;
   check?: CheckPolicy;
   /** Connected state of each peer link, for /health; absent: assume connected. */
   peerConnected?: (peer: number) => boolean;
-  /** Bound on proposed-but-not-flushed bytes of one turn; over it, accepting turns false. */
-  pendingBytesMax?: number;
 }
 
 /** The fields of /health that the log knows (DESIGN.md "Operating it"). */
@@ -97,7 +95,6 @@ export interface TcpClusterOptions {
   check?: CheckPolicy;
 }
 
-const PENDING_BYTES_MAX_DEFAULT = 64 * 1024 * 1024;
 /** At most one line per kind of dropped proposal per window (ms). */
 const DROP_LOG_WINDOW_MS = 10_000;
 
@@ -105,25 +102,19 @@ export class RaftLog implements BrokerLog {
   readonly node: number;
   private readonly opts: RaftLogOptions;
   private readonly driver: ClusterDriver;
-  private readonly clock: () => number;
   private readonly peers: readonly number[];
   private readonly checks: CheckScheduler;
-  private readonly pendingBytesMax: number;
   private listener: LogListener | null = null;
   private source: ReplicaSource | null = null;
   /** Entries committed before start(listener), delivered on start. */
   private early: Entry[] = [];
-  private pending: Uint8Array[] = [];
-  private pendingBytes = 0;
-  private flushImmediate: NodeJS.Immediate | undefined;
   private evaluateImmediate: NodeJS.Immediate | undefined;
   private poll: NodeJS.Timeout | undefined;
-  private blocked = false;
   private opened = false;
   private stopped = false;
-  /** Highest entry time seen, proposed or applied: stamps and apply times never go below it. */
-  private lastTime = 0;
+  /** Time of the last applied entry, and the highest time now() returned: neither goes back. */
   private lastAppliedTime = 0;
+  private lastNow = 0;
   private lastAppliedTerm = 0;
   /** This leader's serve-start, proposed and not yet committed. */
   private startTicket: ProposeTicket | null = null;
@@ -138,10 +129,8 @@ export class RaftLog implements BrokerLog {
   constructor(opts: RaftLogOptions) {
     this.opts = opts;
     this.node = opts.node;
-    this.clock = opts.clock ?? Date.now;
     this.peers = opts.voters.filter((v) => v !== opts.node);
     this.checks = new CheckScheduler(opts.check ?? defaultCheckPolicy);
-    this.pendingBytesMax = opts.pendingBytesMax ?? PENDING_BYTES_MAX_DEFAULT;
     this.driver = opts.driver({
       onCommitted: (entries) => this.onCommitted(entries),
       onStateChange: () => this.evaluate(),
@@ -208,7 +197,7 @@ export class RaftLog implements BrokerLog {
   // ---- BrokerLog ----
 
   get accepting(): boolean {
-    return !this.blocked && this.driver.accepting;
+    return this.driver.accepting;
   }
 
   /** Live: judged on every call, so each accept and each write sees a lapsed lease at once. */
@@ -223,8 +212,11 @@ export class RaftLog implements BrokerLog {
     return this.serving ? this.period : 0;
   }
 
+  /** The leader's cluster time; elsewhere the time of the last applied entry. */
   now(): number {
-    return Math.max(this.lastTime, Math.floor(this.clock()));
+    const t = Math.max(this.driver.clusterTime() ?? 0, this.lastAppliedTime, this.lastNow);
+    this.lastNow = t;
+    return t;
   }
 
   start(listener: LogListener): void {
@@ -241,20 +233,20 @@ export class RaftLog implements BrokerLog {
     });
   }
 
+  /** Encoded once; the driver sends every proposal of this turn as one append, and raft/core
+   * stamps that append with one cluster time (DESIGN.md "Batch", "Cluster time"). */
   propose(cmd: Command): void {
     if (this.stopped || !this.serving) return;
-    this.enqueue(encodeCommand(cmd));
+    const r = this.driver.propose(encodeCommand(cmd));
+    if (r instanceof Error) this.noteDropped(r);
   }
 
   async stop(): Promise<void> {
     if (this.stopped) return;
     this.stopped = true;
     this.period = 0;
-    this.pending = [];
-    this.pendingBytes = 0;
     this.early = [];
     clearInterval(this.poll);
-    if (this.flushImmediate !== undefined) clearImmediate(this.flushImmediate);
     if (this.evaluateImmediate !== undefined) clearImmediate(this.evaluateImmediate);
     await this.driver.stop();
   }
@@ -296,63 +288,33 @@ export class RaftLog implements BrokerLog {
 
   // ---- proposals ----
 
-  private enqueue(bytes: Uint8Array): void {
-    this.pending.push(bytes);
-    this.pendingBytes += bytes.length;
-    if (this.pendingBytes > this.pendingBytesMax) this.blocked = true;
-    this.flushImmediate ??= setImmediate(this.flush);
-  }
-
-  /** One cluster time per append (DESIGN.md "The one idea"): every command of this turn carries the
-   * same stamp, max(last, wall clock), so time never decreases along this leader's entries. */
-  private readonly flush = (): void => {
-    this.flushImmediate = undefined;
-    if (this.stopped || this.pending.length === 0) return;
-    const batch = this.pending;
-    this.pending = [];
-    this.pendingBytes = 0;
-    const time = this.now();
-    this.lastTime = time;
-    for (let i = 0; i < batch.length; i++) {
-      const r = this.driver.propose(frameEntry(time, batch[i] as Uint8Array));
-      if (r instanceof Error) {
-        this.noteDropped(r, batch.length - i);
-        break;
-      }
-    }
-    if (this.blocked) {
-      this.blocked = false;
-      if (this.driver.accepting) this.listener?.drain();
-    }
-  };
-
-  private noteDropped(err: Error, count: number): void {
+  /** A proposal the driver refused (not leader any more, too many uncommitted): the connection's
+   * client gets no answer and retries after reconnecting; logged once per code per window. */
+  private noteDropped(err: Error): void {
     const code = (err as { code?: string }).code ?? 'unknown';
-    const now = Math.floor(this.clock());
+    const now = Math.floor(performance.now());
     const at = this.dropLoggedAt.get(code);
     if (at === undefined || now - at >= DROP_LOG_WINDOW_MS) {
       this.dropLoggedAt.set(code, now);
-      this.opts.logger.warn({ code, count, err: err.message }, 'proposals dropped');
+      this.opts.logger.warn({ code, err: err.message }, 'proposal dropped');
     }
     this.evaluate();
   }
 
-  /** serve-start bypasses the serving gate and the turn's batch: a leader proposes it before it
-   * serves (so no command of this turn is pending), and needs its ticket to know its period. */
+  /** serve-start and check bypass the serving gate: a leader proposes serve-start before it
+   * serves, and needs its ticket to know its period. */
   private proposeInternal(cmd: Command): ProposeTicket | null {
     if (this.stopped || this.driver.currentRole !== 'leader') return null;
-    const time = this.now();
-    this.lastTime = time;
-    const r = this.driver.propose(frameEntry(time, encodeCommand(cmd)));
+    const r = this.driver.propose(encodeCommand(cmd));
     if (r instanceof Error) {
-      this.noteDropped(r, 1);
+      this.noteDropped(r);
       return null;
     }
     return r;
   }
 
   private onDrain(): void {
-    if (!this.stopped && !this.blocked) this.listener?.drain();
+    if (!this.stopped) this.listener?.drain();
   }
 
   // ---- committed entries ----
@@ -390,22 +352,20 @@ export class RaftLog implements BrokerLog {
 
   /** Null for a new leader's empty entry (§8), which carries no command, and for an entry that
    * cannot be decoded (a bug: only leaders of this cluster propose); every replica reads the same
-   * bytes and skips alike, and apply accepts gaps in the index. */
+   * bytes and skips alike, and apply accepts gaps in the index. The time is the one raft/core
+   * stamped on the append. */
   private toEntry(e: LogEntry): Entry | null {
     if (e.data === null) return null;
-    let frame: ReturnType<typeof unframeEntry>;
     let cmd: Command;
     try {
-      frame = unframeEntry(e.data);
-      cmd = decodeCommand(frame.command);
+      cmd = decodeCommand(e.data);
     } catch (err) {
       this.opts.logger.error({ index: e.index, err: (err as Error).message }, 'committed entry cannot be decoded; skipped');
       return null;
     }
-    // Time never decreases along the log, even where a new leader's clock is behind.
-    const time = Math.max(frame.time, this.lastAppliedTime);
+    // The core never lets time go back along the log; apply gets the same guarantee regardless.
+    const time = Math.max(e.time, this.lastAppliedTime);
     this.lastAppliedTime = time;
-    if (time > this.lastTime) this.lastTime = time;
     return { index: e.index, time, cmd };
   }
 
@@ -486,9 +446,7 @@ export class RaftLog implements BrokerLog {
     if (!this.checks.due(now)) return;
     const last = this.source?.lastCheck() ?? null;
     const cmd: Command = last === null ? { t: 'check', atIndex: 0, digest: '' } : { t: 'check', atIndex: last.index, digest: last.digest };
-    // Through the turn's batch, so the check shares the append and the time of the turn.
-    this.enqueue(encodeCommand(cmd));
-    this.checks.proposed(now);
+    if (this.proposeInternal(cmd) !== null) this.checks.proposed(now);
   }
 
   private onFatal(err: Error): void {
