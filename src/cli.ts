@@ -16,6 +16,7 @@ import { runPasswd } from './server/auth/passwd-command.js';
 import { PasswordFileAuthenticator } from './server/auth/password-authenticator.js';
 import { BrokerNode, type NodeOptions } from './server/broker-node.js';
 import { isTlsKind } from './server/listeners/listen-url.js';
+import { ScramSha256 } from './server/scram.js';
 import { type ClientAuth, type IdentityField, TlsMaterial } from './server/listeners/tls-material.js';
 
 function version(): string {
@@ -225,6 +226,8 @@ async function main(argv: readonly string[]): Promise<number> {
   if (security.authenticator !== null) {
     const auth = security.authenticator;
     options.authenticator = auth;
+    // The file's SCRAM lines are the method's users, so a SIGHUP reload of the file reaches it too.
+    options.enhancedAuth = [new ScramSha256({ store: auth })];
     options.gauges = () => ({
       authThrottleAddresses: auth.throttle.byAddress.size,
       authThrottleUsers: auth.throttle.byUser.size,

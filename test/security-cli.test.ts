@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import mqtt from 'mqtt';
 import { RC } from '../src/protocol/reason-codes.js';
+import { SCRAM_SHA_256, ScramClient } from '../src/server/scram.js';
 import { BrokerProcess, CLI } from './broker-process.js';
 import { connectClient, disconnect, publish, subscribe, withTimeout } from './helpers.js';
 
@@ -37,6 +38,40 @@ async function connackCode(port: number, username: string, password: string): Pr
   }
 }
 
+/** The CONNACK reason code of an MQTT.js v5 client authenticating with SCRAM-SHA-256, driving the
+ * exchange through its handleAuth hook; `verified` tells whether server-final proved the server. */
+async function scramConnack(port: number, username: string, password: string): Promise<{ code: number; verified: boolean }> {
+  const scram = new ScramClient(username, password);
+  const client = mqtt.connect(`mqtt://127.0.0.1:${port}`, {
+    reconnectPeriod: 0,
+    protocolVersion: 5,
+    clientId: `scram-${username}-${password}`,
+    properties: { authenticationMethod: SCRAM_SHA_256, authenticationData: scram.first() },
+  });
+  client.handleAuth = (packet, callback) => {
+    const data = packet.properties?.authenticationData as Buffer;
+    callback(undefined, {
+      cmd: 'auth',
+      reasonCode: RC.CONTINUE_AUTHENTICATION,
+      properties: { authenticationMethod: SCRAM_SHA_256, authenticationData: scram.final(data) },
+    });
+  };
+  try {
+    return await withTimeout(
+      new Promise<{ code: number; verified: boolean }>((resolve) => {
+        client.once('connect', (p) =>
+          resolve({ code: p.reasonCode ?? 0, verified: scram.verify(p.properties?.authenticationData as Buffer) }),
+        );
+        client.once('error', (e: Error & { code?: number }) => resolve({ code: e.code ?? -1, verified: false }));
+      }),
+      15_000,
+      'CONNACK',
+    );
+  } finally {
+    client.end(true);
+  }
+}
+
 describe('raftmq passwd and the security files', { timeout: 120_000 }, () => {
   it('adds users from stdin and in batch mode, replaces a user in place, and writes mode 0600', () => {
     const dir = mkdtempSync(join(tmpdir(), 'raftmq-passwd-'));
@@ -55,9 +90,41 @@ describe('raftmq passwd and the security files', { timeout: 120_000 }, () => {
     assert.equal(statSync(file).mode & 0o777, 0o600);
   });
 
+  it('writes SCRAM lines with --scram, whose users log in by SCRAM-SHA-256 or a plain password', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'raftmq-scram-'));
+    const pw = join(dir, 'pw');
+    assert.equal(cli(['passwd', '--scram', pw, 'alice'], 'wonderland\n').status, 0);
+    assert.equal(cli(['passwd', '-b', '--scram', pw, 'carol', 'singer']).status, 0);
+    assert.equal(cli(['passwd', '-b', pw, 'bob', 'builder']).status, 0);
+    const lines = readFileSync(pw, 'utf8').trimEnd().split('\n');
+    assert.match(lines[0] ?? '', /^alice:\$scram-sha-256\$i=4096\$[A-Za-z0-9+/=]+\$[A-Za-z0-9+/=]+\$[A-Za-z0-9+/=]+$/);
+    assert.match(lines[1] ?? '', /^carol:\$scram-sha-256\$/);
+    assert.match(lines[2] ?? '', /^bob:\$scrypt\$/);
+    const broker = await BrokerProcess.start(['--password-file', pw, '--log-level', 'info']);
+    try {
+      assert.deepEqual(await scramConnack(broker.port, 'alice', 'wonderland'), { code: RC.SUCCESS, verified: true });
+      assert.deepEqual(await scramConnack(broker.port, 'carol', 'singer'), { code: RC.SUCCESS, verified: true });
+      assert.equal((await scramConnack(broker.port, 'carol', 'wrong')).code, RC.BAD_USER_NAME_OR_PASSWORD);
+      // bob has no SCRAM line: asking SCRAM for him fails exactly like a wrong password.
+      assert.equal((await scramConnack(broker.port, 'bob', 'builder')).code, RC.BAD_USER_NAME_OR_PASSWORD);
+      assert.equal(await connackCode(broker.port, 'alice', 'wonderland'), RC.SUCCESS);
+      assert.equal(await connackCode(broker.port, 'bob', 'builder'), RC.SUCCESS);
+      // A user changed to a SCRAM line on disk is seen by both methods after SIGHUP.
+      assert.equal(cli(['passwd', '-b', '--scram', pw, 'bob', 'rebuilt']).status, 0);
+      broker.proc.kill('SIGHUP');
+      await broker.waitForLog((l) => l.msg === 'password file reloaded');
+      assert.deepEqual(await scramConnack(broker.port, 'bob', 'rebuilt'), { code: RC.SUCCESS, verified: true });
+      assert.equal(await connackCode(broker.port, 'bob', 'rebuilt'), RC.SUCCESS);
+    } finally {
+      await broker.stop();
+    }
+  });
+
   it('refuses bad usage, a user name with ":" and an empty password with exit 2', () => {
     const file = join(mkdtempSync(join(tmpdir(), 'raftmq-passwd-')), 'pw');
     assert.equal(cli(['passwd', file]).status, 2);
+    assert.equal(cli(['passwd', '--scram', '--scram', file, 'alice'], 'x\n').status, 2);
+    assert.equal(cli(['passwd', '--sha1', file, 'alice'], 'x\n').status, 2);
     assert.equal(cli(['passwd', file, 'a:b'], 'x\n').status, 2);
     assert.equal(cli(['passwd', file, 'alice'], '\n').status, 2);
   });

@@ -1,15 +1,18 @@
-// `raftmq passwd [-b] FILE USER [PASSWORD]`: adds USER to the password file or replaces its hash.
+// `raftmq passwd [-b] [--scram] FILE USER [PASSWORD]`: adds USER to the password file or replaces its
+// hash; with --scram the line holds a SCRAM-SHA-256 credential instead of a scrypt hash.
 // The password comes from a prompt without echo on a terminal, else from the first line of stdin;
 // with -b (batch, as mosquitto_passwd -b) it is the third argument, which other users of the
 // machine can see in the process list. The file is written to a temporary file with mode 0600,
 // synced, and renamed over the old one, so a reader never sees half a file.
 import { closeSync, fsyncSync, openSync, readFileSync, renameSync, unlinkSync, writeSync } from 'node:fs';
 import { dirname } from 'node:path';
-import { hashPassword, parsePasswordFile, upsertUser, usernameProblem } from './password-file.js';
+import { hashPassword, parsePasswordFile, scramPassword, upsertUser, usernameProblem } from './password-file.js';
 
-export const PASSWD_USAGE = `Usage: raftmq passwd FILE USER            (password from a prompt, or the first line of stdin)
-       raftmq passwd -b FILE USER PASSWORD  (batch: the password is visible in the process list)
-Adds USER to FILE, or replaces its password. FILE is created with mode 0600 if missing.`;
+export const PASSWD_USAGE = `Usage: raftmq passwd [--scram] FILE USER            (password from a prompt, or the first line of stdin)
+       raftmq passwd [--scram] -b FILE USER PASSWORD  (batch: the password is visible in the process list)
+Adds USER to FILE, or replaces its password. FILE is created with mode 0600 if missing.
+--scram stores a SCRAM-SHA-256 credential (for MQTT 5 enhanced authentication and plain passwords)
+instead of a scrypt hash (plain passwords only).`;
 
 export interface PasswdIo {
   stdin: NodeJS.ReadStream;
@@ -19,9 +22,13 @@ export interface PasswdIo {
 
 /** Runs the subcommand; resolves with the exit code (0 done, 1 I/O failure, 2 usage or bad input). */
 export async function runPasswd(args: readonly string[], io: PasswdIo): Promise<number> {
-  const batch = args[0] === '-b';
-  const rest = batch ? args.slice(1) : args;
-  if (rest.length !== (batch ? 3 : 2) || rest.some((a) => a.startsWith('-'))) {
+  let flags = 0;
+  while (flags < args.length && (args[flags] === '-b' || args[flags] === '--scram')) flags++;
+  const given = args.slice(0, flags);
+  const batch = given.includes('-b');
+  const scram = given.includes('--scram');
+  const rest = args.slice(flags);
+  if (new Set(given).size !== given.length || rest.length !== (batch ? 3 : 2) || rest.some((a) => a.startsWith('-'))) {
     io.stderr.write(`${PASSWD_USAGE}\n`);
     return 2;
   }
@@ -57,7 +64,7 @@ export async function runPasswd(args: readonly string[], io: PasswdIo): Promise<
     return 2;
   }
   try {
-    writeAtomically(file, upsertUser(old, user, hashPassword(password)));
+    writeAtomically(file, upsertUser(old, user, scram ? scramPassword(password) : hashPassword(password)));
   } catch (err) {
     io.stderr.write(`raftmq passwd: cannot write ${file}: ${(err as Error).message}\n`);
     return 1;

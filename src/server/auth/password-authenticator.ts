@@ -1,11 +1,14 @@
 // The Authenticator (src/server/authenticator.ts) over a password file, with anonymous access
-// decided by --allow-anonymous and failed attempts throttled per address and username.
+// decided by --allow-anonymous and failed attempts throttled per address and username. It is also
+// the credential store of SCRAM-SHA-256 enhanced authentication: the file's SCRAM lines, re-read
+// with the rest of the file.
 import { readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { CONFIG_ERROR, ConfigError } from '../../errors.js';
 import type { ConnectPacket } from '../../protocol/packets.js';
 import { RC } from '../../protocol/reason-codes.js';
 import type { Authenticator, AuthResult } from '../authenticator.js';
+import type { ScramCredential, ScramCredentialStore } from '../scram.js';
 import type { Transport } from '../transport.js';
 import { AuthThrottle } from './auth-throttle.js';
 import { type PasswordHash, parsePasswordFile, verifyPassword } from './password-file.js';
@@ -33,7 +36,7 @@ export interface AuthCounters {
   event(kind: string, fields?: Record<string, unknown>): void;
 }
 
-export class PasswordFileAuthenticator implements Authenticator {
+export class PasswordFileAuthenticator implements Authenticator, ScramCredentialStore {
   readonly throttle = new AuthThrottle();
   private users: Map<string, PasswordHash>;
 
@@ -48,6 +51,13 @@ export class PasswordFileAuthenticator implements Authenticator {
 
   get userCount(): number {
     return this.users.size;
+  }
+
+  /** Users with a SCRAM line; a user with only a scrypt hash is unknown to SCRAM, and the method
+   * then fails its proof exactly as for a wrong password. */
+  lookup(user: string): ScramCredential | undefined {
+    const h = this.users.get(user);
+    return h?.k === 'scram' ? h.scram : undefined;
   }
 
   /** Re-reads the file (SIGHUP); on a problem the old users stay and the error is thrown. */
