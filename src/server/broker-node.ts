@@ -173,6 +173,9 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
   private tickDeadline: number | undefined;
   private readonly tickBound = (): void => this.onTick();
   private paused = false;
+  /** Sockets accepted by a listener and still in their PROXY header, TLS handshake or WebSocket
+   * upgrade: they count toward max-pending-connections from accept. */
+  private handshaking = 0;
   /** Connections of this period admitted past CONNECT (max-connections counts these). */
   private readonly admitted = new Set<ConnId>();
   private readonly connectRate: ConnectRateLimiter;
@@ -381,7 +384,8 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     return {
       connections: this.conns.size,
       connected: this.admitted.size,
-      pending: this.conns.size - this.admitted.size,
+      pending: this.pendingCount(),
+      handshaking: this.handshaking,
       connectRateTable: this.connectRate.table.size,
       connectRateTableMax: this.connectRate.table.max,
       ...this.opts.gauges?.(),
@@ -495,8 +499,11 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
   private startListening(): void {
     if (this.listeners !== null) return;
     const gen = ++this.listenGen;
-    const maxPacket = this.opts.maxPacketSize;
-    const listeners = this.specs.map((spec) => new Listener(spec, this, this.opts.tls ?? null, maxPacket));
+    const limits = {
+      maxPacketSize: this.opts.maxPacketSize,
+      handshakeTimeoutMs: this.limits.connectTimeoutMs,
+    };
+    const listeners = this.specs.map((spec) => new Listener(spec, this, this.opts.tls ?? null, limits));
     this.listeners = listeners;
     const bound = listeners.map((l, i) =>
       l.listen(this.boundPorts[i] || l.spec.port).then((port) => {
@@ -523,14 +530,30 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     );
   }
 
+  /** Sockets not yet past CONNECT: in a handshake, or connections awaiting or in authentication. */
+  private pendingCount(): number {
+    return this.handshaking + this.conns.size - this.admitted.size;
+  }
+
+  /** Sockets that have not sent CONNECT cost memory and a timer each, and a TLS handshake costs
+   * CPU: the bound counts them from accept, so a flood of handshakes is refused at accept too. */
+  admitSocket(): boolean {
+    if (this.pendingCount() >= this.limits.maxPendingConnections) {
+      this.event('limit-pending-connections', { pending: this.pendingCount() });
+      return false;
+    }
+    this.handshaking++;
+    return true;
+  }
+
+  handshakeEnded(): void {
+    this.handshaking--;
+  }
+
+  /** A socket past its handshake; its slot of the pending bound was released just before, and its
+   * connection takes it. */
   accept(stream: ByteStream, transport: Transport): void {
     if (!this.log.serving || this.halted || this.stopped) {
-      stream.destroy();
-      return;
-    }
-    if (this.conns.size - this.admitted.size >= this.limits.maxPendingConnections) {
-      // Sockets that have not sent CONNECT cost memory and a timer each: refused at accept.
-      this.event('limit-pending-connections', { pending: this.conns.size - this.admitted.size });
       stream.destroy();
       return;
     }

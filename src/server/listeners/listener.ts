@@ -14,6 +14,13 @@ import { WsByteStream } from './ws-stream.js';
 
 /** What a listener needs from the node. */
 export interface ListenerHost {
+  /** A socket was just accepted: false when the bound on sockets not yet past CONNECT is reached
+   * (the host counts the refusal), else the socket holds a slot of that bound from now on, through
+   * its PROXY header, TLS handshake and WebSocket upgrade, until handshakeEnded(). */
+  admitSocket(): boolean;
+  /** The socket's slot is released: it closed during its handshake, or it is about to be given to
+   * accept(), where its connection takes the slot until CONNECT. */
+  handshakeEnded(): void;
   accept(stream: ByteStream, transport: Transport): void;
   /** A connection refused before MQTT (TLS handshake, PROXY header, WebSocket upgrade): counted
    * under `key` and logged at most once per window per key. */
@@ -27,12 +34,21 @@ const HTTP_HEADERS_TIMEOUT_MS = 10_000;
 /** WebSocket subprotocols, preferred first [MQTT-6.0.0-3/4]; mqttv3.1 for older clients. */
 const WS_SUBPROTOCOLS = ['mqtt', 'mqttv3.1'] as const;
 
+export interface ListenerLimits {
+  maxPacketSize: number;
+  /** A TLS handshake not done within this time is abandoned (the CONNECT timeout). */
+  handshakeTimeoutMs: number;
+}
+
 export class Listener {
   readonly spec: ListenerSpec;
   private readonly host: ListenerHost;
   private readonly tls: TlsMaterial | null;
   private readonly raw: NetServer;
   private readonly sockets = new Set<Socket>();
+  /** Sockets still in their handshake (holding a pending slot of the host), by "address|port";
+   * a TLS socket shares its TCP socket's peer, which finds the slot again at hand-over. */
+  private readonly handshaking = new Map<string, Socket>();
   /** PROXY sources by the real peer's "address|port", for sockets handed to a TLS/HTTP server. */
   private readonly sources = new Map<string, ProxySource>();
   private readonly tlsServer: TlsServer | null = null;
@@ -40,9 +56,10 @@ export class Listener {
   private readonly wss: WebSocketServer | null = null;
   private unsubscribe: (() => void) | null = null;
 
-  constructor(spec: ListenerSpec, host: ListenerHost, tls: TlsMaterial | null, maxPacketSize: number) {
+  constructor(spec: ListenerSpec, host: ListenerHost, tls: TlsMaterial | null, limits: ListenerLimits) {
     this.spec = spec;
     this.host = host;
+    const handshakeTimeout = limits.handshakeTimeoutMs;
     if (isTlsKind(spec.kind) && tls === null) throw new Error(`${spec.kind} listener without TLS material`);
     this.tls = tls;
     this.raw = createNetServer({ noDelay: true, pauseOnConnect: spec.proxy !== null }, (s) => this.onRaw(s));
@@ -50,14 +67,19 @@ export class Listener {
       case 'mqtt':
         break;
       case 'mqtts':
-        this.tlsServer = createTlsServer((tls as TlsMaterial).serverOptions(), (s) => this.onSecure(s));
+        this.tlsServer = createTlsServer({ ...(tls as TlsMaterial).serverOptions(), handshakeTimeout }, (s) => this.onSecure(s));
         break;
       case 'ws':
         this.httpServer = createHttpServer({ headersTimeout: HTTP_HEADERS_TIMEOUT_MS, requestTimeout: HTTP_HEADERS_TIMEOUT_MS }, notWebSocket);
         break;
       case 'wss':
         this.httpServer = createHttpsServer(
-          { ...(tls as TlsMaterial).serverOptions(), headersTimeout: HTTP_HEADERS_TIMEOUT_MS, requestTimeout: HTTP_HEADERS_TIMEOUT_MS },
+          {
+            ...(tls as TlsMaterial).serverOptions(),
+            handshakeTimeout,
+            headersTimeout: HTTP_HEADERS_TIMEOUT_MS,
+            requestTimeout: HTTP_HEADERS_TIMEOUT_MS,
+          },
           notWebSocket,
         );
         break;
@@ -68,14 +90,19 @@ export class Listener {
     }
     const secure = (this.tlsServer ?? this.httpServer) as TlsServer | null;
     if (tls !== null && secure !== null && isTlsKind(spec.kind)) {
-      secure.on('tlsClientError', (err: Error & { code?: string }, s: TLSSocket) => this.onTlsError(err, s));
+      // node:tls leaves a socket whose handshake timed out open once 'tlsClientError' has a
+      // listener; it would hold its pending slot until the peer leaves.
+      secure.on('tlsClientError', (err: Error & { code?: string }, s: TLSSocket) => {
+        this.onTlsError(err, s);
+        s.destroy();
+      });
       this.unsubscribe = tls.subscribe((opts) => secure.setSecureContext(opts));
     }
     if (this.httpServer !== null) {
       // Twice the packet bound: a frame may carry several packets, and the decoder bounds each.
       this.wss = new WebSocketServer({
         noServer: true,
-        maxPayload: 2 * maxPacketSize,
+        maxPayload: 2 * limits.maxPacketSize,
         perMessageDeflate: false,
         clientTracking: false,
         handleProtocols: (offered) => WS_SUBPROTOCOLS.find((p) => offered.has(p)) ?? false,
@@ -117,10 +144,20 @@ export class Listener {
   // ---- accepting ----
 
   private onRaw(socket: Socket): void {
+    if (!this.host.admitSocket()) {
+      socket.destroy();
+      return;
+    }
+    const key = peerKey(socket);
+    this.handshaking.set(key, socket);
     this.sockets.add(socket);
     socket.once('close', () => {
       this.sockets.delete(socket);
-      this.sources.delete(peerKey(socket));
+      this.sources.delete(key);
+      if (this.handshaking.get(key) === socket) {
+        this.handshaking.delete(key);
+        this.host.handshakeEnded();
+      }
     });
     if (this.spec.proxy === null) this.dispatch(socket, null);
     else this.readProxy(socket, this.spec.proxy);
@@ -180,7 +217,7 @@ export class Listener {
         // Resumed before the connection attaches its reader: bytes put back flow to it on the
         // next tick, and the connection may pause again at once.
         if (this.spec.proxy !== null) socket.resume();
-        this.host.accept(socket, this.transport(socket, null));
+        this.handOver(socket, this.transport(socket, null), socket);
         return;
       case 'mqtts':
         this.tlsServer?.emit('connection', socket);
@@ -243,7 +280,14 @@ export class Listener {
       s.destroy();
       return;
     }
-    this.host.accept(s, this.transport(s, peer.id));
+    this.handOver(s, this.transport(s, peer.id), s);
+  }
+
+  /** The handshake is done: the socket's slot passes to the connection that accept() makes. */
+  private handOver(stream: ByteStream, transport: Transport, peer: Socket): void {
+    const key = peerKey(peer);
+    if (this.handshaking.delete(key)) this.host.handshakeEnded();
+    this.host.accept(stream, transport);
   }
 
   // ---- WebSocket ----
@@ -271,7 +315,7 @@ export class Listener {
       certId = peer.id;
     }
     const transport = this.transport(socket, certId);
-    this.wss?.handleUpgrade(req, socket, head, (ws) => this.host.accept(new WsByteStream(ws), transport));
+    this.wss?.handleUpgrade(req, socket, head, (ws) => this.handOver(new WsByteStream(ws), transport, socket));
   }
 }
 
