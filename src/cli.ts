@@ -83,6 +83,7 @@ export function nodeOptions(config: Config, logger: pino.Logger, tls: TlsMateria
     maxPacketSize: config['max-packet-size'],
     maxQueuedMessages: config['max-queued-messages'],
     maxQueuedBytes: config['max-queued-bytes'],
+    maxWriteBufferBytes: config['max-write-buffer-bytes'],
     maxInflight: config['max-inflight'],
     receiveMaximum: config['receive-maximum'],
     maxKeepalive: config['max-keepalive'],

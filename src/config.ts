@@ -83,6 +83,13 @@ export const SCHEMA = {
     max: 2 ** 40,
     help: 'queued topic and payload bytes per session',
   },
+  'max-write-buffer-bytes': {
+    kind: 'size',
+    default: 1 * MiB,
+    min: 16 * 1024,
+    max: 2 ** 30,
+    help: "output waiting for one connection's socket above which QoS 0 deliveries to it are dropped (counted as qos0-dropped-slow-consumer) and reading from it pauses until its output drains",
+  },
   'max-inflight': {
     kind: 'int',
     default: 32,

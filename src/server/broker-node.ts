@@ -14,7 +14,7 @@ import { type EnhancedAuthMethod, methodTable } from './enhanced-auth.js';
 import { type ListenerSpec, listenerUrl } from './listeners/listen-url.js';
 import { Listener, type ListenerHost } from './listeners/listener.js';
 import type { TlsMaterial } from './listeners/tls-material.js';
-import { ConnectRateLimiter, DEFAULT_NODE_LIMITS, type NodeLimits } from './limits.js';
+import { ConnectRateLimiter, DEFAULT_NODE_LIMITS, type NodeLimits, WRITE_BUFFER_BYTES_DEFAULT } from './limits.js';
 import { type ConnackLimits, toWire } from './outbound.js';
 import { RateLimitedLog } from './rate-limited-log.js';
 import type { ByteStream, Transport } from './transport.js';
@@ -30,6 +30,8 @@ export interface NodeOptions {
   maxPacketSize: number;
   maxQueuedMessages: number;
   maxQueuedBytes: number;
+  /** Output bytes waiting per connection (--max-write-buffer-bytes); absent: 1 MiB. */
+  maxWriteBufferBytes?: number;
   maxInflight: number;
   receiveMaximum: number;
   maxKeepalive: number;
@@ -96,6 +98,7 @@ function eventLevel(kind: string): 'info' | 'warn' | 'error' {
     case 'too-large':
     case 'will-dropped':
     case 'qos0-dropped-slow-consumer':
+    case 'reads-paused-slow-consumer':
     case 'stale-deadline':
     case 'reads-paused':
     case 'acl-denied':
@@ -206,7 +209,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
       topicAliasMaximum: opts.topicAliasMaximum,
       maxQos: opts.maxQos,
       retainAvailable: opts.retainAvailable,
-      maxWriteBufferBytes: opts.maxQueuedBytes,
+      maxWriteBufferBytes: opts.maxWriteBufferBytes ?? WRITE_BUFFER_BYTES_DEFAULT,
     };
   }
 
@@ -502,6 +505,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     const limits = {
       maxPacketSize: this.opts.maxPacketSize,
       handshakeTimeoutMs: this.limits.connectTimeoutMs,
+      maxWriteBufferBytes: this.limits.maxWriteBufferBytes,
     };
     const listeners = this.specs.map((spec) => new Listener(spec, this, this.opts.tls ?? null, limits));
     this.listeners = listeners;

@@ -37,7 +37,8 @@ export interface ConnectionLimits extends NodeLimits {
   topicAliasMaximum: number;
   maxQos: 0 | 1 | 2;
   retainAvailable: boolean;
-  /** Bytes waiting in the socket above which QoS 0 deliveries to it are dropped (slow consumer). */
+  /** Output waiting for the socket above which QoS 0 deliveries to it are dropped and reading from
+   * it pauses until the output drains (slow consumer; --max-write-buffer-bytes). */
   maxWriteBufferBytes: number;
 }
 
@@ -109,6 +110,8 @@ export class Connection {
   private out: Buffer[] = [];
   private outBytes = 0;
   private dirty = false;
+  /** The socket holds more than maxWriteBufferBytes of output: reading waits for its 'drain'. */
+  private outputFull = false;
   private keepAliveMs = 0;
   private lastRxMs = 0;
   private timer: NodeJS.Timeout | null = null;
@@ -156,6 +159,7 @@ export class Connection {
     socket.on('data', (chunk: Buffer) => this.onData(chunk));
     socket.on('error', (err: Error) => this.onSocketError(err));
     socket.on('close', () => this.onSocketClose());
+    socket.on('drain', () => this.onDrain());
     this.lastRxMs = performance.now();
     this.armTimer(l.connectTimeoutMs);
     if (host.readsPaused) socket.pause();
@@ -734,7 +738,7 @@ export class Connection {
         this.sendOut(p);
         return;
       case 'publish':
-        if (p.qos === 0 && this.socket.writableLength > this.host.limits.maxWriteBufferBytes) {
+        if (p.qos === 0 && this.socket.writableLength + this.outBytes > this.host.limits.maxWriteBufferBytes) {
           this.host.event('qos0-dropped-slow-consumer', { conn: this.id });
           return;
         }
@@ -825,7 +829,19 @@ export class Connection {
     const buf = this.out.length === 1 ? (this.out[0] as Buffer) : Buffer.concat(this.out, this.outBytes);
     this.out = [];
     this.outBytes = 0;
-    if (!this.socket.destroyed) this.socket.write(buf);
+    if (this.socket.destroyed || this.socket.write(buf) || this.outputFull) return;
+    if (this.socket.writableLength > this.host.limits.maxWriteBufferBytes) {
+      // A client that publishes but does not read must not grow our memory: its own input waits.
+      this.outputFull = true;
+      this.socket.pause();
+      this.host.event('reads-paused-slow-consumer', { conn: this.id, bytes: this.socket.writableLength });
+    }
+  }
+
+  private onDrain(): void {
+    if (!this.outputFull) return;
+    this.outputFull = false;
+    if (this.isReading() && !this.host.readsPaused) this.socket.resume();
   }
 
   private closeNow(reason: number): void {
@@ -844,7 +860,7 @@ export class Connection {
   // ---- reading, timers, socket events ----
 
   private isReading(): boolean {
-    return this.phase !== 'closing' && this.phase !== 'closed' && this.phase !== 'authenticating';
+    return this.phase !== 'closing' && this.phase !== 'closed' && this.phase !== 'authenticating' && !this.outputFull;
   }
 
   setReadsPaused(paused: boolean): void {

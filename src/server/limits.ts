@@ -32,6 +32,10 @@ export const DEFAULT_NODE_LIMITS: NodeLimits = {
   connectRatePerAddress: 0,
 };
 
+/** --max-write-buffer-bytes: output waiting for one socket above which its QoS 0 deliveries are
+ * dropped and reading from it pauses. */
+export const WRITE_BUFFER_BYTES_DEFAULT = 1024 * 1024;
+
 /** Entries of each per-address or per-username table (connect rate, failed-login backoff). The
  * least recently touched entry is evicted beyond it, so memory stays flat under any storm. */
 export const RATE_TABLE_ENTRIES_MAX = 10_000;

@@ -8,10 +8,13 @@ export interface ByteStream {
   on(event: 'data', listener: (chunk: Buffer) => void): unknown;
   on(event: 'error', listener: (err: Error) => void): unknown;
   on(event: 'close', listener: () => void): unknown;
+  /** After a write() that returned false: the output has drained and writing may go on. */
+  on(event: 'drain', listener: () => void): unknown;
   pause(): unknown;
   resume(): unknown;
-  /** One call per event-loop turn (for WebSocket: one binary frame). */
-  write(buf: Buffer): unknown;
+  /** One call per event-loop turn (for WebSocket: one binary frame). False: the output is over its
+   * bound, and 'drain' follows once it is written out. */
+  write(buf: Buffer): boolean;
   end(): unknown;
   destroy(): unknown;
   readonly destroyed: boolean;

@@ -38,6 +38,8 @@ export interface ListenerLimits {
   maxPacketSize: number;
   /** A TLS handshake not done within this time is abandoned (the CONNECT timeout). */
   handshakeTimeoutMs: number;
+  /** A WebSocket's outbound bytes above which it reports backpressure (--max-write-buffer-bytes). */
+  maxWriteBufferBytes: number;
 }
 
 export class Listener {
@@ -46,6 +48,7 @@ export class Listener {
   private readonly tls: TlsMaterial | null;
   private readonly raw: NetServer;
   private readonly sockets = new Set<Socket>();
+  private readonly limits: ListenerLimits;
   /** Sockets still in their handshake (holding a pending slot of the host), by "address|port";
    * a TLS socket shares its TCP socket's peer, which finds the slot again at hand-over. */
   private readonly handshaking = new Map<string, Socket>();
@@ -59,6 +62,7 @@ export class Listener {
   constructor(spec: ListenerSpec, host: ListenerHost, tls: TlsMaterial | null, limits: ListenerLimits) {
     this.spec = spec;
     this.host = host;
+    this.limits = limits;
     const handshakeTimeout = limits.handshakeTimeoutMs;
     if (isTlsKind(spec.kind) && tls === null) throw new Error(`${spec.kind} listener without TLS material`);
     this.tls = tls;
@@ -315,7 +319,8 @@ export class Listener {
       certId = peer.id;
     }
     const transport = this.transport(socket, certId);
-    this.wss?.handleUpgrade(req, socket, head, (ws) => this.handOver(new WsByteStream(ws), transport, socket));
+    const full = this.limits.maxWriteBufferBytes;
+    this.wss?.handleUpgrade(req, socket, head, (ws) => this.handOver(new WsByteStream(ws, full), transport, socket));
   }
 }
 

@@ -1,13 +1,13 @@
 // A WebSocket as a ByteStream: MQTT bytes travel in binary frames [MQTT-6.0.0-1], one frame per
-// write (the connection writes once per event-loop turn), and reading pauses while the socket's
-// outbound buffer is above a bound, so a peer that does not read cannot make us buffer without end.
+// write (the connection writes once per event-loop turn). Like a net.Socket, write() returns false
+// while the outbound buffer is above a bound and 'drain' follows when it is low again; the
+// connection then pauses reading, so a peer that does not read cannot make us buffer without end.
 import { EventEmitter } from 'node:events';
 import type WebSocket from 'ws';
 import type { ByteStream } from '../transport.js';
 
-/** Outbound bytes above which reading from the peer pauses, and below which it resumes. */
-export const WS_PAUSE_ABOVE_BYTES = 1024 * 1024;
-export const WS_RESUME_BELOW_BYTES = 256 * 1024;
+/** 'drain' comes when the outbound buffer is below this fraction of its bound. */
+const DRAIN_BELOW_FRACTION = 4;
 /** Close codes (RFC 6455 §7.4.1). */
 const WS_CLOSE_NORMAL = 1000;
 const WS_CLOSE_UNSUPPORTED_DATA = 1003;
@@ -16,12 +16,15 @@ export class WsByteStream extends EventEmitter implements ByteStream {
   private readonly ws: WebSocket;
   /** Paused by the connection (log over its bound, closing, authenticating). */
   private userPaused = false;
-  /** Paused because our outbound buffer to this peer is high. */
+  /** Our outbound buffer to this peer went over the bound; 'drain' is owed. */
   private backpressured = false;
   private gone = false;
   private readonly onSentBound = (): void => this.onSent();
 
-  constructor(ws: WebSocket) {
+  constructor(
+    ws: WebSocket,
+    private readonly fullAboveBytes: number,
+  ) {
     super();
     this.ws = ws;
     ws.binaryType = 'nodebuffer';
@@ -54,17 +57,14 @@ export class WsByteStream extends EventEmitter implements ByteStream {
   write(buf: Buffer): boolean {
     if (this.ws.readyState !== this.ws.OPEN) return false;
     this.ws.send(buf, { binary: true }, this.onSentBound);
-    if (!this.backpressured && this.ws.bufferedAmount > WS_PAUSE_ABOVE_BYTES) {
-      this.backpressured = true;
-      this.apply();
-    }
-    return true;
+    if (this.ws.bufferedAmount > this.fullAboveBytes) this.backpressured = true;
+    return !this.backpressured;
   }
 
   private onSent(): void {
-    if (this.backpressured && this.ws.bufferedAmount < WS_RESUME_BELOW_BYTES) {
+    if (this.backpressured && this.ws.bufferedAmount < this.fullAboveBytes / DRAIN_BELOW_FRACTION) {
       this.backpressured = false;
-      this.apply();
+      this.emit('drain');
     }
   }
 
@@ -82,7 +82,7 @@ export class WsByteStream extends EventEmitter implements ByteStream {
 
   private apply(): void {
     if (this.ws.readyState !== this.ws.OPEN) return;
-    if (this.userPaused || this.backpressured) this.ws.pause();
+    if (this.userPaused) this.ws.pause();
     else this.ws.resume();
   }
 
@@ -90,7 +90,6 @@ export class WsByteStream extends EventEmitter implements ByteStream {
     // The closing handshake needs the peer's close frame read, even if the connection paused
     // reading; the connection ignores any data that still arrives.
     this.userPaused = false;
-    this.backpressured = false;
     this.apply();
     if (this.ws.readyState === this.ws.OPEN || this.ws.readyState === this.ws.CONNECTING) this.ws.close(WS_CLOSE_NORMAL);
     return this;
