@@ -72,6 +72,25 @@ describe('node limits', { timeout: 60_000 }, () => {
       c.send({ type: 'publish', topic: 'a/b/c/d', payload: new Uint8Array(0), qos: 0, retain: false, dup: false, props: {} });
       assert.equal((await c.waitFor('disconnect')).code, RC.TOPIC_NAME_INVALID);
       await c.waitClosed();
+      // Both are a limit, counted as one, and neither is a protocol error.
+      assert.equal(counter(node, 'limit-topic'), 2);
+      assert.equal(counter(node, 'protocol-error:topic-name-invalid'), 0);
+    });
+  });
+
+  it('refuses a will topic over max-topic-length with CONNACK 0x90 and counts it as limit-topic', async () => {
+    await withNode({ maxTopicLength: 8 }, async (node) => {
+      const will = { topic: 'wills/too/long', payload: new Uint8Array(0), qos: 0 as const, retain: false, props: {} };
+      const v5 = await RawClient.open(node.port, 5);
+      v5.send(connectPacket({ level: 5, clientId: 'w5', will }));
+      assert.equal((await v5.waitFor('connack')).code, RC.TOPIC_NAME_INVALID);
+      await v5.waitClosed();
+      const short = await RawClient.open(node.port, 5);
+      short.send(connectPacket({ level: 5, clientId: 'w-ok', will: { ...will, topic: 'wills/ok' } }));
+      assert.equal((await short.waitFor('connack')).code, RC.SUCCESS);
+      assert.equal(counter(node, 'limit-topic'), 1);
+      assert.equal(counter(node, 'protocol-error:topic-name-invalid'), 0);
+      short.destroy();
     });
   });
 

@@ -334,7 +334,7 @@ export class Connection {
     if (c.will !== null) {
       if (c.will.qos > l.maxQos) return RC.QOS_NOT_SUPPORTED; // [MQTT-3.2.2-12]
       if (c.will.retain && !l.retainAvailable) return RC.RETAIN_NOT_SUPPORTED; // [MQTT-3.2.2-13]
-      if (validateTopicName(c.will.topic) !== null) return RC.TOPIC_NAME_INVALID;
+      if (validateTopicName(c.will.topic) !== null || !this.topicWithinLimits(c.will.topic)) return RC.TOPIC_NAME_INVALID;
     }
     return null;
   }
@@ -540,9 +540,13 @@ export class Connection {
         this.aliases.set(alias, topic);
       }
     }
-    const invalid = validateTopicName(topic) ?? topicLimitProblem(topic, this.host.limits);
+    const invalid = validateTopicName(topic);
     if (invalid !== null) {
       this.fail(RC.TOPIC_NAME_INVALID, 'topic-name-invalid', invalid);
+      return null;
+    }
+    if (!this.topicWithinLimits(topic)) {
+      this.beginClose(RC.TOPIC_NAME_INVALID);
       return null;
     }
     return topic;
@@ -575,7 +579,7 @@ export class Connection {
         this.fail(RC.PROTOCOL_ERROR, 'shared-no-local', sub.filter);
         return;
       }
-      if (validateTopicFilter(sub.filter) === null && this.filterWithinLimits(sub.filter)) valid.push(sub);
+      if (validateTopicFilter(sub.filter) === null && this.topicWithinLimits(sub.filter)) valid.push(sub);
       else {
         codes ??= new Array<number>(s.subs.length).fill(-1);
         codes[i] = RC.TOPIC_FILTER_INVALID;
@@ -594,8 +598,10 @@ export class Connection {
     this.propose(cmd);
   }
 
-  private filterWithinLimits(filter: string): boolean {
-    const problem = topicLimitProblem(filter, this.host.limits);
+  /** A topic name or filter over --max-topic-levels or --max-topic-length is a limit, counted as
+   * such (`limit-topic`), not a protocol error; the caller refuses it with its reason code. */
+  private topicWithinLimits(topic: string): boolean {
+    const problem = topicLimitProblem(topic, this.host.limits);
     if (problem === null) return true;
     this.host.event('limit-topic', { conn: this.id, problem });
     return false;
