@@ -311,11 +311,11 @@ export class RaftCore {
     return this.handler.role === 'leader' ? this.leaseEnd : 0;
   }
 
-  /** Cluster ms at monotonic `monotonic`: on the leader, its steered clock (never below the log's
+  /** Cluster ms (whole) at monotonic `monotonic`: on the leader, its steered clock (never below the log's
    * last time); elsewhere, the time of the last entry in the log. */
   clusterTime(monotonic: number): number {
     if (this.handler.role !== 'leader') return this.log.lastTime();
-    return Math.max(this.log.lastTime(), this.clock.read(monotonic));
+    return Math.max(this.log.lastTime(), Math.floor(this.clock.read(monotonic)));
   }
 
   /** Voters whose wall clock the leader excluded at its latest estimate (empty unless leading). */
