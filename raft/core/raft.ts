@@ -495,7 +495,7 @@ export class RaftCore {
    * holds the whole log (DESIGN.md: /health `redundant`). */
   isRedundant(): boolean {
     if (this.handler.role !== 'leader' || this.config.length !== this.nodes.length) return false;
-    if (this.log.termAt(this.log.commit) !== this.term) return false;
+    if (this.log.termAt(this.log.commit) !== this.term || (this.configIndexes.at(-1) ?? 0) > this.log.commit) return false;
     for (const m of this.config) {
       if (m.node === this.id) continue;
       const pr = this.progress.get(key(m.node, m.inc));
@@ -1151,7 +1151,9 @@ export class RaftCore {
     this.term = 1;
     this.vote = this.id;
     this.voteInc = this.incarnation;
-    this.appendOwn([{ index: 1, term: 1, time: Math.max(0, Math.floor(this.wall)), data: null, config }]);
+    // No clock samples yet: cluster time starts at 0 and jumps forward once two clocks agree
+    // (DESIGN.md "Cluster time"), never trusting this node's wall clock alone.
+    this.appendOwn([{ index: 1, term: 1, time: 0, data: null, config }]);
     this.becomeLeader();
   }
 
