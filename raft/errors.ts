@@ -7,6 +7,10 @@ export const RaftErrorCodes = {
   RAFT_BAD_MESSAGE: 'malformed raft message',
   /** A message names a sender or receiver that is not a voter of this node's configuration. */
   RAFT_UNKNOWN_PEER: 'raft message from or to an unknown node',
+  /** A message from another cluster or epoch (DESIGN.md "Identity"); it changed nothing. */
+  RAFT_FOREIGN_MESSAGE: 'raft message from another cluster or epoch',
+  /** A message meant for another incarnation of this node id; it changed nothing. */
+  RAFT_OTHER_MEMBER: 'raft message for another incarnation',
   /** propose() on a node that is not the leader. */
   RAFT_NOT_LEADER: 'not the raft leader',
   /** propose() would take the uncommitted tail of the log over its bound. */

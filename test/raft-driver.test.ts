@@ -3,6 +3,7 @@
 import assert from 'node:assert/strict';
 import { afterEach, describe, test } from 'node:test';
 import type { LogEntry, Message } from '../raft/core/messages.js';
+import { staticEnvelope } from '../raft/core/test-cluster.js';
 import { type DriverLogger, RaftDriver } from '../raft/driver/driver.js';
 import { frameOf, LOOPBACK, RawPeer, settle, waitFor } from '../raft/transport/transport-harness.js';
 import { Transport } from '../raft/transport/transport.js';
@@ -237,7 +238,7 @@ describe('RaftDriver over loopback TCP', { timeout: 60_000 }, () => {
     raws.push(r);
     r.write(frameOf(RawPeer.hello(2)));
     await waitFor('the inbound link from node 2', () => h.logger.lines.some((l) => l.msg === 'peer link up' && l.fields.peer === 2), 5_000);
-    r.write(frameOf({ type: 'heartbeat', from: 3, to: 1, term: 7, commit: 0, sentAt: 0 }));
+    r.write(frameOf({ ...staticEnvelope, type: 'heartbeat', from: 3, to: 1, term: 7, commit: 0, sentAt: 0 }));
     await waitFor('the drop to be logged', () => h.logger.lines.some((l) => l.fields.kind === 'sender-mismatch'), 5_000);
     assert.equal(h.driver.currentTerm, 0, 'the impostor heartbeat did not move our term');
     assert.equal(h.driver.lastContact(3), undefined);

@@ -1,7 +1,8 @@
 /** Raft messages and log entries. Every message carries the sender's term (§5.1: a node that sees a
- * higher term adopts it; a lower one marks the message stale). The envelope is where part 3 adds
- * cluster id, epoch and the sender's member (node id + incarnation): every handler reads the
- * envelope through `from` and `term` only, so the added fields are checked in one place. */
+ * higher term adopts it; a lower one marks the message stale), and the identity of DESIGN.md
+ * "Identity": cluster id, epoch, the sender's member and the member it is meant for. RaftCore.step
+ * checks the identity in one place before any handler runs. */
+import type { Configuration, Membership } from './membership.js';
 
 /** One log entry. `data` is null for the empty entry a new leader appends in its own term (§5.4.2,
  * §8); the application skips it. Entries are immutable once created: logs and messages share them.
@@ -12,13 +13,28 @@ export interface LogEntry {
   readonly term: number;
   readonly time: number;
   readonly data: Uint8Array | null;
+  /** Set on a configuration entry (data null): the voters from this index on, committed or not
+   * (DESIGN.md "Configuration"). */
+  readonly config?: Configuration;
 }
 
 export interface Envelope {
   readonly from: number;
   readonly to: number;
   readonly term: number;
+  readonly cluster: string;
+  /** The sender's epoch (generation and id); 0 and '' before it has one. */
+  readonly epoch: number;
+  readonly epochId: string;
+  /** The sender's incarnation. */
+  readonly fromInc: string;
+  /** The incarnation of `to` this is meant for; '' for anyone (an announcement). A message for
+   * another incarnation of this node id is not this member's business. */
+  readonly toInc: string;
 }
+
+/** The envelope fields the core fills in as it sends. */
+export type Identity = 'cluster' | 'epoch' | 'epochId' | 'fromInc' | 'toInc';
 
 /** Pre-vote (Ongaro's thesis §9.6) asks "would you vote for me at `term`?" without anyone adopting
  * that term; `term` is the candidate's term + 1. */
@@ -104,6 +120,23 @@ export interface TimeoutNow extends Envelope {
   readonly type: 'timeout-now';
 }
 
+/** Sent every E/5 by a node that is not a voter of its own configuration, or has heard no leader
+ * for E: a leader learns a learner to replicate to, the lowest node id learns whether it may
+ * bootstrap (DESIGN.md "Fresh, amnesiac, bootstrap"), and everyone learns whether the cluster can
+ * still elect anyone. */
+export interface Announce extends Envelope {
+  readonly type: 'announce';
+  readonly membership: Membership;
+  /** Digest of the configured node list (--cluster-peers); bootstrap needs all three equal. */
+  readonly peers: string;
+  readonly lastIndex: number;
+  readonly lastTerm: number;
+  /** The sender is a voter of the newest configuration it holds. */
+  readonly voter: boolean;
+  /** The sender judged that no configuration it knows can elect a leader again. */
+  readonly stuck: boolean;
+}
+
 export type Message =
   | PreVoteRequest
   | PreVoteResponse
@@ -113,7 +146,12 @@ export type Message =
   | AppendResponse
   | Heartbeat
   | HeartbeatResponse
-  | TimeoutNow;
+  | TimeoutNow
+  | Announce;
+
+type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
+/** A message as a handler builds it; send() adds the identity. */
+export type Outgoing = DistributiveOmit<Message, Identity>;
 
 export type MessageType = Message['type'];
 export const messageTypes: readonly MessageType[] = [
@@ -126,6 +164,7 @@ export const messageTypes: readonly MessageType[] = [
   'heartbeat',
   'heartbeat-response',
   'timeout-now',
+  'announce',
 ];
 
 export function isVoteRequest(m: Message): m is PreVoteRequest | VoteRequest {

@@ -6,6 +6,12 @@ import { assert } from './assert.js';
 export type ProgressState = 'probe' | 'replicate';
 
 export class Progress {
+  /** The member replicated to (DESIGN.md "Identity"). */
+  readonly node: number;
+  readonly inc: string;
+  /** Listed as a voter by the leader's newest configuration; otherwise a learner, whose acks count
+   * for nothing (no commit, lease, check-quorum or clock sample). */
+  voter: boolean;
   /** Highest index known to be replicated on the follower (§5.3 matchIndex). */
   match = 0;
   /** Index of the next entry to send (§5.3 nextIndex). Invariant: match < next. */
@@ -21,7 +27,10 @@ export class Progress {
    * runs from the newest round a majority answered (DESIGN.md "Leases and votes"). */
   ackedSentAt = Number.NEGATIVE_INFINITY;
 
-  constructor(next: number, now: number) {
+  constructor(node: number, inc: string, voter: boolean, next: number, now: number) {
+    this.node = node;
+    this.inc = inc;
+    this.voter = voter;
     this.next = next;
     this.lastHeardAt = now;
   }

@@ -2,13 +2,16 @@ import { RaftError } from '../errors.js';
 import { assert, assertInteger, unreachable } from './assert.js';
 import { ClusterClock } from './cluster-time.js';
 import { MemoryLog } from './log.js';
+import type { Configuration, Epoch, Member, Membership } from './membership.js';
+import { hasMember, memberOf, noEpoch, quorumOf } from './membership.js';
 import type {
+  Announce,
   Append,
   AppendResponse,
   Heartbeat,
-  HeartbeatResponse,
   LogEntry,
   Message,
+  Outgoing,
   PreVoteRequest,
   PreVoteResponse,
   VoteRequest,
@@ -24,8 +27,10 @@ export type Role = 'follower' | 'pre-candidate' | 'candidate' | 'leader';
 /** Rules broken on purpose, only so tests can prove the simulator's checkers catch a broken core.
  * 'grant-every-vote' ignores votedFor (§5.2: one vote per term); 'commit-old-terms' commits any
  * majority-replicated entry by counting, the bug of the paper's Figure 8 (§5.4.2);
- * 'answer-every-vote' drops the vote-ignoring rule, so elections no longer wait out leases. */
-export type UnsafeRule = 'grant-every-vote' | 'commit-old-terms' | 'answer-every-vote';
+ * 'answer-every-vote' drops the vote-ignoring rule, so elections no longer wait out leases;
+ * 'swap-member' replaces a forgotten member by its new incarnation in one entry (DESIGN.md "Never
+ * swap in one entry"). */
+export type UnsafeRule = 'grant-every-vote' | 'commit-old-terms' | 'answer-every-vote' | 'swap-member';
 
 /** ρ: monotonic clocks keep the real rate within 0.1 % (DESIGN.md "What the cluster guarantees"). */
 export const clockDriftMax = 0.001;
@@ -35,17 +40,47 @@ export const leaseMarginFraction = 0.05;
 /** A leadership transfer that has not completed within this many E is aborted (thesis §3.10). */
 export const transferTimeoutE = 1;
 
+/** Replacing a member that forgot (DESIGN.md): it must have been silent this many E. */
+export const replaceSilentE = 2;
+/** A learner is caught up when it holds the whole log and answered a round sent within this many E. */
+export const caughtUpRoundE = 1;
+/** An announcement older than this many E no longer describes its sender. */
+export const announceStaleE = 4;
+
 /** What survives a restart (as if resumed from a state file); commit and role do not. */
 export interface DurableState {
   readonly term: number;
+  /** Node id voted for in `term`; 0: none. */
   readonly vote: number;
+  /** Incarnation of the member voted for (DESIGN.md "Identity": one vote per term per member). */
+  readonly voteInc?: string;
   readonly entries: readonly LogEntry[];
+  /** The configuration before entry 1 (a static one, or a snapshot's); null: none. */
+  readonly baseConfig?: Configuration | null;
+}
+
+export interface HardState {
+  readonly term: number;
+  readonly vote: number;
+  readonly voteInc: string;
 }
 
 export interface RaftOptions {
   readonly id: number;
-  /** Every voter, this node included. */
-  readonly voters: readonly number[];
+  /** A static first configuration: these node ids are voters, each with incarnation '0', as if
+   * bootstrapped out of band (unit tests, scenario scripts). Without it the node starts with no
+   * configuration and joins or bootstraps one (DESIGN.md "Fresh, amnesiac, bootstrap"). */
+  readonly voters?: readonly number[];
+  /** Every configured node id (--cluster-peers), this one included. Default: `voters`. */
+  readonly nodes?: readonly number[];
+  /** This process's incarnation. Default '0' (the static configuration's). */
+  readonly incarnation?: string;
+  /** Default 'raftmq'. */
+  readonly clusterId?: string;
+  /** The epoch this node resumes; default: none (or generation 1, id 'static', with `voters`). */
+  readonly epoch?: Epoch;
+  /** Default 'member' with `voters` or `restore`, else 'fresh'. */
+  readonly membership?: Membership;
   /** E, in ms. Election timeouts are drawn from [E, 2E). */
   readonly electionTimeoutMs: number;
   /** Default E/5. */
@@ -94,7 +129,7 @@ export interface Ready {
   /** Set when role, term, leader or commit changed. */
   readonly softState: SoftState | null;
   /** Set when term or vote changed. */
-  readonly hardState: { readonly term: number; readonly vote: number } | null;
+  readonly hardState: HardState | null;
 }
 
 export type ProposeResult =
@@ -110,6 +145,21 @@ interface Transfer {
   timeoutNowSent: boolean;
 }
 
+/** The latest announcement heard from a node (DESIGN.md "Fresh, amnesiac, bootstrap"). */
+interface Announced {
+  readonly inc: string;
+  readonly membership: Membership;
+  readonly peers: string;
+  readonly term: number;
+  readonly epoch: number;
+  readonly epochId: string;
+  readonly lastIndex: number;
+  readonly voter: boolean;
+  readonly stuck: boolean;
+  /** Monotonic ms when it arrived. */
+  readonly at: number;
+}
+
 interface RoleHandler {
   readonly role: Role;
   step(m: Message): void;
@@ -120,9 +170,26 @@ interface RoleHandler {
  * propose() change state and queue output, which the driver fetches with takeReady(). */
 export class RaftCore {
   readonly id: number;
-  private readonly voters: readonly number[];
-  private readonly peers: readonly number[];
-  private readonly quorum: number;
+  readonly incarnation: string;
+  readonly clusterId: string;
+  /** Configured node ids, this one included. */
+  private readonly nodes: readonly number[];
+  /** Digest of `nodes` sent in announcements: bootstrap needs all three equal. */
+  private readonly peersDigest: string;
+  private readonly membership: Membership;
+  private epochNow: Epoch;
+  /** The configuration before entry 1; null: none. */
+  private readonly baseConfig: Configuration | null;
+  /** Indexes of the configuration entries in the log, ascending. */
+  private readonly configIndexes: number[] = [];
+  /** The newest configuration in the log, committed or not (DESIGN.md "Configuration"). */
+  private config: Configuration = [];
+  private quorum = 1;
+  private isVoter = false;
+  /** Monotonic ms this process started; bootstrap counts only announcements from E after it. */
+  private readonly startedAt: number;
+  private readonly announced = new Map<number, Announced>();
+  private announceDue = 0;
   private readonly electionTimeoutMs: number;
   private readonly heartbeatIntervalMs: number;
   private readonly inflightAppendsMax: number;
@@ -140,6 +207,7 @@ export class RaftCore {
   private term = 0;
   /** Candidate voted for in `term`; 0: none. */
   private vote = 0;
+  private voteInc = '';
   private leader = 0;
   private readonly log: MemoryLog;
   /** Last index handed out in Ready.committed. */
@@ -154,7 +222,8 @@ export class RaftCore {
   private leaderHeardAt = Number.NEGATIVE_INFINITY;
   /** Votes (or pre-votes) received in the current campaign: voter -> granted. */
   private readonly votes = new Map<number, boolean>();
-  private readonly progress = new Map<number, Progress>();
+  /** Per replicated member, keyed `node.inc`: voters of the configuration and learners. */
+  private readonly progress = new Map<string, Progress>();
   private heartbeatDue = 0;
   private leaderSince = 0;
   /** Monotonic ms at which the lease ends; 0: none. Only a leader holds one. */
@@ -172,14 +241,20 @@ export class RaftCore {
   private appended: LogEntry[] = [];
   private truncatedFrom: number | null = null;
   private reportedSoft: SoftState | null = null;
-  private reportedHard: { term: number; vote: number } | null = null;
+  private reportedHard: HardState | null = null;
 
   constructor(opts: RaftOptions) {
     checkOptions(opts);
     this.id = opts.id;
-    this.voters = [...opts.voters];
-    this.peers = this.voters.filter((v) => v !== opts.id);
-    this.quorum = Math.floor(this.voters.length / 2) + 1;
+    this.incarnation = opts.incarnation ?? '0';
+    this.clusterId = opts.clusterId ?? 'raftmq';
+    this.nodes = [...(opts.nodes ?? opts.voters ?? [])].sort((a, b) => a - b);
+    this.peersDigest = this.nodes.join(',');
+    const statics = opts.voters?.map((node) => ({ node, inc: '0' })) ?? null;
+    this.baseConfig = opts.restore?.baseConfig ?? statics;
+    this.membership = opts.membership ?? (statics !== null || opts.restore !== undefined ? 'member' : 'fresh');
+    this.epochNow = opts.epoch ?? (statics !== null ? { generation: 1, id: 'static' } : noEpoch);
+    this.startedAt = opts.now;
     this.electionTimeoutMs = opts.electionTimeoutMs;
     this.heartbeatIntervalMs = opts.heartbeatIntervalMs ?? Math.max(1, Math.floor(opts.electionTimeoutMs / 5));
     this.inflightAppendsMax = opts.inflightAppendsMax ?? 8;
@@ -198,10 +273,13 @@ export class RaftCore {
     this.log = new MemoryLog(opts.restore?.entries);
     this.term = opts.restore?.term ?? 0;
     this.vote = opts.restore?.vote ?? 0;
+    this.voteInc = opts.restore?.voteInc ?? (this.vote === 0 ? '' : '0');
     assert(this.log.lastTerm() <= this.term, 'restored log has entries above the restored term');
+    for (const e of this.log.all()) if (e.config !== undefined) this.configIndexes.push(e.index);
     this.handler = this.followerHandler();
+    this.refreshConfig();
     this.becomeFollower(this.term, 0);
-    this.reportedHard = { term: this.term, vote: this.vote };
+    this.reportedHard = this.hardState();
   }
 
   // ---- inputs ----
@@ -228,8 +306,16 @@ export class RaftCore {
   /** Feeds one message from a peer. A malformed or misaddressed message returns its error and
    * changes nothing. */
   step(m: Message): RaftError | null {
-    const error = validateMessage(m, { self: this.id, voters: this.voters, entriesPerAppendMax: this.entriesPerAppendMax });
+    const error = validateMessage(m, { self: this.id, nodes: this.nodes, entriesPerAppendMax: this.entriesPerAppendMax });
     if (error !== null) return error;
+    const foreign = this.refuseForIdentity(m);
+    if (foreign !== null) return foreign;
+    if (m.type === 'announce') {
+      this.handleAnnounce(m);
+      this.checkInvariants();
+      return null;
+    }
+    this.joinEpoch(m);
     const refused = this.refuseForState(m);
     if (refused !== null) return refused;
     if (!this.stepTerm(m)) return null;
@@ -237,6 +323,26 @@ export class RaftCore {
     else this.handler.step(m);
     this.checkInvariants();
     return null;
+  }
+
+  /** DESIGN.md "Identity": a message from another cluster or epoch, or meant for another
+   * incarnation of this node id, changes nothing. A node without an epoch (fresh or amnesiac)
+   * takes any epoch of its cluster. */
+  private refuseForIdentity(m: Message): RaftError | null {
+    if (m.cluster !== this.clusterId) return new RaftError('RAFT_FOREIGN_MESSAGE', `cluster ${JSON.stringify(m.cluster)}`);
+    if (m.toInc !== '' && m.toInc !== this.incarnation) {
+      return new RaftError('RAFT_OTHER_MEMBER', `${m.type} from ${m.from} for incarnation ${m.toInc} of node ${this.id}`);
+    }
+    const mine = this.epochNow;
+    if (mine.generation === 0 || (m.epoch === mine.generation && m.epochId === mine.id)) return null;
+    if (m.type === 'announce' && m.epoch === 0) return null;
+    return new RaftError('RAFT_FOREIGN_MESSAGE', `${m.type} from ${m.from} of epoch ${m.epoch}/${m.epochId}`);
+  }
+
+  /** A node without an epoch joins the epoch of the first raft message it takes. */
+  private joinEpoch(m: Message): void {
+    if (this.epochNow.generation !== 0 || m.epoch === 0) return;
+    this.epochNow = { generation: m.epoch, id: m.epochId };
   }
 
   /** Checks of a valid message against this node's state: what the peer claims must be possible. */
@@ -280,7 +386,8 @@ export class RaftCore {
 
   /** Starts an election now, as an election timeout would (with pre-vote when enabled). */
   campaign(): void {
-    if (this.handler.role === 'leader') return;
+    // DESIGN.md "Configuration": a learner never campaigns.
+    if (this.handler.role === 'leader' || !this.isVoter) return;
     if (this.preVote) this.becomePreCandidate();
     else this.becomeCandidate(false);
   }
@@ -289,13 +396,12 @@ export class RaftCore {
    * lease is given up and TimeoutNow sent. Aborted after transferTimeoutE·E. */
   transferLeadership(to: number): RaftError | null {
     if (this.handler.role !== 'leader') return new RaftError('RAFT_NOT_LEADER', `node ${this.id} is ${this.handler.role}`);
-    if (to === this.id || !this.peers.includes(to)) return new RaftError('RAFT_BAD_TRANSFER', `node ${to} is not another voter`);
+    const pr = to === this.id ? undefined : this.voterProgress(to);
+    if (pr === undefined) return new RaftError('RAFT_BAD_TRANSFER', `node ${to} is not another voter`);
     if (this.transfer !== null) return new RaftError('RAFT_BAD_TRANSFER', `already transferring to ${this.transfer.to}`);
     this.transfer = { to, deadline: this.now + transferTimeoutE * this.electionTimeoutMs, timeoutNowSent: false };
-    const pr = this.progress.get(to);
-    assert(pr !== undefined, `no progress for ${to}`);
     if (pr.match === this.log.lastIndex()) this.sendTimeoutNow();
-    else this.sendAppend(to, pr, true);
+    else this.sendAppend(pr, true);
     return null;
   }
 
@@ -338,7 +444,7 @@ export class RaftCore {
 
   takeReady(): Ready {
     const soft = this.softChanged() ? this.softState() : null;
-    const hard = this.hardChanged() ? { term: this.term, vote: this.vote } : null;
+    const hard = this.hardChanged() ? this.hardState() : null;
     const committed = this.applied < this.log.commit ? this.log.slice(this.applied + 1, this.log.commit + 1) : [];
     const ready: Ready = {
       messages: this.messages,
@@ -359,12 +465,88 @@ export class RaftCore {
 
   // ---- reading state (tests, simulator, driver) ----
 
+  hardState(): HardState {
+    return { term: this.term, vote: this.vote, voteInc: this.voteInc };
+  }
+
+  /** This process's member. */
+  get member(): Member {
+    return { node: this.id, inc: this.incarnation };
+  }
+
+  get epoch(): Epoch {
+    return this.epochNow;
+  }
+
+  /** The newest configuration in the log (empty: none yet). */
+  get configuration(): Configuration {
+    return this.config;
+  }
+
+  get voter(): boolean {
+    return this.isVoter;
+  }
+
+  get membershipAtStart(): Membership {
+    return this.membership;
+  }
+
+  /** Leader only: every configured node id is a voter with its current incarnation, and each
+   * holds the whole log (DESIGN.md: /health `redundant`). */
+  isRedundant(): boolean {
+    if (this.handler.role !== 'leader' || this.config.length !== this.nodes.length) return false;
+    if (this.log.termAt(this.log.commit) !== this.term || (this.configIndexes.at(-1) ?? 0) > this.log.commit) return false;
+    for (const m of this.config) {
+      if (m.node === this.id) continue;
+      const pr = this.progress.get(key(m.node, m.inc));
+      if (pr === undefined || pr.match < this.log.commit) return false;
+      const heard = this.announced.get(m.node);
+      if (heard !== undefined && heard.inc !== m.inc && heard.at > pr.lastHeardAt) return false;
+    }
+    return true;
+  }
+
+  /** DESIGN.md "Beyond the model": no configuration this node knows can elect a leader again,
+   * because too many of its members forgot (their node ids answer as other incarnations), or all
+   * three nodes are amnesiac, or a peer that knows more said so. */
+  needsForceStart(): boolean {
+    if (this.now - this.leaderHeardAt < this.electionTimeoutMs || this.handler.role === 'leader') return false;
+    if (this.isVoter) return this.liveVoters() < this.quorum;
+    const fresh = (a: Announced | undefined) => a !== undefined && a.membership === 'fresh';
+    let nonVoters = 1;
+    let allFresh = this.membership === 'fresh';
+    for (const n of this.nodes) {
+      if (n === this.id) continue;
+      const a = this.recentAnnounce(n);
+      if (a?.stuck === true) return true;
+      if (a !== undefined && !a.voter) nonVoters++;
+      allFresh &&= fresh(a);
+    }
+    return nonVoters === this.nodes.length && !allFresh;
+  }
+
+  /** Voters of the configuration that may still vote: this node, and each member whose node id has
+   * not come back as another incarnation. */
+  private liveVoters(): number {
+    let live = 0;
+    for (const m of this.config) {
+      const a = this.announced.get(m.node);
+      if (m.node === this.id || a === undefined || a.inc === m.inc) live++;
+    }
+    return live;
+  }
+
+  private recentAnnounce(node: number): Announced | undefined {
+    const a = this.announced.get(node);
+    return a !== undefined && this.now - a.at < announceStaleE * this.electionTimeoutMs ? a : undefined;
+  }
+
   softState(): SoftState {
     return { role: this.handler.role, term: this.term, leader: this.leader, commit: this.log.commit };
   }
 
   durableState(): DurableState {
-    return { term: this.term, vote: this.vote, entries: [...this.log.all()] };
+    return { term: this.term, vote: this.vote, voteInc: this.voteInc, entries: [...this.log.all()], baseConfig: this.baseConfig };
   }
 
   get role(): Role {
@@ -391,8 +573,20 @@ export class RaftCore {
     return this.log.all();
   }
 
+  /** The leader's progress for `peer`: its voter member, else a learner of that node id. */
   progressOf(peer: number): Progress | undefined {
-    return this.progress.get(peer);
+    let learner: Progress | undefined;
+    for (const pr of this.progress.values()) {
+      if (pr.node !== peer) continue;
+      if (pr.voter) return pr;
+      learner = pr;
+    }
+    return learner;
+  }
+
+  private voterProgress(node: number): Progress | undefined {
+    const m = memberOf(this.config, node);
+    return m === undefined ? undefined : this.progress.get(key(m.node, m.inc));
   }
 
   // ---- terms (§5.1) and votes (§5.2, §5.4.1, thesis §9.6) ----
@@ -431,29 +625,34 @@ export class RaftCore {
    * leader forever and never be able to win against it either (pre-vote and check-quorum). */
   private answerStale(m: Message): void {
     if (m.type === 'pre-vote-request') {
-      this.send({ type: 'pre-vote-response', from: this.id, to: m.from, term: this.term, granted: false });
+      this.send({ type: 'pre-vote-response', from: this.id, to: m.from, term: this.term, granted: false }, m.fromInc);
     } else if (m.type === 'append' || m.type === 'heartbeat') {
-      this.send({ type: 'append-response', from: this.id, to: m.from, term: this.term, success: false, index: 0, hint: 0, sentAt: 0 });
+      const stale: Outgoing = { type: 'append-response', from: this.id, to: m.from, term: this.term, success: false, index: 0, hint: 0, sentAt: 0 };
+      this.send(stale, m.fromInc);
     }
   }
 
   private handleVoteRequest(m: PreVoteRequest | VoteRequest): void {
     const pre = m.type === 'pre-vote-request';
-    const canVote =
-      this.unsafe === 'grant-every-vote' || this.vote === m.from || (this.vote === 0 && this.leader === 0) || (pre && m.term > this.term);
+    // One vote per term per member (§5.2, DESIGN.md "Identity"); a learner answers as itself.
+    const votedFor = this.vote === m.from && this.voteInc === m.fromInc;
+    const canVote = this.unsafe === 'grant-every-vote' || votedFor || (this.vote === 0 && this.leader === 0) || (pre && m.term > this.term);
     const granted = canVote && this.log.isUpToDate(m.lastIndex, m.lastTerm);
     const term = granted ? m.term : this.term;
     if (pre) {
-      this.send({ type: 'pre-vote-response', from: this.id, to: m.from, term, granted });
+      this.send({ type: 'pre-vote-response', from: this.id, to: m.from, term, granted }, m.fromInc);
       return;
     }
     if (granted) {
       assert(m.term === this.term, 'vote granted in a term other than ours');
       // The 'grant-every-vote' mutation keeps its first vote, so only the checker can see the harm.
-      if (this.vote === 0 || this.unsafe !== 'grant-every-vote') this.vote = m.from;
+      if (this.vote === 0 || this.unsafe !== 'grant-every-vote') {
+        this.vote = m.from;
+        this.voteInc = m.fromInc;
+      }
       this.resetElectionTimer();
     }
-    this.send({ type: 'vote-response', from: this.id, to: m.from, term, granted, sentAt: m.sentAt, wall: this.wall });
+    this.send({ type: 'vote-response', from: this.id, to: m.from, term, granted, sentAt: m.sentAt, wall: this.wall }, m.fromInc);
   }
 
   // ---- roles: one becomeX per role swaps the handler ----
@@ -463,6 +662,7 @@ export class RaftCore {
     if (term > this.term) {
       this.term = term;
       this.vote = 0;
+      this.voteInc = '';
     }
     this.leader = leader;
     if (leader !== 0) this.leaderHeardAt = this.now;
@@ -485,6 +685,7 @@ export class RaftCore {
   private becomeCandidate(transfer: boolean): void {
     this.term += 1;
     this.vote = this.id;
+    this.voteInc = this.incarnation;
     this.leader = 0;
     this.handler = this.candidateHandler();
     this.resetElectionTimer();
@@ -493,13 +694,13 @@ export class RaftCore {
   }
 
   private becomeLeader(): void {
-    assert(this.vote === this.id, 'leader without its own vote');
+    assert(this.vote === this.id && this.voteInc === this.incarnation, 'leader without its own vote');
     this.leader = this.id;
     this.handler = this.leaderHandler();
     this.leaderSince = this.now;
     this.heartbeatDue = this.now + this.heartbeatIntervalMs;
     this.progress.clear();
-    for (const p of this.peers) this.progress.set(p, new Progress(this.log.lastIndex() + 1, this.now));
+    this.syncProgress();
     this.leaseEnd = 0;
     this.leaseFloor = this.now;
     this.leaseForfeited = false;
@@ -520,9 +721,11 @@ export class RaftCore {
     this.votes.set(this.id, true);
     const lastIndex = this.log.lastIndex();
     const lastTerm = this.log.lastTerm();
-    for (const to of this.peers) {
-      if (type === 'pre-vote-request') this.send({ type, from: this.id, to, term, lastIndex, lastTerm });
-      else this.send({ type, from: this.id, to, term, lastIndex, lastTerm, transfer, sentAt: this.now });
+    for (const m of this.config) {
+      const to = m.node;
+      if (to === this.id) continue;
+      if (type === 'pre-vote-request') this.send({ type, from: this.id, to, term, lastIndex, lastTerm }, m.inc);
+      else this.send({ type, from: this.id, to, term, lastIndex, lastTerm, transfer, sentAt: this.now }, m.inc);
     }
     this.tallyVotes();
   }
@@ -575,7 +778,10 @@ export class RaftCore {
   // ---- follower and candidates ----
 
   private tickElection(): void {
-    if (this.now >= this.electionDeadline) this.campaign();
+    this.maybeAnnounce();
+    if (this.now < this.electionDeadline) return;
+    if (this.isVoter) this.campaign();
+    else this.resetElectionTimer();
   }
 
   /** §5.2: a random timeout in [E, 2E) makes split votes rare. */
@@ -601,6 +807,7 @@ export class RaftCore {
       case 'vote-response':
       case 'append-response':
       case 'heartbeat-response':
+      case 'announce':
         return; // stale answers to an earlier role of ours
       default:
         unreachable(m, 'follower message');
@@ -621,7 +828,7 @@ export class RaftCore {
         return;
       case 'vote-response':
         if (this.handler.role !== 'candidate') return;
-        if (m.term === this.term) this.clock.sample(m.from, m.wall, m.sentAt, this.now);
+        if (m.term === this.term && hasMember(this.config, m.from, m.fromInc)) this.clock.sample(m.from, m.wall, m.sentAt, this.now);
         this.countVote(m, this.term);
         return;
       case 'pre-vote-request':
@@ -629,6 +836,7 @@ export class RaftCore {
       case 'append-response':
       case 'heartbeat-response':
       case 'timeout-now':
+      case 'announce':
         return;
       default:
         unreachable(m, 'candidate message');
@@ -639,6 +847,8 @@ export class RaftCore {
    * stepTerm has already shown is not above ours. */
   private countVote(m: PreVoteResponse | VoteResponse, pollTerm: number): void {
     if (m.granted ? m.term !== pollTerm : m.term !== this.term) return;
+    // DESIGN.md "Identity": a vote counts only for a member the configuration lists as a voter.
+    if (!hasMember(this.config, m.from, m.fromInc)) return;
     this.votes.set(m.from, m.granted);
     this.tallyVotes();
   }
@@ -657,6 +867,7 @@ export class RaftCore {
     }
     if (outcome.truncatedFrom !== null) this.noteTruncation(outcome.truncatedFrom);
     this.appended.push(...outcome.written);
+    this.noteConfigEntries(outcome.written, outcome.truncatedFrom);
     this.log.commitTo(Math.min(m.commit, outcome.lastNew));
     this.replyAppend(m, true, outcome.lastNew, 0);
   }
@@ -664,7 +875,7 @@ export class RaftCore {
   private handleHeartbeat(m: Heartbeat): void {
     this.heardFromLeader(m.from);
     this.log.commitTo(Math.min(m.commit, this.log.lastIndex()));
-    this.send({ type: 'heartbeat-response', from: this.id, to: m.from, term: this.term, sentAt: m.sentAt, wall: this.wall });
+    this.send({ type: 'heartbeat-response', from: this.id, to: m.from, term: this.term, sentAt: m.sentAt, wall: this.wall }, m.fromInc);
   }
 
   private heardFromLeader(from: number): void {
@@ -675,7 +886,7 @@ export class RaftCore {
   }
 
   private replyAppend(m: Append, success: boolean, index: number, hint: number): void {
-    this.send({ type: 'append-response', from: this.id, to: m.from, term: this.term, success, index, hint, sentAt: m.sentAt });
+    this.send({ type: 'append-response', from: this.id, to: m.from, term: this.term, success, index, hint, sentAt: m.sentAt }, m.fromInc);
   }
 
   private noteTruncation(from: number): void {
@@ -698,34 +909,37 @@ export class RaftCore {
     this.clock.steer(this.now);
     if (this.now >= this.heartbeatDue) {
       this.heartbeatDue = this.now + this.heartbeatIntervalMs;
-      for (const to of this.peers) this.sendHeartbeat(to);
+      for (const pr of this.progress.values()) this.sendHeartbeat(pr);
     }
+    this.maybeChangeConfig();
   }
 
   /** Check-quorum: a majority (this node included) was heard from within the last E. */
   private quorumActive(): boolean {
-    let active = 1;
+    let active = this.isVoter ? 1 : 0;
     for (const pr of this.progress.values()) {
-      if (this.now - pr.lastHeardAt < this.electionTimeoutMs) active++;
+      if (pr.voter && this.now - pr.lastHeardAt < this.electionTimeoutMs) active++;
     }
     return active >= this.quorum;
   }
 
   private stepLeader(m: Message): void {
-    const pr = this.progress.get(m.from);
-    assert(pr !== undefined, `leader has no progress for ${m.from}`);
+    // An answer from a member we do not replicate to (a replaced incarnation) counts for nothing.
+    const pr = this.progress.get(key(m.from, m.fromInc));
     switch (m.type) {
       case 'append-response':
+        if (pr === undefined) return;
         pr.lastHeardAt = this.now;
         this.roundAnswered(pr, m.sentAt);
         this.handleAppendResponse(m, pr);
         this.maybeSendTimeoutNow(m.from, pr);
         return;
       case 'heartbeat-response':
+        if (pr === undefined) return;
         pr.lastHeardAt = this.now;
         this.roundAnswered(pr, m.sentAt);
-        this.clock.sample(m.from, m.wall, m.sentAt, this.now);
-        this.heartbeatAnswered(m, pr);
+        if (pr.voter) this.clock.sample(m.from, m.wall, m.sentAt, this.now);
+        this.heartbeatAnswered(pr);
         return;
       case 'append':
       case 'heartbeat':
@@ -737,16 +951,17 @@ export class RaftCore {
       case 'pre-vote-response':
       case 'vote-response':
       case 'timeout-now':
+      case 'announce':
         return;
       default:
         unreachable(m, 'leader message');
     }
   }
 
-  private heartbeatAnswered(m: HeartbeatResponse, pr: Progress): void {
+  private heartbeatAnswered(pr: Progress): void {
     pr.heartbeatAnswered(this.inflightAppendsMax);
-    if (pr.match < this.log.lastIndex()) this.sendAppend(m.from, pr, true);
-    this.maybeSendTimeoutNow(m.from, pr);
+    if (pr.match < this.log.lastIndex()) this.sendAppend(pr, true);
+    this.maybeSendTimeoutNow(pr.node, pr);
   }
 
   /** A follower answered the round sent at `sentAt` in this term, so it ignores votes for E from
@@ -756,9 +971,9 @@ export class RaftCore {
   private roundAnswered(pr: Progress, sentAt: number): void {
     if (sentAt <= pr.ackedSentAt) return;
     pr.ackedSentAt = sentAt;
-    if (this.leaseForfeited) return;
-    const sent = [this.now];
-    for (const p of this.progress.values()) sent.push(p.ackedSentAt);
+    if (this.leaseForfeited || !pr.voter) return;
+    const sent = this.isVoter ? [this.now] : [];
+    for (const p of this.progress.values()) if (p.voter) sent.push(p.ackedSentAt);
     sent.sort((a, b) => b - a);
     const round = sent[this.quorum - 1] ?? Number.NEGATIVE_INFINITY;
     // Strictly after: a round sent just before a freeze carries the same monotonic time as the
@@ -767,12 +982,187 @@ export class RaftCore {
     this.leaseEnd = Math.max(this.leaseEnd, round + this.leaseDurationMs);
   }
 
+  // ---- configuration (DESIGN.md "Configuration", "Replacing a node that forgot") ----
+
+  /** A node uses the newest configuration in its log, committed or not: note configuration
+   * entries just written, after any truncation that removed some. */
+  private noteConfigEntries(written: readonly LogEntry[], truncatedFrom: number | null): void {
+    let changed = false;
+    if (truncatedFrom !== null) {
+      while ((this.configIndexes.at(-1) ?? 0) >= truncatedFrom) {
+        this.configIndexes.pop();
+        changed = true;
+      }
+    }
+    for (const e of written) {
+      if (e.config === undefined) continue;
+      this.configIndexes.push(e.index);
+      changed = true;
+    }
+    if (changed) this.refreshConfig();
+  }
+
+  private refreshConfig(): void {
+    const at = this.configIndexes.at(-1);
+    const config = at === undefined ? (this.baseConfig ?? []) : (this.log.entry(at).config ?? []);
+    this.config = config;
+    this.quorum = quorumOf(config);
+    this.isVoter = hasMember(config, this.id, this.incarnation);
+    if (this.handler.role === 'leader') {
+      if (!this.isVoter) this.becomeFollower(this.term, 0);
+      else this.syncProgress();
+    } else if (!this.isVoter && this.handler.role !== 'follower') {
+      this.becomeFollower(this.term, 0);
+    }
+  }
+
+  /** Leader: one progress per voter member of the configuration, and one per learner (a node id
+   * that announced a member the configuration does not list, DESIGN.md "Configuration"). */
+  private syncProgress(): void {
+    const next = this.log.lastIndex() + 1;
+    const wanted = new Map<string, Member & { voter: boolean }>();
+    for (const m of this.config) if (m.node !== this.id) wanted.set(key(m.node, m.inc), { ...m, voter: true });
+    for (const [node, a] of this.announced) {
+      const k = key(node, a.inc);
+      if (!wanted.has(k) && node !== this.id && this.announceJoinable(a)) wanted.set(k, { node, inc: a.inc, voter: false });
+    }
+    for (const [k, pr] of this.progress) {
+      const w = wanted.get(k);
+      if (w === undefined) this.progress.delete(k);
+      else pr.voter = w.voter;
+    }
+    for (const [k, w] of wanted) {
+      if (!this.progress.has(k)) this.progress.set(k, new Progress(w.node, w.inc, w.voter, next, this.now));
+    }
+  }
+
+  /** A learner may join this epoch if it has none or already holds this one. */
+  private announceJoinable(a: Announced): boolean {
+    return a.epoch === 0 || (a.epoch === this.epochNow.generation && a.epochId === this.epochNow.id);
+  }
+
+  /** One server at a time, only after an entry of this term committed and with no other change
+   * pending (thesis §4.1 and the single-server bug fix): first remove a member whose node id came
+   * back as another incarnation once it has been silent 2E, then add a caught-up learner. Never
+   * add first, never swap in one entry, and never go below two voters once there are two. */
+  private maybeChangeConfig(): void {
+    if (this.transfer !== null || this.log.termAt(this.log.commit) !== this.term) return;
+    if ((this.configIndexes.at(-1) ?? 0) > this.log.commit) return;
+    const silentMs = replaceSilentE * this.electionTimeoutMs;
+    for (const m of this.config) {
+      if (m.node === this.id) continue;
+      const heard = this.announced.get(m.node);
+      const pr = this.progress.get(key(m.node, m.inc));
+      if (heard === undefined || heard.inc === m.inc || pr === undefined || this.now - pr.lastHeardAt < silentMs) continue;
+      if (this.unsafe === 'swap-member') {
+        const learner = this.progress.get(key(m.node, heard.inc));
+        if (learner !== undefined) this.proposeConfig(this.config.map((x) => (x.node === m.node ? { node: m.node, inc: heard.inc } : x)));
+        return;
+      }
+      if (this.config.length > 2) this.proposeConfig(this.config.filter((x) => x !== m));
+      return;
+    }
+    if (this.config.length >= this.nodes.length) return;
+    for (const pr of this.progress.values()) {
+      if (pr.voter || memberOf(this.config, pr.node) !== undefined) continue;
+      const caughtUp = pr.match >= this.log.lastIndex() && this.now - pr.ackedSentAt <= caughtUpRoundE * this.electionTimeoutMs;
+      if (caughtUp) {
+        this.proposeConfig([...this.config, { node: pr.node, inc: pr.inc }]);
+        return;
+      }
+    }
+  }
+
+  private proposeConfig(config: Configuration): void {
+    const index = this.log.lastIndex() + 1;
+    this.appendOwn([{ index, term: this.term, time: this.stampTime(), data: null, config }]);
+    this.broadcastAppend();
+    this.maybeCommit();
+  }
+
+  // ---- announcements and bootstrap (DESIGN.md "Fresh, amnesiac, bootstrap") ----
+
+  /** A node that is not a voter tells every peer who it is; so does a voter that judged that its
+   * configuration can no longer elect anyone, so the learners learn it too. */
+  private maybeAnnounce(): void {
+    if (this.now < this.announceDue) return;
+    const stuck = this.needsForceStart();
+    if (this.isVoter && !stuck) return;
+    this.announceDue = this.now + this.heartbeatIntervalMs;
+    for (const to of this.nodes) {
+      if (to === this.id) continue;
+      const m: Outgoing = {
+        type: 'announce',
+        from: this.id,
+        to,
+        term: this.term,
+        membership: this.membership,
+        peers: this.peersDigest,
+        lastIndex: this.log.lastIndex(),
+        lastTerm: this.log.lastTerm(),
+        voter: this.isVoter,
+        stuck,
+      };
+      this.send(m, '');
+    }
+  }
+
+  private handleAnnounce(m: Announce): void {
+    const a: Announced = {
+      inc: m.fromInc,
+      membership: m.membership,
+      peers: m.peers,
+      term: m.term,
+      epoch: m.epoch,
+      epochId: m.epochId,
+      lastIndex: m.lastIndex,
+      voter: m.voter,
+      stuck: m.stuck,
+      at: this.now,
+    };
+    const before = this.announced.get(m.from);
+    this.announced.set(m.from, a);
+    if (this.handler.role === 'leader') {
+      if (before?.inc !== a.inc) this.syncProgress();
+      const pr = this.progress.get(key(m.from, m.fromInc));
+      if (pr !== undefined && !pr.voter && pr.match < this.log.lastIndex()) this.sendAppend(pr, true);
+      return;
+    }
+    this.maybeBootstrap();
+  }
+
+  /** The lowest node id proposes the first configuration, only when all configured nodes announced
+   * no record, the same cluster id (the envelope) and the same peer list, and hold nothing.
+   * Announcements count only from E after this process started, so none from before a crash of
+   * this node id (a network delays a message less than E) can vouch for a peer. */
+  private maybeBootstrap(): void {
+    if (this.membership !== 'fresh' || this.id !== this.nodes[0] || this.term !== 0 || this.log.lastIndex() !== 0) return;
+    if (this.baseConfig !== null || this.epochNow.generation !== 0) return;
+    const since = Math.max(this.startedAt + this.electionTimeoutMs, this.now - 2 * this.electionTimeoutMs);
+    const config: Member[] = [{ node: this.id, inc: this.incarnation }];
+    for (const n of this.nodes) {
+      if (n === this.id) continue;
+      const a = this.announced.get(n);
+      if (a === undefined || a.at < since || a.membership !== 'fresh' || a.peers !== this.peersDigest) return;
+      if (a.term !== 0 || a.lastIndex !== 0 || a.epoch !== 0) return;
+      config.push({ node: n, inc: a.inc });
+    }
+    this.epochNow = { generation: 1, id: this.random.int(2 ** 31).toString(36) };
+    this.term = 1;
+    this.vote = this.id;
+    this.voteInc = this.incarnation;
+    // No clock samples yet: cluster time starts at 0 and jumps forward once two clocks agree
+    // (DESIGN.md "Cluster time"), never trusting this node's wall clock alone.
+    this.appendOwn([{ index: 1, term: 1, time: 0, data: null, config }]);
+    this.becomeLeader();
+  }
+
   // ---- leadership transfer (thesis §3.10) ----
 
   /** Once the target holds the whole log, give up the lease, then send TimeoutNow. */
   private maybeSendTimeoutNow(from: number, pr: Progress): void {
     const t = this.transfer;
-    if (t === null || t.timeoutNowSent || t.to !== from || pr.match !== this.log.lastIndex()) return;
+    if (t === null || t.timeoutNowSent || t.to !== from || !pr.voter || pr.match !== this.log.lastIndex()) return;
     this.sendTimeoutNow();
   }
 
@@ -785,7 +1175,9 @@ export class RaftCore {
     this.leaseEnd = 0;
     this.leaseForfeited = true;
     t.timeoutNowSent = true;
-    this.send({ type: 'timeout-now', from: this.id, to: t.to, term: this.term });
+    const pr = this.voterProgress(t.to);
+    assert(pr !== undefined, `transfer target ${t.to} is not a voter`);
+    this.send({ type: 'timeout-now', from: this.id, to: t.to, term: this.term }, pr.inc);
   }
 
   /** Before TimeoutNow, the leader just resumes. After it, it cannot hold a lease again in this
@@ -800,17 +1192,17 @@ export class RaftCore {
     if (m.success) {
       if (!pr.acked(m.index)) return;
       if (this.maybeCommit()) this.broadcastAppend();
-      else this.sendAppends(m.from, pr);
+      else this.sendAppends(pr);
       return;
     }
-    if (pr.rejected(m.index, m.hint)) this.sendAppend(m.from, pr, true);
+    if (pr.rejected(m.index, m.hint)) this.sendAppend(pr, true);
   }
 
   /** §5.3, §5.4.2: the highest index on a majority commits, but only if it is of the leader's own
    * term; earlier entries then commit with it (Log Matching). True if the commit index moved. */
   private maybeCommit(): boolean {
-    const matches = [this.log.lastIndex()];
-    for (const pr of this.progress.values()) matches.push(pr.match);
+    const matches = this.isVoter ? [this.log.lastIndex()] : [];
+    for (const pr of this.progress.values()) if (pr.voter) matches.push(pr.match);
     matches.sort((a, b) => b - a);
     const n = matches[this.quorum - 1] ?? 0;
     if (n <= this.log.commit) return false;
@@ -821,28 +1213,28 @@ export class RaftCore {
   private appendOwn(entries: LogEntry[]): void {
     this.log.appendOwn(entries);
     this.appended.push(...entries);
+    this.noteConfigEntries(entries, null);
   }
 
   private broadcastAppend(): void {
-    for (const to of this.peers) {
-      const pr = this.progress.get(to);
-      assert(pr !== undefined, `no progress for ${to}`);
-      this.sendAppend(to, pr, true);
-      this.sendAppends(to, pr);
+    for (const pr of this.progress.values()) {
+      this.sendAppend(pr, true);
+      this.sendAppends(pr);
     }
   }
 
   /** Streams appends to a follower until it is caught up or its window is full. */
-  private sendAppends(to: number, pr: Progress): void {
-    while (pr.next <= this.log.lastIndex() && this.sendAppend(to, pr, false)) {
+  private sendAppends(pr: Progress): void {
+    while (pr.next <= this.log.lastIndex() && this.sendAppend(pr, false)) {
       // each round sends one bounded append
     }
   }
 
   /** Sends one append of at most entriesPerAppendMax entries from pr.next; `evenIfEmpty` sends a
    * probe or commit update with no entries. False when paused or there was nothing to send. */
-  private sendAppend(to: number, pr: Progress, evenIfEmpty: boolean): boolean {
+  private sendAppend(pr: Progress, evenIfEmpty: boolean): boolean {
     if (pr.isPaused(this.inflightAppendsMax)) return false;
+    const to = pr.node;
     const last = this.log.lastIndex();
     assert(pr.next >= 1 && pr.next <= last + 1, `next ${pr.next} for ${to} outside [1, ${last + 1}]`);
     const hi = Math.min(last + 1, pr.next + this.entriesPerAppendMax);
@@ -851,16 +1243,14 @@ export class RaftCore {
     const prevTerm = this.log.termAt(prevIndex) ?? 0;
     const entries = hi > pr.next ? this.log.slice(pr.next, hi) : [];
     const commit = this.log.commit;
-    this.send({ type: 'append', from: this.id, to, term: this.term, prevIndex, prevTerm, entries, commit, sentAt: this.now });
+    this.send({ type: 'append', from: this.id, to, term: this.term, prevIndex, prevTerm, entries, commit, sentAt: this.now }, pr.inc);
     pr.sent(hi - 1);
     return true;
   }
 
-  private sendHeartbeat(to: number): void {
-    const pr = this.progress.get(to);
-    assert(pr !== undefined, `no progress for ${to}`);
+  private sendHeartbeat(pr: Progress): void {
     const commit = Math.min(pr.match, this.log.commit);
-    this.send({ type: 'heartbeat', from: this.id, to, term: this.term, commit, sentAt: this.now });
+    this.send({ type: 'heartbeat', from: this.id, to: pr.node, term: this.term, commit, sentAt: this.now }, pr.inc);
   }
 
   /** DESIGN.md "Cluster time": one time per append, never below the log's last. */
@@ -870,8 +1260,15 @@ export class RaftCore {
 
   // ---- plumbing ----
 
-  private send(m: Message): void {
-    this.messages.push(m);
+  /** Adds the identity of DESIGN.md "Identity" to a message built by a handler, in place. */
+  private send(m: Outgoing, toInc: string): void {
+    const full = m as Outgoing & { -readonly [K in keyof Message]?: unknown };
+    full.cluster = this.clusterId;
+    full.epoch = this.epochNow.generation;
+    full.epochId = this.epochNow.id;
+    full.fromInc = this.incarnation;
+    full.toInc = toInc;
+    this.messages.push(full as Message);
   }
 
   private softChanged(): boolean {
@@ -881,7 +1278,7 @@ export class RaftCore {
 
   private hardChanged(): boolean {
     const r = this.reportedHard;
-    return r === null || r.term !== this.term || r.vote !== this.vote;
+    return r === null || r.term !== this.term || r.vote !== this.vote || r.voteInc !== this.voteInc;
   }
 
   private checkInvariants(): void {
@@ -892,16 +1289,22 @@ export class RaftCore {
   }
 }
 
+function key(node: number, inc: string): string {
+  return `${node}.${inc}`;
+}
+
 function checkOptions(opts: RaftOptions): void {
   const bad = (what: string): never => {
     throw new RaftError('RAFT_BAD_OPTIONS', what);
   };
-  if (!opts.voters.includes(opts.id)) bad(`node ${opts.id} is not among voters ${opts.voters.join(',')}`);
-  if (new Set(opts.voters).size !== opts.voters.length) bad('duplicate voter');
-  for (const v of opts.voters) if (!Number.isSafeInteger(v) || v <= 0) bad(`voter id ${v}`);
+  const nodes = opts.nodes ?? opts.voters ?? [];
+  if (!nodes.includes(opts.id)) bad(`node ${opts.id} is not among nodes ${nodes.join(',')}`);
+  if (new Set(nodes).size !== nodes.length) bad('duplicate node id');
+  for (const v of nodes) if (!Number.isSafeInteger(v) || v <= 0) bad(`node id ${v}`);
+  for (const v of opts.voters ?? []) if (!nodes.includes(v)) bad(`voter ${v} is not a configured node`);
   if (!(opts.electionTimeoutMs >= 2)) bad(`electionTimeoutMs ${opts.electionTimeoutMs}`);
   if (opts.maxClockOffsetMs !== undefined && !(opts.maxClockOffsetMs > 0)) bad(`maxClockOffsetMs ${opts.maxClockOffsetMs}`);
   assertInteger(opts.now, 'now');
   const restore = opts.restore;
-  if (restore !== undefined && restore.vote !== 0 && !opts.voters.includes(restore.vote)) bad(`restored vote ${restore.vote}`);
+  if (restore !== undefined && restore.vote !== 0 && !nodes.includes(restore.vote)) bad(`restored vote ${restore.vote}`);
 }

@@ -1,4 +1,6 @@
 import { RaftError } from '../errors.js';
+import type { Membership } from './membership.js';
+import { formatConfig } from './membership.js';
 import type { LogEntry, Message } from './messages.js';
 import { Prng } from './prng.js';
 import type { DurableState, RaftOptions, Ready } from './raft.js';
@@ -16,12 +18,21 @@ export interface TestClusterOptions {
   readonly restore?: ReadonlyMap<number, DurableState>;
   /** Sees every Ready (e.g. the simulator's safety checker) and every process start. */
   readonly observer?: ClusterObserver;
+  /** Start with no configuration, as fresh nodes that must bootstrap (DESIGN.md "Fresh, amnesiac,
+   * bootstrap"), each with its own incarnation; default: a static configuration of `ids`. */
+  readonly fresh?: boolean;
+  /** With `fresh`: how each node starts (default 'fresh'). */
+  readonly membership?: ReadonlyMap<number, Membership>;
 }
 
 export interface ClusterObserver {
   check(node: RaftCore, ready: Ready): void;
   restarted(id: number): void;
 }
+
+/** The identity fields of a message between members of a static configuration (`voters`), for
+ * tests that build messages by hand. */
+export const staticEnvelope = { cluster: 'raftmq', epoch: 1, epochId: 'static', fromInc: '0', toInc: '0' } as const;
 
 /** Bound on delivery rounds in stabilize(): two cores that answer each other forever are a bug. */
 const stabilizeRoundsMax = 10_000;
@@ -35,6 +46,9 @@ export class TestCluster {
   private readonly prng: Prng;
   private readonly nodeOptions: NodeOptions;
   private readonly observer: ClusterObserver | null;
+  private readonly fresh: boolean;
+  /** Process starts per node id, for incarnations. */
+  private readonly starts = new Map<number, number>();
   /** Group number per node id; messages cross groups only when healed. */
   private groups: Map<number, number> | null = null;
   queue: Message[] = [];
@@ -48,7 +62,8 @@ export class TestCluster {
     this.prng = new Prng(opts.seed ?? 1);
     this.nodeOptions = opts.node ?? {};
     this.observer = opts.observer ?? null;
-    for (const id of this.ids) this.start(id, opts.restore?.get(id));
+    this.fresh = opts.fresh === true;
+    for (const id of this.ids) this.start(id, opts.restore?.get(id), opts.membership?.get(id) ?? 'fresh');
   }
 
   node(id: number): RaftCore {
@@ -98,8 +113,16 @@ export class TestCluster {
     const old = this.nodes.get(id);
     if (old === undefined || !this.down.has(id)) throw new RaftError('RAFT_SCENARIO_BAD_COMMAND', `node ${id} is not down`);
     this.down.delete(id);
-    this.start(id, old.durableState());
+    this.start(id, old.durableState(), 'member');
     this.output.push(`${id} restarted`);
+  }
+
+  /** Restarts a crashed node without its state: a new incarnation that knows nothing. */
+  restartAmnesiac(id: number): void {
+    if (!this.down.has(id)) throw new RaftError('RAFT_SCENARIO_BAD_COMMAND', `node ${id} is not down`);
+    this.down.delete(id);
+    this.start(id, undefined, 'amnesiac');
+    this.output.push(`${id} restarted amnesiac`);
   }
 
   /** Delivers queued messages (and everything they cause) until the network is quiet. Messages
@@ -135,12 +158,24 @@ export class TestCluster {
     });
   }
 
-  private start(id: number, restore: DurableState | undefined): void {
+  private start(id: number, restore: DurableState | undefined, membership: Membership): void {
+    const n = (this.starts.get(id) ?? 0) + 1;
+    const resumed = restore !== undefined ? this.nodes.get(id) : undefined;
+    this.starts.set(id, n);
+    const identity: Partial<RaftOptions> = this.fresh
+      ? {
+          nodes: this.ids,
+          // A resumed state file keeps the member and the epoch; anything else is a new member.
+          incarnation: resumed?.incarnation ?? `${String.fromCharCode(96 + id)}${n}`,
+          membership,
+          ...(resumed === undefined ? {} : { epoch: resumed.epoch }),
+        }
+      : { voters: this.ids };
     const opts: RaftOptions = {
       electionTimeoutMs: this.electionTimeoutMs,
       ...this.nodeOptions,
+      ...identity,
       id,
-      voters: this.ids,
       random: this.prng.fork(),
       now: this.now,
       ...(restore === undefined ? {} : { restore }),
@@ -186,6 +221,7 @@ export class TestCluster {
 const decoder = new TextDecoder();
 
 export function formatEntry(e: LogEntry): string {
+  if (e.config !== undefined) return `${e.index}/${e.term}:config(${formatConfig(e.config)})`;
   return e.data === null ? `${e.index}/${e.term}` : `${e.index}/${e.term}:${decoder.decode(e.data)}`;
 }
 
@@ -207,6 +243,8 @@ export function formatMessage(m: Message): string {
     case 'heartbeat-response':
     case 'timeout-now':
       return head;
+    case 'announce':
+      return `${head} ${m.membership}${m.voter ? ' voter' : ''}${m.stuck ? ' stuck' : ''} last=${m.lastIndex}/${m.lastTerm}`;
     default: {
       const _: never = m;
       return String(_);

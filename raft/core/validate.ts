@@ -1,13 +1,19 @@
 import { RaftError } from '../errors.js';
+import { membershipKinds } from './membership.js';
 import type { LogEntry, Message } from './messages.js';
 import { messageTypes } from './messages.js';
 
 /** What a node needs to judge a message from outside. */
 export interface ValidationContext {
   readonly self: number;
-  readonly voters: readonly number[];
+  /** Every configured node id (--cluster-peers), this node's included: voters and learners. */
+  readonly nodes: readonly number[];
   readonly entriesPerAppendMax: number;
 }
+
+/** Incarnations, epoch ids and cluster ids are short random or configured strings. */
+const idLengthMax = 128;
+const isId = (v: unknown): v is string => typeof v === 'string' && v.length <= idLengthMax;
 
 const isIndex = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
 const isBool = (v: unknown): v is boolean => typeof v === 'boolean';
@@ -21,8 +27,11 @@ export function validateMessage(m: unknown, ctx: ValidationContext): RaftError |
   const r = m as Record<string, unknown>;
   if (!messageTypes.includes(r.type as Message['type'])) return bad(`unknown type ${String(r.type)}`);
   if (!isIndex(r.from) || !isIndex(r.to) || !isIndex(r.term)) return bad('from, to and term must be integers');
+  if (!isId(r.cluster) || !isIndex(r.epoch) || !isId(r.epochId) || !isId(r.fromInc) || !isId(r.toInc)) {
+    return bad('cluster, epoch and incarnations must be short strings and an integer');
+  }
   if (r.to !== ctx.self) return new RaftError('RAFT_UNKNOWN_PEER', `addressed to ${r.to}, this is ${ctx.self}`);
-  if (r.from === ctx.self || !ctx.voters.includes(r.from)) {
+  if (r.from === ctx.self || !ctx.nodes.includes(r.from)) {
     return new RaftError('RAFT_UNKNOWN_PEER', `sender ${r.from} is not a peer`);
   }
   return validateBody(r as unknown as Message, ctx);
@@ -49,6 +58,9 @@ function validateBody(m: Message, ctx: ValidationContext): RaftError | null {
       return isClock(m.sentAt) && isClock(m.wall) ? null : bad('heartbeat-response fields');
     case 'timeout-now':
       return null;
+    case 'announce':
+      if (!membershipKinds.includes(m.membership) || !isId(m.peers) || !isBool(m.voter) || !isBool(m.stuck)) return bad('announce fields');
+      return isIndex(m.lastIndex) && isIndex(m.lastTerm) && m.lastTerm <= m.term ? null : bad('announce lastIndex/lastTerm');
     default: {
       const _: never = m;
       return bad(`unknown message ${String(_)}`);
@@ -70,10 +82,24 @@ function validateAppend(m: Message & { type: 'append' }, ctx: ValidationContext)
     if (!isIndex(e.term) || e.term < term || e.term > m.term) return bad(`entry ${e.index} term`);
     if (e.data !== null && !(e.data instanceof Uint8Array)) return bad(`entry ${e.index} data`);
     if (!isIndex(e.time) || e.time < time) return bad(`entry ${e.index} time`);
+    if (e.config !== undefined && (e.data !== null || !validConfig(e.config, ctx))) return bad(`entry ${e.index} configuration`);
     term = e.term;
     time = e.time;
   }
   return null;
+}
+
+/** One to all configured node ids, each at most once, with an incarnation. */
+function validConfig(config: unknown, ctx: ValidationContext): boolean {
+  if (!Array.isArray(config) || config.length === 0 || config.length > ctx.nodes.length) return false;
+  const seen = new Set<number>();
+  for (const m of config as unknown[]) {
+    if (typeof m !== 'object' || m === null) return false;
+    const { node, inc } = m as Record<string, unknown>;
+    if (!isIndex(node) || !ctx.nodes.includes(node) || seen.has(node) || !isId(inc)) return false;
+    seen.add(node);
+  }
+  return true;
 }
 
 function bad(detail: string): RaftError {

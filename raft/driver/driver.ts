@@ -147,7 +147,7 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
       now: this.lastTick,
     });
     const entriesPerAppendMax = opts.core?.entriesPerAppendMax ?? 64;
-    const ctx = { self: opts.id, voters: opts.voters, entriesPerAppendMax };
+    const ctx = { self: opts.id, nodes: opts.voters, entriesPerAppendMax };
     this.gate = new MessageGate(ctx, opts.logger, this.limiter, () => this.clock.monotonic());
     this.transport = opts.transport(this.gate.validate);
     this.transport.onMessage(this.onMessage);

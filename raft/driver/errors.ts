@@ -9,6 +9,14 @@ export const DriverErrorCodes = {
   RAFT_DRIVER_UNSUPPORTED: 'not supported by this raft core',
   /** The node program was started with a bad flag or value; the message names the flag. */
   RAFT_DRIVER_BAD_ARGS: 'bad raft node arguments',
+  /** A state file or membership record failed its checksum or shape; the message names the file. */
+  RAFT_STATE_FILE_CORRUPT: 'raft state file is corrupt',
+  /** A state file of another cluster or node id; the message names the file. */
+  RAFT_STATE_FILE_FOREIGN: 'raft state file belongs to another cluster or node',
+  /** A state file already consumed, or restored from an older copy (DESIGN.md "State file"). */
+  RAFT_STATE_FILE_CONSUMED: 'raft state file was already consumed',
+  /** Another live process holds the PID lock beside the state file. */
+  RAFT_STATE_FILE_LOCKED: 'raft state file is locked by another process',
 } as const;
 
 export type DriverErrorCode = keyof typeof DriverErrorCodes;

@@ -1,4 +1,6 @@
 import { RaftError } from '../errors.js';
+import type { Configuration } from '../core/membership.js';
+import { formatConfig, majoritiesOverlap } from '../core/membership.js';
 import type { LogEntry } from '../core/messages.js';
 import type { RaftCore, Ready } from '../core/raft.js';
 
@@ -14,13 +16,21 @@ export class Violation extends RaftError {
 }
 
 const decoder = new TextDecoder();
-const dataKey = (e: LogEntry): string => (e.data === null ? '(empty)' : decoder.decode(e.data));
+const dataKey = (e: LogEntry): string =>
+  e.config !== undefined ? `config(${formatConfig(e.config)})` : e.data === null ? '(empty)' : decoder.decode(e.data);
 
 /** Checks the Raft safety properties (§5.2 Election Safety, §5.3 Leader Append-Only and Log
  * Matching, §5.4 Leader Completeness and State Machine Safety) after every step, incrementally:
  * each check costs O(entries in the Ready), plus O(committed log) once per election. */
 export class SafetyChecker {
-  private readonly leaderOfTerm = new Map<number, number>();
+  /** `${epoch}/${term}` -> leader node id: at most one leader per (epoch, term). */
+  private readonly leaderOfTerm = new Map<string, number>();
+  /** `${member}/${term}` -> `${vote}`: no member votes twice in a term. */
+  private readonly votes = new Map<string, string>();
+  /** Highest term each member reached: it never goes back. */
+  private readonly memberTerm = new Map<string, number>();
+  /** The newest committed configuration; each next one must share a majority with it. */
+  private committedConfig: Configuration | null = null;
   /** `${index}/${term}` -> the entry's data and the term before it, as first seen on any node. */
   private readonly entryAt = new Map<string, { data: string; prevTerm: number }>();
   /** The committed log, as first applied by any node; index k holds entry k + 1. `commitTerm` is
@@ -42,9 +52,34 @@ export class SafetyChecker {
 
   /** Call after every input to `node` with the Ready it produced. */
   check(node: RaftCore, ready: Ready): void {
+    this.checkVote(node, ready);
     this.checkAppended(node, ready);
     this.checkLeader(node, ready);
     this.checkApplied(node, ready);
+  }
+
+  /** A member resumed from its state file: its term, vote and log are what it stopped with. */
+  resumed(before: RaftCore, after: RaftCore): void {
+    const a = before.durableState();
+    const b = after.durableState();
+    const sameLog = a.entries.length === b.entries.length && a.entries.at(-1)?.term === b.entries.at(-1)?.term;
+    if (b.term < a.term || b.vote !== a.vote || b.voteInc !== a.voteInc || !sameLog) {
+      throw new Violation('rollback', `member ${after.id}.${after.incarnation} resumed with term ${b.term} vote ${b.vote} and ${b.entries.length} entries, had ${a.term} ${a.vote} ${a.entries.length}`);
+    }
+  }
+
+  private checkVote(node: RaftCore, ready: Ready): void {
+    const member = `${node.id}.${node.incarnation}`;
+    const term = node.currentTerm;
+    if (term < (this.memberTerm.get(member) ?? 0)) throw new Violation('rollback', `member ${member} went back to term ${term}`);
+    this.memberTerm.set(member, term);
+    const hs = ready.hardState;
+    if (hs === null || hs.vote === 0) return;
+    const key = `${member}/${node.epoch.generation}.${node.epoch.id}/${hs.term}`;
+    const vote = `${hs.vote}.${hs.voteInc}`;
+    const before = this.votes.get(key);
+    if (before !== undefined && before !== vote) throw new Violation('double vote', `member ${member} voted for ${before} and ${vote} in term ${hs.term}`);
+    this.votes.set(key, vote);
   }
 
   private checkAppended(node: RaftCore, ready: Ready): void {
@@ -88,11 +123,12 @@ export class SafetyChecker {
   }
 
   private newLeader(node: RaftCore, term: number): void {
-    const other = this.leaderOfTerm.get(term);
+    const key = `${node.epoch.generation}.${node.epoch.id}/${term}`;
+    const other = this.leaderOfTerm.get(key);
     if (other !== undefined && other !== node.id) {
       throw new Violation('election safety', `nodes ${other} and ${node.id} both lead term ${term}`);
     }
-    this.leaderOfTerm.set(term, node.id);
+    this.leaderOfTerm.set(key, node.id);
     this.elections++;
     const log = node.entries();
     // §5.4: an entry committed in a term is in the log of every leader of a higher term. A leader of
@@ -115,7 +151,10 @@ export class SafetyChecker {
       if (e.time < before) throw new Violation('cluster time order', `committed ${e.index} at time ${e.time} after time ${before}`);
       const known = this.committed[e.index - 1];
       const data = dataKey(e);
-      if (known === undefined) this.committed.push({ term: e.term, time: e.time, data, commitTerm: node.currentTerm });
+      if (known === undefined) {
+        this.committed.push({ term: e.term, time: e.time, data, commitTerm: node.currentTerm });
+        if (e.config !== undefined) this.checkConfigChange(e.index, e.config);
+      }
       else if (known.term !== e.term || known.time !== e.time || known.data !== data) {
         throw new Violation(
           'state machine safety',
@@ -125,5 +164,14 @@ export class SafetyChecker {
       next++;
     }
     this.applyNext.set(node.id, next);
+  }
+
+  /** Thesis §4.1: consecutive committed configurations have overlapping majorities. */
+  private checkConfigChange(index: number, config: Configuration): void {
+    const before = this.committedConfig;
+    this.committedConfig = config;
+    if (before !== null && !majoritiesOverlap(before, config)) {
+      throw new Violation('configuration overlap', `committed ${index} changes ${formatConfig(before)} to ${formatConfig(config)}`);
+    }
   }
 }

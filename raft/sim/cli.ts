@@ -9,9 +9,9 @@ import type { Fault } from './sim.js';
 import { faultNames, runSeed } from './sim.js';
 
 const usage =
-  'usage: sim --seeds N --first-seed S [--faults drop,dup,reorder,partition,crash,pause,clock,transfer|all|none] ' +
-  '[--break grant-every-vote|commit-old-terms|answer-every-vote]';
-const unsafeRules: readonly UnsafeRule[] = ['grant-every-vote', 'commit-old-terms', 'answer-every-vote'];
+  'usage: sim --seeds N --first-seed S [--faults drop,dup,reorder,partition,crash,pause,clock,transfer,amnesia,restart|all|none] ' +
+  '[--break grant-every-vote|commit-old-terms|answer-every-vote|swap-member]';
+const unsafeRules: readonly UnsafeRule[] = ['grant-every-vote', 'commit-old-terms', 'answer-every-vote', 'swap-member'];
 
 export const exitOk = 0;
 export const exitViolation = 1;

@@ -4,16 +4,33 @@ import { Prng } from '../core/prng.js';
 import type { UnsafeRule } from '../core/raft.js';
 import { clockDriftMax, RaftCore } from '../core/raft.js';
 import { formatEntry, formatMessage } from '../core/test-cluster.js';
+import type { Membership } from '../core/membership.js';
+import { decodeStateFile, encodeStateFile } from '../driver/state-file.js';
 import { SafetyChecker, Violation } from './checker.js';
 import { SimClock, wallEpochMs } from './clocks.js';
 import { EventQueue } from './event-queue.js';
 import { LeaseChecker } from './lease-checker.js';
 
-export const faultNames = ['drop', 'dup', 'reorder', 'partition', 'crash', 'pause', 'clock', 'transfer'] as const;
+export const faultNames = ['drop', 'dup', 'reorder', 'partition', 'crash', 'pause', 'clock', 'transfer', 'amnesia', 'restart'] as const;
 export type Fault = (typeof faultNames)[number];
 
 /** Named scenarios: node 1 campaigns at E/2, clocks drift, and one thing happens (see docs/raft.md). */
-export const scenarioNames = ['skewed-follower', 'skewed-leader', 'leader-step', 'frozen-leader', 'transfer'] as const;
+export const scenarioNames = [
+  'skewed-follower',
+  'skewed-leader',
+  'leader-step',
+  'frozen-leader',
+  'transfer',
+  'remove-then-add',
+  'crash-looping-replacement',
+  'leader-dies-during-replacement',
+  'quick-restart',
+  'crash-after-resume',
+  'bootstrap-all-fresh',
+  'bootstrap-all-amnesiac',
+] as const;
+/** Scenarios that start three fresh nodes, which bootstrap (DESIGN.md "Fresh, amnesiac, bootstrap"). */
+const membershipScenarios: ReadonlySet<string> = new Set(scenarioNames.slice(5));
 export type Scenario = (typeof scenarioNames)[number];
 
 /** A correct wall clock is within this of true time (NTP); only one clock may be wrong. */
@@ -45,6 +62,10 @@ export interface SimStats {
   readonly excludedClocks: readonly number[];
   /** Most that an entry's cluster time was ahead of true time when stamped, ms (negative: behind). */
   readonly maxAheadMs: number;
+  /** Memory losses injected (amnesia). */
+  readonly amnesias: number;
+  /** Committed configurations, in order, as `1.a1,2.b1,3.c1`. */
+  readonly configs: readonly string[];
 }
 
 export type SimResult =
@@ -64,6 +85,8 @@ type SimEvent =
   | { readonly kind: 'propose' }
   | { readonly kind: 'crash'; readonly node: number }
   | { readonly kind: 'restart'; readonly node: number }
+  | { readonly kind: 'amnesia'; readonly node: number; readonly again?: boolean }
+  | { readonly kind: 'stop'; readonly node: number; readonly downMs?: number }
   | { readonly kind: 'partition' }
   | { readonly kind: 'heal' }
   | { readonly kind: 'pause'; readonly node: number; readonly forMs?: number }
@@ -78,6 +101,9 @@ type SimEvent =
 const ids = [1, 2, 3] as const;
 /** Quiet period after the faults: a majority connected for 10E (the brief's liveness window). */
 const quietPeriodsE = 10;
+/** With amnesia, every node must be a caught-up voter again within this many E of quiet (issue 7:
+ * 30E plus the transfer). */
+const redundantWithinE = 32;
 /** The liveness marker is proposed from this many E into the quiet period, retried every E/2. */
 const probeStartE = 5;
 const encoder = new TextEncoder();
@@ -134,6 +160,17 @@ class Simulation {
   private markerCommitted = false;
   private markerProposed = false;
   private stats = { events: 0, messages: 0 };
+  /** Nodes start fresh and bootstrap; members carry incarnations (amnesia, membership scenarios). */
+  private readonly dynamic: boolean;
+  private readonly starts = new Map<number, number>();
+  /** Crashed nodes that come back without their memory. */
+  private readonly forgetful = new Set<number>();
+  /** State files written by a clean stop, read back on restart (the real codec). */
+  private readonly stateFiles = new Map<number, Uint8Array>();
+  private readonly endAt: number;
+  /** bootstrap-all-amnesiac: nobody may serve, and everyone must say so. */
+  private readonly expectStuck: boolean;
+  private amnesias = 0;
 
   constructor(private readonly opts: SimOptions) {
     this.e = opts.electionTimeoutMs ?? 100;
@@ -150,6 +187,9 @@ class Simulation {
     const variant = this.prng.int(4);
     this.clockVariant = opts.scenario === 'leader-step' ? 2 : variant;
     this.aheadMaxMs = correctWallErrorMs + this.e / 2 + 5;
+    this.dynamic = this.faults.has('amnesia') || this.faults.has('restart') || membershipScenarios.has(opts.scenario ?? '');
+    this.expectStuck = opts.scenario === 'bootstrap-all-amnesiac';
+    this.endAt = this.faultEnd + (this.dynamic ? redundantWithinE : quietPeriodsE) * this.e;
     const drifts = this.faults.has('clock') || opts.scenario !== undefined;
     for (const id of ids) {
       const rate = drifts ? 1 + (this.prng.float() * 2 - 1) * clockDriftMax : 1;
@@ -169,7 +209,7 @@ class Simulation {
         this.stats.events++;
         if (this.handle(ev.item)) break;
       }
-      if (!this.markerCommitted) throw new Violation('liveness', `no proposal committed within ${quietPeriodsE}E of quiet`);
+      this.checkLiveness();
     } catch (err) {
       const violation = err instanceof Error ? err.message : String(err);
       const property = err instanceof Violation ? err.property : err instanceof RaftError ? 'core assertion' : 'crash';
@@ -184,13 +224,34 @@ class Simulation {
       transfers: this.transfers,
       excludedClocks: [...this.excluded].sort((a, b) => a - b),
       maxAheadMs: this.maxAheadMs,
+      amnesias: this.amnesias,
+      configs: this.checker.committed.filter((c) => c.data.startsWith('config(')).map((c) => c.data.slice(7, -1)),
     };
     return { ok: true, seed: this.opts.seed, stats };
   }
 
+  /** Quiet: a marker commits; with amnesia every node is a caught-up voter again; three amnesiac
+   * nodes never serve and all say they need a force-start. */
+  private checkLiveness(): void {
+    if (this.expectStuck) {
+      const leader = ids.find((id) => this.node(id).role === 'leader');
+      if (leader !== undefined) throw new Violation('bootstrap', `node ${leader} leads a cluster of three amnesiac nodes`);
+      const unaware = ids.find((id) => !this.node(id).needsForceStart());
+      if (unaware !== undefined) throw new Violation('liveness', `node ${unaware} does not report needsForceStart`);
+      return;
+    }
+    if (!this.markerCommitted) throw new Violation('liveness', `no proposal committed within ${quietPeriodsE}E of quiet`);
+    if (!this.dynamic) return;
+    const leader = ids.find((id) => this.runs(id) && this.node(id).role === 'leader');
+    if (leader === undefined || !this.node(leader).isRedundant()) {
+      const config = leader === undefined ? 'no leader' : this.node(leader).configuration.map((m) => `${m.node}.${m.inc}`).join(',');
+      throw new Violation('liveness', `not every node is a caught-up voter ${redundantWithinE}E after quiet (${config})`);
+    }
+  }
+
   private schedule(): void {
     for (const id of ids) {
-      this.startNode(id, undefined);
+      this.startNode(id, undefined, this.expectStuck ? 'amnesiac' : 'fresh');
       this.queue.push(this.prng.int(this.tickMs()), { kind: 'tick', node: id });
     }
     this.queue.push(this.prng.int(this.e), { kind: 'propose' });
@@ -199,10 +260,12 @@ class Simulation {
     if (this.faults.has('pause')) this.queue.push(this.prng.range(this.e, 5 * this.e), { kind: 'pause', node: this.pickNode() });
     if (this.faults.has('clock')) this.queue.push(this.prng.range(this.e, 20 * this.e), { kind: 'clock-fault' });
     if (this.faults.has('transfer')) this.queue.push(this.prng.range(5 * this.e, 15 * this.e), { kind: 'transfer' });
+    if (this.faults.has('amnesia')) this.queue.push(this.prng.range(10 * this.e, 30 * this.e), { kind: 'amnesia', node: this.pickNode() });
+    if (this.faults.has('restart')) this.queue.push(this.prng.range(5 * this.e, 20 * this.e), { kind: 'stop', node: this.pickNode() });
     if (this.opts.scenario !== undefined) this.scheduleScenario(this.opts.scenario);
     this.queue.push(this.faultEnd, { kind: 'quiet' });
     this.queue.push(this.faultEnd + probeStartE * this.e, { kind: 'liveness-probe' });
-    this.queue.push(this.faultEnd + quietPeriodsE * this.e, { kind: 'end' });
+    this.queue.push(this.endAt, { kind: 'end' });
   }
 
   /** Returns true at the end of the run. */
@@ -218,6 +281,10 @@ class Simulation {
         return this.onCrash(ev.node);
       case 'restart':
         return this.onRestart(ev.node);
+      case 'amnesia':
+        return this.onAmnesia(ev.node, ev.again === true);
+      case 'stop':
+        return this.onStop(ev.node, ev.downMs);
       case 'partition':
         return this.onPartition();
       case 'heal':
@@ -280,7 +347,9 @@ class Simulation {
     const node = this.node(m.to);
     if (this.trace !== null) this.record(`deliver ${formatMessage(m)}`);
     const error = node.step(m);
-    if (error !== null) throw error;
+    // A message for a replaced incarnation, or from an epoch this node does not hold, is normal
+    // after a restart; any other refusal is a core sending something malformed.
+    if (error !== null && error.code !== 'RAFT_OTHER_MEMBER' && error.code !== 'RAFT_FOREIGN_MESSAGE') throw error;
     this.flush(node);
     return false;
   }
@@ -316,8 +385,67 @@ class Simulation {
   private onRestart(id: number): boolean {
     if (!this.down.has(id)) return false;
     this.down.delete(id);
-    this.startNode(id, this.node(id));
-    this.record(`restart ${id}`);
+    if (this.forgetful.delete(id)) {
+      this.startNode(id, undefined, 'amnesiac');
+      this.record(`restart ${id} amnesiac as ${this.node(id).incarnation}`);
+      return false;
+    }
+    const file = this.stateFiles.get(id);
+    this.stateFiles.delete(id);
+    this.startNode(id, this.node(id), 'member', file);
+    this.record(`restart ${id}${file === undefined ? '' : ' from its state file'}`);
+    return false;
+  }
+
+  /** kill -9: the process and its memory are gone; the node id comes back as a new member. One
+   * memory loss at a time (DESIGN.md's model): only once every node is a caught-up voter. */
+  private onAmnesia(id: number, again: boolean): boolean {
+    if (this.quiet) return false;
+    const leader = ids.find((x) => this.runs(x) && this.node(x).role === 'leader');
+    const calm = this.down.size === 0 && ids.every((x) => this.runs(x)) && leader !== undefined && this.node(leader).isRedundant();
+    if (!calm && !again) {
+      this.queue.push(this.now + this.e, { kind: 'amnesia', node: id });
+      return false;
+    }
+    if (this.runs(id) || (again && !this.down.has(id))) {
+      this.down.add(id);
+      this.forgetful.add(id);
+      this.leases.update(id, this.now, this.now);
+      this.amnesias++;
+      this.record(`amnesia ${id}`);
+      this.queue.push(this.now + this.prng.range(this.e / 2, 4 * this.e), { kind: 'restart', node: id });
+    }
+    if (this.faults.has('amnesia')) this.queue.push(this.now + this.prng.range(20 * this.e, 60 * this.e), { kind: 'amnesia', node: this.pickNode() });
+    return false;
+  }
+
+  /** A clean stop (SIGTERM): traffic stops, the state goes through the real state-file codec, and
+   * the node resumes from it as the same member, ignoring votes for 2E. */
+  private onStop(id: number, downMs: number | undefined): boolean {
+    if (!this.quiet && this.runs(id)) {
+      const n = this.node(id);
+      const d = n.durableState();
+      const bytes = encodeStateFile({
+        clusterId: n.clusterId,
+        epoch: n.epoch,
+        member: n.member,
+        term: d.term,
+        vote: d.vote,
+        voteInc: d.voteInc ?? '',
+        configuration: d.baseConfig ?? null,
+        snapshot: null,
+        log: d.entries,
+        commitIndex: n.commitIndex,
+        clusterTime: Math.floor(n.clusterTime(this.clock(id).mono(this.now))),
+        fileId: `f${this.prng.int(2 ** 31)}`,
+      });
+      this.stateFiles.set(id, bytes);
+      this.down.add(id);
+      this.leases.update(id, this.now, this.now);
+      this.record(`stop ${id} (state file of ${bytes.length} bytes)`);
+      this.queue.push(this.now + (downMs ?? this.prng.range(this.e / 2, 4 * this.e)), { kind: 'restart', node: id });
+    }
+    if (!this.quiet && this.faults.has('restart')) this.queue.push(this.now + this.prng.range(5 * this.e, 20 * this.e), { kind: 'stop', node: this.pickNode() });
     return false;
   }
 
@@ -355,7 +483,8 @@ class Simulation {
     this.blocked.clear();
     for (const id of [...this.down]) this.onRestart(id);
     for (const id of ids) if (this.clock(id).isPaused) this.onResume(id);
-    if (this.faults.size > 0 && this.prng.chance(0.5)) this.isolate(this.pickNode());
+    // With amnesia every node must come back as a voter, so none stays cut off.
+    if (this.faults.size > 0 && !this.dynamic && this.prng.chance(0.5)) this.isolate(this.pickNode());
     this.record(`quiet ${[...this.blocked].join(' ')}`);
     return false;
   }
@@ -441,9 +570,34 @@ class Simulation {
   }
 
   private scheduleScenario(scenario: Scenario): void {
-    this.queue.push(this.e / 2, { kind: 'campaign', node: 1 });
+    if (!membershipScenarios.has(scenario)) this.queue.push(this.e / 2, { kind: 'campaign', node: 1 });
     const at = 20 * this.e;
     switch (scenario) {
+      case 'remove-then-add':
+        this.queue.push(at, { kind: 'amnesia', node: 3 });
+        return;
+      case 'crash-looping-replacement':
+        // Node 3 forgets, then forgets again four times before it can be caught up and added.
+        this.queue.push(at, { kind: 'amnesia', node: 3 });
+        for (let k = 1; k <= 4; k++) this.queue.push(at + 5 * this.e + k * 4 * this.e, { kind: 'amnesia', node: 3, again: true });
+        return;
+      case 'leader-dies-during-replacement':
+        // Node 3 forgets; at a random step of its replacement the leader stops and resumes.
+        this.queue.push(at, { kind: 'amnesia', node: 3 });
+        this.queue.push(at + this.prng.range(this.e, 8 * this.e), { kind: 'stop', node: 1, downMs: 2 * this.e });
+        this.queue.push(at + this.prng.range(this.e, 8 * this.e), { kind: 'stop', node: 2, downMs: 2 * this.e });
+        return;
+      case 'quick-restart':
+        // The leader stops cleanly and is back within E/2, while its lease may still run.
+        for (const id of ids) this.queue.push(at + id * 10 * this.e, { kind: 'stop', node: id, downMs: this.e / 4 });
+        return;
+      case 'crash-after-resume':
+        this.queue.push(at, { kind: 'stop', node: 1, downMs: this.e });
+        this.queue.push(at + 1.5 * this.e, { kind: 'amnesia', node: 1, again: true });
+        return;
+      case 'bootstrap-all-fresh':
+      case 'bootstrap-all-amnesiac':
+        return;
       case 'skewed-follower':
         this.setWrongClock(3, 5000);
         return;
@@ -490,12 +644,30 @@ class Simulation {
     return n;
   }
 
-  /** Starts a process for `id`: fresh, or resuming the durable state of the one that crashed. */
-  private startNode(id: number, crashed: RaftCore | undefined): void {
+  /** Starts a process for `id`: fresh or amnesiac (a new member), or resuming the durable state of
+   * the one that stopped, from its state file when it wrote one. */
+  private startNode(id: number, crashed: RaftCore | undefined, membership: Membership, file?: Uint8Array): void {
     const mono = Math.floor(this.clock(id).mono(this.now));
+    const n = (this.starts.get(id) ?? 0) + 1;
+    this.starts.set(id, n);
+    let restore = crashed?.durableState();
+    if (file !== undefined && crashed !== undefined) {
+      const f = decodeStateFile(file, `sim node ${id}`, { clusterId: crashed.clusterId, nodeId: id });
+      restore = { term: f.term, vote: f.vote, voteInc: f.voteInc, entries: f.log, baseConfig: f.configuration };
+    }
+    const identity = this.dynamic
+      ? {
+          nodes: ids,
+          incarnation: crashed?.incarnation ?? `${String.fromCharCode(96 + id)}${n}`,
+          // No membership record exists before a node joins an epoch: such a resume is as fresh
+          // (or amnesiac) as the process that stopped.
+          membership: crashed !== undefined && crashed.epoch.generation === 0 ? crashed.membershipAtStart : membership,
+          ...(crashed === undefined ? {} : { epoch: crashed.epoch }),
+        }
+      : { voters: ids };
     const node = new RaftCore({
       id,
-      voters: ids,
+      ...identity,
       electionTimeoutMs: this.e,
       entriesPerAppendMax: this.entriesPerAppendMax,
       inflightAppendsMax: this.inflightAppendsMax,
@@ -503,9 +675,10 @@ class Simulation {
       now: mono,
       // DESIGN.md: a node that resumed a state file ignores votes for 2E.
       ignoreVotesUntil: crashed === undefined ? mono : mono + 2 * this.e,
-      ...(crashed === undefined ? {} : { restore: crashed.durableState() }),
+      ...(restore === undefined ? {} : { restore }),
       ...(this.opts.unsafe === undefined ? {} : { unsafe: this.opts.unsafe }),
     });
+    if (crashed !== undefined) this.checker.resumed(crashed, node);
     this.nodes.set(id, node);
     this.checker.restarted(id);
     this.flush(node);

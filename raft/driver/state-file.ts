@@ -1,0 +1,277 @@
+// The state file and the membership record beside it (DESIGN.md "State file", "Fresh, amnesiac,
+// bootstrap"). Layout of both: 8 magic bytes, a 32-byte SHA-256 of the body, then the msgpackr
+// body. Every byte read back is untrusted: a bad checksum, a bad shape, another cluster or node, or
+// a file already consumed is refused with a stable code and a message naming the file.
+import { createHash, randomBytes } from 'node:crypto';
+import { closeSync, fsyncSync, openSync, readFileSync, renameSync, unlinkSync, writeFileSync } from 'node:fs';
+import { dirname } from 'node:path';
+import { Packr } from 'msgpackr';
+import type { Configuration, Epoch, Member } from '../core/membership.js';
+import type { LogEntry } from '../core/messages.js';
+import { DriverError } from './errors.js';
+
+const stateMagic = Buffer.from('RAFTMQS1');
+const recordMagic = Buffer.from('RAFTMQR1');
+const digestBytes = 32;
+/** The record remembers this many consumed file ids: enough for every file a node could be handed. */
+export const consumedIdsMax = 64;
+const packr = new Packr({ useRecords: false, mapsAsObjects: true });
+
+export interface StateFile {
+  readonly clusterId: string;
+  readonly epoch: Epoch;
+  readonly member: Member;
+  readonly term: number;
+  readonly vote: number;
+  readonly voteInc: string;
+  /** The configuration before the first entry of `log` (null: none). */
+  readonly configuration: Configuration | null;
+  /** Not written yet (snapshots are a later part); always null. */
+  readonly snapshot: null;
+  readonly log: readonly LogEntry[];
+  readonly commitIndex: number;
+  /** Cluster ms when the state was taken. */
+  readonly clusterTime: number;
+  /** Random id of this file; the membership record notes it when the file is consumed. */
+  readonly fileId: string;
+}
+
+/** The durable membership record beside the state file: written before a node first applies
+ * anything of an epoch, and when it consumes a state file. */
+export interface MembershipRecord {
+  readonly clusterId: string;
+  readonly nodeId: number;
+  readonly epoch: Epoch;
+  /** File ids of state files consumed, newest last (at most consumedIdsMax). */
+  readonly consumed: readonly string[];
+}
+
+export interface Expected {
+  readonly clusterId: string;
+  readonly nodeId: number;
+}
+
+export const newFileId = (): string => randomBytes(16).toString('hex');
+export const recordPathOf = (stateFile: string): string => `${stateFile}.member`;
+export const lockPathOf = (stateFile: string): string => `${stateFile}.lock`;
+export const prevPathOf = (stateFile: string): string => `${stateFile}.prev`;
+
+// ---- encoding ----
+
+export function encodeStateFile(s: StateFile): Buffer {
+  return seal(stateMagic, s);
+}
+
+export function decodeStateFile(bytes: Uint8Array, path: string, expected: Expected): StateFile {
+  const v = open(stateMagic, bytes, path);
+  if (!isStateFile(v)) throw new DriverError('RAFT_STATE_FILE_CORRUPT', `${path}: fields missing or of the wrong type`);
+  if (v.clusterId !== expected.clusterId || v.member.node !== expected.nodeId) {
+    const detail = `${path} is of cluster ${JSON.stringify(v.clusterId)} node ${v.member.node}`;
+    throw new DriverError('RAFT_STATE_FILE_FOREIGN', `${detail}, this is ${JSON.stringify(expected.clusterId)} node ${expected.nodeId}`);
+  }
+  return v;
+}
+
+export function encodeRecord(r: MembershipRecord): Buffer {
+  return seal(recordMagic, r);
+}
+
+export function decodeRecord(bytes: Uint8Array, path: string, expected: Expected): MembershipRecord {
+  const v = open(recordMagic, bytes, path) as Partial<MembershipRecord> | null;
+  const ok =
+    typeof v === 'object' &&
+    v !== null &&
+    typeof v.clusterId === 'string' &&
+    Number.isSafeInteger(v.nodeId) &&
+    isEpoch(v.epoch) &&
+    Array.isArray(v.consumed) &&
+    v.consumed.every((x) => typeof x === 'string');
+  if (!ok) throw new DriverError('RAFT_STATE_FILE_CORRUPT', `${path}: membership record fields missing or of the wrong type`);
+  const r = v as MembershipRecord;
+  if (r.clusterId !== expected.clusterId || r.nodeId !== expected.nodeId) {
+    throw new DriverError('RAFT_STATE_FILE_FOREIGN', `${path} is the record of cluster ${JSON.stringify(r.clusterId)} node ${r.nodeId}`);
+  }
+  return r;
+}
+
+function seal(magic: Buffer, value: unknown): Buffer {
+  const body = packr.pack(value);
+  const digest = createHash('sha256').update(body).digest();
+  return Buffer.concat([magic, digest, body]);
+}
+
+function open(magic: Buffer, bytes: Uint8Array, path: string): unknown {
+  const buf = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const head = magic.length + digestBytes;
+  if (buf.length < head || !buf.subarray(0, magic.length).equals(magic)) {
+    throw new DriverError('RAFT_STATE_FILE_CORRUPT', `${path}: not a raftmq ${magic === stateMagic ? 'state file' : 'membership record'}`);
+  }
+  const body = buf.subarray(head);
+  if (!createHash('sha256').update(body).digest().equals(buf.subarray(magic.length, head))) {
+    throw new DriverError('RAFT_STATE_FILE_CORRUPT', `${path}: checksum mismatch`);
+  }
+  try {
+    return packr.unpack(body);
+  } catch (err) {
+    throw new DriverError('RAFT_STATE_FILE_CORRUPT', `${path}: ${(err as Error).message}`);
+  }
+}
+
+const isCount = (v: unknown): v is number => Number.isSafeInteger(v) && (v as number) >= 0;
+const isEpoch = (v: unknown): v is Epoch =>
+  typeof v === 'object' && v !== null && isCount((v as Epoch).generation) && typeof (v as Epoch).id === 'string';
+const isMember = (v: unknown): v is Member =>
+  typeof v === 'object' && v !== null && isCount((v as Member).node) && typeof (v as Member).inc === 'string';
+const isConfig = (v: unknown): v is Configuration => Array.isArray(v) && v.every(isMember);
+
+/** The log is checked like an append from a peer: contiguous indexes, terms and times never
+ * decreasing and no term above the file's, configuration entries without data. */
+function isLog(v: unknown, term: number): v is LogEntry[] {
+  if (!Array.isArray(v)) return false;
+  let lastTerm = 0;
+  let lastTime = 0;
+  for (let k = 0; k < v.length; k++) {
+    const e = v[k] as Partial<LogEntry> | null;
+    if (typeof e !== 'object' || e === null || e.index !== k + 1 || !isCount(e.term) || !isCount(e.time)) return false;
+    if (e.term < lastTerm || e.term > term || e.time < lastTime) return false;
+    if (e.data !== null && !(e.data instanceof Uint8Array)) return false;
+    if (e.config !== undefined && (e.data !== null || !isConfig(e.config))) return false;
+    lastTerm = e.term;
+    lastTime = e.time;
+  }
+  return true;
+}
+
+function isStateFile(v: unknown): v is StateFile {
+  if (typeof v !== 'object' || v === null) return false;
+  const s = v as Partial<StateFile>;
+  return (
+    typeof s.clusterId === 'string' &&
+    isEpoch(s.epoch) &&
+    isMember(s.member) &&
+    isCount(s.term) &&
+    isCount(s.vote) &&
+    typeof s.voteInc === 'string' &&
+    (s.configuration === null || isConfig(s.configuration)) &&
+    s.snapshot === null &&
+    isLog(s.log, s.term) &&
+    isCount(s.commitIndex) &&
+    s.commitIndex <= s.log.length &&
+    isCount(s.clusterTime) &&
+    typeof s.fileId === 'string'
+  );
+}
+
+// ---- files ----
+
+/** Write-temp, fsync, rename, fsync of the directory: after a crash the path holds the old bytes
+ * or the new, never a mix. */
+export function writeDurably(path: string, bytes: Uint8Array): void {
+  const temp = `${path}.tmp-${process.pid}`;
+  const fd = openSync(temp, 'w', 0o600);
+  try {
+    writeFileSync(fd, bytes);
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+  renameSync(temp, path);
+  syncDir(dirname(path));
+}
+
+export function syncDir(dir: string): void {
+  const fd = openSync(dir, 'r');
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** Written only after raft traffic has stopped (DESIGN.md "State file"). */
+export function writeStateFile(path: string, s: StateFile): void {
+  writeDurably(path, encodeStateFile(s));
+}
+
+/** The record, or null when there is none (a fresh node). */
+export function readRecord(stateFile: string, expected: Expected): MembershipRecord | null {
+  const path = recordPathOf(stateFile);
+  const bytes = readIfExists(path);
+  return bytes === null ? null : decodeRecord(bytes, path, expected);
+}
+
+export function writeRecord(stateFile: string, r: MembershipRecord): void {
+  writeDurably(recordPathOf(stateFile), encodeRecord(r));
+}
+
+/** At start, before any raft message: a valid, unconsumed file is consumed (the record notes its
+ * id, the file becomes FILE.prev, the directory is synced) and returned; null when there is no
+ * file (the start is fresh or amnesiac). A file whose id the record lists, or whose epoch is older
+ * than the record's, is a consumed or restored copy and refused: resuming it would roll back a
+ * member's term, vote and log. */
+export function consumeStateFile(path: string, expected: Expected): StateFile | null {
+  const bytes = readIfExists(path);
+  if (bytes === null) return null;
+  const file = decodeStateFile(bytes, path, expected);
+  const record = readRecord(path, expected);
+  if (record !== null) {
+    if (record.consumed.includes(file.fileId)) {
+      throw new DriverError('RAFT_STATE_FILE_CONSUMED', `${path} (file id ${file.fileId}) was consumed before; it is a restored copy`);
+    }
+    if (file.epoch.generation < record.epoch.generation) {
+      throw new DriverError('RAFT_STATE_FILE_CONSUMED', `${path} is of epoch ${file.epoch.generation}, older than ${record.epoch.generation}`);
+    }
+  }
+  const consumed = [...(record?.consumed ?? []), file.fileId].slice(-consumedIdsMax);
+  writeRecord(path, { clusterId: expected.clusterId, nodeId: expected.nodeId, epoch: file.epoch, consumed });
+  renameSync(path, prevPathOf(path));
+  syncDir(dirname(path));
+  return file;
+}
+
+function readIfExists(path: string): Buffer | null {
+  try {
+    return readFileSync(path);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    throw err;
+  }
+}
+
+// ---- PID lock (DESIGN.md "Links": covers a second process of one node id on one host) ----
+
+/** Takes the lock beside the state file; a lock whose PID is gone is taken over. */
+export function acquirePidLock(stateFile: string): () => void {
+  const path = lockPathOf(stateFile);
+  for (let attempt = 0; attempt < 2; attempt++) {
+    try {
+      writeFileSync(path, `${process.pid}\n`, { flag: 'wx', mode: 0o600 });
+      return () => releasePidLock(path);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    }
+    const holder = Number.parseInt(readIfExists(path)?.toString('utf8') ?? '', 10);
+    if (Number.isSafeInteger(holder) && holder > 0 && holder !== process.pid && pidAlive(holder)) {
+      throw new DriverError('RAFT_STATE_FILE_LOCKED', `${path} is held by live process ${holder}`);
+    }
+    unlinkSync(path);
+  }
+  throw new DriverError('RAFT_STATE_FILE_LOCKED', `${path}: another process took the lock meanwhile`);
+}
+
+function releasePidLock(path: string): void {
+  try {
+    if (readFileSync(path, 'utf8').trim() === String(process.pid)) unlinkSync(path);
+  } catch {
+    // already gone: nothing to release
+  }
+}
+
+function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}

@@ -1,0 +1,140 @@
+// State file and membership record I/O (DESIGN.md "State file"): what is written reads back, and
+// every corrupt, foreign, consumed or restored file is refused with its code and its path named.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, describe, it } from 'node:test';
+import { DriverError } from '../raft/driver/errors.js';
+import {
+  acquirePidLock,
+  consumeStateFile,
+  decodeStateFile,
+  encodeStateFile,
+  lockPathOf,
+  newFileId,
+  prevPathOf,
+  readRecord,
+  type StateFile,
+  writeStateFile,
+} from '../raft/driver/state-file.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'raftmq-state-'));
+after(() => rmSync(dir, { recursive: true, force: true }));
+let files = 0;
+const freshPath = (): string => join(dir, `node-${++files}.state`);
+const expected = { clusterId: 'raftmq', nodeId: 2 };
+
+function sample(overrides: Partial<StateFile> = {}): StateFile {
+  return {
+    clusterId: 'raftmq',
+    epoch: { generation: 1, id: 'k3' },
+    member: { node: 2, inc: 'b7' },
+    term: 4,
+    vote: 1,
+    voteInc: 'a1',
+    configuration: null,
+    snapshot: null,
+    log: [
+      { index: 1, term: 1, time: 1000, data: null, config: [{ node: 1, inc: 'a1' }, { node: 2, inc: 'b7' }, { node: 3, inc: 'c1' }] },
+      { index: 2, term: 1, time: 1000, data: null },
+      { index: 3, term: 4, time: 1500, data: new Uint8Array([0, 255, 7]) },
+    ],
+    commitIndex: 2,
+    clusterTime: 1600,
+    fileId: newFileId(),
+    ...overrides,
+  };
+}
+
+function refusedWith(code: string, path: string, fn: () => unknown): void {
+  assert.throws(fn, (err: unknown) => {
+    assert.ok(err instanceof DriverError, String(err));
+    assert.equal(err.code, code);
+    assert.ok(err.message.includes(path), `message names the file: ${err.message}`);
+    return true;
+  });
+}
+
+describe('raft state file', { timeout: 20_000 }, () => {
+  it('what is written reads back field by field, binary data and configuration entries included', () => {
+    const path = freshPath();
+    const s = sample();
+    writeStateFile(path, s);
+    const back = decodeStateFile(readFileSync(path), path, expected);
+    assert.deepEqual({ ...back, log: back.log.map((e) => ({ ...e, data: e.data === null ? null : [...e.data] })) }, {
+      ...s,
+      log: s.log.map((e) => ({ ...e, data: e.data === null ? null : [...e.data] })),
+    });
+    assert.equal(existsSync(`${path}.tmp-${process.pid}`), false, 'no temporary file left behind');
+  });
+
+  it('a file with any byte flipped, cut short, or of random bytes is refused as corrupt', () => {
+    const path = freshPath();
+    const good = encodeStateFile(sample());
+    for (const at of [0, 9, 40, good.length - 1]) {
+      const bad = Buffer.from(good);
+      bad[at] = (bad[at] ?? 0) ^ 0x40;
+      refusedWith('RAFT_STATE_FILE_CORRUPT', path, () => decodeStateFile(bad, path, expected));
+    }
+    refusedWith('RAFT_STATE_FILE_CORRUPT', path, () => decodeStateFile(good.subarray(0, good.length - 3), path, expected));
+    refusedWith('RAFT_STATE_FILE_CORRUPT', path, () => decodeStateFile(new Uint8Array(100).fill(7), path, expected));
+  });
+
+  it('a well-sealed file whose log breaks the log rules is refused as corrupt', () => {
+    const path = freshPath();
+    const s = sample();
+    const outOfOrder = encodeStateFile({ ...s, log: [s.log[1]!, s.log[0]!] });
+    refusedWith('RAFT_STATE_FILE_CORRUPT', path, () => decodeStateFile(outOfOrder, path, expected));
+    const aboveTerm = encodeStateFile({ ...s, term: 1 });
+    refusedWith('RAFT_STATE_FILE_CORRUPT', path, () => decodeStateFile(aboveTerm, path, expected));
+  });
+
+  it('a file of another cluster or another node id is refused as foreign', () => {
+    const path = freshPath();
+    const bytes = encodeStateFile(sample());
+    refusedWith('RAFT_STATE_FILE_FOREIGN', path, () => decodeStateFile(bytes, path, { clusterId: 'other', nodeId: 2 }));
+    refusedWith('RAFT_STATE_FILE_FOREIGN', path, () => decodeStateFile(bytes, path, { clusterId: 'raftmq', nodeId: 3 }));
+  });
+
+  it('consuming a file notes its id in the record, renames it to .prev, and a restored copy is refused', () => {
+    const path = freshPath();
+    const s = sample();
+    writeStateFile(path, s);
+    const resumed = consumeStateFile(path, expected);
+    assert.equal(resumed?.fileId, s.fileId);
+    assert.equal(existsSync(path), false);
+    assert.equal(existsSync(prevPathOf(path)), true);
+    assert.deepEqual(readRecord(path, expected)?.consumed, [s.fileId]);
+    copyFileSync(prevPathOf(path), path);
+    refusedWith('RAFT_STATE_FILE_CONSUMED', path, () => consumeStateFile(path, expected));
+    assert.equal(consumeStateFile(freshPath(), expected), null, 'no file: a fresh or amnesiac start');
+  });
+
+  it('a file of an older epoch than the record is a restored old copy and is refused', () => {
+    const path = freshPath();
+    writeStateFile(path, sample({ epoch: { generation: 3, id: 'x' } }));
+    consumeStateFile(path, expected);
+    writeStateFile(path, sample({ epoch: { generation: 2, id: 'y' } }));
+    refusedWith('RAFT_STATE_FILE_CONSUMED', path, () => consumeStateFile(path, expected));
+  });
+
+  it('a corrupt membership record is refused, naming it', () => {
+    const path = freshPath();
+    writeFileSync(`${path}.member`, 'not a record');
+    refusedWith('RAFT_STATE_FILE_CORRUPT', `${path}.member`, () => readRecord(path, expected));
+  });
+
+  it('the PID lock refuses while its holder lives and is taken over once its PID is gone', () => {
+    const path = freshPath();
+    writeFileSync(lockPathOf(path), `${process.ppid}\n`);
+    refusedWith('RAFT_STATE_FILE_LOCKED', lockPathOf(path), () => acquirePidLock(path));
+    const gone = spawnSync(process.execPath, ['-e', '0']).pid;
+    writeFileSync(lockPathOf(path), `${gone}\n`);
+    const release = acquirePidLock(path);
+    assert.equal(readFileSync(lockPathOf(path), 'utf8').trim(), String(process.pid));
+    release();
+    assert.equal(existsSync(lockPathOf(path)), false);
+  });
+});
