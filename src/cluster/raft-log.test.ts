@@ -241,6 +241,41 @@ describe('RaftLog serving rule', { timeout: 10_000 }, () => {
     }
   });
 
+  it('delivers entries committed before start() first, and serves only after the listener has them', async () => {
+    // A node may lead and commit its serve-start before the broker calls start(); entries that
+    // commit between start() and the delivery of those early ones must queue behind them.
+    let driver: FakeDriver | undefined;
+    const log = new RaftLog({
+      node: 1,
+      voters: [1, 2, 3],
+      settings: contractSettings,
+      logger: { info() {}, warn() {}, error() {} },
+      pollIntervalMs: 1_000_000,
+      driver: (hooks) => {
+        driver = new FakeDriver(hooks);
+        return driver;
+      },
+    });
+    await log.open();
+    const d = driver!;
+    d.lead(1);
+    d.lease = true;
+    d.commitAll(); // the serve-start commits with no listener yet
+    const listener = new Listener();
+    log.start(listener);
+    d.role = 'leader';
+    d.log.push({ index: d.log.length + 1, term: 1, time: d.time, data: null });
+    d.commitAll(); // commits in the same turn as start(), before the early entries are delivered
+    assert.deepEqual(listener.servingCalls, [], 'not serving before the listener has seen serve-start');
+    await turn();
+    const start = listener.entries.findIndex((e) => e.cmd.t === 'serve-start');
+    assert.ok(start >= 0, 'the serve-start was delivered');
+    assert.deepEqual(listener.servingCalls, [[true, listener.entries[start]!.index]]);
+    const indexes = listener.entries.map((e) => e.index);
+    assert.deepEqual(indexes, [...indexes].sort((a, b) => a - b), 'entries in log order');
+    await log.stop();
+  });
+
   it('stops serving when the state machine reports a failure, and says so in status', async () => {
     const { log, driver, listener } = await setup();
     let failure: string | null = null;

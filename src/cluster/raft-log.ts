@@ -108,6 +108,8 @@ export class RaftLog implements BrokerLog {
   private source: ReplicaSource | null = null;
   /** Entries committed before start(listener), delivered on start. */
   private early: Entry[] = [];
+  /** start() was called and the early entries have not been delivered yet. */
+  private earlyPending = false;
   private evaluateImmediate: NodeJS.Immediate | undefined;
   private poll: NodeJS.Timeout | undefined;
   private opened = false;
@@ -225,7 +227,12 @@ export class RaftLog implements BrokerLog {
     if (!this.opened) {
       this.open().catch((err: unknown) => this.onFatal(err instanceof Error ? err : new Error(String(err))));
     }
+    // Entries committed before start() are delivered in a later turn (never inside start); until
+    // then newer entries queue behind them, so the listener sees the log in order and serving
+    // never begins before the listener has applied this leader's serve-start.
+    this.earlyPending = true;
     setImmediate(() => {
+      this.earlyPending = false;
       const early = this.early;
       this.early = [];
       if (early.length > 0 && !this.stopped) listener.committed(early);
@@ -341,7 +348,7 @@ export class RaftLog implements BrokerLog {
       out.push(entry);
     }
     this.checks.noteApplied(out.length, checks);
-    if (this.listener === null) {
+    if (this.listener === null || this.earlyPending) {
       for (const e of out) this.early.push(e);
       return;
     }
@@ -406,7 +413,7 @@ export class RaftLog implements BrokerLog {
       this.startTicket = this.proposeInternal({ t: 'serve-start', node: this.node, settings: this.opts.settings });
       return;
     }
-    if (this.readyPeriod !== 0 && this.listener !== null && this.lastAppliedTerm === term && this.driver.hasLease()) {
+    if (this.readyPeriod !== 0 && this.listener !== null && !this.earlyPending && this.lastAppliedTerm === term && this.driver.hasLease()) {
       this.beginServing(this.readyPeriod, term);
     }
   }
