@@ -120,7 +120,10 @@ export class AuditLog implements AuditSink {
 
   private readonly flush = (): void => {
     this.scheduled = false;
-    if (this.writing || this.lines.length === 0 || this.closed) return this.notifyIdle();
+    if (this.writing || this.lines.length === 0 || this.closed) {
+      this.notifyIdle();
+      return;
+    }
     const buf = Buffer.from(this.takeText(), 'utf8');
     this.writing = true;
     write(this.fd, buf, 0, buf.length, null, (err) => {
