@@ -253,9 +253,17 @@ export class JepsenCluster {
 
   /** The node answering /health 200 and listening, if exactly one does; as a load balancer sees it. */
   async servingNode(timeoutMs: number): Promise<NodeProcess | null> {
+    const { serving } = await this.healthCheck(timeoutMs);
+    return serving;
+  }
+
+  /** One health check of every node: the serving one (if exactly one), and the MQTT ports of the
+   * nodes that failed the check. */
+  async healthCheck(timeoutMs: number): Promise<{ serving: NodeProcess | null; downPorts: number[] }> {
     const codes = await Promise.all(this.nodes.map((n) => n.healthCode(timeoutMs)));
     const up = this.nodes.filter((n, i) => codes[i] === 200 && n.mqttPort !== 0);
-    return up.length === 1 ? up[0]! : null;
+    const downPorts = this.nodes.filter((n, i) => codes[i] !== 200 && n.mqttPort !== 0).map((n) => n.mqttPort);
+    return { serving: up.length === 1 ? up[0]! : null, downPorts };
   }
 
   relay(from: number, to: number): Relay {

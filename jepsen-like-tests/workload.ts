@@ -57,17 +57,24 @@ const ERRORS_MAX = 200;
 const KEEPALIVE_S = 2;
 const RECONNECT_MS = 100;
 const CONNECT_TIMEOUT_MS = 2_000;
-/** How often the load balancer asks each node's /health. */
+/** How often the load balancer asks each node's /health, and how long it waits for the answer
+ * (cluster-scripts/haproxy.cfg: inter 250ms, fall 1). */
 const LEADER_POLL_MS = 100;
+const HEALTH_TIMEOUT_MS = 250;
 
-/** Follows the serving node as a load balancer does, and points reconnecting clients at it. */
+/** Follows the serving node as a load balancer does (cluster-scripts/haproxy.cfg): points
+ * reconnecting clients at it, and shuts the sessions to a node that fails its check
+ * (`on-marked-down shutdown-sessions`). */
 class LeaderFinder {
   port = 0;
   node = 0;
   private timer: NodeJS.Timeout | null = null;
   private busy = false;
 
-  constructor(private readonly cluster: JepsenCluster) {}
+  constructor(
+    private readonly cluster: JepsenCluster,
+    private readonly markedDown: (port: number) => void,
+  ) {}
 
   async first(timeoutMs: number): Promise<void> {
     const deadline = performance.now() + timeoutMs;
@@ -83,7 +90,8 @@ class LeaderFinder {
     if (this.busy) return;
     this.busy = true;
     try {
-      const n = await this.cluster.servingNode(LEADER_POLL_MS * 3);
+      const { serving: n, downPorts } = await this.cluster.healthCheck(HEALTH_TIMEOUT_MS);
+      for (const port of downPorts) this.markedDown(port);
       if (n !== null) {
         this.port = n.mqttPort;
         this.node = n.id;
@@ -114,7 +122,16 @@ export class Workload {
     cluster: JepsenCluster,
     private readonly o: WorkloadOptions,
   ) {
-    this.finder = new LeaderFinder(cluster);
+    this.finder = new LeaderFinder(cluster, (port) => this.shutdownSessions(port));
+  }
+
+  /** Cuts every client connected or connecting to `port` (a stopped process's kernel still
+   * completes TCP handshakes, so a CONNECT to it would wait out the connect timeout); each
+   * reconnects to the serving node. */
+  private shutdownSessions(port: number): void {
+    for (const c of this.clients) {
+      if (c.options.port === port && c.stream != null && !c.stream.destroyed) c.stream.destroy();
+    }
   }
 
   /** Connects and subscribes every subscriber (waiting for each SUBACK), then starts publishing. */
