@@ -33,7 +33,7 @@ function find(dir, accept) {
 const isFast = (n) => n.endsWith('.test.js') && !n.endsWith('.slow.test.js');
 const isSlow = (n) => n.endsWith('.slow.test.js');
 const layers = [
-  { name: 'unit', files: [...find('build/src', isFast), ...find('build/raft', isFast)], concurrency: 2 },
+  { name: 'unit', files: [...find('build/src', isFast), ...find('build/raft', isFast), ...find('build/jepsen-like-tests', isFast)], concurrency: 2 },
   { name: 'integration', files: find('build/test', isFast), concurrency: 1 },
 ];
 if (mode === 'full') {

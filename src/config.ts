@@ -248,6 +248,11 @@ export const SCHEMA = {
     default: '',
     help: 'required in a cluster; where the node will keep its raft state on stop (checked, not yet written)',
   },
+  'audit-log': {
+    kind: 'string',
+    default: '',
+    help: 'append a JSON line for every ack, delivery write and lease renewal to FILE (host-monotonic ms), for fault-injection checkers; off when empty',
+  },
   'health-port': {
     kind: 'int',
     default: -1,

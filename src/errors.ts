@@ -22,6 +22,8 @@ export const CONFIG_ERROR = {
   UNKNOWN_KEY: 'ERR_CONFIG_UNKNOWN_KEY',
   BAD_VALUE: 'ERR_CONFIG_BAD_VALUE',
   UNREADABLE_FILE: 'ERR_CONFIG_UNREADABLE_FILE',
+  /** A file the node must append to (--audit-log) cannot be opened. */
+  UNWRITABLE_FILE: 'ERR_CONFIG_UNWRITABLE_FILE',
   BAD_FILE: 'ERR_CONFIG_BAD_FILE',
   BAD_ARGUMENTS: 'ERR_CONFIG_BAD_ARGUMENTS',
   /** A setting that another setting requires is absent (a TLS listener without --tls-cert). */

@@ -52,6 +52,9 @@ export interface RaftDriverOptions {
   readonly onAppended?: (entries: readonly LogEntry[], truncatedFrom: number | null) => void;
   /** The core broke an invariant: a bug. The driver has stopped itself when this is called. */
   readonly onFatal?: (err: Error) => void;
+  /** The lease was extended to `leaseEnd` (monotonic ms of the driver's clock) in `term`. Called
+   * after the input that renewed it, for audit streams. */
+  readonly onLeaseRenewed?: (leaseEnd: number, term: number) => void;
   /** `accepting` turns false while proposed-but-uncommitted bytes exceed this. Default 64 MiB. */
   readonly uncommittedBytesMax?: number;
   /** Default E/10. */
@@ -126,6 +129,8 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
   private flushedBytes = 0;
   private wasAccepting = true;
   private readonly contact = new Map<number, number>();
+  /** The lease end last reported through onLeaseRenewed; 0: no lease. */
+  private leaseReported = 0;
 
   constructor(opts: RaftDriverOptions) {
     super();
@@ -326,6 +331,15 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
 
   private drainReady(): void {
     while (this.state === 'started' && this.core.hasReady()) this.handleReady(this.core.takeReady());
+    if (this.opts.onLeaseRenewed !== undefined) this.noteLease(this.opts.onLeaseRenewed);
+  }
+
+  /** Renewals happen inside core.step (a majority acknowledged a newer round); the core's lease
+   * end only grows within a term, and drops to 0 when the lease ends early. */
+  private noteLease(report: (leaseEnd: number, term: number) => void): void {
+    const end = this.core.leaseUntil();
+    if (end > this.leaseReported) report(end, this.core.currentTerm);
+    this.leaseReported = end;
   }
 
   private handleReady(rd: Ready): void {
@@ -398,6 +412,11 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
   /** Cluster ms (DESIGN.md "Cluster time"). */
   clusterTime(): number {
     return this.core.clusterTime(Math.floor(this.clock.monotonic()));
+  }
+
+  /** Monotonic ms (of the driver's clock) at which this leader's lease ends; 0 without one. */
+  leaseUntil(): number {
+    return this.core.leaseUntil();
   }
 
   /** Ms left of this node's lease; 0 without one. */

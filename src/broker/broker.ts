@@ -114,6 +114,11 @@ export class Broker implements BrokerState {
     return this.failReason;
   }
 
+  /** The client id of the session `conn` holds; null if it holds none. */
+  clientIdOf(conn: ConnId): string | null {
+    return this.byConn.get(conn)?.clientId ?? null;
+  }
+
   apply(e: Entry, out: Effect[]): void {
     try {
       this.digestCache = null;

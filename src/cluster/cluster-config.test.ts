@@ -28,6 +28,13 @@ describe('cluster settings', { timeout: 10_000 }, () => {
     assert.equal(clusterSettings(configOf([])), null);
   });
 
+  it('takes --audit-log in a cluster, is off without it, and refuses it on a single node', () => {
+    const base = ['--cluster-node', '1', '--cluster-peers', PEERS, '--state-file', '/s'];
+    assert.equal(clusterSettings(configOf(base))?.auditLog, undefined);
+    assert.equal(clusterSettings(configOf([...base, '--audit-log', '/tmp/a.jsonl']))?.auditLog, '/tmp/a.jsonl');
+    refusal(['--audit-log', '/tmp/a.jsonl'], CONFIG_ERROR.MISSING_VALUE, /--audit-log needs --cluster-node/);
+  });
+
   it('resolves a three-node cluster with defaults: listen on its own entry, id raftmq, E 500 ms', () => {
     const cs = clusterSettings(configOf(['--cluster-node', '2', '--cluster-peers', PEERS, '--state-file', '/var/lib/raftmq/state']));
     assert.ok(cs !== null);

@@ -21,6 +21,8 @@ export interface ClusterSettings {
   electionTimeoutMs: number;
   /** Checked for presence only: state files come with raft part 3. */
   stateFile: string;
+  /** --audit-log; undefined: off. */
+  auditLog: string | undefined;
 }
 
 /** Exactly this many voters (raft part 2: a fixed configuration). */
@@ -31,7 +33,7 @@ export function clusterSettings(config: Config): ClusterSettings | null {
   const node = config['cluster-node'];
   const peersText = config['cluster-peers'];
   if (node === 0 && peersText === '') {
-    for (const flag of ['cluster-listen', 'cluster-secret'] as const) {
+    for (const flag of ['cluster-listen', 'cluster-secret', 'audit-log'] as const) {
       if (config[flag] !== '') throw missing(`--${flag} needs --cluster-node and --cluster-peers`);
     }
     return null;
@@ -54,6 +56,7 @@ export function clusterSettings(config: Config): ClusterSettings | null {
     secret: config['cluster-secret'] === '' ? undefined : config['cluster-secret'],
     electionTimeoutMs: config['cluster-election-timeout-ms'],
     stateFile: config['state-file'],
+    auditLog: config['audit-log'] === '' ? undefined : config['audit-log'],
   };
 }
 

@@ -4,6 +4,7 @@
 import type { Logger } from 'pino';
 import { BrokerNode, type NodeOptions, settingsFrom } from '../server/broker-node.js';
 import type { ClusterSettings } from './cluster-config.js';
+import { AuditLog } from './audit-log.js';
 import { HealthServer, type HealthSource } from './health.js';
 import { type ClusterStatus, RaftLog } from './raft-log.js';
 
@@ -38,9 +39,29 @@ export async function startClusterNode(
     settings: settingsFrom(nodeOpts),
     logger,
   });
-  await log.open();
+  let audit: AuditLog | null = null;
+  if (cs.auditLog !== undefined) {
+    let failures = 0;
+    // Opened before raft starts, so the first lease renewal is recorded; an open error names the flag.
+    audit = new AuditLog({
+      file: cs.auditLog,
+      node: cs.node,
+      lease: log,
+      onError: (err) => {
+        if (failures++ === 0) logger.error({ err: err.message, file: cs.auditLog }, 'audit log write failed; records are dropped and counted');
+      },
+    });
+    log.attachAudit(audit);
+    logger.info({ file: cs.auditLog }, 'audit log on');
+  }
+  try {
+    await log.open();
+  } catch (err) {
+    await audit?.close();
+    throw err;
+  }
   const raftPort = transport()?.address().port ?? cs.listen.port;
-  const node = new BrokerNode(nodeOpts, log);
+  const node = new BrokerNode({ ...nodeOpts, audit }, log);
   created(node);
   log.attach({ lastCheck: () => node.lastCheck, failure: () => node.failure });
   let server: HealthServer | null = null;
@@ -64,6 +85,7 @@ export async function startClusterNode(
     healthPort,
     async stop() {
       await Promise.all([node.stop(), server?.close()]);
+      await audit?.close();
     },
   };
 }

@@ -56,6 +56,9 @@ class FakeDriver implements ClusterDriver {
   hasLease(): boolean {
     return this.lease;
   }
+  leaseUntil(): number {
+    return this.lease ? 1_000 : 0;
+  }
   leaseRemainingMs(): number {
     return this.lease ? 100 : 0;
   }

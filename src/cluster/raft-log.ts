@@ -13,6 +13,7 @@ import { type DriverLogger, type ProposeTicket, RaftDriver } from '../../raft/dr
 import { type PeerAddress, Transport } from '../../raft/transport/transport.js';
 import type { BrokerLog, LogListener } from '../log/broker-log.js';
 import { decodeCommand, encodeCommand } from '../log/command-codec.js';
+import type { AuditLog, LeaseView } from './audit-log.js';
 import { CheckScheduler, type CheckPolicy, defaultCheckPolicy } from './check-scheduler.js';
 
 /** What RaftLog needs of a RaftDriver; tests give a fake to drive the serving rule by hand. */
@@ -28,6 +29,8 @@ export interface ClusterDriver {
   readonly lastIndex: number;
   readonly appliedIndex: number;
   hasLease(): boolean;
+  /** Monotonic ms (performance.now()) at which the lease ends; 0 without one. */
+  leaseUntil(): number;
   leaseRemainingMs(): number;
   /** Cluster ms (DESIGN.md "Cluster time"); null without a cluster-time implementation. */
   clusterTime(): number | null;
@@ -41,6 +44,7 @@ export interface DriverHooks {
   onCommitted(entries: readonly LogEntry[]): void;
   onStateChange(s: SoftState): void;
   onFatal(err: Error): void;
+  onLeaseRenewed(leaseEnd: number, term: number): void;
 }
 
 /** What RaftLog asks of the broker node above it, for checks and for a failed state machine. */
@@ -98,7 +102,7 @@ export interface TcpClusterOptions {
 /** At most one line per kind of dropped proposal per window (ms). */
 const DROP_LOG_WINDOW_MS = 10_000;
 
-export class RaftLog implements BrokerLog {
+export class RaftLog implements BrokerLog, LeaseView {
   readonly node: number;
   private readonly opts: RaftLogOptions;
   private readonly driver: ClusterDriver;
@@ -127,6 +131,7 @@ export class RaftLog implements BrokerLog {
   private period = 0;
   private servingTerm = 0;
   private readonly dropLoggedAt = new Map<string, number>();
+  private audit: AuditLog | null = null;
 
   constructor(opts: RaftLogOptions) {
     this.opts = opts;
@@ -137,6 +142,7 @@ export class RaftLog implements BrokerLog {
       onCommitted: (entries) => this.onCommitted(entries),
       onStateChange: () => this.evaluate(),
       onFatal: (err) => this.onFatal(err),
+      onLeaseRenewed: (leaseEnd, term) => this.audit?.leaseRenewed(leaseEnd, term),
     });
     this.driver.on('drain', () => this.onDrain());
   }
@@ -176,6 +182,7 @@ export class RaftLog implements BrokerLog {
           onCommitted: hooks.onCommitted,
           onStateChange: hooks.onStateChange,
           onFatal: hooks.onFatal,
+          onLeaseRenewed: hooks.onLeaseRenewed,
         }),
     });
     return { log, transport: () => transport };
@@ -194,6 +201,19 @@ export class RaftLog implements BrokerLog {
   /** The broker node above this log, consulted for checks and state-machine failure. */
   attach(source: ReplicaSource): void {
     this.source = source;
+  }
+
+  /** The audit stream (--audit-log): lease renewals and serving periods go to it. */
+  attachAudit(audit: AuditLog): void {
+    this.audit = audit;
+  }
+
+  get currentTerm(): number {
+    return this.driver.currentTerm;
+  }
+
+  leaseUntil(): number {
+    return this.driver.leaseUntil();
   }
 
   // ---- BrokerLog ----
@@ -424,6 +444,7 @@ export class RaftLog implements BrokerLog {
     this.readyPeriod = 0;
     this.checks.reset(this.now());
     this.opts.logger.info({ node: this.node, term, period, leaseRemainingMs: this.driver.leaseRemainingMs() }, 'serving');
+    this.audit?.serving(period);
     this.listener?.serving(true, period);
   }
 
@@ -442,6 +463,7 @@ export class RaftLog implements BrokerLog {
     this.opts.logger.info({ node: this.node, period: this.period, term: d.currentTerm, why }, 'serving ended');
     this.period = 0;
     this.servingTerm = 0;
+    this.audit?.serving(0);
     this.listener?.serving(false, 0);
   }
 

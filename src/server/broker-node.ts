@@ -4,6 +4,7 @@ import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import { Broker } from '../broker/broker.js';
 import type { AclRule, Command, ConnId, Effect, Entry, Message, OutPacket, ProtocolLevel, Settings } from '../broker/commands.js';
+import type { AuditSink } from '../cluster/audit-log.js';
 import type { BrokerLog, LogListener } from '../log/broker-log.js';
 import { LocalLog } from '../log/local-log.js';
 import { encode } from '../protocol/encoder.js';
@@ -56,6 +57,8 @@ export interface NodeOptions {
   statsIntervalMs?: number;
   /** Further gauges for the stats line (e.g. the authenticator's bounded tables). */
   gauges?: () => Record<string, number>;
+  /** The audit stream (--audit-log): every ack and delivery this node executes. */
+  audit?: AuditSink | null;
 }
 
 /** At most one log line per key per window (protocol errors, apply events). */
@@ -364,6 +367,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
       case 'send':
         if (e.packet.type === 'publish') this.messagesOut++;
         conn.deliver(e.packet);
+        if (this.opts.audit != null) this.opts.audit.packet(e.packet, this.broker.clientIdOf(e.conn));
         return;
       case 'close':
         conn.closeByBroker(e.reason);

@@ -1,0 +1,94 @@
+// The checkers find what they are for: a lost acknowledged publish, a QoS 2 duplicate, a lost
+// session, overlapping leases, a write beyond a lease; and stay quiet on a clean history, on QoS 1
+// duplicates, on publishes never acknowledged, and on a renewal reported after its lease ended.
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { type AuditRecord, checkAll, checkLeaseOverlap, checkWrites, leaseIntervals, parseAudit, type Violation } from './checker.js';
+import { makeSchedule } from './schedule.js';
+import type { History } from './workload.js';
+
+function history(): History {
+  return {
+    publishes: [
+      { client: 'p1', payload: 'p1:1', qos: 1, sentMono: 100, ackMono: 110 },
+      { client: 'p2', payload: 'p2:1', qos: 2, sentMono: 100, ackMono: 120 },
+      { client: 'p2', payload: 'p2:2', qos: 2, sentMono: 130, ackMono: null },
+    ],
+    receipts: [
+      { client: 's1', payload: 'p1:1', qos: 1, dup: false, mono: 111 },
+      { client: 's1', payload: 'p2:1', qos: 2, dup: false, mono: 121 },
+    ],
+    connacks: [{ client: 's1', node: 1, mono: 10, sessionPresent: false }],
+    subscribedAt: new Map([['s1', 50]]),
+    errors: [],
+  };
+}
+
+const lease = (node: number, mono: number, leaseEnd: number, term = 1): AuditRecord => ({ evt: 'lease', mono, leaseEnd, node, term });
+const write = (node: number, mono: number, leaseEnd: number | null): AuditRecord => ({ evt: 'puback', mono, leaseEnd, node, term: 1, clientId: 'c', pid: 1 });
+const kinds = (v: Violation[]) => v.map((x) => x.kind);
+
+describe('jepsen checkers', { timeout: 10_000 }, () => {
+  it('pass a clean history with QoS 1 duplicates and an unacknowledged publish never delivered', () => {
+    const h = history();
+    h.receipts.push({ client: 's1', payload: 'p1:1', qos: 1, dup: true, mono: 140 });
+    const r = checkAll(h, new Map([[1, `${JSON.stringify(lease(1, 0, 1000))}\n${JSON.stringify(write(1, 5, 1000))}\n`]]));
+    assert.deepEqual(r.violations, []);
+    assert.equal(r.counts.qos1Duplicates, 1);
+    assert.equal(r.counts.expectedDeliveries, 2);
+    assert.equal(r.counts.unacknowledged, 1);
+  });
+
+  it('report an acknowledged publish a subscriber never got, and a QoS 2 message delivered twice', () => {
+    const h = history();
+    h.receipts.splice(0, 1);
+    h.receipts.push({ client: 's1', payload: 'p2:1', qos: 2, dup: true, mono: 150 });
+    const r = checkAll(h, new Map());
+    assert.deepEqual(kinds(r.violations).sort(), ['lost', 'qos2-duplicate']);
+    assert.equal(r.counts.lost, 1);
+  });
+
+  it('report a persistent session that comes back without session present', () => {
+    const h = history();
+    h.connacks.push({ client: 's1', node: 2, mono: 200, sessionPresent: false });
+    assert.deepEqual(kinds(checkAll(h, new Map()).violations), ['session-lost']);
+  });
+
+  it('report leases of two nodes that intersect, and not leases that follow each other', () => {
+    const v: Violation[] = [];
+    checkLeaseOverlap(leaseIntervals([lease(1, 0, 100), lease(2, 101, 300), lease(1, 301, 400)]), v);
+    assert.deepEqual(v, []);
+    checkLeaseOverlap(leaseIntervals([lease(1, 0, 100), lease(2, 90, 300)]), v);
+    assert.deepEqual(kinds(v), ['lease-overlap']);
+  });
+
+  it('ignore a renewal reported after its lease ended (a node waking from a pause)', () => {
+    assert.deepEqual(leaseIntervals([lease(1, 500, 400)]), []);
+  });
+
+  it('report writes without a lease, after it, or inside another node’s lease', () => {
+    const intervals = leaseIntervals([lease(1, 0, 100), lease(2, 200, 300)]);
+    const v: Violation[] = [];
+    checkWrites([write(1, 50, 100), write(1, 60, null), write(1, 150, 100), write(1, 250, 1000)], intervals, v);
+    assert.equal(v.length, 3);
+    assert.deepEqual(
+      v.map((x) => (x.kind === 'write-outside-lease' ? x.record.mono : -1)),
+      [60, 150, 250],
+    );
+  });
+
+  it('count a torn last line of a killed node’s audit log instead of failing', () => {
+    const r = parseAudit(`${JSON.stringify(lease(1, 0, 100))}\n{"evt":"pub`);
+    assert.equal(r.records.length, 1);
+    assert.equal(r.unparsable, 1);
+  });
+
+  it('make the same schedule from the same seed, each class once with kill last when asked', () => {
+    const o = { seed: 7, durationMs: 60_000, classes: ['kill', 'pause', 'partition', 'oneway', 'delay', 'drop'] as const, electionTimeoutMs: 500, eachOnce: true };
+    const a = makeSchedule({ ...o, classes: [...o.classes] });
+    assert.deepEqual(a, makeSchedule({ ...o, classes: [...o.classes] }));
+    assert.deepEqual(a.map((w) => w.fault.kind).sort(), [...o.classes].sort());
+    assert.equal(a[a.length - 1]?.fault.kind, 'kill');
+    for (let i = 1; i < a.length; i++) assert.ok(a[i]!.atMs >= a[i - 1]!.atMs + a[i - 1]!.forMs);
+  });
+});

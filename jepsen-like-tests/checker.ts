@@ -1,0 +1,246 @@
+// Checkers over a run's history and the nodes' audit logs (pure: data in, verdicts out).
+//
+//   delivery   every acknowledged publish reaches every subscriber subscribed before it was sent
+//              (queues are sized so admission never drops); a persistent session that comes back
+//              without session present is reported too, since its queue is gone;
+//   qos2       no subscriber gets a QoS 2 message twice; QoS 1 duplicates are counted (allowed);
+//   serving    lease intervals [renewal mono, leaseEnd] of different nodes never intersect, and no
+//              ack or delivery write happens outside the writer's lease or inside another node's.
+// Times are host-monotonic ms (src/cluster/audit-log.ts), the same clock in every process.
+import type { History } from './workload.js';
+
+export interface AuditRecord {
+  evt: string;
+  mono: number;
+  term?: number;
+  leaseEnd?: number | null;
+  node: number;
+  clientId?: string | null;
+  pid?: number | null;
+  count?: number;
+}
+
+export type Violation =
+  | { kind: 'lost'; subscriber: string; payload: string; qos: number; ackMono: number }
+  | { kind: 'qos2-duplicate'; subscriber: string; payload: string; times: number }
+  | { kind: 'session-lost'; client: string; node: number; mono: number }
+  | { kind: 'lease-overlap'; a: LeaseInterval; b: LeaseInterval }
+  | { kind: 'write-outside-lease'; record: AuditRecord; why: string }
+  | { kind: 'audit-incomplete'; node: number; dropped: number };
+
+export interface LeaseInterval {
+  node: number;
+  term: number;
+  start: number;
+  end: number;
+}
+
+export interface AuditSummary {
+  records: number;
+  leaseRenewals: number;
+  /** Renewals whose lease had already ended when reported (a node waking from a pause). */
+  emptyRenewals: number;
+  writes: number;
+  unparsable: number;
+}
+
+export interface CheckResult {
+  /** The first VIOLATIONS_LISTED_MAX violations. */
+  violations: Violation[];
+  /** Every violation, by kind. */
+  violationTotals: Record<string, number>;
+  counts: {
+    published: number;
+    acknowledged: number;
+    acknowledgedQos1: number;
+    acknowledgedQos2: number;
+    unacknowledged: number;
+    receipts: number;
+    expectedDeliveries: number;
+    delivered: number;
+    lost: number;
+    qos1Duplicates: number;
+    qos2Duplicates: number;
+    /** Receipts of payloads never acknowledged to the publisher (allowed: ack lost in a fault). */
+    deliveredUnacknowledged: number;
+  };
+  audit: Record<number, AuditSummary>;
+}
+
+/** Violations listed in full beyond which only counts are kept. */
+const VIOLATIONS_LISTED_MAX = 500;
+
+/** Parses one node's audit stream; a torn last line (kill -9 mid-write) is counted, not fatal. */
+export function parseAudit(text: string): { records: AuditRecord[]; unparsable: number } {
+  const records: AuditRecord[] = [];
+  let unparsable = 0;
+  for (const line of text.split('\n')) {
+    if (line === '') continue;
+    try {
+      const r = JSON.parse(line) as AuditRecord;
+      if (typeof r.evt === 'string' && typeof r.mono === 'number' && typeof r.node === 'number') records.push(r);
+      else unparsable++;
+    } catch {
+      unparsable++;
+    }
+  }
+  return { records, unparsable };
+}
+
+const WRITE_EVENTS = new Set(['connack', 'suback', 'unsuback', 'puback', 'pubrec', 'pubcomp', 'pubrel', 'publish']);
+
+export function checkHistory(h: History, out: Violation[]): CheckResult['counts'] {
+  const acked = h.publishes.filter((p) => p.ackMono !== null);
+  const ackedSet = new Set(acked.map((p) => p.payload));
+  const byClient = new Map<string, Map<string, number>>();
+  let deliveredUnacknowledged = 0;
+  for (const r of h.receipts) {
+    let m = byClient.get(r.client);
+    if (m === undefined) {
+      m = new Map();
+      byClient.set(r.client, m);
+    }
+    m.set(r.payload, (m.get(r.payload) ?? 0) + 1);
+  }
+  const qosOf = new Map(h.publishes.map((p) => [p.payload, p.qos] as const));
+  let qos1Duplicates = 0;
+  let qos2Duplicates = 0;
+  for (const [client, m] of byClient) {
+    for (const [payload, times] of m) {
+      if (!ackedSet.has(payload)) deliveredUnacknowledged++;
+      if (times < 2) continue;
+      if (qosOf.get(payload) === 2) {
+        qos2Duplicates += times - 1;
+        out.push({ kind: 'qos2-duplicate', subscriber: client, payload, times });
+      } else {
+        qos1Duplicates += times - 1;
+      }
+    }
+  }
+  let expected = 0;
+  let delivered = 0;
+  let lost = 0;
+  for (const [sub, at] of h.subscribedAt) {
+    const got = byClient.get(sub);
+    for (const p of acked) {
+      if (p.sentMono < at) continue;
+      expected++;
+      if (got?.has(p.payload) === true) delivered++;
+      else {
+        lost++;
+        out.push({ kind: 'lost', subscriber: sub, payload: p.payload, qos: p.qos, ackMono: p.ackMono as number });
+      }
+    }
+  }
+  const seen = new Set<string>();
+  for (const c of h.connacks) {
+    if (seen.has(c.client) && !c.sessionPresent) out.push({ kind: 'session-lost', client: c.client, node: c.node, mono: c.mono });
+    seen.add(c.client);
+  }
+  return {
+    published: h.publishes.length,
+    acknowledged: acked.length,
+    acknowledgedQos1: acked.filter((p) => p.qos === 1).length,
+    acknowledgedQos2: acked.filter((p) => p.qos === 2).length,
+    unacknowledged: h.publishes.length - acked.length,
+    receipts: h.receipts.length,
+    expectedDeliveries: expected,
+    delivered,
+    lost,
+    qos1Duplicates,
+    qos2Duplicates,
+    deliveredUnacknowledged,
+  };
+}
+
+/** Lease intervals of every node, non-empty only. */
+export function leaseIntervals(records: readonly AuditRecord[]): LeaseInterval[] {
+  const out: LeaseInterval[] = [];
+  for (const r of records) {
+    if (r.evt !== 'lease' || typeof r.leaseEnd !== 'number') continue;
+    if (r.leaseEnd <= r.mono) continue;
+    out.push({ node: r.node, term: r.term ?? 0, start: r.mono, end: r.leaseEnd });
+  }
+  return out;
+}
+
+/** Sweep by start: an interval that starts before another node's latest end intersects it. */
+export function checkLeaseOverlap(intervals: readonly LeaseInterval[], out: Violation[]): void {
+  const sorted = [...intervals].sort((a, b) => a.start - b.start);
+  const latest = new Map<number, LeaseInterval>();
+  for (const iv of sorted) {
+    for (const [node, other] of latest) {
+      if (node !== iv.node && other.end > iv.start) out.push({ kind: 'lease-overlap', a: other, b: iv });
+    }
+    const mine = latest.get(iv.node);
+    if (mine === undefined || iv.end > mine.end) latest.set(iv.node, iv);
+  }
+}
+
+/** Each write within its own lease, and inside no other node's lease interval. */
+export function checkWrites(records: readonly AuditRecord[], intervals: readonly LeaseInterval[], out: Violation[]): number {
+  const byNode = new Map<number, LeaseInterval[]>();
+  for (const iv of intervals) {
+    let l = byNode.get(iv.node);
+    if (l === undefined) {
+      l = [];
+      byNode.set(iv.node, l);
+    }
+    l.push(iv);
+  }
+  let writes = 0;
+  for (const r of records) {
+    if (!WRITE_EVENTS.has(r.evt)) continue;
+    writes++;
+    if (typeof r.leaseEnd !== 'number') {
+      out.push({ kind: 'write-outside-lease', record: r, why: 'no lease held' });
+      continue;
+    }
+    if (r.mono >= r.leaseEnd) {
+      out.push({ kind: 'write-outside-lease', record: r, why: `${(r.mono - r.leaseEnd).toFixed(1)} ms after its lease ended` });
+      continue;
+    }
+    for (const [node, list] of byNode) {
+      if (node === r.node) continue;
+      const hit = list.find((iv) => iv.start <= r.mono && r.mono < iv.end);
+      if (hit !== undefined) out.push({ kind: 'write-outside-lease', record: r, why: `inside node ${node}'s lease (term ${hit.term})` });
+    }
+  }
+  return writes;
+}
+
+export function checkAll(h: History, audits: ReadonlyMap<number, string>): CheckResult {
+  const violations: Violation[] = [];
+  const counts = checkHistory(h, violations);
+  const all: AuditRecord[] = [];
+  const audit: Record<number, AuditSummary> = {};
+  for (const [node, text] of audits) {
+    const { records, unparsable } = parseAudit(text);
+    for (const r of records) all.push(r);
+    const dropped = records.filter((r) => r.evt === 'audit-dropped').reduce((s, r) => s + (r.count ?? 0), 0);
+    if (dropped > 0) violations.push({ kind: 'audit-incomplete', node, dropped });
+    audit[node] = {
+      records: records.length,
+      leaseRenewals: records.filter((r) => r.evt === 'lease').length,
+      emptyRenewals: records.filter((r) => r.evt === 'lease' && typeof r.leaseEnd === 'number' && r.leaseEnd <= r.mono).length,
+      writes: 0,
+      unparsable,
+    };
+  }
+  const intervals = leaseIntervals(all);
+  checkLeaseOverlap(intervals, violations);
+  for (const [node] of audits) {
+    const v: Violation[] = [];
+    const s = audit[node];
+    if (s !== undefined) s.writes = checkWrites(all.filter((r) => r.node === node), intervals, v);
+    for (const x of v) violations.push(x);
+  }
+  return { violations: violations.slice(0, VIOLATIONS_LISTED_MAX), violationTotals: violationCounts(violations), counts, audit };
+}
+
+/** Violations by kind, for the summary line (the list may be truncated). */
+export function violationCounts(v: readonly Violation[]): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const x of v) out[x.kind] = (out[x.kind] ?? 0) + 1;
+  return out;
+}
