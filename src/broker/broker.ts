@@ -65,6 +65,11 @@ interface Target {
   subIds: number[] | null;
 }
 
+/** Targets of one message found by a linear scan before route indexes them in a Map. */
+const ROUTE_TARGETS_SCANNED = 8;
+/** Stands in for the session of an unused scratch target, so the scratch holds no real session. */
+const NO_SESSION: Session = newSession('');
+
 const minQos = (a: QoS, b: QoS): QoS => (a < b ? a : b);
 const byClientId = (a: { clientId: string }, b: { clientId: string }): number =>
   a.clientId < b.clientId ? -1 : a.clientId > b.clientId ? 1 : 0;
@@ -101,6 +106,20 @@ export class Broker implements BrokerState {
 
   // ---- local, not replicated: the QoS 0 path runs only on the serving node ----
   private qos0Cursors = new Map<string, string>();
+
+  // ---- scratch of route(): empty between calls, reused so a message allocates no Map ----
+  /** Written from index 0 by each match; entries beyond the last count are stale. */
+  private readonly routeMatches: Subscription[] = [];
+  /** Targets of the message being routed, in first-match order: the first routeTargetCount are
+   * live, the rest are kept for reuse. */
+  private readonly routeTargets: Target[] = [];
+  private routeTargetCount = 0;
+  /** More than one filter matched: a client may have several matching subscriptions to merge. */
+  private routeMerging = false;
+  /** Client id to target, filled only once there are more than ROUTE_TARGETS_SCANNED. */
+  private readonly routeTargetIndex = new Map<string, Target>();
+  /** Matching members per share id, in first-match order. */
+  private readonly routeShares = new Map<string, Subscription[]>();
 
   get appliedIndex(): number {
     return this.index;
@@ -651,40 +670,96 @@ export class Broker implements BrokerState {
    * subscriptions, with all their Subscription Identifiers [MQTT-3.3.4-2, -3]; and to one member of
    * each matching shared subscription. */
   private route(from: string | null, msg: Message, now: number, out: Effect[], cursors: Map<string, string>): number {
-    const targets = new Map<string, Target>();
-    const shares = new Map<string, Subscription[]>();
-    this.subsTrie.match(msg.topic, (_key, sub) => {
-      if (sub.share !== null) {
-        const member = this.sessions.get(sub.clientId);
-        if (member === undefined || !aclAllows(this.settings.acl, member, 'read', msg.topic)) return;
-        const members = shares.get(sub.share);
-        if (members === undefined) shares.set(sub.share, [sub]);
-        else members.push(sub);
-        return;
-      }
-      // No Local: not to the publisher's own session [MQTT-3.8.3-3].
-      if (sub.nl && sub.clientId === from) return;
-      const t = targets.get(sub.clientId);
-      if (t === undefined) {
-        const s = this.sessions.get(sub.clientId);
-        // Read access is judged per message against the subscriber as it is now (DESIGN.md "The seam").
-        if (s !== undefined && aclAllows(this.settings.acl, s, 'read', msg.topic))
-          targets.set(sub.clientId, { s, qos: sub.qos, rap: sub.rap, subIds: sub.subId === null ? null : [sub.subId] });
-        return;
-      }
-      if (sub.qos > t.qos) t.qos = sub.qos;
-      t.rap ||= sub.rap;
-      if (sub.subId === null) return;
-      if (t.subIds === null) t.subIds = [sub.subId];
-      else t.subIds.push(sub.subId);
-    });
+    this.resetRouteScratch();
+    const matches = this.routeMatches;
+    const matchCount = this.subsTrie.matchValues(msg.topic, matches);
+    // Keys are unique within one filter, so only matches of several filters can name one client twice.
+    this.routeMerging = this.subsTrie.matchedFilters > 1;
+    for (let i = 0; i < matchCount; i++) this.routeMatch(matches[i] as Subscription, from, msg);
     const expiresAt = expiryDeadline(msg, now);
-    for (const t of targets.values()) this.deliverRouted(t, msg, expiresAt, now, out);
+    const targets = this.routeTargets;
+    const count = this.routeTargetCount;
+    for (let i = 0; i < count; i++) this.deliverRouted(targets[i] as Target, msg, expiresAt, now, out);
+    const shares = this.routeShares;
     for (const [share, members] of shares) {
       const t = this.pickMember(share, members, cursors, msg, expiresAt, now);
       if (t !== null) this.deliverRouted(t, msg, expiresAt, now, out);
     }
-    return targets.size + shares.size;
+    const matched = count + shares.size;
+    this.resetRouteScratch();
+    return matched;
+  }
+
+  /** Merges one matching subscription into the targets of the message being routed. */
+  private routeMatch(sub: Subscription, from: string | null, msg: Message): void {
+    if (sub.share !== null) {
+      const member = this.sessions.get(sub.clientId);
+      if (member === undefined || !aclAllows(this.settings.acl, member, 'read', msg.topic)) return;
+      const members = this.routeShares.get(sub.share);
+      if (members === undefined) this.routeShares.set(sub.share, [sub]);
+      else members.push(sub);
+      return;
+    }
+    // No Local: not to the publisher's own session [MQTT-3.8.3-3].
+    if (sub.nl && sub.clientId === from) return;
+    const t = this.routeMerging ? this.findTarget(sub.clientId) : undefined;
+    if (t === undefined) {
+      const s = this.sessions.get(sub.clientId);
+      // Read access is judged per message against the subscriber as it is now (DESIGN.md "The seam").
+      if (s !== undefined && aclAllows(this.settings.acl, s, 'read', msg.topic)) this.addTarget(s, sub);
+      return;
+    }
+    if (sub.qos > t.qos) t.qos = sub.qos;
+    t.rap ||= sub.rap;
+    if (sub.subId === null) return;
+    if (t.subIds === null) t.subIds = [sub.subId];
+    else t.subIds.push(sub.subId);
+  }
+
+  /** The target of clientId among those of the message being routed: a scan while there are few
+   * (the common case allocates no Map entry), the index beyond that. */
+  private findTarget(clientId: string): Target | undefined {
+    const count = this.routeTargetCount;
+    if (count > ROUTE_TARGETS_SCANNED) return this.routeTargetIndex.get(clientId);
+    const targets = this.routeTargets;
+    for (let i = 0; i < count; i++) {
+      const t = targets[i] as Target;
+      if (t.s.clientId === clientId) return t;
+    }
+    return undefined;
+  }
+
+  private addTarget(s: Session, sub: Subscription): void {
+    const subIds = sub.subId === null ? null : [sub.subId];
+    const targets = this.routeTargets;
+    const i = this.routeTargetCount++;
+    let t = targets[i];
+    if (t === undefined) {
+      t = { s, qos: sub.qos, rap: sub.rap, subIds };
+      targets.push(t);
+    } else {
+      t.s = s;
+      t.qos = sub.qos;
+      t.rap = sub.rap;
+      t.subIds = subIds;
+    }
+    if (!this.routeMerging) return;
+    if (i === ROUTE_TARGETS_SCANNED) for (let j = 0; j < i; j++) this.routeTargetIndex.set((targets[j] as Target).s.clientId, targets[j] as Target);
+    if (i >= ROUTE_TARGETS_SCANNED) this.routeTargetIndex.set(s.clientId, t);
+  }
+
+  /** Empties route's scratch, also after a throw mid-route, and lets go of the sessions and
+   * subscription ids it pointed at. */
+  private resetRouteScratch(): void {
+    const targets = this.routeTargets;
+    for (let i = 0; i < this.routeTargetCount; i++) {
+      const t = targets[i] as Target;
+      t.s = NO_SESSION;
+      t.subIds = null;
+    }
+    this.routeTargetCount = 0;
+    if (this.routeTargetIndex.size > 0) this.routeTargetIndex.clear();
+    if (this.routeShares.size > 0) this.routeShares.clear();
   }
 
   /** The live copy has its retain flag cleared unless Retain As Published [MQTT-3.3.1-12, -13]. */
