@@ -216,7 +216,7 @@ export class Broker implements BrokerState {
     for (const [id, s] of this.sessions) {
       const problem = this.verifySession(id, s);
       if (problem !== null) return `session ${id}: ${problem}`;
-      subs += s.subs.size;
+      subs += s.subs?.size ?? 0;
       if (s.conn !== null) online++;
     }
     if (this.byConn.size !== online) return `conn index holds ${this.byConn.size}, ${online} sessions online`;
@@ -234,12 +234,13 @@ export class Broker implements BrokerState {
     if (s.conn !== null && s.expiresAt !== null) return 'online with an expiry deadline';
     if (s.conn === null && s.will !== null) return 'offline with a connection will';
     const pids = new Set(s.inflight.map((f) => f.pid));
-    if (pids.size !== s.inflight.length || pids.size !== s.pidsInUse.size || [...pids].some((p) => !s.pidsInUse.has(p))) {
+    const inUse = s.pidsInUse ?? new Set<number>();
+    if (pids.size !== s.inflight.length || pids.size !== inUse.size || [...pids].some((p) => !inUse.has(p))) {
       return 'inflight pids and pids in use differ';
     }
     if (s.queue.toArray().reduce((n, q) => n + q.size, 0) !== s.queueBytes) return 'queue bytes out of step';
     if (s.conn !== null && s.queue.length > 0 && s.inflight.length < inflightLimit(s, this.settings)) return 'queued with a free slot';
-    for (const sub of s.subs.values()) if (this.subsTrie.get(sub.topicFilter, trieKey(sub)) !== sub) return `${sub.filter} not in the trie`;
+    for (const sub of s.subs?.values() ?? []) if (this.subsTrie.get(sub.topicFilter, trieKey(sub)) !== sub) return `${sub.filter} not in the trie`;
     return null;
   }
 
@@ -458,7 +459,7 @@ export class Broker implements BrokerState {
   }
 
   private discardSession(s: Session): void {
-    for (const filter of [...s.subs.keys()]) this.removeSub(s, filter);
+    for (const filter of [...(s.subs?.keys() ?? [])]) this.removeSub(s, filter);
     this.detach(s);
     s.expiresAt = null;
     this.sessions.delete(s.clientId);
@@ -539,7 +540,7 @@ export class Broker implements BrokerState {
         subId: cmd.subId ?? null,
       };
       // The same filter again replaces the subscription's options [MQTT-3.8.4-3].
-      const isNew = !s.subs.has(req.filter);
+      const isNew = s.subs?.has(req.filter) !== true;
       const refusal = this.subscribeRefusal(s, sub, isNew);
       if (refusal !== null) {
         codes.push(refusal);
@@ -559,20 +560,22 @@ export class Broker implements BrokerState {
   private subscribeRefusal(s: Session, sub: Subscription, isNew: boolean): number | null {
     if (!aclAllowsSubscribe(this.settings.acl, s, sub.topicFilter)) return RC.NOT_AUTHORIZED;
     const max = this.settings.maxSubscriptions;
-    if (isNew && max > 0 && s.subs.size >= max) return RC.QUOTA_EXCEEDED;
+    if (isNew && max > 0 && (s.subs?.size ?? 0) >= max) return RC.QUOTA_EXCEEDED;
     return null;
   }
 
   private addSub(s: Session, sub: Subscription, isNew: boolean): void {
+    s.subs ??= new Map();
     s.subs.set(sub.filter, sub);
     this.subsTrie.add(sub.topicFilter, trieKey(sub), sub);
     if (isNew && sub.share !== null) this.shareMembers.set(sub.share, (this.shareMembers.get(sub.share) ?? 0) + 1);
   }
 
   private removeSub(s: Session, filter: string): boolean {
-    const sub = s.subs.get(filter);
-    if (sub === undefined) return false;
-    s.subs.delete(filter);
+    const subs = s.subs;
+    const sub = subs?.get(filter);
+    if (subs == null || sub === undefined) return false;
+    subs.delete(filter);
     this.subsTrie.remove(sub.topicFilter, trieKey(sub));
     if (sub.share !== null) {
       const left = (this.shareMembers.get(sub.share) ?? 1) - 1;
@@ -621,7 +624,7 @@ export class Broker implements BrokerState {
     const s = this.byConn.get(cmd.conn);
     const pid = cmd.pid ?? 0;
     // Method A: a QoS 2 PUBLISH whose id is held was delivered already; answer it again [MQTT-4.3.3-10].
-    if (cmd.msg.qos === 2 && s?.inbound.has(pid) === true) {
+    if (cmd.msg.qos === 2 && s?.inbound?.has(pid) === true) {
       out.push({ t: 'send', conn: cmd.conn, packet: { type: 'pubrec', pid, code: RC.SUCCESS } });
       return;
     }
@@ -636,7 +639,10 @@ export class Broker implements BrokerState {
     if (cmd.msg.qos === 1) out.push({ t: 'send', conn: cmd.conn, packet: { type: 'puback', pid, code } });
     if (cmd.msg.qos === 2) {
       // A PUBREC with an error code ends the flow [MQTT-4.3.3-8 / §4.3.3]: no id is held.
-      if (code < RC.UNSPECIFIED_ERROR) s?.inbound.add(pid);
+      if (s !== undefined && code < RC.UNSPECIFIED_ERROR) {
+        s.inbound ??= new Set();
+        s.inbound.add(pid);
+      }
       out.push({ t: 'send', conn: cmd.conn, packet: { type: 'pubrec', pid, code } });
     }
   }
@@ -812,7 +818,7 @@ export class Broker implements BrokerState {
       this.noop(out, 'pubrel', conn, 'connection holds no session');
       return;
     }
-    const held = s.inbound.delete(pid);
+    const held = s.inbound?.delete(pid) === true;
     const code = held || s.protocol < 5 ? RC.SUCCESS : RC.PACKET_IDENTIFIER_NOT_FOUND;
     out.push({ t: 'send', conn, packet: { type: 'pubcomp', pid, code } });
   }
@@ -897,7 +903,7 @@ export class Broker implements BrokerState {
     this.digestCache = null;
     this.subsTrie = new TopicTrie();
     this.shareMembers = new Map();
-    for (const s of sessions.values()) for (const sub of s.subs.values()) this.addSub(s, sub, true);
+    for (const s of sessions.values()) for (const sub of s.subs?.values() ?? []) this.addSub(s, sub, true);
     this.rebuildDeadlines();
   }
 }

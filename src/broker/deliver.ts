@@ -51,7 +51,7 @@ function assignPid(s: Session): number {
   for (let i = 0; i < PID_MAX; i++) {
     const pid = s.nextPid;
     s.nextPid = pid === PID_MAX ? 1 : pid + 1;
-    if (!s.pidsInUse.has(pid)) return pid;
+    if (s.pidsInUse === null || !s.pidsInUse.has(pid)) return pid;
   }
   return 0;
 }
@@ -63,6 +63,7 @@ function startInflight(s: Session, d: Delivery, now: number, out: Effect[]): boo
   if (pid === 0) return false;
   const item: Inflight = { msg: d.msg, qos: d.qos, retain: d.retain, subIds: d.subIds, expiresAt: d.expiresAt, pid, state: 'publish' };
   s.inflight.push(item);
+  s.pidsInUse ??= new Set();
   s.pidsInUse.add(pid);
   sendPublish(s, d, pid, false, now, out);
   return true;
@@ -137,7 +138,7 @@ export function resendInflight(s: Session, settings: Settings, now: number, out:
     } else if (isExpired(item, now) || tooLarge(s, item, settings, now)) {
       // A client that reconnects with a smaller Maximum Packet Size cannot take it either.
       event(out, isExpired(item, now) ? 'expired' : 'too-large', { clientId: s.clientId, pid: item.pid });
-      s.pidsInUse.delete(item.pid);
+      s.pidsInUse?.delete(item.pid);
     } else {
       sendPublish(s, item, item.pid, true, now, out);
       kept.push(item);
@@ -178,6 +179,6 @@ export function applyAck(s: Session, pid: number, kind: 'puback' | 'pubrec' | 'p
     }
   }
   s.inflight.splice(i, 1);
-  s.pidsInUse.delete(pid);
+  s.pidsInUse?.delete(pid);
   return true;
 }

@@ -56,10 +56,11 @@ export interface Session {
   receiveMax: number;
   /** Client's Maximum Packet Size in bytes; 0: none. */
   maxPacketSize: number;
-  /** By filter as sent. */
-  subs: Map<string, Subscription>;
-  /** Inbound QoS 2 packet ids: PUBREC sent, PUBREL not yet received. */
-  inbound: Set<number>;
+  /** By filter as sent. Null until the first subscription: an empty Map costs about 330 bytes,
+   * and most sessions of a large fleet of devices hold few containers in use. */
+  subs: Map<string, Subscription> | null;
+  /** Inbound QoS 2 packet ids: PUBREC sent, PUBREL not yet received. Null until the first. */
+  inbound: Set<number> | null;
   /** Outbound QoS 1/2 in send order; pids unique. */
   inflight: Inflight[];
   queue: Fifo<Queued>;
@@ -67,8 +68,8 @@ export interface Session {
   queueBytes: number;
   /** Next candidate outbound packet id, 1..65535. */
   nextPid: number;
-  /** Derived: pids of `inflight`. */
-  pidsInUse: Set<number>;
+  /** Derived: pids of `inflight`. Null until the first outbound QoS 1/2 message. */
+  pidsInUse: Set<number> | null;
   /** Session expiry deadline (cluster ms) while offline; null: online or never. */
   expiresAt: number | null;
 }
@@ -101,13 +102,13 @@ export function newSession(clientId: string): Session {
     will: null,
     receiveMax: PID_MAX,
     maxPacketSize: 0,
-    subs: new Map(),
-    inbound: new Set(),
+    subs: null,
+    inbound: null,
     inflight: [],
     queue: new Fifo(),
     queueBytes: 0,
     nextPid: 1,
-    pidsInUse: new Set(),
+    pidsInUse: null,
     expiresAt: null,
   };
 }
