@@ -26,6 +26,7 @@ import type { EnhancedAuthMethod } from './enhanced-auth.js';
 import { connectExpiryS, messageFromPublish, payloadFormatValid, RECEIVE_MAX_DEFAULT, willFromConnect } from './inbound.js';
 import { type NodeLimits, TokenBucket, topicLimitProblem } from './limits.js';
 import { type ConnackLimits, publishWithAlias, reasonText, toWire, withoutProblemInfo } from './outbound.js';
+import { keepAliveWheel, type WheelMember } from './keepalive-wheel.js';
 import { OutboundAliases } from './topic-alias-out.js';
 import type { ByteStream, Transport } from './transport.js';
 
@@ -99,7 +100,7 @@ const NO_DISCONNECT = -1;
 const OWNER: unique symbol = Symbol('raftmq.connection');
 type OwnedStream = ByteStream & { [OWNER]?: Connection };
 
-export class Connection {
+export class Connection implements WheelMember {
   readonly id: ConnId;
   readonly transport: Transport;
   private readonly socket: ByteStream;
@@ -118,8 +119,11 @@ export class Connection {
   private outputFull = false;
   private keepAliveMs = 0;
   private lastRxMs = 0;
+  /** The connect timeout or the close grace; keep-alive is on the shared wheel instead. */
   private timer: NodeJS.Timeout | null = null;
-  private readonly onTimerBound = (): void => this.onTimer();
+  wheelAt = 0;
+  wheelSlot = -1;
+  wheelIndex = 0;
   private aliases: Map<number, string> | null = null;
   /** Packet ids of inbound QoS 1/2 publishes not yet answered (v5 Receive Maximum, §4.9);
    * created by the first one, since an empty Set costs about 170 bytes per idle connection. */
@@ -379,8 +383,8 @@ export class Connection {
     if (c.level === 5) this.takeClientLimits(c);
     this.connectExpiry = connectExpiryS(c);
     this.keepAliveMs = this.keepAliveFor(c) * KEEPALIVE_FACTOR_PER_S_MS;
-    if (this.keepAliveMs > 0) this.armTimer(this.keepAliveMs);
-    else this.clearTimer();
+    this.clearTimer();
+    if (this.keepAliveMs > 0) keepAliveWheel.schedule(this, performance.now() + this.keepAliveMs);
     this.connectProposed = true;
     this.propose({
       t: 'connect',
@@ -490,7 +494,8 @@ export class Connection {
       return;
     }
     if (p.qos > 0 && this.level === 5) {
-      const inbound = (this.inbound ??= new Set());
+      this.inbound ??= new Set();
+      const inbound = this.inbound;
       inbound.add(p.pid as number);
       if (inbound.size > l.receiveMaximum) {
         this.fail(RC.RECEIVE_MAXIMUM_EXCEEDED, 'receive-maximum', `${inbound.size} unacknowledged`);
@@ -886,16 +891,24 @@ export class Connection {
   }
 
   private armTimer(ms: number): void {
-    if (this.timer !== null) clearTimeout(this.timer);
-    this.timer = setTimeout(this.onTimerBound, ms);
+    this.clearTimer();
+    this.timer = setTimeout(timerFired, ms, this);
   }
 
+  /** Stops the timer and takes the connection off the keep-alive wheel. */
   private clearTimer(): void {
+    keepAliveWheel.cancel(this);
     if (this.timer !== null) clearTimeout(this.timer);
     this.timer = null;
   }
 
-  private onTimer(): void {
+  /** The keep-alive deadline on the wheel has passed. */
+  wheelDue(): void {
+    if (this.phase === 'connecting' || this.phase === 'connected') this.checkKeepAlive();
+  }
+
+  /** The connection's own timer has fired, through the shared callback. */
+  onTimer(): void {
     this.timer = null;
     switch (this.phase) {
       case 'awaiting-connect':
@@ -921,11 +934,11 @@ export class Connection {
     }
   }
 
-  /** One timer per connection, re-armed for the remaining time instead of on every packet. */
+  /** Rescheduled for the remaining time when it falls due, instead of on every packet. */
   private checkKeepAlive(): void {
     const idle = performance.now() - this.lastRxMs;
     if (idle < this.keepAliveMs) {
-      this.armTimer(this.keepAliveMs - idle);
+      keepAliveWheel.schedule(this, this.lastRxMs + this.keepAliveMs);
       return;
     }
     this.host.event('keepalive-timeout', { conn: this.id });
@@ -949,6 +962,10 @@ export class Connection {
     this.proposeDisconnect(RC.UNSPECIFIED_ERROR, true);
     this.host.closed(this);
   }
+}
+
+function timerFired(c: Connection): void {
+  c.onTimer();
 }
 
 function socketData(this: OwnedStream, chunk: Buffer): void {
