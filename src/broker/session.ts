@@ -113,8 +113,25 @@ export function newSession(clientId: string): Session {
   };
 }
 
-/** The serve period of a ConnId (`${period}.${seq}`), or null when malformed. */
+/** Digits of each part of a ConnId at most: 15 keep the period a safe integer. */
+const CONN_PART_DIGITS_MAX = 15;
+const DIGIT_0 = 0x30;
+const DIGIT_9 = 0x39;
+
+/** The serve period of a ConnId (`${period}.${seq}`, each 1 to 15 ASCII digits), or null when
+ * malformed. Scanned by hand: validation runs it on every applied command, and a regular
+ * expression match there was 1.8 % of the broker's time under fan-in QoS 1. */
 export function connPeriod(conn: string): number | null {
-  const m = /^(\d{1,15})\.\d{1,15}$/.exec(conn);
-  return m === null ? null : Number(m[1]);
+  const dot = conn.indexOf('.');
+  if (dot < 1 || dot > CONN_PART_DIGITS_MAX) return null;
+  const seqDigits = conn.length - dot - 1;
+  if (seqDigits < 1 || seqDigits > CONN_PART_DIGITS_MAX) return null;
+  let period = 0;
+  for (let i = 0; i < conn.length; i++) {
+    if (i === dot) continue;
+    const c = conn.charCodeAt(i);
+    if (c < DIGIT_0 || c > DIGIT_9) return null;
+    if (i < dot) period = period * 10 + (c - DIGIT_0);
+  }
+  return period;
 }
