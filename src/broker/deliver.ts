@@ -178,7 +178,9 @@ export function applyAck(s: Session, pid: number, kind: 'puback' | 'pubrec' | 'p
       return _;
     }
   }
-  s.inflight.splice(i, 1);
+  // Acks mostly come in send order: shift() drops the head without the array splice() returns.
+  if (i === 0) s.inflight.shift();
+  else s.inflight.splice(i, 1);
   s.pidsInUse?.delete(pid);
   return true;
 }
