@@ -65,6 +65,11 @@ interface Target {
   subIds: number[] | null;
 }
 
+/** Targets of one message found by a linear scan before route indexes them in a Map. */
+const ROUTE_TARGETS_SCANNED = 8;
+/** Stands in for the session of an unused scratch target, so the scratch holds no real session. */
+const NO_SESSION: Session = newSession('');
+
 const minQos = (a: QoS, b: QoS): QoS => (a < b ? a : b);
 const byClientId = (a: { clientId: string }, b: { clientId: string }): number =>
   a.clientId < b.clientId ? -1 : a.clientId > b.clientId ? 1 : 0;
@@ -101,6 +106,20 @@ export class Broker implements BrokerState {
 
   // ---- local, not replicated: the QoS 0 path runs only on the serving node ----
   private qos0Cursors = new Map<string, string>();
+
+  // ---- scratch of route(): empty between calls, reused so a message allocates no Map ----
+  /** Written from index 0 by each match; entries beyond the last count are stale. */
+  private readonly routeMatches: Subscription[] = [];
+  /** Targets of the message being routed, in first-match order: the first routeTargetCount are
+   * live, the rest are kept for reuse. */
+  private readonly routeTargets: Target[] = [];
+  private routeTargetCount = 0;
+  /** More than one filter matched: a client may have several matching subscriptions to merge. */
+  private routeMerging = false;
+  /** Client id to target, filled only once there are more than ROUTE_TARGETS_SCANNED. */
+  private readonly routeTargetIndex = new Map<string, Target>();
+  /** Matching members per share id, in first-match order. */
+  private readonly routeShares = new Map<string, Subscription[]>();
 
   get appliedIndex(): number {
     return this.index;
@@ -197,7 +216,7 @@ export class Broker implements BrokerState {
     for (const [id, s] of this.sessions) {
       const problem = this.verifySession(id, s);
       if (problem !== null) return `session ${id}: ${problem}`;
-      subs += s.subs.size;
+      subs += s.subs?.size ?? 0;
       if (s.conn !== null) online++;
     }
     if (this.byConn.size !== online) return `conn index holds ${this.byConn.size}, ${online} sessions online`;
@@ -215,12 +234,13 @@ export class Broker implements BrokerState {
     if (s.conn !== null && s.expiresAt !== null) return 'online with an expiry deadline';
     if (s.conn === null && s.will !== null) return 'offline with a connection will';
     const pids = new Set(s.inflight.map((f) => f.pid));
-    if (pids.size !== s.inflight.length || pids.size !== s.pidsInUse.size || [...pids].some((p) => !s.pidsInUse.has(p))) {
+    const inUse = s.pidsInUse ?? new Set<number>();
+    if (pids.size !== s.inflight.length || pids.size !== inUse.size || [...pids].some((p) => !inUse.has(p))) {
       return 'inflight pids and pids in use differ';
     }
     if (s.queue.toArray().reduce((n, q) => n + q.size, 0) !== s.queueBytes) return 'queue bytes out of step';
     if (s.conn !== null && s.queue.length > 0 && s.inflight.length < inflightLimit(s, this.settings)) return 'queued with a free slot';
-    for (const sub of s.subs.values()) if (this.subsTrie.get(sub.topicFilter, trieKey(sub)) !== sub) return `${sub.filter} not in the trie`;
+    for (const sub of s.subs?.values() ?? []) if (this.subsTrie.get(sub.topicFilter, trieKey(sub)) !== sub) return `${sub.filter} not in the trie`;
     return null;
   }
 
@@ -439,7 +459,7 @@ export class Broker implements BrokerState {
   }
 
   private discardSession(s: Session): void {
-    for (const filter of [...s.subs.keys()]) this.removeSub(s, filter);
+    for (const filter of [...(s.subs?.keys() ?? [])]) this.removeSub(s, filter);
     this.detach(s);
     s.expiresAt = null;
     this.sessions.delete(s.clientId);
@@ -520,7 +540,7 @@ export class Broker implements BrokerState {
         subId: cmd.subId ?? null,
       };
       // The same filter again replaces the subscription's options [MQTT-3.8.4-3].
-      const isNew = !s.subs.has(req.filter);
+      const isNew = s.subs?.has(req.filter) !== true;
       const refusal = this.subscribeRefusal(s, sub, isNew);
       if (refusal !== null) {
         codes.push(refusal);
@@ -540,20 +560,22 @@ export class Broker implements BrokerState {
   private subscribeRefusal(s: Session, sub: Subscription, isNew: boolean): number | null {
     if (!aclAllowsSubscribe(this.settings.acl, s, sub.topicFilter)) return RC.NOT_AUTHORIZED;
     const max = this.settings.maxSubscriptions;
-    if (isNew && max > 0 && s.subs.size >= max) return RC.QUOTA_EXCEEDED;
+    if (isNew && max > 0 && (s.subs?.size ?? 0) >= max) return RC.QUOTA_EXCEEDED;
     return null;
   }
 
   private addSub(s: Session, sub: Subscription, isNew: boolean): void {
+    s.subs ??= new Map();
     s.subs.set(sub.filter, sub);
     this.subsTrie.add(sub.topicFilter, trieKey(sub), sub);
     if (isNew && sub.share !== null) this.shareMembers.set(sub.share, (this.shareMembers.get(sub.share) ?? 0) + 1);
   }
 
   private removeSub(s: Session, filter: string): boolean {
-    const sub = s.subs.get(filter);
-    if (sub === undefined) return false;
-    s.subs.delete(filter);
+    const subs = s.subs;
+    const sub = subs?.get(filter);
+    if (subs == null || sub === undefined) return false;
+    subs.delete(filter);
     this.subsTrie.remove(sub.topicFilter, trieKey(sub));
     if (sub.share !== null) {
       const left = (this.shareMembers.get(sub.share) ?? 1) - 1;
@@ -602,7 +624,7 @@ export class Broker implements BrokerState {
     const s = this.byConn.get(cmd.conn);
     const pid = cmd.pid ?? 0;
     // Method A: a QoS 2 PUBLISH whose id is held was delivered already; answer it again [MQTT-4.3.3-10].
-    if (cmd.msg.qos === 2 && s?.inbound.has(pid) === true) {
+    if (cmd.msg.qos === 2 && s?.inbound?.has(pid) === true) {
       out.push({ t: 'send', conn: cmd.conn, packet: { type: 'pubrec', pid, code: RC.SUCCESS } });
       return;
     }
@@ -617,7 +639,10 @@ export class Broker implements BrokerState {
     if (cmd.msg.qos === 1) out.push({ t: 'send', conn: cmd.conn, packet: { type: 'puback', pid, code } });
     if (cmd.msg.qos === 2) {
       // A PUBREC with an error code ends the flow [MQTT-4.3.3-8 / §4.3.3]: no id is held.
-      if (code < RC.UNSPECIFIED_ERROR) s?.inbound.add(pid);
+      if (s !== undefined && code < RC.UNSPECIFIED_ERROR) {
+        s.inbound ??= new Set();
+        s.inbound.add(pid);
+      }
       out.push({ t: 'send', conn: cmd.conn, packet: { type: 'pubrec', pid, code } });
     }
   }
@@ -651,40 +676,96 @@ export class Broker implements BrokerState {
    * subscriptions, with all their Subscription Identifiers [MQTT-3.3.4-2, -3]; and to one member of
    * each matching shared subscription. */
   private route(from: string | null, msg: Message, now: number, out: Effect[], cursors: Map<string, string>): number {
-    const targets = new Map<string, Target>();
-    const shares = new Map<string, Subscription[]>();
-    this.subsTrie.match(msg.topic, (_key, sub) => {
-      if (sub.share !== null) {
-        const member = this.sessions.get(sub.clientId);
-        if (member === undefined || !aclAllows(this.settings.acl, member, 'read', msg.topic)) return;
-        const members = shares.get(sub.share);
-        if (members === undefined) shares.set(sub.share, [sub]);
-        else members.push(sub);
-        return;
-      }
-      // No Local: not to the publisher's own session [MQTT-3.8.3-3].
-      if (sub.nl && sub.clientId === from) return;
-      const t = targets.get(sub.clientId);
-      if (t === undefined) {
-        const s = this.sessions.get(sub.clientId);
-        // Read access is judged per message against the subscriber as it is now (DESIGN.md "The seam").
-        if (s !== undefined && aclAllows(this.settings.acl, s, 'read', msg.topic))
-          targets.set(sub.clientId, { s, qos: sub.qos, rap: sub.rap, subIds: sub.subId === null ? null : [sub.subId] });
-        return;
-      }
-      if (sub.qos > t.qos) t.qos = sub.qos;
-      t.rap ||= sub.rap;
-      if (sub.subId === null) return;
-      if (t.subIds === null) t.subIds = [sub.subId];
-      else t.subIds.push(sub.subId);
-    });
+    this.resetRouteScratch();
+    const matches = this.routeMatches;
+    const matchCount = this.subsTrie.matchValues(msg.topic, matches);
+    // Keys are unique within one filter, so only matches of several filters can name one client twice.
+    this.routeMerging = this.subsTrie.matchedFilters > 1;
+    for (let i = 0; i < matchCount; i++) this.routeMatch(matches[i] as Subscription, from, msg);
     const expiresAt = expiryDeadline(msg, now);
-    for (const t of targets.values()) this.deliverRouted(t, msg, expiresAt, now, out);
+    const targets = this.routeTargets;
+    const count = this.routeTargetCount;
+    for (let i = 0; i < count; i++) this.deliverRouted(targets[i] as Target, msg, expiresAt, now, out);
+    const shares = this.routeShares;
     for (const [share, members] of shares) {
       const t = this.pickMember(share, members, cursors, msg, expiresAt, now);
       if (t !== null) this.deliverRouted(t, msg, expiresAt, now, out);
     }
-    return targets.size + shares.size;
+    const matched = count + shares.size;
+    this.resetRouteScratch();
+    return matched;
+  }
+
+  /** Merges one matching subscription into the targets of the message being routed. */
+  private routeMatch(sub: Subscription, from: string | null, msg: Message): void {
+    if (sub.share !== null) {
+      const member = this.sessions.get(sub.clientId);
+      if (member === undefined || !aclAllows(this.settings.acl, member, 'read', msg.topic)) return;
+      const members = this.routeShares.get(sub.share);
+      if (members === undefined) this.routeShares.set(sub.share, [sub]);
+      else members.push(sub);
+      return;
+    }
+    // No Local: not to the publisher's own session [MQTT-3.8.3-3].
+    if (sub.nl && sub.clientId === from) return;
+    const t = this.routeMerging ? this.findTarget(sub.clientId) : undefined;
+    if (t === undefined) {
+      const s = this.sessions.get(sub.clientId);
+      // Read access is judged per message against the subscriber as it is now (DESIGN.md "The seam").
+      if (s !== undefined && aclAllows(this.settings.acl, s, 'read', msg.topic)) this.addTarget(s, sub);
+      return;
+    }
+    if (sub.qos > t.qos) t.qos = sub.qos;
+    t.rap ||= sub.rap;
+    if (sub.subId === null) return;
+    if (t.subIds === null) t.subIds = [sub.subId];
+    else t.subIds.push(sub.subId);
+  }
+
+  /** The target of clientId among those of the message being routed: a scan while there are few
+   * (the common case allocates no Map entry), the index beyond that. */
+  private findTarget(clientId: string): Target | undefined {
+    const count = this.routeTargetCount;
+    if (count > ROUTE_TARGETS_SCANNED) return this.routeTargetIndex.get(clientId);
+    const targets = this.routeTargets;
+    for (let i = 0; i < count; i++) {
+      const t = targets[i] as Target;
+      if (t.s.clientId === clientId) return t;
+    }
+    return undefined;
+  }
+
+  private addTarget(s: Session, sub: Subscription): void {
+    const subIds = sub.subId === null ? null : [sub.subId];
+    const targets = this.routeTargets;
+    const i = this.routeTargetCount++;
+    let t = targets[i];
+    if (t === undefined) {
+      t = { s, qos: sub.qos, rap: sub.rap, subIds };
+      targets.push(t);
+    } else {
+      t.s = s;
+      t.qos = sub.qos;
+      t.rap = sub.rap;
+      t.subIds = subIds;
+    }
+    if (!this.routeMerging) return;
+    if (i === ROUTE_TARGETS_SCANNED) for (let j = 0; j < i; j++) this.routeTargetIndex.set((targets[j] as Target).s.clientId, targets[j] as Target);
+    if (i >= ROUTE_TARGETS_SCANNED) this.routeTargetIndex.set(s.clientId, t);
+  }
+
+  /** Empties route's scratch, also after a throw mid-route, and lets go of the sessions and
+   * subscription ids it pointed at. */
+  private resetRouteScratch(): void {
+    const targets = this.routeTargets;
+    for (let i = 0; i < this.routeTargetCount; i++) {
+      const t = targets[i] as Target;
+      t.s = NO_SESSION;
+      t.subIds = null;
+    }
+    this.routeTargetCount = 0;
+    if (this.routeTargetIndex.size > 0) this.routeTargetIndex.clear();
+    if (this.routeShares.size > 0) this.routeShares.clear();
   }
 
   /** The live copy has its retain flag cleared unless Retain As Published [MQTT-3.3.1-12, -13]. */
@@ -737,7 +818,7 @@ export class Broker implements BrokerState {
       this.noop(out, 'pubrel', conn, 'connection holds no session');
       return;
     }
-    const held = s.inbound.delete(pid);
+    const held = s.inbound?.delete(pid) === true;
     const code = held || s.protocol < 5 ? RC.SUCCESS : RC.PACKET_IDENTIFIER_NOT_FOUND;
     out.push({ t: 'send', conn, packet: { type: 'pubcomp', pid, code } });
   }
@@ -822,7 +903,7 @@ export class Broker implements BrokerState {
     this.digestCache = null;
     this.subsTrie = new TopicTrie();
     this.shareMembers = new Map();
-    for (const s of sessions.values()) for (const sub of s.subs.values()) this.addSub(s, sub, true);
+    for (const s of sessions.values()) for (const sub of s.subs?.values() ?? []) this.addSub(s, sub, true);
     this.rebuildDeadlines();
   }
 }

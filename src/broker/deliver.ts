@@ -51,17 +51,19 @@ function assignPid(s: Session): number {
   for (let i = 0; i < PID_MAX; i++) {
     const pid = s.nextPid;
     s.nextPid = pid === PID_MAX ? 1 : pid + 1;
-    if (!s.pidsInUse.has(pid)) return pid;
+    if (s.pidsInUse === null || !s.pidsInUse.has(pid)) return pid;
   }
   return 0;
 }
 
-/** Puts a QoS 1/2 delivery in flight and sends it; false on a broken pid invariant. */
+/** Puts a QoS 1/2 delivery in flight and sends it; false on a broken pid invariant. The record
+ * is built field by field, once: a spread copy costs a generic clone on the hot path. */
 function startInflight(s: Session, d: Delivery, now: number, out: Effect[]): boolean {
   const pid = assignPid(s);
   if (pid === 0) return false;
-  const item: Inflight = { ...d, pid, state: 'publish' };
+  const item: Inflight = { msg: d.msg, qos: d.qos, retain: d.retain, subIds: d.subIds, expiresAt: d.expiresAt, pid, state: 'publish' };
   s.inflight.push(item);
+  s.pidsInUse ??= new Set();
   s.pidsInUse.add(pid);
   sendPublish(s, d, pid, false, now, out);
   return true;
@@ -96,7 +98,7 @@ export function deliver(s: Session, d: Delivery, settings: Settings, now: number
   }
   const size = queueSize(d);
   if (s.queue.length < settings.maxQueuedMessages && s.queueBytes + size <= settings.maxQueuedBytes) {
-    const item: Queued = { ...d, size };
+    const item: Queued = { msg: d.msg, qos: d.qos, retain: d.retain, subIds: d.subIds, expiresAt: d.expiresAt, size };
     s.queue.push(item);
     s.queueBytes += size;
   } else {
@@ -120,8 +122,7 @@ export function fillInflight(s: Session, settings: Settings, now: number, out: E
       event(out, 'too-large', { clientId: s.clientId, topic: item.msg.topic });
       continue;
     }
-    const d: Delivery = { msg: item.msg, qos: item.qos, retain: item.retain, subIds: item.subIds, expiresAt: item.expiresAt };
-    if (!startInflight(s, d, now, out)) return false;
+    if (!startInflight(s, item, now, out)) return false;
   }
   return true;
 }
@@ -137,7 +138,7 @@ export function resendInflight(s: Session, settings: Settings, now: number, out:
     } else if (isExpired(item, now) || tooLarge(s, item, settings, now)) {
       // A client that reconnects with a smaller Maximum Packet Size cannot take it either.
       event(out, isExpired(item, now) ? 'expired' : 'too-large', { clientId: s.clientId, pid: item.pid });
-      s.pidsInUse.delete(item.pid);
+      s.pidsInUse?.delete(item.pid);
     } else {
       sendPublish(s, item, item.pid, true, now, out);
       kept.push(item);
@@ -146,12 +147,19 @@ export function resendInflight(s: Session, settings: Settings, now: number, out:
   s.inflight = kept;
 }
 
+/** Position of pid in the inflight window, -1 if absent; a loop rather than findIndex, which
+ * would take a closure per ack. */
+function inflightIndex(inflight: readonly Inflight[], pid: number): number {
+  for (let i = 0; i < inflight.length; i++) if ((inflight[i] as Inflight).pid === pid) return i;
+  return -1;
+}
+
 /** Delivery progress from the subscriber (§4.3.2, §4.3.3). Returns false for an unknown pid or a
  * step that does not fit the entry's state. */
 export function applyAck(s: Session, pid: number, kind: 'puback' | 'pubrec' | 'pubcomp', out: Effect[]): boolean {
-  const i = s.inflight.findIndex((f) => f.pid === pid);
-  const item = s.inflight[i];
-  if (item === undefined) return false;
+  const i = inflightIndex(s.inflight, pid);
+  if (i < 0) return false;
+  const item = s.inflight[i] as Inflight;
   switch (kind) {
     case 'puback':
       if (item.qos !== 1) return false;
@@ -170,7 +178,9 @@ export function applyAck(s: Session, pid: number, kind: 'puback' | 'pubrec' | 'p
       return _;
     }
   }
-  s.inflight.splice(i, 1);
-  s.pidsInUse.delete(pid);
+  // Acks mostly come in send order: shift() drops the head without the array splice() returns.
+  if (i === 0) s.inflight.shift();
+  else s.inflight.splice(i, 1);
+  s.pidsInUse?.delete(pid);
   return true;
 }

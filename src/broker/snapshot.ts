@@ -83,7 +83,7 @@ function encodeSettings(s: Settings): unknown[] {
 }
 
 function encodeSession(s: Session): unknown[] {
-  const subs = [...s.subs.values()]
+  const subs = [...(s.subs?.values() ?? [])]
     .sort((a, b) => (a.filter < b.filter ? -1 : a.filter > b.filter ? 1 : 0))
     .map((x) => [x.filter, x.qos, x.nl, x.rap, x.rh, x.subId]);
   return [
@@ -96,7 +96,7 @@ function encodeSession(s: Session): unknown[] {
     s.receiveMax,
     s.maxPacketSize,
     subs,
-    [...s.inbound].sort((a, b) => a - b),
+    [...(s.inbound ?? [])].sort((a, b) => a - b),
     s.inflight.map((f) => [f.pid, f.state, encodeDelivery(f)]),
     s.queue.toArray().map(encodeDelivery),
     s.nextPid,
@@ -262,13 +262,18 @@ function decodeSession(v: unknown, parseShare: (f: string) => { group: string; f
   s.maxPacketSize = int(f[7], 'maxPacketSize');
   for (const sub of arr(f[8], 'subs')) {
     const x = decodeSubscription(s.clientId, sub, parseShare);
+    s.subs ??= new Map();
     s.subs.set(x.filter, x);
   }
-  for (const pid of arr(f[9], 'inbound')) s.inbound.add(int(pid, 'inbound pid'));
+  for (const pid of arr(f[9], 'inbound')) {
+    s.inbound ??= new Set();
+    s.inbound.add(int(pid, 'inbound pid'));
+  }
   s.inflight = arr(f[10], 'inflight').map((x): Inflight => {
     const [pid, state, d] = arr(x, 'inflight entry', 3);
     if (state !== 'publish' && state !== 'pubrel') fail('inflight state');
     const item: Inflight = { ...decodeDelivery(d), pid: int(pid, 'pid'), state };
+    s.pidsInUse ??= new Set();
     s.pidsInUse.add(item.pid);
     return item;
   });

@@ -124,6 +124,28 @@ describe('TopicTrie', { timeout: 30_000 }, () => {
       }), { numRuns: 500 });
   });
 
+  it('matchValues writes the values match reports, in the same order, into a reused array, and counts the filters', () => {
+    fc.assert(fc.property(fc.array(fc.tuple(arbFilter, arbKey), { maxLength: 40, size: 'max' }), fc.array(arbTopic, { minLength: 1 }),
+      (entries, topics) => {
+        const trie = new TopicTrie<string>();
+        for (const [f, k] of entries) trie.add(f, k, `${f} ${k}`);
+        const out: string[] = [];
+        for (const topic of topics) {
+          const want: string[] = [];
+          const filters = new Set<string>();
+          trie.match(topic, (_key, value, filter) => {
+            want.push(value);
+            filters.add(filter);
+          });
+          const stale = out.slice(want.length);
+          assert.equal(trie.matchValues(topic, out), want.length);
+          assert.equal(trie.matchedFilters, filters.size, 'distinct filters matched');
+          assert.deepEqual(out.slice(0, want.length), want, topic);
+          assert.deepEqual(out.slice(want.length), stale, 'entries beyond the count are left alone');
+        }
+      }), { numRuns: 300 });
+  });
+
   it('stays equal to a plain map through random adds and removes, and prunes to empty', () => {
     const op = fc.tuple(fc.boolean(), arbFilter, arbKey, fc.integer());
     fc.assert(fc.property(fc.array(op, { maxLength: 60, size: 'max' }), arbTopic, (ops, topic) => {

@@ -130,7 +130,9 @@ export class TopicTrie<V> {
   private matching = 0;
   /** The depth-first stack of `match`, kept between calls so a match allocates no frames. */
   private readonly stackNodes: FilterNode<V>[] = [];
-  private readonly stackDepths: number[] = [];
+  private readonly stackStarts: number[] = [];
+  private readonly collector = new ValueCollector<V>();
+  private lastFilters = 0;
 
   /** Number of (filter, key) entries. */
   get size(): number {
@@ -187,16 +189,42 @@ export class TopicTrie<V> {
    * ascending code-unit order. fn must not add or remove entries (that throws).
    */
   match(topic: string, fn: (key: string, value: V, filter: string) => void): void {
-    const levels = topic.split('/');
+    this.visit(topic, { visit: fn });
+  }
+
+  /** Writes the value of every matching (filter, key) to out[0], out[1], … in `match` order and
+   * returns how many; sets `matchedFilters`. Entries of out beyond the count are left as they
+   * were. Allocates nothing and truncates no array (setting `length` is a runtime call): the
+   * routing hot path passes a scratch array it owns. */
+  matchValues(topic: string, out: V[]): number {
+    const collector = this.collector;
+    collector.out = out;
+    collector.count = 0;
+    collector.filters = 0;
+    try {
+      this.visit(topic, collector);
+      this.lastFilters = collector.filters;
+      return collector.count;
+    } finally {
+      collector.out = noValues;
+    }
+  }
+
+  /** Distinct filters that matched in the last `matchValues`: with at most one, no key repeats. */
+  get matchedFilters(): number {
+    return this.lastFilters;
+  }
+
+  private visit(topic: string, visitor: MatchVisitor<V>): void {
     const outermost = this.matching === 0;
     const nodes = outermost ? this.stackNodes : [];
-    const depths = outermost ? this.stackDepths : [];
+    const starts = outermost ? this.stackStarts : [];
     this.matching++;
     try {
-      walk(this.root, levels, topic.charCodeAt(0) === DOLLAR, nodes, depths, fn);
+      walk(this.root, topic, nodes, starts, visitor);
     } finally {
+      // The stack is overwritten, not truncated: it holds at most one walk's worth of nodes.
       this.matching--;
-      nodes.length = 0;
     }
   }
 
@@ -205,48 +233,74 @@ export class TopicTrie<V> {
   }
 }
 
-/** Iterative, so a topic or filter of tens of thousands of levels cannot overflow the call stack. */
-function walk<V>(
-  root: FilterNode<V>,
-  levels: readonly string[],
-  dollarTopic: boolean,
-  nodes: FilterNode<V>[],
-  depths: number[],
-  fn: (key: string, value: V, filter: string) => void,
-): void {
+interface MatchVisitor<V> {
+  visit(key: string, value: V, filter: string): void;
+  /** Called before the entries of each filter that matches, if at all. */
+  nextFilter?(): void;
+}
+
+const noValues: never[] = [];
+
+/** The visitor of `matchValues`: one per trie, pointed at the caller's array for one call. */
+class ValueCollector<V> implements MatchVisitor<V> {
+  out: V[] = noValues;
+  count = 0;
+  filters = 0;
+
+  nextFilter(): void {
+    this.filters++;
+  }
+
+  visit(_key: string, value: V): void {
+    this.out[this.count++] = value;
+  }
+}
+
+/**
+ * Iterative, so a topic or filter of tens of thousands of levels cannot overflow the call stack.
+ * Each frame is a node and the offset in topic where its next level starts; the levels are found
+ * with indexOf instead of split, and a level string is cut only where a literal child may match.
+ * An offset past topic.length means every level has been consumed.
+ */
+function walk<V>(root: FilterNode<V>, topic: string, nodes: FilterNode<V>[], starts: number[], visitor: MatchVisitor<V>): void {
+  const dollarTopic = topic.charCodeAt(0) === DOLLAR;
+  const topicEnd = topic.length;
   let top = 0;
   nodes[0] = root;
-  depths[0] = 0;
+  starts[0] = 0;
   while (top >= 0) {
     const node = nodes[top];
-    const depth = depths[top];
+    const start = starts[top];
     top--;
-    if (depth === levels.length) {
-      emit(node, fn);
-      if (node.hash !== undefined) emit(node.hash, fn);
+    if (start > topicEnd) {
+      emit(node, visitor);
+      if (node.hash !== undefined) emit(node.hash, visitor);
       continue;
     }
-    const wildcards = depth > 0 || !dollarTopic;
-    if (wildcards && node.hash !== undefined) emit(node.hash, fn);
+    const wildcards = start > 0 || !dollarTopic;
+    if (wildcards && node.hash !== undefined) emit(node.hash, visitor);
+    let end = topic.indexOf('/', start);
+    if (end < 0) end = topicEnd;
     // Pushed in reverse of the documented visiting order.
-    const literal = node.children?.get(levels[depth]);
+    const literal = node.children === undefined ? undefined : node.children.get(topic.slice(start, end));
     if (literal !== undefined) {
       nodes[++top] = literal;
-      depths[top] = depth + 1;
+      starts[top] = end + 1;
     }
     if (wildcards && node.plus !== undefined) {
       nodes[++top] = node.plus;
-      depths[top] = depth + 1;
+      starts[top] = end + 1;
     }
   }
 }
 
-function emit<V>(node: FilterNode<V>, fn: (key: string, value: V, filter: string) => void): void {
+function emit<V>(node: FilterNode<V>, visitor: MatchVisitor<V>): void {
   const { keyChunks, valueChunks } = node.entries;
+  if (keyChunks.length > 0) visitor.nextFilter?.();
   for (let c = 0; c < keyChunks.length; c++) {
     const keys = keyChunks[c];
     const values = valueChunks[c];
-    for (let i = 0; i < keys.length; i++) fn(keys[i], values[i], node.filter);
+    for (let i = 0; i < keys.length; i++) visitor.visit(keys[i], values[i], node.filter);
   }
 }
 

@@ -1,9 +1,19 @@
+import { Buffer } from 'node:buffer';
 import { Packr } from 'msgpackr';
-import type { Command } from '../broker/commands.js';
+import type { Command, PublishCommand } from '../broker/commands.js';
 
-// Commands are encoded once with msgpackr, without saved record structures, so the bytes depend on
-// nothing but the command (DESIGN.md "Encoding"). Both logs apply decoded bytes, never the
-// proposer's object, so single-node and cluster mode apply exactly the same values.
+// Commands are encoded once, without saved record structures, so the bytes depend on nothing but
+// the command (DESIGN.md "Encoding"). Both logs apply decoded bytes, never the proposer's object,
+// so single-node and cluster mode apply exactly the same values.
+//
+// The bulk of the log, a publish without MQTT 5 properties and a subscriber's ack, has a
+// hand-written layout; everything else is msgpackr. Measured under fan-in QoS 1, msgpackr's pack
+// and unpack took about 15 % of the broker's busy time. A hand-written record starts with 0xc1,
+// the one byte msgpack never uses, so the decoder tells the two apart by the first byte, and it
+// decodes to the same values msgpackr gives (payload: a Buffer view of the encoded bytes):
+//
+//   publish: c1 01 flags(1: pid present, 2: retain) qos pid:u16 connLen:u16 conn topicLen:u16 topic payload…
+//   ack:     c1 02 kind(0 puback, 1 pubrec, 2 pubcomp) pid:u16 conn…
 const packr = new Packr({ useRecords: false, mapsAsObjects: true, variableMapSize: true });
 
 const COMMAND_TYPES: ReadonlySet<string> = new Set<Command['t']>([
@@ -20,8 +30,61 @@ const COMMAND_TYPES: ReadonlySet<string> = new Set<Command['t']>([
   'check',
 ]);
 
+const HAND = 0xc1;
+const HAND_PUBLISH = 1;
+const HAND_ACK = 2;
+const FLAG_PID = 1;
+const FLAG_RETAIN = 2;
+const PUBLISH_HEADER = 10;
+const ACK_HEADER = 5;
+const U16_MAX = 0xffff;
+const ACK_KINDS = ['puback', 'pubrec', 'pubcomp'] as const;
+
 export function encodeCommand(cmd: Command): Uint8Array {
+  if (cmd.t === 'publish') return encodePublish(cmd) ?? packr.pack(cmd);
+  if (cmd.t === 'ack') return encodeAck(cmd.conn, cmd.pid, cmd.kind) ?? packr.pack(cmd);
   return packr.pack(cmd);
+}
+
+const isU16 = (n: unknown): n is number => typeof n === 'number' && Number.isInteger(n) && n >= 0 && n <= U16_MAX;
+
+/** The hand-written layout, or null for a publish it cannot express exactly (MQTT 5 properties,
+ * a field of an unexpected type or range): msgpackr takes those, so they decode as before. */
+function encodePublish(cmd: PublishCommand): Buffer | null {
+  const { conn, msg } = cmd;
+  const hasPid = cmd.pid !== undefined;
+  if ((!hasPid && 'pid' in cmd) || (hasPid && !isU16(cmd.pid)) || 'props' in msg) return null;
+  const { topic, payload, qos, retain } = msg;
+  if (typeof conn !== 'string' || typeof topic !== 'string' || !(payload instanceof Uint8Array)) return null;
+  if ((qos !== 0 && qos !== 1 && qos !== 2) || typeof retain !== 'boolean') return null;
+  const connLen = Buffer.byteLength(conn, 'utf8');
+  const topicLen = Buffer.byteLength(topic, 'utf8');
+  if (connLen > U16_MAX || topicLen > U16_MAX) return null;
+  const buf = Buffer.allocUnsafe(PUBLISH_HEADER + connLen + topicLen + payload.length);
+  buf[0] = HAND;
+  buf[1] = HAND_PUBLISH;
+  buf[2] = (hasPid ? FLAG_PID : 0) | (retain ? FLAG_RETAIN : 0);
+  buf[3] = qos;
+  buf.writeUInt16BE(hasPid ? (cmd.pid as number) : 0, 4);
+  buf.writeUInt16BE(connLen, 6);
+  let off = 8 + buf.write(conn, 8, 'utf8');
+  buf.writeUInt16BE(topicLen, off);
+  off += 2;
+  off += buf.write(topic, off, 'utf8');
+  buf.set(payload, off);
+  return buf;
+}
+
+function encodeAck(conn: string, pid: number, kind: string): Buffer | null {
+  const k = ACK_KINDS.indexOf(kind as (typeof ACK_KINDS)[number]);
+  if (k < 0 || !isU16(pid) || typeof conn !== 'string') return null;
+  const buf = Buffer.allocUnsafe(ACK_HEADER + Buffer.byteLength(conn, 'utf8'));
+  buf[0] = HAND;
+  buf[1] = HAND_ACK;
+  buf[2] = k;
+  buf.writeUInt16BE(pid, 3);
+  buf.write(conn, ACK_HEADER, 'utf8');
+  return buf;
 }
 
 export class CommandDecodeError extends Error {
@@ -31,6 +94,7 @@ export class CommandDecodeError extends Error {
 /** Decodes bytes made by encodeCommand. Checks only the envelope: the command's content is judged
  * by apply, which never throws on it. */
 export function decodeCommand(bytes: Uint8Array): Command {
+  if (bytes[0] === HAND) return decodeHand(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
   let value: unknown;
   try {
     value = packr.unpack(bytes);
@@ -45,4 +109,36 @@ export function decodeCommand(bytes: Uint8Array): Command {
     throw new CommandDecodeError(`unknown command type ${JSON.stringify(t)}`);
   }
   return value as Command;
+}
+
+function decodeHand(buf: Buffer): Command {
+  if (buf[1] === HAND_PUBLISH) return decodePublish(buf);
+  if (buf[1] === HAND_ACK) return decodeAck(buf);
+  throw new CommandDecodeError(`unknown hand-written command ${String(buf[1])}`);
+}
+
+function decodePublish(buf: Buffer): Command {
+  if (buf.length < PUBLISH_HEADER) throw new CommandDecodeError('publish command truncated');
+  const flags = buf[2] as number;
+  const qos = buf[3] as number;
+  if (flags > (FLAG_PID | FLAG_RETAIN) || qos > 2) throw new CommandDecodeError('publish command flags or qos out of range');
+  const connEnd = 8 + buf.readUInt16BE(6);
+  if (connEnd + 2 > buf.length) throw new CommandDecodeError('publish command truncated');
+  const topicEnd = connEnd + 2 + buf.readUInt16BE(connEnd);
+  if (topicEnd > buf.length) throw new CommandDecodeError('publish command truncated');
+  const msg = {
+    topic: buf.toString('utf8', connEnd + 2, topicEnd),
+    payload: buf.subarray(topicEnd),
+    qos: qos as 0 | 1 | 2,
+    retain: (flags & FLAG_RETAIN) !== 0,
+  };
+  const conn = buf.toString('utf8', 8, connEnd);
+  return (flags & FLAG_PID) !== 0 ? { t: 'publish', conn, pid: buf.readUInt16BE(4), msg } : { t: 'publish', conn, msg };
+}
+
+function decodeAck(buf: Buffer): Command {
+  if (buf.length < ACK_HEADER) throw new CommandDecodeError('ack command truncated');
+  const kind = ACK_KINDS[buf[2] as number];
+  if (kind === undefined) throw new CommandDecodeError('ack command kind out of range');
+  return { t: 'ack', conn: buf.toString('utf8', ACK_HEADER), pid: buf.readUInt16BE(3), kind };
 }

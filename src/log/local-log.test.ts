@@ -37,4 +37,27 @@ describe('LocalLog', { timeout: 10_000 }, () => {
     assert.equal(drains, drainsBefore + 1);
     await log.stop();
   });
+  it('commits a large turn of proposals over several turns, in order, at most the per-turn bound each', async () => {
+    // A turn of thousands of proposals (every client disconnecting at once) must not become one
+    // event-loop turn of apply; proposals made while committing go after the ones still waiting.
+    const log = new LocalLog({ node: 1, settings: contractSettings, entriesPerTurnMax: 3 });
+    const batches: Entry[][] = [];
+    log.start({
+      committed: (e) => {
+        batches.push([...e]);
+        if (batches.length === 1) log.propose({ t: 'ack', conn: '1.1', pid: 99, kind: 'puback' });
+      },
+      serving: () => {},
+      drain: () => {},
+    });
+    await new Promise((r) => setImmediate(r));
+    batches.length = 0;
+    for (let pid = 1; pid <= 8; pid++) log.propose({ t: 'ack', conn: '1.1', pid, kind: 'puback' });
+    for (let turn = 0; turn < 5; turn++) await new Promise((r) => setImmediate(r));
+    assert.deepEqual(batches.map((b) => b.length), [3, 3, 3]);
+    const all = batches.flat();
+    assert.deepEqual(all.map((e) => (e.cmd as { pid: number }).pid), [1, 2, 3, 4, 5, 6, 7, 8, 99]);
+    for (let i = 1; i < all.length; i++) assert.equal(all[i]!.index, all[i - 1]!.index + 1);
+    await log.stop();
+  });
 });

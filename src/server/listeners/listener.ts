@@ -42,6 +42,12 @@ export interface ListenerLimits {
   maxWriteBufferBytes: number;
 }
 
+/** The socket's property naming the Listener that accepted it, for the one shared close handler. */
+const ACCEPTED_BY: unique symbol = Symbol('raftmq.listener');
+/** Its peer key, taken at accept: the handshake table is keyed by it. */
+const PEER_KEY: unique symbol = Symbol('raftmq.peer-key');
+type AcceptedSocket = Socket & { [ACCEPTED_BY]?: Listener; [PEER_KEY]?: string };
+
 export class Listener {
   readonly spec: ListenerSpec;
   private readonly host: ListenerHost;
@@ -155,16 +161,22 @@ export class Listener {
     const key = peerKey(socket);
     this.handshaking.set(key, socket);
     this.sockets.add(socket);
-    socket.once('close', () => {
-      this.sockets.delete(socket);
-      this.sources.delete(key);
-      if (this.handshaking.get(key) === socket) {
-        this.handshaking.delete(key);
-        this.host.handshakeEnded();
-      }
-    });
+    // One shared handler instead of a closure and a once() wrapper per socket (idle memory).
+    (socket as AcceptedSocket)[ACCEPTED_BY] = this;
+    (socket as AcceptedSocket)[PEER_KEY] = key;
+    socket.on('close', socketClosed);
     if (this.spec.proxy === null) this.dispatch(socket, null);
     else this.readProxy(socket, this.spec.proxy);
+  }
+
+  /** A socket it accepted, under peer key `key`, has closed. */
+  forget(socket: Socket, key: string): void {
+    this.sockets.delete(socket);
+    this.sources.delete(key);
+    if (this.handshaking.get(key) === socket) {
+      this.handshaking.delete(key);
+      this.host.handshakeEnded();
+    }
   }
 
   /** Reads the PROXY header before anything else; the bytes behind it are put back. */
@@ -322,6 +334,10 @@ export class Listener {
     const full = this.limits.maxWriteBufferBytes;
     this.wss?.handleUpgrade(req, socket, head, (ws) => this.handOver(new WsByteStream(ws, full), transport, socket));
   }
+}
+
+function socketClosed(this: AcceptedSocket): void {
+  this[ACCEPTED_BY]?.forget(this, this[PEER_KEY] ?? '');
 }
 
 function peerKey(s: Socket): string {

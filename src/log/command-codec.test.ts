@@ -1,0 +1,95 @@
+import assert from 'node:assert/strict';
+import { Buffer } from 'node:buffer';
+import { describe, it } from 'node:test';
+import fc from 'fast-check';
+import { Packr } from 'msgpackr';
+import type { Command } from '../broker/commands.js';
+import { CommandDecodeError, decodeCommand, encodeCommand } from './command-codec.js';
+
+// The hand-written layout of publish and ack must decode to exactly what msgpackr alone gave
+// before it, so a log of either encoding applies the same values.
+const msgpack = new Packr({ useRecords: false, mapsAsObjects: true, variableMapSize: true });
+const viaMsgpack = (cmd: Command): Command => msgpack.unpack(msgpack.pack(cmd)) as Command;
+
+const arbConn = fc.tuple(fc.nat(1e9), fc.nat(1e9)).map(([p, s]) => `${p}.${s}`);
+const arbPayload = fc.uint8Array({ maxLength: 300 });
+const arbPublish: fc.Arbitrary<Command> = fc
+  .record({
+    conn: arbConn,
+    pid: fc.option(fc.integer({ min: 0, max: 0xffff }), { nil: undefined }),
+    topic: fc.string({ unit: 'grapheme', maxLength: 40 }),
+    payload: arbPayload,
+    qos: fc.constantFrom(0 as const, 1 as const, 2 as const),
+    retain: fc.boolean(),
+    expiryS: fc.option(fc.nat(), { nil: undefined }),
+  })
+  .map(({ conn, pid, topic, payload, qos, retain, expiryS }) => {
+    const msg: Extract<Command, { t: 'publish' }>['msg'] = { topic, payload, qos, retain };
+    if (expiryS !== undefined) msg.props = { expiryS, userProps: [['k', 'v']] };
+    return pid === undefined ? { t: 'publish', conn, msg } : { t: 'publish', conn, pid, msg };
+  });
+const arbAck: fc.Arbitrary<Command> = fc.record({
+  t: fc.constant('ack' as const),
+  conn: arbConn,
+  pid: fc.integer({ min: 0, max: 0xffff }),
+  kind: fc.constantFrom('puback' as const, 'pubrec' as const, 'pubcomp' as const),
+});
+
+describe('command codec', { timeout: 30_000 }, () => {
+  it('decodes publish and ack commands to the same values as a msgpackr round trip', () => {
+    fc.assert(
+      fc.property(fc.oneof(arbPublish, arbAck), (cmd) => {
+        const got = decodeCommand(encodeCommand(cmd));
+        assert.deepStrictEqual(got, viaMsgpack(cmd));
+        if (got.t === 'publish') assert.ok(Buffer.isBuffer(got.msg.payload), 'payload is a Buffer, as msgpackr gives');
+      }),
+      { numRuns: 1000 },
+    );
+  });
+
+  it('uses the hand-written layout for a publish without properties and for an ack, msgpack otherwise', () => {
+    const plain: Command = { t: 'publish', conn: '3.9', pid: 7, msg: { topic: 't', payload: new Uint8Array([1]), qos: 1, retain: false } };
+    const withProps: Command = { t: 'publish', conn: '3.9', msg: { topic: 't', payload: new Uint8Array(), qos: 0, retain: true, props: { expiryS: 5 } } };
+    assert.equal(encodeCommand(plain)[0], 0xc1);
+    assert.equal(encodeCommand({ t: 'ack', conn: '3.9', pid: 1, kind: 'pubcomp' })[0], 0xc1);
+    assert.notEqual(encodeCommand(withProps)[0], 0xc1);
+    assert.deepStrictEqual(decodeCommand(encodeCommand(withProps)), viaMsgpack(withProps));
+  });
+
+  it('still decodes publish and ack commands that msgpackr encoded', () => {
+    fc.assert(
+      fc.property(fc.oneof(arbPublish, arbAck), (cmd) => {
+        assert.deepStrictEqual(decodeCommand(msgpack.pack(cmd)), viaMsgpack(cmd));
+      }),
+      { numRuns: 200 },
+    );
+  });
+
+  it('refuses truncated or out-of-range hand-written bytes with a decode error, never another throw', () => {
+    const publish = encodeCommand({ t: 'publish', conn: '1.2', pid: 9, msg: { topic: 'a/b', payload: new Uint8Array([5, 6]), qos: 2, retain: true } });
+    const ack = encodeCommand({ t: 'ack', conn: '1.2', pid: 9, kind: 'puback' });
+    for (const whole of [publish, ack]) {
+      for (let cut = 1; cut < whole.length; cut++) {
+        try {
+          decodeCommand(whole.subarray(0, cut));
+        } catch (err) {
+          assert.ok(err instanceof CommandDecodeError, `cut at ${cut}: ${String(err)}`);
+        }
+      }
+    }
+    fc.assert(
+      fc.property(fc.uint8Array({ maxLength: 40 }), (tail) => {
+        const bytes = Uint8Array.from([0xc1, ...tail]);
+        try {
+          decodeCommand(bytes);
+        } catch (err) {
+          assert.ok(err instanceof CommandDecodeError, String(err));
+        }
+      }),
+      { numRuns: 1000 },
+    );
+    assert.throws(() => decodeCommand(Uint8Array.from([0xc1, 9])), CommandDecodeError);
+    assert.throws(() => decodeCommand(Uint8Array.from([0xc1, 2, 3, 0, 1])), CommandDecodeError);
+    assert.throws(() => decodeCommand(Uint8Array.from([0xc1, 1, 4, 0, 0, 0, 0, 0, 0, 0])), CommandDecodeError);
+  });
+});
