@@ -229,3 +229,53 @@ export function connectPacket(over: Partial<Extract<Packet, { type: 'connect' }>
     ...over,
   };
 }
+
+/** The node of one test and every client the test opened; cleanup() closes them all and stops the
+ * node (call it in afterEach). Clients default to the fixture's protocol level. */
+export class NodeFixture {
+  node: BrokerNode | null = null;
+  private readonly clients: TestClient[] = [];
+  private readonly raws: RawClient[] = [];
+
+  constructor(private readonly level: 4 | 5) {}
+
+  get port(): number {
+    if (this.node === null) throw new Error('no node started in this test');
+    return this.node.port;
+  }
+
+  readonly start = async (over: Partial<NodeOptions> = {}): Promise<BrokerNode> => {
+    this.node = await startNode(over);
+    return this.node;
+  };
+
+  /** An MQTT.js client past its CONNACK. */
+  readonly client = async (opts: IClientOptions = {}): Promise<TestClient> => {
+    const c = await connectClient(this.port, { protocolVersion: this.level, ...opts });
+    this.clients.push(c);
+    return c;
+  };
+
+  /** A raw client with its TCP connection open and nothing sent. */
+  readonly rawOpen = async (): Promise<RawClient> => {
+    const r = await RawClient.open(this.port, this.level);
+    this.raws.push(r);
+    return r;
+  };
+
+  /** A raw client whose CONNECT was accepted. */
+  readonly raw = async (over: Partial<Extract<Packet, { type: 'connect' }>> = {}): Promise<RawClient> => {
+    const r = await this.rawOpen();
+    r.send(connectPacket({ level: this.level, clientId: 'raw', ...over }));
+    const ack = await r.waitFor('connack');
+    if (ack.code !== 0) throw new Error(`CONNACK refused the raw client with 0x${ack.code.toString(16)}`);
+    return r;
+  };
+
+  readonly cleanup = async (): Promise<void> => {
+    for (const c of this.clients.splice(0)) c.client.end(true);
+    for (const r of this.raws.splice(0)) r.destroy();
+    await this.node?.stop();
+    this.node = null;
+  };
+}

@@ -6,16 +6,12 @@ import assert from 'node:assert/strict';
 import { afterEach, describe, it } from 'node:test';
 import type { Packet } from '../src/protocol/packets.js';
 import { RC } from '../src/protocol/reason-codes.js';
-import type { BrokerNode, NodeOptions } from '../src/server/broker-node.js';
 import {
-  connectClient,
   connectPacket,
   dropConnection,
   publish,
-  RawClient,
-  startNode,
+  NodeFixture,
   subscribe,
-  type TestClient,
   WAIT_MS,
   withTimeout,
 } from './helpers.js';
@@ -27,36 +23,12 @@ function publishPacket(over: Partial<Extract<Packet, { type: 'publish' }>>): Pac
 const NOT_UTF8 = Buffer.from([0xc3, 0x28]);
 
 describe('server over MQTT 5: output shaped by the client', { timeout: 60_000 }, () => {
-  let node: BrokerNode | null = null;
-  const clients: TestClient[] = [];
-  const raws: RawClient[] = [];
+  const f = new NodeFixture(5);
+  const { start, client } = f;
+  /** A raw v5 client past its CONNACK. */
+  const raw = (over: Partial<Extract<Packet, { type: 'connect' }>> = {}) => f.raw({ clientId: 'raw5', ...over });
 
-  async function start(over: Partial<NodeOptions> = {}): Promise<BrokerNode> {
-    node = await startNode(over);
-    return node;
-  }
-
-  async function client(opts: Parameters<typeof connectClient>[1] = {}): Promise<TestClient> {
-    const c = await connectClient((node as BrokerNode).port, { protocolVersion: 5, ...opts });
-    clients.push(c);
-    return c;
-  }
-
-  async function raw(over: Partial<Extract<Packet, { type: 'connect' }>> = {}): Promise<RawClient> {
-    const r = await RawClient.open((node as BrokerNode).port, 5);
-    raws.push(r);
-    r.send(connectPacket({ level: 5, clientId: 'raw5', ...over }));
-    const ack = await r.waitFor('connack');
-    assert.equal(ack.code, RC.SUCCESS);
-    return r;
-  }
-
-  afterEach(async () => {
-    for (const c of clients.splice(0)) c.client.end(true);
-    for (const r of raws.splice(0)) r.destroy();
-    await node?.stop();
-    node = null;
-  });
+  afterEach(f.cleanup);
 
   it('aliases outbound topics within the client maximum, replacing the least recently used', async () => {
     await start({ topicAliasMaximum: 10 });
@@ -152,8 +124,7 @@ describe('server over MQTT 5: output shaped by the client', { timeout: 60_000 },
 
   it('builds Response Information from the assigned client id when the client sent none', async () => {
     await start();
-    const r = await RawClient.open((node as BrokerNode).port, 5);
-    raws.push(r);
+    const r = await f.rawOpen();
     r.send(connectPacket({ level: 5, clientId: '', props: { requestResponseInfo: 1 } }));
     const ack = await r.waitFor('connack');
     assert.equal(ack.props.responseInfo, `response/${ack.props.assignedClientId}/`);
@@ -230,7 +201,6 @@ describe('server over MQTT 5: output shaped by the client', { timeout: 60_000 },
       },
     });
     await dropConnection(leaver);
-    clients.splice(clients.indexOf(leaver), 1);
     const m = await watcher.waitFor((x) => x.topic === 'wp/gone', 'will');
     const p = m.packet.properties ?? {};
     assert.equal(m.payload, 'bye');
@@ -261,11 +231,10 @@ describe('server over MQTT 5: output shaped by the client', { timeout: 60_000 },
 
   it('closes a client whose CONNACK cannot fit its Maximum Packet Size instead of exceeding it', async () => {
     await start();
-    const r = await RawClient.open((node as BrokerNode).port, 5);
-    raws.push(r);
+    const r = await f.rawOpen();
     r.send(connectPacket({ level: 5, clientId: 'too-tiny', props: { maxPacketSize: 8 } }));
     await r.waitClosed();
     assert.ok(r.packets.every((p) => p.type !== 'connack'));
-    assert.equal((node as BrokerNode).counters.get('packet-too-large-for-client'), 1);
+    assert.equal(f.node!.counters.get('packet-too-large-for-client'), 1);
   });
 });

@@ -5,15 +5,13 @@ import { afterEach, describe, it } from 'node:test';
 import { encode } from '../src/protocol/encoder.js';
 import type { Packet } from '../src/protocol/packets.js';
 import { RC } from '../src/protocol/reason-codes.js';
-import type { BrokerNode, NodeOptions } from '../src/server/broker-node.js';
 import {
   connectClient,
   connectPacket,
   publish,
-  RawClient,
-  startNode,
+  NodeFixture,
+  type RawClient,
   subscribe,
-  type TestClient,
   WAIT_MS,
   withTimeout,
 } from './helpers.js';
@@ -23,30 +21,10 @@ function publishPacket(over: Partial<Extract<Packet, { type: 'publish' }>>): Pac
 }
 
 describe('server over MQTT 5', { timeout: 60_000 }, () => {
-  let node: BrokerNode | null = null;
-  const clients: TestClient[] = [];
-  const raws: RawClient[] = [];
-
-  async function start(over: Partial<NodeOptions> = {}): Promise<BrokerNode> {
-    node = await startNode(over);
-    return node;
-  }
-
-  async function client(opts: Parameters<typeof connectClient>[1] = {}): Promise<TestClient> {
-    const c = await connectClient((node as BrokerNode).port, { protocolVersion: 5, ...opts });
-    clients.push(c);
-    return c;
-  }
-
+  const f = new NodeFixture(5);
+  const { start, client } = f;
   /** A raw v5 client past its CONNACK. */
-  async function raw(over: Partial<Extract<Packet, { type: 'connect' }>> = {}): Promise<RawClient> {
-    const r = await RawClient.open((node as BrokerNode).port, 5);
-    raws.push(r);
-    r.send(connectPacket({ level: 5, clientId: 'raw5', ...over }));
-    const ack = await r.waitFor('connack');
-    assert.equal(ack.code, RC.SUCCESS);
-    return r;
-  }
+  const raw = (over: Partial<Extract<Packet, { type: 'connect' }>> = {}) => f.raw({ clientId: 'raw5', ...over });
 
   async function expectDisconnect(r: RawClient, reason: number): Promise<void> {
     const d = await r.waitFor('disconnect');
@@ -54,17 +32,11 @@ describe('server over MQTT 5', { timeout: 60_000 }, () => {
     await r.waitClosed();
   }
 
-  afterEach(async () => {
-    for (const c of clients.splice(0)) c.client.end(true);
-    for (const r of raws.splice(0)) r.destroy();
-    await node?.stop();
-    node = null;
-  });
+  afterEach(f.cleanup);
 
   it('announces its limits in CONNACK and assigns a client id to an empty one', async () => {
     await start({ maxQos: 1, retainAvailable: false, receiveMaximum: 20, topicAliasMaximum: 5, maxPacketSize: 4096 });
-    const r = await RawClient.open((node as BrokerNode).port, 5);
-    raws.push(r);
+    const r = await f.rawOpen();
     r.send(connectPacket({ level: 5, clientId: '' }));
     const ack = await r.waitFor('connack');
     assert.equal(ack.code, RC.SUCCESS);
@@ -83,8 +55,7 @@ describe('server over MQTT 5', { timeout: 60_000 }, () => {
   it('refuses a CONNECT naming an authentication method with CONNACK 0x8C, then closes', async () => {
     // Enhanced authentication is not offered [MQTT-4.12.0-1].
     await start();
-    const r = await RawClient.open((node as BrokerNode).port, 5);
-    raws.push(r);
+    const r = await f.rawOpen();
     r.send(connectPacket({ level: 5, clientId: 'scram', props: { authMethod: 'SCRAM-SHA-1' } }));
     const ack = await r.waitFor('connack');
     assert.equal(ack.code, RC.BAD_AUTHENTICATION_METHOD);
@@ -104,8 +75,7 @@ describe('server over MQTT 5', { timeout: 60_000 }, () => {
     assert.equal(good.connack.reasonCode, RC.SUCCESS);
     await subscribe(good, 'auth/x', 0);
     // Packets pipelined behind the CONNECT wait for the verdict and keep their order.
-    const r = await RawClient.open((node as BrokerNode).port, 5);
-    raws.push(r);
+    const r = await f.rawOpen();
     r.sendBytes(
       Buffer.concat([
         encode(connectPacket({ level: 5, clientId: 'piped', username: 'good' }), 5),
@@ -118,7 +88,7 @@ describe('server over MQTT 5', { timeout: 60_000 }, () => {
       r.packets.map((p) => p.type),
       ['connack', 'suback', 'pingresp'],
     );
-    await assert.rejects(connectClient((node as BrokerNode).port, { protocolVersion: 5, clientId: 'bad', username: 'bad' }));
+    await assert.rejects(connectClient(f.port, { protocolVersion: 5, clientId: 'bad', username: 'bad' }));
   });
 
   it('refuses a CONNECT whose authenticator throws, and keeps serving others', async () => {
@@ -130,8 +100,7 @@ describe('server over MQTT 5', { timeout: 60_000 }, () => {
         },
       },
     });
-    const r = await RawClient.open((node as BrokerNode).port, 5);
-    raws.push(r);
+    const r = await f.rawOpen();
     r.send(connectPacket({ level: 5, clientId: 'boom' }));
     const ack = await r.waitFor('connack');
     assert.equal(ack.code, RC.UNSPECIFIED_ERROR);
@@ -162,7 +131,7 @@ describe('server over MQTT 5', { timeout: 60_000 }, () => {
   it('sends DISCONNECT 0x8B to every connection when stopped', async () => {
     await start();
     const r = await raw();
-    await (node as BrokerNode).stop();
+    await f.node!.stop();
     await expectDisconnect(r, RC.SERVER_SHUTTING_DOWN);
   });
 
