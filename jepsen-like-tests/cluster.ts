@@ -5,13 +5,12 @@
 // spawned; every wait is bounded.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { createWriteStream, type WriteStream } from 'node:fs';
-import { request } from 'node:http';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { Prng } from '../raft/core/prng.js';
+import { freePort, httpGet, LOOPBACK } from './net.js';
 import { Relay } from './relay.js';
 
-export const LOOPBACK = '127.0.0.1';
+export { freePort, httpGet, LOOPBACK };
 export const NODE_IDS = [1, 2, 3] as const;
 
 export interface ClusterOptions {
@@ -24,33 +23,7 @@ export interface ClusterOptions {
   startTimeoutMs: number;
 }
 
-export async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen({ host: LOOPBACK, port: 0 }, () => resolve());
-  });
-  const a = server.address();
-  const port = typeof a === 'object' && a !== null ? a.port : 0;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
 
-export function httpGet(port: number, path: string, timeoutMs: number): Promise<{ code: number; text: string }> {
-  return new Promise((resolve, reject) => {
-    const req = request({ host: LOOPBACK, port, path, method: 'GET', timeout: timeoutMs }, (res) => {
-      let text = '';
-      res.setEncoding('utf8');
-      res.on('data', (c: string) => {
-        text += c;
-      });
-      res.on('end', () => resolve({ code: res.statusCode ?? 0, text }));
-    });
-    req.on('timeout', () => req.destroy(new Error(`GET ${path} on ${port} timed out`)));
-    req.on('error', reject);
-    req.end();
-  });
-}
 
 /** PIDs this process spawned and has not seen exit, for a last-resort SIGKILL when the run overruns. */
 export const livePids = new Set<number>();

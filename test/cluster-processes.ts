@@ -5,23 +5,12 @@
 // are signalled, by PID.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { request } from 'node:http';
-import { createServer } from 'node:net';
 import { CLI, type LogLine } from './broker-process.js';
 
-export const LOOPBACK = '127.0.0.1';
+import { freePort, httpGet, LOOPBACK } from '../jepsen-like-tests/net.js';
 
-export async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen({ host: LOOPBACK, port: 0 }, () => resolve());
-  });
-  const address = server.address();
-  const port = typeof address === 'object' && address !== null ? address.port : 0;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
+export { freePort, httpGet, LOOPBACK };
+
 
 export interface Health {
   code: number;
@@ -42,21 +31,6 @@ export interface Health {
   };
 }
 
-export function httpGet(port: number, path: string, timeoutMs = 2_000): Promise<{ code: number; text: string }> {
-  return new Promise((resolve, reject) => {
-    const req = request({ host: LOOPBACK, port, path, method: 'GET', timeout: timeoutMs }, (res) => {
-      let text = '';
-      res.setEncoding('utf8');
-      res.on('data', (c: string) => {
-        text += c;
-      });
-      res.on('end', () => resolve({ code: res.statusCode ?? 0, text }));
-    });
-    req.on('timeout', () => req.destroy(new Error(`GET ${path} on ${port} timed out`)));
-    req.on('error', reject);
-    req.end();
-  });
-}
 
 export class ClusterNodeProcess {
   readonly logs: LogLine[] = [];

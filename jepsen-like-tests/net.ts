@@ -1,0 +1,36 @@
+// Loopback helpers shared by the fault-injection harness and the cluster tests: a free port, and a
+// bounded HTTP GET (for /health and /metrics).
+import { request } from 'node:http';
+import { createServer } from 'node:net';
+
+export const LOOPBACK = '127.0.0.1';
+
+/** A port that was free a moment ago (bind port 0, read it, close): peers must know each other's
+ * ports before they start, so a small race with other processes is accepted. */
+export async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen({ host: LOOPBACK, port: 0 }, () => resolve());
+  });
+  const a = server.address();
+  const port = typeof a === 'object' && a !== null ? a.port : 0;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+export function httpGet(port: number, path: string, timeoutMs = 2_000): Promise<{ code: number; text: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request({ host: LOOPBACK, port, path, method: 'GET', timeout: timeoutMs }, (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => {
+        text += c;
+      });
+      res.on('end', () => resolve({ code: res.statusCode ?? 0, text }));
+    });
+    req.on('timeout', () => req.destroy(new Error(`GET ${path} on ${port} timed out`)));
+    req.on('error', reject);
+    req.end();
+  });
+}
