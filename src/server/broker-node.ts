@@ -283,7 +283,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     this.clearTick();
     this.opts.tls?.close();
     if (this.statsTimer !== null) clearInterval(this.statsTimer);
-    const closing = this.stopServing(RC.SERVER_SHUTTING_DOWN);
+    const closing = this.stopServing(RC.SERVER_SHUTTING_DOWN, !this.log.serving);
     this.firstListen?.resolve();
     this.firstListen = null;
     await closing;
@@ -304,11 +304,11 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     if (!on) {
       this.logger.info({ period: this.period }, 'serve-end');
       // The lease lapsed or a higher term appeared: another node may serve soon.
-      void this.stopServing(RC.SERVER_SHUTTING_DOWN);
+      void this.stopServing(RC.SERVER_SHUTTING_DOWN, true);
       return;
     }
     if (this.halted) return;
-    if (servePeriod !== this.period) this.closeAll(undefined);
+    if (servePeriod !== this.period) this.closeAll(undefined, true);
     this.period = servePeriod;
     this.seq = 0;
     this.logger.info({ period: servePeriod }, 'serve-start');
@@ -383,7 +383,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
   private halt(reason: string): void {
     this.halted = true;
     this.logger.error({ reason }, 'state machine failed; this node stops serving');
-    void this.stopServing(undefined);
+    void this.stopServing(undefined, true);
   }
 
   /** Counters and gauges of the bounded tables, for the stats line and tests. */
@@ -493,7 +493,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
       // Each write checks the lease (DESIGN.md "One server at a time"): it lapsed since the last
       // event, so this node stops serving before anything more goes out.
       this.logger.info({ period: this.period }, 'serve-end at write');
-      void this.stopServing(RC.SERVER_SHUTTING_DOWN);
+      void this.stopServing(RC.SERVER_SHUTTING_DOWN, true);
       return;
     }
     const d = this.dirty;
@@ -574,20 +574,21 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     this.limited.warn(key, fields, message);
   }
 
-  /** Closes every listener and every connection. `reason`: v5 DISCONNECT to send, if any. */
-  private async stopServing(reason: number | undefined): Promise<void> {
+  /** Closes every listener and every connection. `reason`: v5 DISCONNECT to send, if any.
+   * `discard`: serving no longer holds, so what connections buffered this turn is never written. */
+  private async stopServing(reason: number | undefined, discard: boolean): Promise<void> {
     this.listenGen++;
     this.clearTick();
     const listeners = this.listeners;
     this.listeners = null;
     // Before closing, so the flush inside closeAll sends the DISCONNECTs instead of re-entering.
     this.period = 0;
-    this.closeAll(reason);
+    this.closeAll(reason, discard);
     if (listeners !== null) await Promise.all(listeners.map((l) => l.close(STOP_GRACE_MS)));
   }
 
-  private closeAll(reason: number | undefined): void {
-    for (const c of this.conns.values()) c.shutdown(reason ?? -1);
+  private closeAll(reason: number | undefined, discard: boolean): void {
+    for (const c of this.conns.values()) c.shutdown(reason ?? -1, discard);
     this.conns.clear();
     this.admitted.clear();
     this.flushAll();

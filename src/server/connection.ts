@@ -109,6 +109,8 @@ export class Connection implements WheelMember {
   private phase: Phase = 'awaiting-connect';
   private level: ProtocolLevel = 4;
   private connackOk = false;
+  /** A successful CONNACK has gone to the socket (not only into this turn's buffer). */
+  private connackWritten = false;
   /** Proposals of this connection not yet applied. */
   private pending = 0;
   private local: LocalAction[] = [];
@@ -789,9 +791,17 @@ export class Connection implements WheelMember {
     this.closeNow(reason);
   }
 
-  /** The node stops serving: close without proposing anything. */
-  shutdown(reason: number): void {
+  /** The node stops serving: close without proposing anything. `discard`: serving ended (lease
+   * lapsed, higher term, failed state machine), so output buffered this turn is dropped, not sent
+   * (DESIGN.md "One server at a time": the lease is checked at each write). */
+  shutdown(reason: number, discard: boolean): void {
     this.disconnectProposed = true;
+    if (discard) {
+      this.out = [];
+      this.outBytes = 0;
+      // No DISCONNECT before a CONNACK the client never got [MQTT-3.14.0-1].
+      this.connackOk = this.connackWritten;
+    }
     this.closeNow(reason);
   }
 
@@ -847,6 +857,7 @@ export class Connection implements WheelMember {
   flush(): void {
     this.dirty = false;
     if (this.out.length === 0) return;
+    this.connackWritten = this.connackOk;
     const buf = this.out.length === 1 ? (this.out[0] as Buffer) : Buffer.concat(this.out, this.outBytes);
     this.out = [];
     this.outBytes = 0;
