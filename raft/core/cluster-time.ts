@@ -106,6 +106,12 @@ export class ClusterClock {
     this.awaitingTarget = target === null;
   }
 
+  /** This term's cluster time follows the voters' clocks: it had a target at start(), or has
+   * since jumped to one. Until then it runs from the log's last time (DESIGN.md "Cluster time"). */
+  get followsClocks(): boolean {
+    return !this.awaitingTarget;
+  }
+
   /** Cluster ms at leader monotonic `monotonic` (never before the last steer). */
   read(monotonic: number): number {
     return this.base + Math.max(0, monotonic - this.monoBase) * this.rate;

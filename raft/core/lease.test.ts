@@ -67,4 +67,26 @@ describe('raft core: leases, transfer and cluster time', { timeout: 10_000 }, ()
     assert.deepEqual(n.excludedClocks(), []);
     assert.ok(Math.abs(n.clusterTime(c.now) - c.now) <= E / 2);
   });
+
+  it('a bootstrapping leader is not clusterTimeReady until two clocks agree, and then its time follows them', () => {
+    // DESIGN.md "Cluster time": the bootstrap entry has time 0 and no clock samples exist yet; the
+    // broker waits for this predicate before it proposes serve-start, so the one jump forward
+    // happens before any serving period.
+    const c = new TestCluster({ electionTimeoutMs: E, fresh: true });
+    c.now = 1_000_000;
+    let sawUnready = false;
+    for (let i = 0; i < 100 && c.leader()?.clusterTimeReady() !== true; i++) {
+      const l = c.leader();
+      if (l !== undefined && !l.clusterTimeReady()) {
+        sawUnready = true;
+        assert.ok(l.clusterTime(c.now) < c.now - E, 'before it, time runs from the log (0), far behind the clocks');
+      }
+      c.run(10, 10);
+    }
+    const leader = c.leader();
+    assert.ok(sawUnready, 'the bootstrapped leader started without a target');
+    assert.ok(leader !== undefined && leader.clusterTimeReady(), 'ready once heartbeats brought clock samples');
+    assert.ok(Math.abs(leader.clusterTime(c.now) - c.now) <= E / 2, 'and its time jumped to the clocks');
+    for (const n of c.running()) if (n !== leader) assert.equal(n.clusterTimeReady(), false, 'a follower is never ready');
+  });
 });

@@ -424,6 +424,13 @@ export class RaftCore {
     return Math.max(this.log.lastTime(), Math.floor(this.clock.read(monotonic)));
   }
 
+  /** True on a leader whose cluster time follows two agreeing clocks; false before its one jump
+   * forward (no target yet this term) and on every other role. Serving waits for it, so the jump
+   * happens before a serving period starts and apply never sees time leap mid-period. */
+  clusterTimeReady(): boolean {
+    return this.handler.role === 'leader' && this.clock.followsClocks;
+  }
+
   /** Voters whose wall clock the leader excluded at its latest estimate (empty unless leading). */
   excludedClocks(): number[] {
     return this.handler.role === 'leader' ? this.clock.excludedClocks() : [];

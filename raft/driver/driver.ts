@@ -414,6 +414,11 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     return this.core.clusterTime(Math.floor(this.clock.monotonic()));
   }
 
+  /** This leader's cluster time follows the voters' clocks (RaftCore.clusterTimeReady). */
+  clusterTimeReady(): boolean {
+    return this.core.clusterTimeReady();
+  }
+
   /** Monotonic ms (of the driver's clock) at which this leader's lease ends; 0 without one. */
   leaseUntil(): number {
     return this.core.leaseUntil();
