@@ -65,6 +65,11 @@ class FakeDriver implements ClusterDriver {
   clusterTime(): number | null {
     return this.time;
   }
+  /** The fake core's cluster time follows the clocks unless a test says otherwise. */
+  timeReady = true;
+  clusterTimeReady(): boolean {
+    return this.role === 'leader' && this.timeReady;
+  }
   matchIndex(): number | undefined {
     return this.role === 'leader' ? this.committed : undefined;
   }
@@ -336,6 +341,47 @@ describe('RaftLog serving rule', { timeout: 10_000 }, () => {
       driver!.commitAll();
       await turn();
       assert.deepEqual(driver!.commandAt(driver!.lastIndex), { t: 'check', atIndex: last.index, digest: 'abc' });
+    } finally {
+      await log.stop();
+    }
+  });
+
+  it('proposes serve-start only once the leader\'s cluster time follows the voters\' clocks', async () => {
+    // A bootstrapped leader stamps time 0 until two clocks agree, then jumps (docs/raft.md); a
+    // serving period must not straddle that jump, or apply would see time leap mid-period.
+    let driver: FakeDriver | undefined;
+    const log = new RaftLog({
+      node: 1,
+      voters: [1, 2, 3],
+      settings: contractSettings,
+      logger: { info() {}, warn() {}, error() {} },
+      pollIntervalMs: 1,
+      driver: (hooks) => {
+        driver = new FakeDriver(hooks);
+        return driver;
+      },
+    });
+    const listener = new Listener();
+    await log.open();
+    log.start(listener);
+    await turn();
+    const d = driver!;
+    try {
+      d.timeReady = false;
+      d.time = 0;
+      d.lead(1);
+      d.lease = true;
+      d.commitAll();
+      for (let i = 0; i < 5; i++) await new Promise((r) => setTimeout(r, 2));
+      assert.equal(d.lastIndex, 1, 'no serve-start while time runs from the log alone');
+      assert.deepEqual(listener.servingCalls, []);
+      d.timeReady = true;
+      d.time = 1_700_000_000_000;
+      for (let i = 0; i < 500 && d.commandAt(d.lastIndex)?.t !== 'serve-start'; i++) await new Promise((r) => setTimeout(r, 2));
+      assert.equal(d.commandAt(d.lastIndex)?.t, 'serve-start', 'proposed by the poll once time is ready');
+      d.commitAll();
+      assert.deepEqual(listener.servingCalls, [[true, d.lastIndex]]);
+      assert.equal(listener.entries[0]?.time, 1_700_000_000_000, 'the period starts on clock-following time');
     } finally {
       await log.stop();
     }

@@ -34,6 +34,8 @@ export interface ClusterDriver {
   leaseRemainingMs(): number;
   /** Cluster ms (DESIGN.md "Cluster time"); null without a cluster-time implementation. */
   clusterTime(): number | null;
+  /** This leader's cluster time follows the voters' clocks (it has made its one jump forward). */
+  clusterTimeReady(): boolean;
   matchIndex(peer: number): number | undefined;
   lastContact(peer: number): number | undefined;
   on(event: 'drain', fn: () => void): unknown;
@@ -430,6 +432,11 @@ export class RaftLog implements BrokerLog, LeaseView {
     if (this.readyPeriod !== 0 && this.readyTerm !== term) this.readyPeriod = 0;
     if (this.startTicket !== null && this.startTicket.term !== term) this.startTicket = null;
     if (this.readyPeriod === 0 && this.startTicket === null) {
+      // DESIGN.md "Cluster time": time jumps forward only at the start of a serving period, and
+      // apply must never expire anything early. A leader without two agreeing clocks stamps the
+      // log's last time and jumps later; serve-start waits for that jump, so the whole period runs
+      // on time that follows the voters' clocks. The poll re-judges this every E/10.
+      if (!this.driver.clusterTimeReady()) return;
       this.startTicket = this.proposeInternal({ t: 'serve-start', node: this.node, settings: this.opts.settings });
       return;
     }
