@@ -116,3 +116,28 @@ describe('raftmq cluster links', { timeout: 30_000 }, () => {
     }
   });
 });
+
+describe('raftmq cluster mode: a node given other configuration', { timeout: 60_000 }, () => {
+  it('/health configMatchesServing is false exactly on nodes whose settings differ from the serving leader', async () => {
+    // DESIGN.md "The seam": every node is given the same files, and /health reports a node whose
+    // configuration differs. Node 3 gets another will grace; whoever serves, the odd side says so.
+    const cluster = await LocalCluster.start({ extra: (id) => (id === 3 ? ['--will-grace-s', '31'] : []) });
+    try {
+      const server = await cluster.serving(ELECTION_WAIT_MS);
+      const period = (await server.health()).body.servePeriod;
+      const deadline = Date.now() + ELECTION_WAIT_MS;
+      let hs = await Promise.all(cluster.nodes.map((n) => n.health()));
+      // Followers learn the serving leader's hash when they apply its serve-start.
+      while (Date.now() < deadline && hs.some((h) => h.body.appliedIndex < period)) {
+        await new Promise((r) => setTimeout(r, 50));
+        hs = await Promise.all(cluster.nodes.map((n) => n.health()));
+      }
+      for (const h of hs) {
+        const same = (h.body.node === 3) === (server.id === 3);
+        assert.equal(h.body.configMatchesServing, same, `node ${h.body.node} (server ${server.id})`);
+      }
+    } finally {
+      await cluster.stop();
+    }
+  });
+});

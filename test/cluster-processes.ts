@@ -20,6 +20,7 @@ export interface Health {
     role: string;
     term: number;
     leader: number;
+    servePeriod: number;
     leaseRemainingMs: number;
     commitIndex: number;
     appliedIndex: number;
@@ -28,6 +29,7 @@ export interface Health {
     membership: string;
     epoch: unknown;
     failure: string | null;
+    configMatchesServing: boolean;
   };
 }
 

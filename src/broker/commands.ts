@@ -88,8 +88,10 @@ export interface AclRule {
 }
 
 export type Command =
-  /** A node begins serving; ends every connection of an older serving period. */
-  | { t: 'serve-start'; node: number; settings: Settings }
+  /** A node begins serving; ends every connection of an older serving period. configHash: the
+   * serving node's configuration (src/cluster/config-hash.ts), compared by every replica; apply
+   * ignores it. */
+  | { t: 'serve-start'; node: number; settings: Settings; configHash?: string }
   /** Configuration reload. */
   | { t: 'settings'; settings: Settings }
   | ConnectCommand

@@ -80,7 +80,9 @@ export function commandProblem(cmd: unknown): string | null {
   const c = cmd as Record<string, unknown> & { t: Command['t'] };
   switch (c.t) {
     case 'serve-start':
-      return isInt(c.node, 0, U32) && isSettings(c.settings) ? null : 'bad serve-start';
+      return isInt(c.node, 0, U32) && isSettings(c.settings) && (c.configHash === undefined || isStr(c.configHash))
+        ? null
+        : 'bad serve-start';
     case 'settings':
       return isSettings(c.settings) ? null : 'bad settings';
     case 'connect':

@@ -23,6 +23,8 @@ export interface ClusterSettings {
   stateFile: string;
   /** --audit-log; undefined: off. */
   auditLog: string | undefined;
+  /** The password and ACL files, whose bytes go into this node's configuration hash. */
+  configFiles: string[];
 }
 
 /** Exactly this many voters (raft part 2: a fixed configuration). */
@@ -57,6 +59,7 @@ export function clusterSettings(config: Config): ClusterSettings | null {
     electionTimeoutMs: config['cluster-election-timeout-ms'],
     stateFile: config['state-file'],
     auditLog: config['audit-log'] === '' ? undefined : config['audit-log'],
+    configFiles: [config['password-file'], config['acl-file']].filter((f) => f !== ''),
   };
 }
 

@@ -5,6 +5,7 @@ import type { Logger } from 'pino';
 import { BrokerNode, type NodeOptions, settingsFrom } from '../server/broker-node.js';
 import type { ClusterSettings } from './cluster-config.js';
 import { AuditLog } from './audit-log.js';
+import { configHash } from './config-hash.js';
 import { HealthServer, type HealthSource } from './health.js';
 import { type ClusterStatus, RaftLog } from './raft-log.js';
 
@@ -29,6 +30,7 @@ export async function startClusterNode(
 ): Promise<RunningCluster> {
   if (cs.secret === undefined) logger.warn({}, 'no --cluster-secret: peer links are not authenticated');
   logger.info({ stateFile: cs.stateFile }, 'state files come with raft part 3: --state-file is checked but not written yet');
+  const settings = settingsFrom(nodeOpts);
   const { log, transport } = RaftLog.overTcp({
     node: cs.node,
     peers: cs.peers,
@@ -36,7 +38,8 @@ export async function startClusterNode(
     clusterId: cs.clusterId,
     secret: cs.secret,
     electionTimeoutMs: cs.electionTimeoutMs,
-    settings: settingsFrom(nodeOpts),
+    settings,
+    configHash: configHash(settings, cs.configFiles),
     logger,
   });
   let audit: AuditLog | null = null;
@@ -118,5 +121,6 @@ export function singleNodeStatus(node: BrokerNode): ClusterStatus {
     membership: 'member',
     epoch: null,
     failure,
+    configMatchesServing: true,
   };
 }

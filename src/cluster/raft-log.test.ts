@@ -9,7 +9,7 @@ import type { Role } from '../../raft/core/raft.js';
 import type { ProposeTicket } from '../../raft/driver/driver.js';
 import { contractSettings } from '../log/broker-log.contract.js';
 import type { LogListener } from '../log/broker-log.js';
-import { decodeCommand } from '../log/command-codec.js';
+import { decodeCommand, encodeCommand } from '../log/command-codec.js';
 import { type ClusterDriver, type DriverHooks, RaftLog } from './raft-log.js';
 
 class FakeDriver implements ClusterDriver {
@@ -382,6 +382,43 @@ describe('RaftLog serving rule', { timeout: 10_000 }, () => {
       d.commitAll();
       assert.deepEqual(listener.servingCalls, [[true, d.lastIndex]]);
       assert.equal(listener.entries[0]?.time, 1_700_000_000_000, 'the period starts on clock-following time');
+    } finally {
+      await log.stop();
+    }
+  });
+
+  it('reports configMatchesServing by comparing its own hash with the serving leader\'s serve-start', async () => {
+    let driver: FakeDriver | undefined;
+    const log = new RaftLog({
+      node: 1,
+      voters: [1, 2, 3],
+      settings: contractSettings,
+      logger: { info() {}, warn() {}, error() {} },
+      pollIntervalMs: 1_000_000,
+      configHash: 'aaaa',
+      driver: (hooks) => {
+        driver = new FakeDriver(hooks);
+        return driver;
+      },
+    });
+    await log.open();
+    log.start(new Listener());
+    await turn();
+    const d = driver!;
+    try {
+      assert.equal(log.status().configMatchesServing, true, 'nothing applied yet: nothing differs');
+      await serve(d, 2);
+      const start = d.commandAt(d.lastIndex);
+      assert.equal(start?.t === 'serve-start' ? start.configHash : undefined, 'aaaa', 'the serve-start carries this node\'s hash');
+      assert.equal(log.status().configMatchesServing, true);
+      // Node 2 takes over with other files; this node, now a follower, applies its serve-start.
+      d.role = 'follower';
+      d.term = 3;
+      d.hooks.onStateChange({ role: 'follower', term: 3, leader: 2, commit: d.committed });
+      const other = encodeCommand({ t: 'serve-start', node: 2, settings: contractSettings, configHash: 'bbbb' });
+      d.log.push({ index: d.log.length + 1, term: 3, time: d.time, data: other });
+      d.commitAll();
+      assert.equal(log.status().configMatchesServing, false, 'a node whose configuration differs says so');
     } finally {
       await log.stop();
     }

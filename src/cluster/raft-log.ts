@@ -68,6 +68,8 @@ export interface RaftLogOptions {
   check?: CheckPolicy;
   /** Connected state of each peer link, for /health; absent: assume connected. */
   peerConnected?: (peer: number) => boolean;
+  /** This node's configuration hash (config-hash.ts), carried by its serve-start. */
+  configHash?: string;
 }
 
 /** The fields of /health that the log knows (DESIGN.md "Operating it"). */
@@ -87,6 +89,9 @@ export interface ClusterStatus {
   membership: 'member';
   epoch: null;
   failure: string | null;
+  /** This node's configuration hash equals the one the serving leader's serve-start carried (true
+   * before any serve-start with a hash was applied: nothing to differ from). */
+  configMatchesServing: boolean;
 }
 
 export interface TcpClusterOptions {
@@ -99,6 +104,7 @@ export interface TcpClusterOptions {
   settings: Settings;
   logger: DriverLogger;
   check?: CheckPolicy;
+  configHash?: string;
 }
 
 /** At most one line per kind of dropped proposal per window (ms). */
@@ -134,6 +140,8 @@ export class RaftLog implements BrokerLog, LeaseView {
   private servingTerm = 0;
   private readonly dropLoggedAt = new Map<string, number>();
   private audit: AuditLog | null = null;
+  /** The configuration hash of the latest applied serve-start that carried one. */
+  private servingConfigHash: string | null = null;
 
   constructor(opts: RaftLogOptions) {
     this.opts = opts;
@@ -159,6 +167,7 @@ export class RaftLog implements BrokerLog, LeaseView {
       settings: o.settings,
       logger: o.logger,
       check: o.check,
+      ...(o.configHash === undefined ? {} : { configHash: o.configHash }),
       pollIntervalMs: Math.max(1, Math.floor(o.electionTimeoutMs / 10)),
       peerConnected: (peer) => transport?.stats().peers.find((p) => p.nodeId === peer)?.connected ?? false,
       driver: (hooks) =>
@@ -299,6 +308,7 @@ export class RaftLog implements BrokerLog, LeaseView {
       membership: 'member',
       epoch: null,
       failure: this.source?.failure() ?? null,
+      configMatchesServing: this.servingConfigHash === null || this.servingConfigHash === this.opts.configHash,
     };
   }
 
@@ -393,6 +403,7 @@ export class RaftLog implements BrokerLog, LeaseView {
       return null;
     }
     // The core never lets time go back along the log; apply gets the same guarantee regardless.
+    if (cmd.t === 'serve-start' && cmd.configHash !== undefined) this.servingConfigHash = cmd.configHash;
     const time = Math.max(e.time, this.lastAppliedTime);
     this.lastAppliedTime = time;
     return { index: e.index, time, cmd };
@@ -437,7 +448,10 @@ export class RaftLog implements BrokerLog, LeaseView {
       // log's last time and jumps later; serve-start waits for that jump, so the whole period runs
       // on time that follows the voters' clocks. The poll re-judges this every E/10.
       if (!this.driver.clusterTimeReady()) return;
-      this.startTicket = this.proposeInternal({ t: 'serve-start', node: this.node, settings: this.opts.settings });
+      const hash = this.opts.configHash;
+      const cmd: Command = { t: 'serve-start', node: this.node, settings: this.opts.settings };
+      if (hash !== undefined) cmd.configHash = hash;
+      this.startTicket = this.proposeInternal(cmd);
       return;
     }
     if (this.readyPeriod !== 0 && this.listener !== null && !this.earlyPending && this.lastAppliedTerm === term && this.driver.hasLease()) {
