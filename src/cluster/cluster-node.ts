@@ -86,9 +86,12 @@ export async function startClusterNode(
     log,
     raftPort,
     healthPort,
+    /** DESIGN.md "State file" order: node.stop() ends serving, then the log hands over leadership
+     * and stops raft traffic; the state file would be written last (raft part 3, not wired yet). */
     async stop() {
-      await Promise.all([node.stop(), server?.close()]);
-      await audit?.close();
+      await node.stop();
+      logger.info({ stateFile: cs.stateFile }, 'raft stopped; state file not written: comes with raft part 3');
+      await Promise.all([server?.close(), audit?.close()]);
     },
   };
 }

@@ -25,7 +25,9 @@ class FakeDriver implements ClusterDriver {
     this.hooks = hooks;
   }
   async start(): Promise<void> {}
-  async stop(): Promise<void> {}
+  async stop(): Promise<void> {
+    this.stoppedAfter = [...this.transfers];
+  }
   propose(data: Uint8Array): ProposeTicket | Error {
     if (this.role !== 'leader') return Object.assign(new Error('not leader'), { code: 'RAFT_NOT_LEADER' });
     const index = this.log.length + 1;
@@ -65,13 +67,26 @@ class FakeDriver implements ClusterDriver {
   clusterTime(): number | null {
     return this.time;
   }
+  /** Targets of transferLeadership, in order; `stopped` records when stop() came. */
+  transfers: number[] = [];
+  stoppedAfter: number[] | null = null;
+  matches = new Map<number, number>();
+  transferLeadership(to: number): Error | null {
+    this.transfers.push(to);
+    // The target wins its election a little later.
+    setTimeout(() => {
+      this.role = 'follower';
+      this.term++;
+    }, 20);
+    return null;
+  }
   /** The fake core's cluster time follows the clocks unless a test says otherwise. */
   timeReady = true;
   clusterTimeReady(): boolean {
     return this.role === 'leader' && this.timeReady;
   }
-  matchIndex(): number | undefined {
-    return this.role === 'leader' ? this.committed : undefined;
+  matchIndex(peer: number): number | undefined {
+    return this.role === 'leader' ? (this.matches.get(peer) ?? this.committed) : undefined;
   }
   lastContact(): number | undefined {
     return 0;
@@ -121,6 +136,7 @@ async function setup(): Promise<{ log: RaftLog; driver: FakeDriver; listener: Li
     settings: contractSettings,
     logger: silent,
     pollIntervalMs: 1_000_000,
+    handoverTimeoutMs: 5_000,
     driver: (hooks) => {
       driver = new FakeDriver(hooks);
       return driver;
@@ -422,6 +438,27 @@ describe('RaftLog serving rule', { timeout: 10_000 }, () => {
     } finally {
       await log.stop();
     }
+  });
+
+  it('stop() on a leader hands leadership to the most caught-up peer before raft traffic stops', async () => {
+    // DESIGN.md "State file": stop serving, hand over leadership if leading, stop raft traffic.
+    const { log, driver, listener } = await setup();
+    await serve(driver, 2);
+    driver.matches.set(2, 1);
+    driver.matches.set(3, 2);
+    await log.stop();
+    assert.deepEqual(driver.transfers, [3], 'to node 3, which holds more of the log');
+    assert.deepEqual(driver.stoppedAfter, [3], 'the driver stopped only after the transfer');
+    assert.equal(driver.role, 'follower', 'and after the target took over');
+    assert.equal(log.serving, false);
+    assert.deepEqual(listener.servingCalls, [[true, 2]], 'the broker had stopped serving itself; no call after stop');
+  });
+
+  it('stop() on a follower stops raft at once, with no handover', async () => {
+    const { log, driver } = await setup();
+    await log.stop();
+    assert.deepEqual(driver.transfers, []);
+    assert.deepEqual(driver.stoppedAfter, []);
   });
 
   it('reports redundant only on a leader whose peers hold the commit index', async () => {

@@ -38,6 +38,8 @@ export interface ClusterDriver {
   clusterTimeReady(): boolean;
   matchIndex(peer: number): number | undefined;
   lastContact(peer: number): number | undefined;
+  /** Thesis §3.10: hand leadership to `to`; an Error when it cannot start. */
+  transferLeadership(to: number): Error | null;
   on(event: 'drain', fn: () => void): unknown;
 }
 
@@ -70,7 +72,13 @@ export interface RaftLogOptions {
   peerConnected?: (peer: number) => boolean;
   /** This node's configuration hash (config-hash.ts), carried by its serve-start. */
   configHash?: string;
+  /** How long stop() waits for a leadership handover before it stops raft anyway (ms). Default
+   * 2E: the core aborts a transfer after E. */
+  handoverTimeoutMs?: number;
 }
+
+/** How often stop() looks whether the handover finished (ms). */
+const HANDOVER_POLL_MS = 5;
 
 /** The fields of /health that the log knows (DESIGN.md "Operating it"). */
 export interface ClusterStatus {
@@ -169,6 +177,7 @@ export class RaftLog implements BrokerLog, LeaseView {
       check: o.check,
       ...(o.configHash === undefined ? {} : { configHash: o.configHash }),
       pollIntervalMs: Math.max(1, Math.floor(o.electionTimeoutMs / 10)),
+      handoverTimeoutMs: 2 * o.electionTimeoutMs,
       peerConnected: (peer) => transport?.stats().peers.find((p) => p.nodeId === peer)?.connected ?? false,
       driver: (hooks) =>
         new RaftDriver({
@@ -279,14 +288,60 @@ export class RaftLog implements BrokerLog, LeaseView {
     if (r instanceof Error) this.noteDropped(r);
   }
 
+  /** DESIGN.md "State file": serving has already stopped (the broker closed its connections);
+   * a leader hands leadership to its most caught-up connected peer, so another node serves after
+   * about one round trip instead of an election timeout; then all raft traffic stops. */
   async stop(): Promise<void> {
     if (this.stopped) return;
     this.stopped = true;
-    this.period = 0;
+    if (this.period !== 0) {
+      this.opts.logger.info({ node: this.node, period: this.period, term: this.driver.currentTerm, why: 'stopping' }, 'serving ended');
+      this.period = 0;
+      this.audit?.serving(0);
+    }
     this.early = [];
     clearInterval(this.poll);
     if (this.evaluateImmediate !== undefined) clearImmediate(this.evaluateImmediate);
+    await this.handOver();
     await this.driver.stop();
+  }
+
+  private async handOver(): Promise<void> {
+    const d = this.driver;
+    if (d.currentRole !== 'leader') return;
+    const to = this.handoverTarget();
+    if (to === null) {
+      this.opts.logger.info({ node: this.node }, 'no peer to hand leadership to');
+      return;
+    }
+    const err = d.transferLeadership(to);
+    if (err !== null) {
+      this.opts.logger.warn({ node: this.node, to, err: err.message }, 'leadership handover not started');
+      return;
+    }
+    const limit = this.opts.handoverTimeoutMs ?? 0;
+    const started = performance.now();
+    while (d.currentRole === 'leader' && performance.now() - started < limit) {
+      await new Promise((r) => setTimeout(r, HANDOVER_POLL_MS));
+    }
+    const handed = d.currentRole !== 'leader';
+    const ms = Math.round(performance.now() - started);
+    this.opts.logger.info({ node: this.node, to, ms, term: d.currentTerm }, handed ? 'leadership handed over' : 'leadership handover timed out');
+  }
+
+  /** The connected peer holding the most of the log; null if none is connected. */
+  private handoverTarget(): number | null {
+    let best: number | null = null;
+    let bestMatch = -1;
+    for (const p of this.peers) {
+      if (this.opts.peerConnected !== undefined && !this.opts.peerConnected(p)) continue;
+      const match = this.driver.matchIndex(p) ?? -1;
+      if (match > bestMatch) {
+        best = p;
+        bestMatch = match;
+      }
+    }
+    return best;
   }
 
   // ---- status ----

@@ -286,8 +286,9 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     const closing = this.stopServing(RC.SERVER_SHUTTING_DOWN, !this.log.serving);
     this.firstListen?.resolve();
     this.firstListen = null;
-    await closing;
-    await this.log.stop();
+    // Nothing is written once stopServing returns, so the log (a cluster leader's handover) need
+    // not wait for clients to close their sockets.
+    await Promise.all([closing, this.log.stop()]);
   }
 
   // ---- LogListener ----
