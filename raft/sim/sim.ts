@@ -1,7 +1,7 @@
 import { RaftError } from '../errors.js';
 import type { LogEntry, Message } from '../core/messages.js';
 import { Prng } from '../core/prng.js';
-import type { UnsafeRule } from '../core/raft.js';
+import type { Role, UnsafeRule } from '../core/raft.js';
 import { clockDriftMax, RaftCore } from '../core/raft.js';
 import { formatEntry, formatMessage } from '../core/test-cluster.js';
 import type { Membership } from '../core/membership.js';
@@ -47,6 +47,29 @@ export interface SimOptions {
   readonly scenario?: Scenario;
   /** Record the event list (off for speed; a failing seed is re-run with it on). */
   readonly trace?: boolean;
+  /** An application over the cluster, made afresh for each run (a replay too). */
+  readonly app?: () => SimApp;
+}
+
+/** What an application sees of one node when it is called. */
+export interface SimNodeView {
+  readonly role: Role;
+  readonly term: number;
+  readonly hasLease: boolean;
+  readonly clusterTimeReady: boolean;
+}
+
+/** A state machine and workload over the simulated cluster (the broker's, in src/cluster/sim/). It
+ * may throw a Violation, which fails the seed like any raft property. */
+export interface SimApp {
+  /** What to propose at `leader` instead of the simulator's own payloads; [] proposes nothing. */
+  proposals(leader: number, view: SimNodeView): Uint8Array[];
+  /** `node` applied `entries`, in order (its core's Ready). */
+  applied(node: number, entries: readonly LogEntry[], view: SimNodeView): void;
+  /** A process for `node` started; its core re-delivers committed entries from index 1. */
+  started(node: number): void;
+  /** The run is over (after the quiet period). */
+  end(): void;
 }
 
 export interface SimStats {
@@ -171,8 +194,10 @@ class Simulation {
   /** bootstrap-all-amnesiac: nobody may serve, and everyone must say so. */
   private readonly expectStuck: boolean;
   private amnesias = 0;
+  private readonly app: SimApp | null;
 
   constructor(private readonly opts: SimOptions) {
+    this.app = opts.app?.() ?? null;
     this.e = opts.electionTimeoutMs ?? 100;
     this.prng = new Prng(opts.seed);
     this.netRandom = this.prng.fork();
@@ -209,6 +234,7 @@ class Simulation {
         this.stats.events++;
         if (this.handle(ev.item)) break;
       }
+      this.app?.end();
       this.checkLiveness();
     } catch (err) {
       const violation = err instanceof Error ? err.message : String(err);
@@ -359,11 +385,13 @@ class Simulation {
     const id = leaders[this.prng.int(leaders.length)];
     if (id !== undefined) {
       const count = 1 + this.prng.int(3);
-      const data: Uint8Array[] = [];
-      for (let k = 0; k < count; k++) data.push(encoder.encode(`p${++this.proposals}`));
       const node = this.node(id);
-      const r = node.propose(data);
-      this.record(`propose to ${id}: ${r.ok ? `${r.firstIndex}..${r.lastIndex}` : r.error.code}`);
+      const data: Uint8Array[] = this.app?.proposals(id, this.view(node)) ?? [];
+      if (this.app === null) for (let k = 0; k < count; k++) data.push(encoder.encode(`p${++this.proposals}`));
+      if (data.length > 0) {
+        const r = node.propose(data);
+        this.record(`propose to ${id}: ${r.ok ? `${r.firstIndex}..${r.lastIndex}` : r.error.code}`);
+      }
       this.flush(node);
     }
     // The quiet period proposes only the liveness marker, so a backlog cannot hide it.
@@ -680,6 +708,7 @@ class Simulation {
     });
     if (crashed !== undefined) this.checker.resumed(crashed, node);
     this.nodes.set(id, node);
+    this.app?.started(id);
     this.checker.restarted(id);
     this.flush(node);
   }
@@ -702,7 +731,13 @@ class Simulation {
       if (e.data !== null && e.data.length === markerBytes && decoder.decode(e.data) === 'marker') this.markerCommitted = true;
       if (this.trace !== null) this.record(`${node.id} applied ${formatEntry(e)}`);
     }
+    if (this.app !== null && ready.committed.length > 0) this.app.applied(node.id, ready.committed, this.view(node));
     for (const m of ready.messages) this.send(m);
+  }
+
+  private view(node: RaftCore): SimNodeView {
+    const mono = this.clock(node.id).mono(this.now);
+    return { role: node.role, term: node.currentTerm, hasLease: node.hasLease(mono), clusterTimeReady: node.clusterTimeReady() };
   }
 
   /** No deadline passes early while at most one clock is wrong: an entry the leader stamps is not
