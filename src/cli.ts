@@ -137,14 +137,19 @@ function reloadSecurity(config: Config, security: Security, node: BrokerNode, lo
   } catch (err) {
     logger.error({ err: (err as Error).message }, 'password file not reloaded; the previous one stays');
   }
-  if (config['acl-file'] === '') return;
-  try {
-    const acl = readAclFile(config['acl-file']);
-    node.reloadAcl(acl);
-    logger.info({ rules: acl.length }, 'acl file reloaded');
-  } catch (err) {
-    logger.error({ err: (err as Error).message }, 'acl file not reloaded; the previous one stays');
+  let acl: AclRule[] | undefined;
+  if (config['acl-file'] !== '') {
+    try {
+      acl = readAclFile(config['acl-file']);
+      logger.info({ rules: acl.length }, 'acl file reloaded');
+    } catch (err) {
+      logger.error({ err: (err as Error).message }, 'acl file not reloaded; the previous one stays');
+    }
   }
+  // Either way the settings are offered again: the password file alone may have changed, and the
+  // configuration hash a cluster compares covers it.
+  if (acl !== undefined) node.reloadAcl(acl);
+  else node.settingsReloaded();
 }
 
 interface Running {

@@ -35,6 +35,7 @@ class ManualLog implements BrokerLog {
   start(listener: LogListener): void {
     this.listener = listener;
   }
+  updateSettings(): void {}
   propose(cmd: Command): void {
     if (this.serving) this.proposed.push(cmd);
   }

@@ -92,8 +92,8 @@ export type Command =
    * serving node's configuration (src/cluster/config-hash.ts), compared by every replica; apply
    * ignores it. */
   | { t: 'serve-start'; node: number; settings: Settings; configHash?: string }
-  /** Configuration reload. */
-  | { t: 'settings'; settings: Settings }
+  /** Configuration reload; configHash as for serve-start. */
+  | { t: 'settings'; settings: Settings; configHash?: string }
   | ConnectCommand
   | DisconnectCommand
   | SubscribeCommand

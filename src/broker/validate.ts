@@ -84,7 +84,7 @@ export function commandProblem(cmd: unknown): string | null {
         ? null
         : 'bad serve-start';
     case 'settings':
-      return isSettings(c.settings) ? null : 'bad settings';
+      return isSettings(c.settings) && (c.configHash === undefined || isStr(c.configHash)) ? null : 'bad settings';
     case 'connect':
       return isConn(c.conn) &&
         (c.clientId === null || (isStr(c.clientId) && c.clientId.length > 0)) &&

@@ -39,7 +39,7 @@ export async function startClusterNode(
     secret: cs.secret,
     electionTimeoutMs: cs.electionTimeoutMs,
     settings,
-    configHash: configHash(settings, cs.configFiles),
+    configHashOf: (s) => configHash(s, cs.configFiles),
     logger,
   });
   let audit: AuditLog | null = null;

@@ -411,7 +411,7 @@ describe('RaftLog serving rule', { timeout: 10_000 }, () => {
       settings: contractSettings,
       logger: { info() {}, warn() {}, error() {} },
       pollIntervalMs: 1_000_000,
-      configHash: 'aaaa',
+      configHashOf: () => 'aaaa',
       driver: (hooks) => {
         driver = new FakeDriver(hooks);
         return driver;
@@ -435,6 +435,51 @@ describe('RaftLog serving rule', { timeout: 10_000 }, () => {
       d.log.push({ index: d.log.length + 1, term: 3, time: d.time, data: other });
       d.commitAll();
       assert.equal(log.status().configMatchesServing, false, 'a node whose configuration differs says so');
+    } finally {
+      await log.stop();
+    }
+  });
+
+  it('carries reloaded settings and their hash in settings commands and in its next serve-start', async () => {
+    // A SIGHUP reload (an ACL file, a password file) must reach every replica now, and a later
+    // serving period of this node must not go back to the settings it started with.
+    let driver: FakeDriver | undefined;
+    let files = 'v1';
+    const log = new RaftLog({
+      node: 1,
+      voters: [1, 2, 3],
+      settings: contractSettings,
+      logger: { info() {}, warn() {}, error() {} },
+      pollIntervalMs: 1_000_000,
+      configHashOf: (s) => `${files}:${s.willGraceS}`,
+      driver: (hooks) => {
+        driver = new FakeDriver(hooks);
+        return driver;
+      },
+    });
+    await log.open();
+    log.start(new Listener());
+    await turn();
+    const d = driver!;
+    try {
+      await serve(d, 2);
+      files = 'v2';
+      const reloaded = { ...contractSettings, willGraceS: 99 };
+      log.updateSettings(reloaded);
+      log.propose({ t: 'settings', settings: reloaded });
+      const proposed = d.commandAt(d.lastIndex);
+      assert.equal(proposed?.t, 'settings');
+      assert.equal(proposed?.t === 'settings' ? proposed.configHash : undefined, 'v2:99', 'the settings command carries the new hash');
+      d.commitAll();
+      assert.equal(log.status().configMatchesServing, true);
+      // Leadership moves away and comes back: the new serving period starts with the reloaded settings.
+      d.role = 'follower';
+      d.lease = false;
+      d.hooks.onStateChange({ role: 'follower', term: 3, leader: 2, commit: d.committed });
+      await serve(d, 4);
+      const start = [...d.log].reverse().map((e) => (e.data === null ? null : decodeCommand(e.data))).find((c) => c?.t === 'serve-start');
+      assert.equal(start?.t === 'serve-start' ? start.settings.willGraceS : undefined, 99);
+      assert.equal(start?.t === 'serve-start' ? start.configHash : undefined, 'v2:99');
     } finally {
       await log.stop();
     }

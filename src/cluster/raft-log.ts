@@ -70,8 +70,9 @@ export interface RaftLogOptions {
   check?: CheckPolicy;
   /** Connected state of each peer link, for /health; absent: assume connected. */
   peerConnected?: (peer: number) => boolean;
-  /** This node's configuration hash (config-hash.ts), carried by its serve-start. */
-  configHash?: string;
+  /** This node's configuration hash for given settings (config-hash.ts), carried by its
+   * serve-start and settings commands; recomputed on updateSettings(). */
+  configHashOf?: (settings: Settings) => string;
   /** How long stop() waits for a leadership handover before it stops raft anyway (ms). Default
    * 2E: the core aborts a transfer after E. */
   handoverTimeoutMs?: number;
@@ -112,7 +113,7 @@ export interface TcpClusterOptions {
   settings: Settings;
   logger: DriverLogger;
   check?: CheckPolicy;
-  configHash?: string;
+  configHashOf?: (settings: Settings) => string;
 }
 
 /** At most one line per kind of dropped proposal per window (ms). */
@@ -150,12 +151,17 @@ export class RaftLog implements BrokerLog, LeaseView {
   private audit: AuditLog | null = null;
   /** The configuration hash of the latest applied serve-start that carried one. */
   private servingConfigHash: string | null = null;
+  /** What this node's next serve-start carries: the settings of the latest reload, and their hash. */
+  private settings: Settings;
+  private configHash: string | undefined;
 
   constructor(opts: RaftLogOptions) {
     this.opts = opts;
     this.node = opts.node;
     this.peers = opts.voters.filter((v) => v !== opts.node);
     this.checks = new CheckScheduler(opts.check ?? defaultCheckPolicy);
+    this.settings = opts.settings;
+    this.configHash = opts.configHashOf?.(opts.settings);
     this.driver = opts.driver({
       onCommitted: (entries) => this.onCommitted(entries),
       onStateChange: () => this.evaluate(),
@@ -175,7 +181,7 @@ export class RaftLog implements BrokerLog, LeaseView {
       settings: o.settings,
       logger: o.logger,
       check: o.check,
-      ...(o.configHash === undefined ? {} : { configHash: o.configHash }),
+      ...(o.configHashOf === undefined ? {} : { configHashOf: o.configHashOf }),
       pollIntervalMs: Math.max(1, Math.floor(o.electionTimeoutMs / 10)),
       handoverTimeoutMs: 2 * o.electionTimeoutMs,
       peerConnected: (peer) => transport?.stats().peers.find((p) => p.nodeId === peer)?.connected ?? false,
@@ -284,8 +290,15 @@ export class RaftLog implements BrokerLog, LeaseView {
    * stamps that append with one cluster time (DESIGN.md "Batch", "Cluster time"). */
   propose(cmd: Command): void {
     if (this.stopped || !this.serving) return;
+    // A reload's settings carry this node's hash, so every replica can compare its own with it.
+    if (cmd.t === 'settings' && this.configHash !== undefined) cmd = { ...cmd, configHash: this.configHash };
     const r = this.driver.propose(encodeCommand(cmd));
     if (r instanceof Error) this.noteDropped(r);
+  }
+
+  updateSettings(settings: Settings): void {
+    this.settings = settings;
+    this.configHash = this.opts.configHashOf?.(settings);
   }
 
   /** DESIGN.md "State file": serving has already stopped (the broker closed its connections);
@@ -363,7 +376,7 @@ export class RaftLog implements BrokerLog, LeaseView {
       membership: 'member',
       epoch: null,
       failure: this.source?.failure() ?? null,
-      configMatchesServing: this.servingConfigHash === null || this.servingConfigHash === this.opts.configHash,
+      configMatchesServing: this.servingConfigHash === null || this.servingConfigHash === this.configHash,
     };
   }
 
@@ -458,7 +471,7 @@ export class RaftLog implements BrokerLog, LeaseView {
       return null;
     }
     // The core never lets time go back along the log; apply gets the same guarantee regardless.
-    if (cmd.t === 'serve-start' && cmd.configHash !== undefined) this.servingConfigHash = cmd.configHash;
+    if ((cmd.t === 'serve-start' || cmd.t === 'settings') && cmd.configHash !== undefined) this.servingConfigHash = cmd.configHash;
     const time = Math.max(e.time, this.lastAppliedTime);
     this.lastAppliedTime = time;
     return { index: e.index, time, cmd };
@@ -503,8 +516,8 @@ export class RaftLog implements BrokerLog, LeaseView {
       // log's last time and jumps later; serve-start waits for that jump, so the whole period runs
       // on time that follows the voters' clocks. The poll re-judges this every E/10.
       if (!this.driver.clusterTimeReady()) return;
-      const hash = this.opts.configHash;
-      const cmd: Command = { t: 'serve-start', node: this.node, settings: this.opts.settings };
+      const hash = this.configHash;
+      const cmd: Command = { t: 'serve-start', node: this.node, settings: this.settings };
       if (hash !== undefined) cmd.configHash = hash;
       this.startTicket = this.proposeInternal(cmd);
       return;

@@ -1,4 +1,4 @@
-import type { Command, Entry } from '../broker/commands.js';
+import type { Command, Entry, Settings } from '../broker/commands.js';
 
 /** What a log tells the broker. Every call happens in a turn of its own, never inside propose(). */
 export interface LogListener {
@@ -23,6 +23,9 @@ export interface BrokerLog {
   readonly serving: boolean;
   /** Log index of the serve-start entry of the current serving period; 0 when not serving. */
   readonly servePeriod: number;
+  /** The settings of a reload (SIGHUP): a later serve-start of this node carries them. The caller
+   * proposes the `settings` command itself while serving. */
+  updateSettings(settings: Settings): void;
   /** Cluster time in integer ms since the Unix epoch; never decreases. */
   now(): number;
   /** Sets the one listener and starts the log; serving begins once serve-start commits. */

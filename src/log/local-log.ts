@@ -26,7 +26,7 @@ export const ENTRIES_PER_TURN_MAX = 1024;
  * one node serves through the same code path as a cluster leader. */
 export class LocalLog implements BrokerLog {
   private readonly node: number;
-  private readonly settings: Settings;
+  private settings: Settings;
   private readonly clock: () => number;
   private readonly pendingBytesMax: number;
   private listener: LogListener | null = null;
@@ -70,6 +70,10 @@ export class LocalLog implements BrokerLog {
     if (this.listener !== null) throw new Error('LocalLog already started');
     this.listener = listener;
     this.enqueue({ t: 'serve-start', node: this.node, settings: this.settings });
+  }
+
+  updateSettings(settings: Settings): void {
+    this.settings = settings;
   }
 
   propose(cmd: Command): void {

@@ -405,6 +405,14 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
    * every replica switches at the same log position. */
   reloadAcl(acl: AclRule[] | null): void {
     this.settings = { ...this.settings, acl };
+    this.settingsReloaded();
+  }
+
+  /** The files behind the settings were re-read (SIGHUP): a later serve-start of this node carries
+   * the new settings, and while serving they are proposed now, with this node's configuration hash
+   * (which covers the password file too, so a reload of that file alone is proposed as well). */
+  settingsReloaded(): void {
+    this.log.updateSettings(this.settings);
     if (this.log.serving && !this.stopped) this.log.propose({ t: 'settings', settings: this.settings });
   }
 
