@@ -19,6 +19,8 @@ export const RaftErrorCodes = {
   RAFT_BAD_TRANSFER: 'bad leadership transfer',
   /** propose() while the leader hands leadership over (thesis §3.10: proposals stop). */
   RAFT_TRANSFERRING: 'raft leadership transfer in progress',
+  /** compact() at an index not above the current snapshot's, or above what was applied. */
+  RAFT_SNAPSHOT_STALE: 'stale raft snapshot',
   /** Options given to the core or the simulator are out of range. */
   RAFT_BAD_OPTIONS: 'bad raft options',
   /** The simulator found a run that breaks a safety or liveness property. */

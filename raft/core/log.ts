@@ -11,14 +11,35 @@ export type AppendOutcome =
     }
   | { readonly ok: false; readonly hint: number };
 
-/** The log, in memory by design (DESIGN.md "Raft"). Index 0 is the empty prefix with term 0.
- * Invariants: indexes are contiguous from 1; terms and times never decrease along the log; commit <= last,
- * and the committed prefix never changes. */
+/** Where the log starts after compaction: the last entry a snapshot covers (§7). Index 0 with term 0
+ * and time 0 is the empty prefix of a log that was never compacted. */
+export interface LogBase {
+  readonly index: number;
+  readonly term: number;
+  readonly time: number;
+}
+
+/** The log, in memory by design (DESIGN.md "Raft"), possibly compacted up to `base` (§7).
+ * Invariants: the held indexes are contiguous from base.index + 1; terms and times never decrease
+ * along the log, the base included; base.index <= commit <= last, and the committed prefix never
+ * changes. */
 export class MemoryLog {
+  /** entries[k] holds index base.index + 1 + k. */
   private readonly entries: LogEntry[] = [];
   private commitIndex = 0;
+  private baseIndex = 0;
+  private baseTerm = 0;
+  private baseTime = 0;
+  /** Sum of data bytes of the held entries. */
+  private heldBytes = 0;
 
-  constructor(restored: readonly LogEntry[] = []) {
+  constructor(restored: readonly LogEntry[] = [], base: LogBase | null = null) {
+    if (base !== null) {
+      this.baseIndex = base.index;
+      this.baseTerm = base.term;
+      this.baseTime = base.time;
+      this.commitIndex = base.index;
+    }
     for (const e of restored) this.push(e);
   }
 
@@ -26,41 +47,54 @@ export class MemoryLog {
     return this.commitIndex;
   }
 
+  /** The last index a snapshot covers (0: never compacted). */
+  get snapshotIndex(): number {
+    return this.baseIndex;
+  }
+
+  /** Data bytes of the entries held. */
+  get bytes(): number {
+    return this.heldBytes;
+  }
+
   lastIndex(): number {
-    return this.entries.length;
+    return this.baseIndex + this.entries.length;
   }
 
   lastTerm(): number {
-    return this.termAt(this.entries.length) ?? 0;
+    return this.termAt(this.lastIndex()) ?? 0;
   }
 
-  /** Term at `index`; 0 for index 0; undefined past the end. */
+  /** Term at `index`; the base's at the base index; undefined below it (compacted) and past the end. */
   termAt(index: number): number | undefined {
-    if (index === 0) return 0;
-    return this.entries[index - 1]?.term;
+    if (index === this.baseIndex) return this.baseTerm;
+    if (index < this.baseIndex) return undefined;
+    return this.entries[index - this.baseIndex - 1]?.term;
   }
 
-  /** Cluster time of the entry at `index`; 0 for index 0 and past the end. */
+  /** Cluster time of the entry at `index`; the base's at the base index; 0 elsewhere outside the log. */
   timeAt(index: number): number {
-    return this.entries[index - 1]?.time ?? 0;
+    if (index === this.baseIndex) return this.baseTime;
+    return this.entries[index - this.baseIndex - 1]?.time ?? 0;
   }
 
   lastTime(): number {
-    return this.timeAt(this.entries.length);
+    return this.timeAt(this.lastIndex());
   }
 
   entry(index: number): LogEntry {
-    const e = this.entries[index - 1];
-    assert(e !== undefined, `log has no entry ${index} (last ${this.lastIndex()})`);
+    const e = index > this.baseIndex ? this.entries[index - this.baseIndex - 1] : undefined;
+    assert(e !== undefined, `log has no entry ${index} (held ${this.baseIndex + 1}..${this.lastIndex()})`);
     return e;
   }
 
   /** Entries lo .. hi-1. */
   slice(lo: number, hi: number): LogEntry[] {
-    assert(lo >= 1 && hi <= this.lastIndex() + 1, `slice [${lo}, ${hi}) outside the log`);
-    return this.entries.slice(lo - 1, hi - 1);
+    assert(lo > this.baseIndex && hi <= this.lastIndex() + 1, `slice [${lo}, ${hi}) outside the log`);
+    return this.entries.slice(lo - this.baseIndex - 1, hi - this.baseIndex - 1);
   }
 
+  /** The entries held, from base.index + 1. */
   all(): readonly LogEntry[] {
     return this.entries;
   }
@@ -91,7 +125,7 @@ export class MemoryLog {
       if (held === e.term) continue;
       if (held !== undefined) {
         assert(e.index > this.commitIndex, `conflict at committed index ${e.index}`);
-        this.entries.length = e.index - 1;
+        this.dropFrom(e.index);
         truncatedFrom = e.index;
       }
       this.push(e);
@@ -107,6 +141,31 @@ export class MemoryLog {
     return true;
   }
 
+  /** §7: a snapshot now covers every entry up to `index`, which must be committed; they are dropped. */
+  compact(index: number): void {
+    assert(index > this.baseIndex && index <= this.commitIndex, `compact to ${index} outside (${this.baseIndex}, ${this.commitIndex}]`);
+    this.dropUpTo(index);
+  }
+
+  /** §7 InstallSnapshot on a follower: the snapshot (base) replaces the log. If the log holds the
+   * snapshot's last entry, the entries after it are kept; otherwise the whole log goes. Returns the
+   * lowest index above the base that was deleted, or null. */
+  install(base: LogBase): number | null {
+    assert(base.index > this.commitIndex, `snapshot at ${base.index} not above commit ${this.commitIndex}`);
+    let truncatedFrom: number | null = null;
+    if (this.matches(base.index, base.term)) {
+      this.dropUpTo(base.index);
+    } else {
+      if (this.lastIndex() > base.index) truncatedFrom = base.index + 1;
+      this.dropFrom(this.baseIndex + 1);
+      this.baseIndex = base.index;
+      this.baseTerm = base.term;
+    }
+    this.baseTime = base.time;
+    this.commitIndex = base.index;
+    return truncatedFrom;
+  }
+
   /** The highest index <= prevIndex - 1 whose term is <= prevTerm: every entry above it either is
    * missing or belongs to a term the leader's probe cannot match, so the leader may skip them. */
   private rejectHint(prevIndex: number, prevTerm: number): number {
@@ -115,11 +174,28 @@ export class MemoryLog {
     return hint;
   }
 
+  private dropUpTo(index: number): void {
+    const n = index - this.baseIndex;
+    for (let k = 0; k < n && k < this.entries.length; k++) this.heldBytes -= this.entries[k]?.data?.length ?? 0;
+    this.baseTerm = this.termAt(index) ?? this.baseTerm;
+    this.baseTime = this.timeAt(index);
+    this.entries.splice(0, n);
+    this.baseIndex = index;
+  }
+
+  /** Deletes `index` and every entry after it. */
+  private dropFrom(index: number): void {
+    const keep = index - this.baseIndex - 1;
+    for (let k = keep; k < this.entries.length; k++) this.heldBytes -= this.entries[k]?.data?.length ?? 0;
+    this.entries.length = keep;
+  }
+
   private push(e: LogEntry): void {
     // Checked before the message is built: push runs once per entry per node.
-    if (e.index !== this.entries.length + 1) assert(false, `entry ${e.index} appended after ${this.entries.length}`);
+    if (e.index !== this.lastIndex() + 1) assert(false, `entry ${e.index} appended after ${this.lastIndex()}`);
     if (e.term < this.lastTerm()) assert(false, `entry ${e.index} term ${e.term} below previous ${this.lastTerm()}`);
     if (e.time < this.lastTime()) assert(false, `entry ${e.index} time ${e.time} below previous ${this.lastTime()}`);
     this.entries.push(e);
+    this.heldBytes += e.data?.length ?? 0;
   }
 }

@@ -120,6 +120,37 @@ export interface TimeoutNow extends Envelope {
   readonly type: 'timeout-now';
 }
 
+/** InstallSnapshot (§7), one chunk per message: the leader sends chunk `seq` of `chunks` of the
+ * snapshot whose last entry is (`index`, `lastTerm`), to a follower whose next entry it has
+ * compacted away. One chunk is in flight per follower, so a transfer is sliced into one message per
+ * event-loop turn, and heartbeats never wait behind more than one chunk. */
+export interface InstallSnapshot extends Envelope {
+  readonly type: 'snapshot';
+  readonly index: number;
+  readonly lastTerm: number;
+  /** Cluster time of the entry at `index`. */
+  readonly time: number;
+  /** The newest configuration at or below `index`; null: the log had none. */
+  readonly config: Configuration | null;
+  readonly seq: number;
+  readonly chunks: number;
+  readonly data: Uint8Array;
+  /** Leader's monotonic ms when it sent this chunk (the lease counts the answer like an append's). */
+  readonly sentAt: number;
+}
+
+/** `received`: chunks of the snapshot at `index` the follower holds, in order from 0; equal to the
+ * chunk count once it is installed (or the follower had committed past it), and then `match` is
+ * the follower's commit index, which the leader may take as its matchIndex. */
+export interface SnapshotResponse extends Envelope {
+  readonly type: 'snapshot-response';
+  readonly index: number;
+  readonly received: number;
+  readonly match: number;
+  /** The chunk's sentAt, echoed. */
+  readonly sentAt: number;
+}
+
 /** Sent every E/5 by a node that is not a voter of its own configuration, or has heard no leader
  * for E: a leader learns a learner to replicate to, the lowest node id learns whether it may
  * bootstrap (DESIGN.md "Fresh, amnesiac, bootstrap"), and everyone learns whether the cluster can
@@ -147,7 +178,9 @@ export type Message =
   | Heartbeat
   | HeartbeatResponse
   | TimeoutNow
-  | Announce;
+  | Announce
+  | InstallSnapshot
+  | SnapshotResponse;
 
 type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
 /** A message as a handler builds it; send() adds the identity. */
@@ -165,6 +198,8 @@ export const messageTypes: readonly MessageType[] = [
   'heartbeat-response',
   'timeout-now',
   'announce',
+  'snapshot',
+  'snapshot-response',
 ];
 
 export function isVoteRequest(m: Message): m is PreVoteRequest | VoteRequest {

@@ -1,9 +1,12 @@
 import { assert } from './assert.js';
+import type { Snapshot } from './snapshot.js';
 
 /** How the leader replicates to one follower (etcd-io/raft's Progress). In `probe` it sends one
  * append at a time and waits for the answer, backing `next` off until the logs match (§5.3). In
- * `replicate` it streams appends optimistically, at most `inflightAppendsMax` unacknowledged. */
-export type ProgressState = 'probe' | 'replicate';
+ * `replicate` it streams appends optimistically, at most `inflightAppendsMax` unacknowledged. In
+ * `snapshot` the entries it needs are compacted away (§7): it sends the snapshot one chunk at a time,
+ * the next only when the previous is acknowledged, then probes from the snapshot's index. */
+export type ProgressState = 'probe' | 'replicate' | 'snapshot';
 
 export class Progress {
   /** The member replicated to (DESIGN.md "Identity"). */
@@ -19,6 +22,11 @@ export class Progress {
   state: ProgressState = 'probe';
   /** Probe: an append is out and unanswered; no other until a response or a heartbeat response. */
   probeSent = false;
+  /** Snapshot: the snapshot being sent (kept even if the leader compacts again meanwhile), the
+   * next chunk to send, and whether a chunk is out and unanswered. */
+  snapshot: Snapshot | null = null;
+  snapshotNext = 0;
+  snapshotSent = false;
   /** Replicate: last index of each unacknowledged append, ascending. */
   private readonly inflight: number[] = [];
   /** Monotonic ms of the latest message from this follower in the current term (check-quorum). */
@@ -39,7 +47,9 @@ export class Progress {
     return this.inflight.length;
   }
 
+  /** No append may go out now; in snapshot state none ever does. */
   isPaused(inflightAppendsMax: number): boolean {
+    if (this.state === 'snapshot') return true;
     return this.state === 'probe' ? this.probeSent : this.inflight.length >= inflightAppendsMax;
   }
 
@@ -60,6 +70,7 @@ export class Progress {
     this.match = index;
     this.next = Math.max(this.next, index + 1);
     if (this.state === 'probe') this.becomeReplicate();
+    else if (this.state === 'snapshot' && index >= (this.snapshot?.index ?? 0)) this.becomeProbe();
     this.checkInvariant();
     return true;
   }
@@ -67,6 +78,7 @@ export class Progress {
   /** The follower refused an append at `rejected` (its prevIndex); its log may match up to `hint`.
    * False for a stale refusal, which must not move `next` backwards twice. */
   rejected(rejected: number, hint: number): boolean {
+    if (this.state === 'snapshot') return false;
     if (this.state === 'replicate') {
       if (rejected <= this.match) return false;
       this.becomeProbe();
@@ -83,6 +95,7 @@ export class Progress {
    * that lost appends cannot wedge a full window (the next append exposes any gap). */
   heartbeatAnswered(inflightAppendsMax: number): void {
     if (this.state === 'probe') this.probeSent = false;
+    else if (this.state === 'snapshot') this.snapshotSent = false;
     else if (this.inflight.length >= inflightAppendsMax) this.inflight.shift();
   }
 
@@ -91,12 +104,39 @@ export class Progress {
     this.next = this.match + 1;
     this.probeSent = false;
     this.inflight.length = 0;
+    this.snapshot = null;
+  }
+
+  /** The follower needs entries at or below the snapshot's index, which the leader no longer holds. */
+  becomeSnapshot(snapshot: Snapshot): void {
+    this.state = 'snapshot';
+    this.snapshot = snapshot;
+    this.snapshotNext = 0;
+    this.snapshotSent = false;
+    this.inflight.length = 0;
+  }
+
+  /** The follower holds `received` chunks of the snapshot at `index`, and, once it has installed it
+   * (received = all), everything up to `match`. False for an answer about another snapshot. */
+  snapshotAnswered(index: number, received: number, match: number): boolean {
+    const s = this.snapshot;
+    if (this.state !== 'snapshot' || s === null || index !== s.index) return false;
+    this.snapshotSent = false;
+    if (received < s.chunks.length) {
+      this.snapshotNext = received;
+      return true;
+    }
+    this.match = Math.max(this.match, match);
+    this.becomeProbe();
+    this.checkInvariant();
+    return true;
   }
 
   private becomeReplicate(): void {
     this.state = 'replicate';
     this.next = this.match + 1;
     this.inflight.length = 0;
+    this.snapshot = null;
   }
 
   private checkInvariant(): void {

@@ -9,17 +9,27 @@ import type {
   Append,
   AppendResponse,
   Heartbeat,
+  InstallSnapshot,
   LogEntry,
   Message,
   Outgoing,
   PreVoteRequest,
   PreVoteResponse,
+  SnapshotResponse,
   VoteRequest,
   VoteResponse,
 } from './messages.js';
 import { isVoteRequest } from './messages.js';
 import type { RandomSource } from './prng.js';
 import { Progress } from './progress.js';
+import type { Snapshot } from './snapshot.js';
+import {
+  logBytesMaxDefault,
+  logEntriesMaxDefault,
+  rechunk,
+  SnapshotAssembly,
+  snapshotChunkBytesMaxDefault,
+} from './snapshot.js';
 import { validateMessage } from './validate.js';
 
 export type Role = 'follower' | 'pre-candidate' | 'candidate' | 'leader';
@@ -54,9 +64,12 @@ export interface DurableState {
   readonly vote: number;
   /** Incarnation of the member voted for (DESIGN.md "Identity": one vote per term per member). */
   readonly voteInc?: string;
+  /** The log after the snapshot: entries from snapshot.index + 1 (from 1 without one). */
   readonly entries: readonly LogEntry[];
-  /** The configuration before entry 1 (a static one, or a snapshot's); null: none. */
+  /** The configuration before the first of `entries` (a static one, or the snapshot's); null: none. */
   readonly baseConfig?: Configuration | null;
+  /** The newest snapshot (§7); null or absent: the log was never compacted. */
+  readonly snapshot?: Snapshot | null;
 }
 
 export interface HardState {
@@ -91,6 +104,14 @@ export interface RaftOptions {
   readonly entriesPerAppendMax?: number;
   /** Uncommitted entries a leader accepts before propose() refuses. Default 10,000. */
   readonly uncommittedEntriesMax?: number;
+  /** Data bytes per append message (at least one entry is sent, whatever its size). Default 1 MiB. */
+  readonly appendBytesMax?: number;
+  /** snapshotWanted() turns true once more applied entries than this are held. Default 10,000. */
+  readonly logEntriesMax?: number;
+  /** ... or once the applied entries held carry more data bytes than this. Default 64 MiB. */
+  readonly logBytesMax?: number;
+  /** Bytes per InstallSnapshot chunk; the application's chunks are cut to it. Default 256 KiB. */
+  readonly snapshotChunkBytesMax?: number;
   /** Ongaro's thesis §9.6. Default true. */
   readonly preVote?: boolean;
   /** A leader steps down when it has not heard from a majority within E. Default true. */
@@ -117,9 +138,12 @@ export interface SoftState {
 }
 
 /** Everything the driver must act on since the last takeReady(), in this order: persist nothing
- * (the log lives in RAM), send `messages`, apply `committed`. */
+ * (the log lives in RAM), send `messages`, restore `snapshot`, apply `committed`. */
 export interface Ready {
   readonly messages: Message[];
+  /** A snapshot the application must restore before applying `committed`, which continue from
+   * snapshot.index + 1: one installed from the leader (§7), or the restored one after a restart. */
+  readonly snapshot: Snapshot | null;
   /** Entries written to this node's log, after any truncation in `truncatedFrom`. */
   readonly appended: LogEntry[];
   /** Lowest index deleted from the log by a conflicting append (§5.3), or null. */
@@ -178,8 +202,8 @@ export class RaftCore {
   private readonly peersDigest: string;
   private readonly membership: Membership;
   private epochNow: Epoch;
-  /** The configuration before entry 1; null: none. */
-  private readonly baseConfig: Configuration | null;
+  /** The configuration before the first entry held (a static one, or the snapshot's); null: none. */
+  private baseConfig: Configuration | null;
   /** Indexes of the configuration entries in the log, ascending. */
   private readonly configIndexes: number[] = [];
   /** The newest configuration in the log, committed or not (DESIGN.md "Configuration"). */
@@ -195,6 +219,10 @@ export class RaftCore {
   private readonly inflightAppendsMax: number;
   private readonly entriesPerAppendMax: number;
   private readonly uncommittedEntriesMax: number;
+  private readonly appendBytesMax: number;
+  private readonly logEntriesMax: number;
+  private readonly logBytesMax: number;
+  private readonly snapshotChunkBytesMax: number;
   private readonly preVote: boolean;
   private readonly checkQuorum: boolean;
   private readonly random: RandomSource;
@@ -210,8 +238,16 @@ export class RaftCore {
   private voteInc = '';
   private leader = 0;
   private readonly log: MemoryLog;
-  /** Last index handed out in Ready.committed. */
+  /** Last index handed out in Ready.committed (or covered by Ready.snapshot). */
   private applied = 0;
+  /** Data bytes of the applied entries the log still holds: what compaction would free. */
+  private appliedBytes = 0;
+  /** The newest snapshot, taken here or installed from the leader (§7); null: never compacted. */
+  private snapshot: Snapshot | null = null;
+  /** A snapshot being received from the leader, chunk by chunk. */
+  private incoming: SnapshotAssembly | null = null;
+  /** A snapshot for the application to restore, not yet handed out. */
+  private readySnapshot: Snapshot | null = null;
   /** Monotonic and wall ms of the latest tick. */
   private now: number;
   private wall = 0;
@@ -251,7 +287,8 @@ export class RaftCore {
     this.nodes = [...(opts.nodes ?? opts.voters ?? [])].sort((a, b) => a - b);
     this.peersDigest = this.nodes.join(',');
     const statics = opts.voters?.map((node) => ({ node, inc: '0' })) ?? null;
-    this.baseConfig = opts.restore?.baseConfig ?? statics;
+    const restoredSnapshot = opts.restore?.snapshot ?? null;
+    this.baseConfig = opts.restore?.baseConfig ?? restoredSnapshot?.config ?? statics;
     this.membership = opts.membership ?? (statics !== null || opts.restore !== undefined ? 'member' : 'fresh');
     this.epochNow = opts.epoch ?? (statics !== null ? { generation: 1, id: 'static' } : noEpoch);
     this.startedAt = opts.now;
@@ -260,6 +297,10 @@ export class RaftCore {
     this.inflightAppendsMax = opts.inflightAppendsMax ?? 8;
     this.entriesPerAppendMax = opts.entriesPerAppendMax ?? 64;
     this.uncommittedEntriesMax = opts.uncommittedEntriesMax ?? 10_000;
+    this.appendBytesMax = opts.appendBytesMax ?? 1024 * 1024;
+    this.logEntriesMax = opts.logEntriesMax ?? logEntriesMaxDefault;
+    this.logBytesMax = opts.logBytesMax ?? logBytesMaxDefault;
+    this.snapshotChunkBytesMax = opts.snapshotChunkBytesMax ?? snapshotChunkBytesMaxDefault;
     this.preVote = opts.preVote ?? true;
     this.checkQuorum = opts.checkQuorum ?? true;
     this.random = opts.random;
@@ -270,7 +311,11 @@ export class RaftCore {
     this.ignoreVotesUntil = opts.ignoreVotesUntil ?? Number.NEGATIVE_INFINITY;
     this.clock = new ClusterClock({ electionTimeoutMs: e, maxClockOffsetMs: opts.maxClockOffsetMs ?? 1000 });
     this.now = opts.now;
-    this.log = new MemoryLog(opts.restore?.entries);
+    this.log = new MemoryLog(opts.restore?.entries, restoredSnapshot);
+    // A restarted node restores the application from its snapshot first, then re-applies the rest.
+    this.snapshot = restoredSnapshot;
+    this.readySnapshot = restoredSnapshot;
+    this.applied = this.log.snapshotIndex;
     this.term = opts.restore?.term ?? 0;
     this.vote = opts.restore?.vote ?? 0;
     this.voteInc = opts.restore?.voteInc ?? (this.vote === 0 ? '' : '0');
@@ -306,7 +351,8 @@ export class RaftCore {
   /** Feeds one message from a peer. A malformed or misaddressed message returns its error and
    * changes nothing. */
   step(m: Message): RaftError | null {
-    const error = validateMessage(m, { self: this.id, nodes: this.nodes, entriesPerAppendMax: this.entriesPerAppendMax });
+    const ctx = { self: this.id, nodes: this.nodes, entriesPerAppendMax: this.entriesPerAppendMax, snapshotChunkBytesMax: this.snapshotChunkBytesMax };
+    const error = validateMessage(m, ctx);
     if (error !== null) return error;
     const foreign = this.refuseForIdentity(m);
     if (foreign !== null) return foreign;
@@ -351,7 +397,11 @@ export class RaftCore {
     if (m.type === 'append-response' && m.index > this.log.lastIndex() && m.success) {
       return new RaftError('RAFT_BAD_MESSAGE', `ack of index ${m.index} beyond last ${this.log.lastIndex()}`);
     }
-    if ((m.type === 'append-response' || m.type === 'heartbeat-response' || m.type === 'vote-response') && m.sentAt > this.now) {
+    if (m.type === 'snapshot-response' && m.match > this.log.lastIndex()) {
+      return new RaftError('RAFT_BAD_MESSAGE', `snapshot ack of index ${m.match} beyond last ${this.log.lastIndex()}`);
+    }
+    const echoes = m.type === 'append-response' || m.type === 'heartbeat-response' || m.type === 'vote-response' || m.type === 'snapshot-response';
+    if (echoes && m.sentAt > this.now) {
       return new RaftError('RAFT_BAD_MESSAGE', `${m.type} echoes send time ${m.sentAt}, after now ${this.now}`);
     }
     const first = m.type === 'append' ? m.entries[0] : undefined;
@@ -441,6 +491,7 @@ export class RaftCore {
   hasReady(): boolean {
     return (
       this.messages.length > 0 ||
+      this.readySnapshot !== null ||
       this.appended.length > 0 ||
       this.applied < this.log.commit ||
       this.truncatedFrom !== null ||
@@ -453,8 +504,10 @@ export class RaftCore {
     const soft = this.softChanged() ? this.softState() : null;
     const hard = this.hardChanged() ? this.hardState() : null;
     const committed = this.applied < this.log.commit ? this.log.slice(this.applied + 1, this.log.commit + 1) : [];
+    for (const e of committed) this.appliedBytes += e.data?.length ?? 0;
     const ready: Ready = {
       messages: this.messages,
+      snapshot: this.readySnapshot,
       appended: this.appended,
       truncatedFrom: this.truncatedFrom,
       committed,
@@ -462,6 +515,7 @@ export class RaftCore {
       hardState: hard,
     };
     this.messages = [];
+    this.readySnapshot = null;
     this.appended = [];
     this.truncatedFrom = null;
     this.applied = this.log.commit;
@@ -553,7 +607,8 @@ export class RaftCore {
   }
 
   durableState(): DurableState {
-    return { term: this.term, vote: this.vote, voteInc: this.voteInc, entries: [...this.log.all()], baseConfig: this.baseConfig };
+    const log = [...this.log.all()];
+    return { term: this.term, vote: this.vote, voteInc: this.voteInc, entries: log, baseConfig: this.baseConfig, snapshot: this.snapshot };
   }
 
   get role(): Role {
@@ -576,8 +631,29 @@ export class RaftCore {
     return this.wall;
   }
 
+  /** The entries held, from firstIndex. */
   entries(): readonly LogEntry[] {
     return this.log.all();
+  }
+
+  /** Index of the first entry held: the snapshot's index + 1 (1 if the log was never compacted). */
+  get firstIndex(): number {
+    return this.log.snapshotIndex + 1;
+  }
+
+  /** The newest snapshot (§7), null if the log was never compacted. */
+  get latestSnapshot(): Snapshot | null {
+    return this.snapshot;
+  }
+
+  /** Last index handed to the application (in Ready.committed or Ready.snapshot). */
+  get appliedIndex(): number {
+    return this.applied;
+  }
+
+  /** Data bytes of the entries held. */
+  get logBytes(): number {
+    return this.log.bytes;
   }
 
   /** The leader's progress for `peer`: its voter member, else a learner of that node id. */
@@ -603,7 +679,8 @@ export class RaftCore {
     if (isVoteRequest(m) && this.ignoresVoteRequest(m)) return false;
     if (m.term > this.term) {
       const keepsTerm = m.type === 'pre-vote-request' || (m.type === 'pre-vote-response' && m.granted);
-      if (!keepsTerm) this.becomeFollower(m.term, m.type === 'append' || m.type === 'heartbeat' ? m.from : 0);
+      const fromLeader = m.type === 'append' || m.type === 'heartbeat' || m.type === 'snapshot';
+      if (!keepsTerm) this.becomeFollower(m.term, fromLeader ? m.from : 0);
       return true;
     }
     if (m.term < this.term) {
@@ -633,7 +710,7 @@ export class RaftCore {
   private answerStale(m: Message): void {
     if (m.type === 'pre-vote-request') {
       this.send({ type: 'pre-vote-response', from: this.id, to: m.from, term: this.term, granted: false }, m.fromInc);
-    } else if (m.type === 'append' || m.type === 'heartbeat') {
+    } else if (m.type === 'append' || m.type === 'heartbeat' || m.type === 'snapshot') {
       const stale: Outgoing = { type: 'append-response', from: this.id, to: m.from, term: this.term, success: false, index: 0, hint: 0, sentAt: 0 };
       this.send(stale, m.fromInc);
     }
@@ -804,6 +881,9 @@ export class RaftCore {
       case 'heartbeat':
         this.handleHeartbeat(m);
         return;
+      case 'snapshot':
+        this.handleSnapshot(m);
+        return;
       case 'timeout-now':
         // Thesis §3.10: campaign at once, without pre-vote, which the others would ignore.
         if (m.from === this.leader) this.becomeCandidate(true);
@@ -814,6 +894,7 @@ export class RaftCore {
       case 'vote-response':
       case 'append-response':
       case 'heartbeat-response':
+      case 'snapshot-response':
       case 'announce':
         return; // stale answers to an earlier role of ours
       default:
@@ -827,6 +908,7 @@ export class RaftCore {
     switch (m.type) {
       case 'append':
       case 'heartbeat':
+      case 'snapshot':
         this.becomeFollower(this.term, m.from);
         this.stepFollower(m);
         return;
@@ -842,6 +924,7 @@ export class RaftCore {
       case 'vote-request':
       case 'append-response':
       case 'heartbeat-response':
+      case 'snapshot-response':
       case 'timeout-now':
       case 'announce':
         return;
@@ -948,8 +1031,16 @@ export class RaftCore {
         if (pr.voter) this.clock.sample(m.from, m.wall, m.sentAt, this.now);
         this.heartbeatAnswered(pr);
         return;
+      case 'snapshot-response':
+        if (pr === undefined) return;
+        pr.lastHeardAt = this.now;
+        this.roundAnswered(pr, m.sentAt);
+        this.handleSnapshotResponse(m, pr);
+        this.maybeSendTimeoutNow(m.from, pr);
+        return;
       case 'append':
       case 'heartbeat':
+      case 'snapshot':
         // Same term, another leader: impossible with one vote per node per term (§5.2).
         assert(false, `leader ${this.id} got ${m.type} from ${m.from} in its own term ${this.term}`);
         return;
@@ -1240,11 +1331,19 @@ export class RaftCore {
   /** Sends one append of at most entriesPerAppendMax entries from pr.next; `evenIfEmpty` sends a
    * probe or commit update with no entries. False when paused or there was nothing to send. */
   private sendAppend(pr: Progress, evenIfEmpty: boolean): boolean {
+    if (pr.state !== 'snapshot' && pr.next <= this.log.snapshotIndex) {
+      assert(this.snapshot !== null, `log compacted to ${this.log.snapshotIndex} without a snapshot`);
+      pr.becomeSnapshot(this.snapshot);
+    }
+    if (pr.state === 'snapshot') {
+      this.sendSnapshotChunk(pr);
+      return false;
+    }
     if (pr.isPaused(this.inflightAppendsMax)) return false;
     const to = pr.node;
     const last = this.log.lastIndex();
-    assert(pr.next >= 1 && pr.next <= last + 1, `next ${pr.next} for ${to} outside [1, ${last + 1}]`);
-    const hi = Math.min(last + 1, pr.next + this.entriesPerAppendMax);
+    assert(pr.next > this.log.snapshotIndex && pr.next <= last + 1, `next ${pr.next} for ${to} outside (${this.log.snapshotIndex}, ${last + 1}]`);
+    const hi = this.appendEnd(pr.next, Math.min(last + 1, pr.next + this.entriesPerAppendMax));
     if (hi === pr.next && !evenIfEmpty) return false;
     const prevIndex = pr.next - 1;
     const prevTerm = this.log.termAt(prevIndex) ?? 0;
@@ -1253,6 +1352,137 @@ export class RaftCore {
     this.send({ type: 'append', from: this.id, to, term: this.term, prevIndex, prevTerm, entries, commit, sentAt: this.now }, pr.inc);
     pr.sent(hi - 1);
     return true;
+  }
+
+  /** The end (exclusive) of an append from `lo`: at most `hi`, and no more data bytes than
+   * appendBytesMax, except that one entry always goes, whatever its size. */
+  private appendEnd(lo: number, hi: number): number {
+    let bytes = 0;
+    for (let i = lo; i < hi; i++) {
+      bytes += this.log.entry(i).data?.length ?? 0;
+      if (bytes > this.appendBytesMax && i > lo) return i;
+    }
+    return hi;
+  }
+
+  // ---- snapshots and compaction (§7) ----
+
+  /** The application holds a snapshot of its state after applying `index`, as `chunks`: the log
+   * drops every entry up to it, and the snapshot replaces them for followers that need them. */
+  compact(index: number, chunks: Iterable<Uint8Array>): RaftError | null {
+    if (index <= this.log.snapshotIndex || index > this.applied) {
+      return new RaftError('RAFT_SNAPSHOT_STALE', `snapshot at ${index}, log compacted to ${this.log.snapshotIndex}, applied ${this.applied}`);
+    }
+    const { chunks: parts, bytes } = rechunk(chunks, this.snapshotChunkBytesMax);
+    const term = this.log.termAt(index) ?? 0;
+    const config = this.configAt(index);
+    for (let i = this.log.snapshotIndex + 1; i <= index; i++) this.appliedBytes -= this.log.entry(i).data?.length ?? 0;
+    const time = this.log.timeAt(index);
+    this.log.compact(index);
+    this.snapshot = { index, term, time, config, chunks: parts, bytes };
+    this.dropConfigsUpTo(index, config);
+    this.checkInvariants();
+    return null;
+  }
+
+  /** The applied entries held pass logEntriesMax or logBytesMax: the application should hand over
+   * a snapshot of its state (compact()). */
+  snapshotWanted(): boolean {
+    const held = this.applied - this.log.snapshotIndex;
+    return held > 0 && (held > this.logEntriesMax || this.appliedBytes > this.logBytesMax);
+  }
+
+  /** The configuration in force at `index` (held or the snapshot's). */
+  private configAt(index: number): Configuration | null {
+    let at: number | undefined;
+    for (const i of this.configIndexes) if (i <= index) at = i;
+    return at === undefined ? this.baseConfig : (this.log.entry(at).config ?? null);
+  }
+
+  /** The configuration entries up to `index` left the log; `config` is the one in force there. */
+  private dropConfigsUpTo(index: number, config: Configuration | null): void {
+    while ((this.configIndexes[0] ?? Number.POSITIVE_INFINITY) <= index) this.configIndexes.shift();
+    this.baseConfig = config;
+  }
+
+  private sendSnapshotChunk(pr: Progress): void {
+    const s = pr.snapshot;
+    assert(s !== null, `progress of ${pr.node} in snapshot state without a snapshot`);
+    if (pr.snapshotSent) return;
+    const seq = pr.snapshotNext;
+    const data = s.chunks[seq];
+    assert(data !== undefined, `snapshot chunk ${seq} of ${s.chunks.length}`);
+    const m: Outgoing = {
+      type: 'snapshot',
+      from: this.id,
+      to: pr.node,
+      term: this.term,
+      index: s.index,
+      lastTerm: s.term,
+      time: s.time,
+      config: s.config,
+      seq,
+      chunks: s.chunks.length,
+      data,
+      sentAt: this.now,
+    };
+    this.send(m, pr.inc);
+    pr.snapshotSent = true;
+  }
+
+  private handleSnapshotResponse(m: SnapshotResponse, pr: Progress): void {
+    if (!pr.snapshotAnswered(m.index, m.received, m.match)) return;
+    if (pr.state === 'snapshot') this.sendSnapshotChunk(pr);
+    else if (this.maybeCommit()) this.broadcastAppend();
+    else this.sendAppend(pr, true);
+  }
+
+  /** §7 InstallSnapshot, one chunk at a time and in order. A snapshot at or below the commit index
+   * is already held (Log Matching), so it is acknowledged at once. */
+  private handleSnapshot(m: InstallSnapshot): void {
+    this.heardFromLeader(m.from);
+    if (m.index <= this.log.commit) {
+      this.incoming = null;
+      this.replySnapshot(m, m.chunks, this.log.commit);
+      return;
+    }
+    if (m.seq === 0 && (this.incoming === null || !this.incoming.isFor(m))) this.incoming = new SnapshotAssembly(m);
+    const a = this.incoming;
+    if (a === null || !a.isFor(m)) {
+      // A chunk of a snapshot we are not assembling (we restarted, or the leader began another).
+      this.replySnapshot(m, 0, 0);
+      return;
+    }
+    a.add(m);
+    if (!a.complete) {
+      this.replySnapshot(m, a.received, 0);
+      return;
+    }
+    this.incoming = null;
+    this.installSnapshot(a.finish());
+    this.replySnapshot(m, m.chunks, this.log.commit);
+  }
+
+  /** The snapshot replaces the log (keeping any entries after it that match, §7) and becomes the
+   * application's state: Ready.snapshot carries it, and applying continues after it. */
+  private installSnapshot(s: Snapshot): void {
+    const truncatedFrom = this.log.install(s);
+    if (truncatedFrom !== null) {
+      this.noteTruncation(truncatedFrom);
+      while ((this.configIndexes.at(-1) ?? 0) >= truncatedFrom) this.configIndexes.pop();
+    }
+    this.appended = this.appended.filter((e) => e.index > s.index);
+    this.snapshot = s;
+    this.readySnapshot = s;
+    this.applied = s.index;
+    this.appliedBytes = 0;
+    this.dropConfigsUpTo(s.index, s.config ?? this.baseConfig);
+    this.refreshConfig();
+  }
+
+  private replySnapshot(m: InstallSnapshot, received: number, match: number): void {
+    const r: Outgoing = { type: 'snapshot-response', from: this.id, to: m.from, term: this.term, index: m.index, received, match, sentAt: m.sentAt };
+    this.send(r, m.fromInc);
   }
 
   private sendHeartbeat(pr: Progress): void {

@@ -210,6 +210,7 @@ export class TestCluster {
       this.output.push(`${n.id} is ${s.role} term=${s.term} leader=${s.leader} commit=${s.commit}`);
     }
     if (r.truncatedFrom !== null) this.output.push(`${n.id} truncated from ${r.truncatedFrom}`);
+    if (r.snapshot !== null) this.output.push(`${n.id} restored snapshot at ${r.snapshot.index}/${r.snapshot.term}`);
     if (r.committed.length > 0) {
       this.applied.get(n.id)?.push(...r.committed);
       this.output.push(`${n.id} applied ${r.committed.map(formatEntry).join(' ')}`);
@@ -245,6 +246,10 @@ export function formatMessage(m: Message): string {
       return head;
     case 'announce':
       return `${head} ${m.membership}${m.voter ? ' voter' : ''}${m.stuck ? ' stuck' : ''} last=${m.lastIndex}/${m.lastTerm}`;
+    case 'snapshot':
+      return `${head} at=${m.index}/${m.lastTerm} chunk ${m.seq + 1}/${m.chunks} (${m.data.length} bytes)`;
+    case 'snapshot-response':
+      return `${head} at=${m.index} received=${m.received} match=${m.match}`;
     default: {
       const _: never = m;
       return String(_);

@@ -2,6 +2,7 @@ import { RaftError } from '../errors.js';
 import { membershipKinds } from './membership.js';
 import type { LogEntry, Message } from './messages.js';
 import { messageTypes } from './messages.js';
+import { snapshotChunkBytesMaxDefault, snapshotChunksMax } from './snapshot.js';
 
 /** What a node needs to judge a message from outside. */
 export interface ValidationContext {
@@ -9,6 +10,8 @@ export interface ValidationContext {
   /** Every configured node id (--cluster-peers), this node's included: voters and learners. */
   readonly nodes: readonly number[];
   readonly entriesPerAppendMax: number;
+  /** Default snapshotChunkBytesMaxDefault. */
+  readonly snapshotChunkBytesMax?: number;
 }
 
 /** Incarnations, epoch ids and cluster ids are short random or configured strings. */
@@ -58,6 +61,10 @@ function validateBody(m: Message, ctx: ValidationContext): RaftError | null {
       return isClock(m.sentAt) && isClock(m.wall) ? null : bad('heartbeat-response fields');
     case 'timeout-now':
       return null;
+    case 'snapshot':
+      return validateSnapshot(m, ctx);
+    case 'snapshot-response':
+      return isIndex(m.index) && isIndex(m.received) && isIndex(m.match) && isClock(m.sentAt) ? null : bad('snapshot-response fields');
     case 'announce':
       if (!membershipKinds.includes(m.membership) || !isId(m.peers) || !isBool(m.voter) || !isBool(m.stuck)) return bad('announce fields');
       return isIndex(m.lastIndex) && isIndex(m.lastTerm) && m.lastTerm <= m.term ? null : bad('announce lastIndex/lastTerm');
@@ -86,6 +93,16 @@ function validateAppend(m: Message & { type: 'append' }, ctx: ValidationContext)
     term = e.term;
     time = e.time;
   }
+  return null;
+}
+
+function validateSnapshot(m: Message & { type: 'snapshot' }, ctx: ValidationContext): RaftError | null {
+  if (!isIndex(m.index) || m.index < 1 || !isIndex(m.lastTerm) || m.lastTerm < 1 || m.lastTerm > m.term) return bad('snapshot index/lastTerm');
+  if (!isIndex(m.time) || !isClock(m.sentAt)) return bad('snapshot time/sentAt');
+  if (!isIndex(m.chunks) || m.chunks < 1 || m.chunks > snapshotChunksMax || !isIndex(m.seq) || m.seq >= m.chunks) return bad('snapshot seq/chunks');
+  const chunkMax = ctx.snapshotChunkBytesMax ?? snapshotChunkBytesMaxDefault;
+  if (!(m.data instanceof Uint8Array) || m.data.length > chunkMax) return bad(`snapshot chunk data (at most ${chunkMax} bytes)`);
+  if (m.config !== null && !validConfig(m.config, ctx)) return bad('snapshot configuration');
   return null;
 }
 
