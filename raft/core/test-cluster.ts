@@ -5,6 +5,7 @@ import type { LogEntry, Message } from './messages.js';
 import { Prng } from './prng.js';
 import type { DurableState, RaftOptions, Ready } from './raft.js';
 import { RaftCore } from './raft.js';
+import type { Snapshot } from './snapshot.js';
 
 /** A tiny deterministic harness for unit tests and scenario scripts: three cores, one clock, a
  * FIFO of messages, partitions, crash and restart. No randomness beyond the seeded PRNG. */
@@ -55,6 +56,8 @@ export class TestCluster {
   /** Human-readable record of what happened since the last drainOutput(). */
   private output: string[] = [];
   readonly applied = new Map<number, LogEntry[]>();
+  /** The snapshot each node's current process restored last (Ready.snapshot). */
+  readonly restored = new Map<number, Snapshot>();
 
   constructor(opts: TestClusterOptions = {}) {
     this.ids = opts.ids ?? [1, 2, 3];
@@ -182,6 +185,7 @@ export class TestCluster {
     };
     this.nodes.set(id, new RaftCore(opts));
     this.applied.set(id, []);
+    this.restored.delete(id);
     this.observer?.restarted(id);
     this.collectFrom(this.node(id));
   }
@@ -210,6 +214,7 @@ export class TestCluster {
       this.output.push(`${n.id} is ${s.role} term=${s.term} leader=${s.leader} commit=${s.commit}`);
     }
     if (r.truncatedFrom !== null) this.output.push(`${n.id} truncated from ${r.truncatedFrom}`);
+    if (r.snapshot !== null) this.restored.set(n.id, r.snapshot);
     if (r.snapshot !== null) this.output.push(`${n.id} restored snapshot at ${r.snapshot.index}/${r.snapshot.term}`);
     if (r.committed.length > 0) {
       this.applied.get(n.id)?.push(...r.committed);
