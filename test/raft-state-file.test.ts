@@ -70,6 +70,32 @@ describe('raft state file', { timeout: 20_000 }, () => {
     assert.equal(existsSync(`${path}.tmp-${process.pid}`), false, 'no temporary file left behind');
   });
 
+  it('a snapshot reads back with its chunks, and the log after it starts at its index + 1', () => {
+    const path = freshPath();
+    const config = [{ node: 1, inc: 'a1' }, { node: 2, inc: 'b7' }, { node: 3, inc: 'c1' }];
+    const snapshot = { index: 2, term: 1, time: 1000, config, chunks: [new Uint8Array([1, 2]), new Uint8Array([3])], bytes: 3 };
+    const s = sample({ snapshot, configuration: config, log: [{ index: 3, term: 4, time: 1500, data: new Uint8Array([9]) }], commitIndex: 3 });
+    writeStateFile(path, s);
+    const back = decodeStateFile(readFileSync(path), path, expected);
+    assert.deepEqual(back.snapshot?.chunks.map((c) => [...c]), [[1, 2], [3]]);
+    assert.deepEqual({ ...back.snapshot, chunks: [] }, { ...snapshot, chunks: [] });
+    assert.equal(back.log[0]?.index, 3);
+  });
+
+  it('a snapshot that does not fit the log (a gap, a term above the file, chunk bytes that do not add up) is refused as corrupt', () => {
+    const path = freshPath();
+    const snapshot = { index: 2, term: 1, time: 1000, config: null, chunks: [new Uint8Array([1])], bytes: 1 };
+    const log = [{ index: 3, term: 4, time: 1500, data: null }];
+    const bad: Partial<StateFile>[] = [
+      { snapshot: { ...snapshot, index: 1 }, log, commitIndex: 3 },
+      { snapshot: { ...snapshot, term: 5 }, log, commitIndex: 3 },
+      { snapshot: { ...snapshot, bytes: 2 }, log, commitIndex: 3 },
+      { snapshot: { ...snapshot, time: 2000 }, log, commitIndex: 3 },
+      { snapshot, log, commitIndex: 1 },
+    ];
+    for (const o of bad) refusedWith('RAFT_STATE_FILE_CORRUPT', path, () => decodeStateFile(encodeStateFile(sample(o)), path, expected));
+  });
+
   it('a file with any byte flipped, cut short, or of random bytes is refused as corrupt', () => {
     const path = freshPath();
     const good = encodeStateFile(sample());

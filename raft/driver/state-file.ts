@@ -8,6 +8,7 @@ import { dirname } from 'node:path';
 import { Packr } from 'msgpackr';
 import type { Configuration, Epoch, Member } from '../core/membership.js';
 import type { LogEntry } from '../core/messages.js';
+import type { Snapshot } from '../core/snapshot.js';
 import { DriverError } from './errors.js';
 
 const stateMagic = Buffer.from('RAFTMQS1');
@@ -26,8 +27,9 @@ export interface StateFile {
   readonly voteInc: string;
   /** The configuration before the first entry of `log` (null: none). */
   readonly configuration: Configuration | null;
-  /** Not written yet (snapshots are a later part); always null. */
-  readonly snapshot: null;
+  /** The newest snapshot (§7), whose last index precedes the first entry of `log`; null: the log
+   * starts at index 1. */
+  readonly snapshot: Snapshot | null;
   readonly log: readonly LogEntry[];
   readonly commitIndex: number;
   /** Cluster ms when the state was taken. */
@@ -124,15 +126,31 @@ const isMember = (v: unknown): v is Member =>
   typeof v === 'object' && v !== null && isCount((v as Member).node) && typeof (v as Member).inc === 'string';
 const isConfig = (v: unknown): v is Configuration => Array.isArray(v) && v.every(isMember);
 
-/** The log is checked like an append from a peer: contiguous indexes, terms and times never
- * decreasing and no term above the file's, configuration entries without data. */
-function isLog(v: unknown, term: number): v is LogEntry[] {
+/** A snapshot's chunks are raw bytes; its place in the log is checked like the log itself. */
+function isSnapshot(v: unknown, term: number): v is Snapshot {
+  if (typeof v !== 'object' || v === null) return false;
+  const s = v as Partial<Snapshot>;
+  if (!isCount(s.index) || s.index < 1 || !isCount(s.term) || s.term < 1 || s.term > term || !isCount(s.time)) return false;
+  if (!(s.config === null || isConfig(s.config)) || !Array.isArray(s.chunks) || s.chunks.length === 0) return false;
+  let bytes = 0;
+  for (const c of s.chunks as unknown[]) {
+    if (!(c instanceof Uint8Array)) return false;
+    bytes += c.length;
+  }
+  return s.bytes === bytes;
+}
+
+/** The log is checked like an append from a peer: contiguous indexes from the snapshot's, terms and
+ * times never decreasing (from the snapshot's) and no term above the file's, configuration entries
+ * without data. */
+function isLog(v: unknown, term: number, base: Snapshot | null): v is LogEntry[] {
   if (!Array.isArray(v)) return false;
-  let lastTerm = 0;
-  let lastTime = 0;
+  const first = (base?.index ?? 0) + 1;
+  let lastTerm = base?.term ?? 0;
+  let lastTime = base?.time ?? 0;
   for (let k = 0; k < v.length; k++) {
     const e = v[k] as Partial<LogEntry> | null;
-    if (typeof e !== 'object' || e === null || e.index !== k + 1 || !isCount(e.term) || !isCount(e.time)) return false;
+    if (typeof e !== 'object' || e === null || e.index !== first + k || !isCount(e.term) || !isCount(e.time)) return false;
     if (e.term < lastTerm || e.term > term || e.time < lastTime) return false;
     if (e.data !== null && !(e.data instanceof Uint8Array)) return false;
     if (e.config !== undefined && (e.data !== null || !isConfig(e.config))) return false;
@@ -153,10 +171,11 @@ function isStateFile(v: unknown): v is StateFile {
     isCount(s.vote) &&
     typeof s.voteInc === 'string' &&
     (s.configuration === null || isConfig(s.configuration)) &&
-    s.snapshot === null &&
-    isLog(s.log, s.term) &&
+    (s.snapshot === null || isSnapshot(s.snapshot, s.term)) &&
+    isLog(s.log, s.term, s.snapshot) &&
     isCount(s.commitIndex) &&
-    s.commitIndex <= s.log.length &&
+    s.commitIndex >= (s.snapshot?.index ?? 0) &&
+    s.commitIndex <= (s.snapshot?.index ?? 0) + s.log.length &&
     isCount(s.clusterTime) &&
     typeof s.fileId === 'string'
   );
