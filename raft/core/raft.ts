@@ -39,8 +39,8 @@ export type Role = 'follower' | 'pre-candidate' | 'candidate' | 'leader';
  * majority-replicated entry by counting, the bug of the paper's Figure 8 (§5.4.2);
  * 'answer-every-vote' drops the vote-ignoring rule, so elections no longer wait out leases;
  * 'swap-member' replaces a forgotten member by its new incarnation in one entry (DESIGN.md "Never
- * swap in one entry"). */
-export type UnsafeRule = 'grant-every-vote' | 'commit-old-terms' | 'answer-every-vote' | 'swap-member';
+ * swap in one entry"); 'install-any-chunk' assembles snapshot chunks in whatever order they come. */
+export type UnsafeRule = 'grant-every-vote' | 'commit-old-terms' | 'answer-every-vote' | 'swap-member' | 'install-any-chunk';
 
 /** ρ: monotonic clocks keep the real rate within 0.1 % (DESIGN.md "What the cluster guarantees"). */
 export const clockDriftMax = 0.001;
@@ -1453,7 +1453,7 @@ export class RaftCore {
       this.replySnapshot(m, 0, 0);
       return;
     }
-    a.add(m);
+    a.add(m, this.unsafe === 'install-any-chunk');
     if (!a.complete) {
       this.replySnapshot(m, a.received, 0);
       return;

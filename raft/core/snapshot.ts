@@ -67,9 +67,11 @@ export class SnapshotAssembly {
   }
 
   /** Takes the next chunk in order; any other (a duplicate, or one after a lost chunk) is ignored,
-   * and the answer's `received` tells the leader where to resume. */
-  add(m: InstallSnapshot): void {
-    if (!this.isFor(m) || m.seq !== this.parts.length) return;
+   * and the answer's `received` tells the leader where to resume. `anyOrder` breaks the rule on
+   * purpose (UnsafeRule 'install-any-chunk'), so tests can prove the simulator catches it. */
+  add(m: InstallSnapshot, anyOrder = false): void {
+    if (!this.isFor(m) || this.parts.length >= this.chunkCount) return;
+    if (m.seq !== this.parts.length && !anyOrder) return;
     this.parts.push(m.data);
     this.bytes += m.data.length;
   }

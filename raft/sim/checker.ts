@@ -16,6 +16,19 @@ export class Violation extends RaftError {
 }
 
 const decoder = new TextDecoder();
+
+/** Term and time of `index` on `node`: from its log, from its snapshot at the snapshot's index,
+ * undefined for a compacted index. */
+function termTimeAt(node: RaftCore, index: number): { term: number; time: number } | undefined {
+  if (index === 0) return { term: 0, time: 0 };
+  const first = node.firstIndex;
+  if (index === first - 1) {
+    const s = node.latestSnapshot;
+    return s === null ? undefined : { term: s.term, time: s.time };
+  }
+  const e = index >= first ? node.entries()[index - first] : undefined;
+  return e === undefined ? undefined : { term: e.term, time: e.time };
+}
 const dataKey = (e: LogEntry): string =>
   e.config !== undefined ? `config(${formatConfig(e.config)})` : e.data === null ? '(empty)' : decoder.decode(e.data);
 
@@ -62,9 +75,9 @@ export class SafetyChecker {
   resumed(before: RaftCore, after: RaftCore): void {
     const a = before.durableState();
     const b = after.durableState();
-    const sameLog = a.entries.length === b.entries.length && a.entries.at(-1)?.term === b.entries.at(-1)?.term;
+    const sameLog = before.lastIndex === after.lastIndex && before.firstIndex === after.firstIndex && termTimeAt(before, before.lastIndex)?.term === termTimeAt(after, after.lastIndex)?.term;
     if (b.term < a.term || b.vote !== a.vote || b.voteInc !== a.voteInc || !sameLog) {
-      throw new Violation('rollback', `member ${after.id}.${after.incarnation} resumed with term ${b.term} vote ${b.vote} and ${b.entries.length} entries, had ${a.term} ${a.vote} ${a.entries.length}`);
+      throw new Violation('rollback', `member ${after.id}.${after.incarnation} resumed with term ${b.term} vote ${b.vote} and log to ${after.lastIndex}, had ${a.term} ${a.vote} ${before.lastIndex}`);
     }
   }
 
@@ -83,11 +96,11 @@ export class SafetyChecker {
   }
 
   private checkAppended(node: RaftCore, ready: Ready): void {
-    const log = node.entries();
     for (const e of ready.appended) {
       const key = `${e.index}/${e.term}`;
-      const prevTerm = e.index >= 2 ? (log[e.index - 2]?.term ?? -1) : 0;
-      const prevTime = e.index >= 2 ? (log[e.index - 2]?.time ?? 0) : 0;
+      const prev = termTimeAt(node, e.index - 1);
+      const prevTerm = prev?.term ?? -1;
+      const prevTime = prev?.time ?? 0;
       if (e.time < prevTime) {
         throw new Violation('cluster time order', `node ${node.id} holds ${e.index} at time ${e.time} after time ${prevTime}`);
       }
@@ -111,15 +124,17 @@ export class SafetyChecker {
       return;
     }
     const term = node.currentTerm;
-    const log = node.entries();
     if (was !== undefined && was.term === term) {
-      if (ready.truncatedFrom !== null || log.length < was.lastIndex || log[was.lastIndex - 1]?.term !== was.lastTerm) {
+      // An index the leader compacted since is covered by its snapshot of committed entries.
+      const held = termTimeAt(node, was.lastIndex);
+      const compacted = was.lastIndex < node.firstIndex - 1;
+      if (ready.truncatedFrom !== null || node.lastIndex < was.lastIndex || (!compacted && held?.term !== was.lastTerm)) {
         throw new Violation('leader append-only', `leader ${node.id} of term ${term} lost entries up to ${was.lastIndex}`);
       }
     } else {
       this.newLeader(node, term);
     }
-    this.leading.set(node.id, { term, lastIndex: log.length, lastTerm: log.at(-1)?.term ?? 0 });
+    this.leading.set(node.id, { term, lastIndex: node.lastIndex, lastTerm: termTimeAt(node, node.lastIndex)?.term ?? 0 });
   }
 
   private newLeader(node: RaftCore, term: number): void {
@@ -131,12 +146,21 @@ export class SafetyChecker {
     this.leaderOfTerm.set(key, node.id);
     this.elections++;
     const log = node.entries();
+    const first = node.firstIndex;
     // §5.4: an entry committed in a term is in the log of every leader of a higher term. A leader of
-    // a lower term can still be elected late (a candidate paused with its votes in flight).
+    // a lower term can still be elected late (a candidate paused with its votes in flight). Entries
+    // the leader compacted are in its snapshot, whose last term must match.
     for (let k = 0; k < this.committed.length; k++) {
       const c = this.committed[k];
       if (c !== undefined && c.commitTerm >= term) break;
-      const e = log[k];
+      if (k + 1 < first - 1) continue;
+      if (k + 1 === first - 1) {
+        if (c === undefined || termTimeAt(node, k + 1)?.term !== c.term) {
+          throw new Violation('leader completeness', `leader ${node.id} of term ${term} has a snapshot at ${k + 1} of another term`);
+        }
+        continue;
+      }
+      const e = log[k + 1 - first];
       if (c === undefined || e === undefined || e.term !== c.term || dataKey(e) !== c.data) {
         throw new Violation('leader completeness', `leader ${node.id} of term ${term} lacks committed entry ${k + 1}`);
       }
@@ -145,6 +169,15 @@ export class SafetyChecker {
 
   private checkApplied(node: RaftCore, ready: Ready): void {
     let next = this.applyNext.get(node.id) ?? 1;
+    const s = ready.snapshot;
+    if (s !== null) {
+      // §7: a snapshot holds only committed entries, so its last one is known to every checker.
+      const known = this.committed[s.index - 1];
+      if (known === undefined || known.term !== s.term || known.time !== s.time) {
+        throw new Violation('state machine safety', `node ${node.id} restored a snapshot at ${s.index}/${s.term} that is not the committed log's`);
+      }
+      next = s.index + 1;
+    }
     for (const e of ready.committed) {
       if (e.index !== next) throw new Violation('apply order', `node ${node.id} applied ${e.index}, expected ${next}`);
       const before = this.committed[e.index - 2]?.time ?? 0;

@@ -9,9 +9,9 @@ import type { Fault } from './sim.js';
 import { faultNames, runSeed } from './sim.js';
 
 const usage =
-  'usage: sim --seeds N --first-seed S [--faults drop,dup,reorder,partition,crash,pause,clock,transfer,amnesia,restart|all|none] ' +
-  '[--break grant-every-vote|commit-old-terms|answer-every-vote|swap-member]';
-const unsafeRules: readonly UnsafeRule[] = ['grant-every-vote', 'commit-old-terms', 'answer-every-vote', 'swap-member'];
+  'usage: sim --seeds N --first-seed S [--faults drop,dup,reorder,partition,crash,pause,clock,transfer,amnesia,restart,snapshot|all|none] ' +
+  '[--break grant-every-vote|commit-old-terms|answer-every-vote|swap-member|install-any-chunk]';
+const unsafeRules: readonly UnsafeRule[] = ['grant-every-vote', 'commit-old-terms', 'answer-every-vote', 'swap-member', 'install-any-chunk'];
 
 export const exitOk = 0;
 export const exitViolation = 1;
@@ -92,6 +92,8 @@ function simulate(argv: readonly string[], io: CliOutput): number {
   const started = performance.now();
   let committed = 0;
   let elections = 0;
+  let compactions = 0;
+  let restores = 0;
   for (let seed = first; seed < first + seeds; seed++) {
     const r = runSeed({ seed, faults, ...(broken === undefined ? {} : { unsafe: broken as UnsafeRule }) });
     if (!r.ok) {
@@ -103,10 +105,13 @@ function simulate(argv: readonly string[], io: CliOutput): number {
     }
     committed += r.stats.committed;
     elections += r.stats.elections;
+    compactions += r.stats.compactions;
+    restores += r.stats.restores;
   }
   const ms = Math.round(performance.now() - started);
   io.out(
-    `sim: ${seeds} seeds from ${first} passed (faults ${faultList}) in ${ms} ms; ${elections} elections, ${committed} committed entries`,
+    `sim: ${seeds} seeds from ${first} passed (faults ${faultList}) in ${ms} ms; ${elections} elections, ${committed} committed entries` +
+      (compactions > 0 ? `, ${compactions} compactions, ${restores} snapshots restored` : ''),
   );
   return exitOk;
 }

@@ -34,6 +34,26 @@ describe('raft simulator', { timeout: 60_000 }, () => {
     assert.ok(failure.trace.length > 0, 'the failing seed comes with its event trace');
   });
 
+  it('fault snapshot: nodes compact while one lags, the lagging one installs a snapshot, some installs crash midway, and every state matches', () => {
+    let compactions = 0;
+    let restores = 0;
+    let installCrashes = 0;
+    for (let seed = 1; seed <= 10; seed++) {
+      const r = runSeed({ seed, faults: new Set(['snapshot']) });
+      assert.ok(r.ok, r.ok ? '' : `seed ${seed}: ${r.violation}`);
+      compactions += r.stats.compactions;
+      restores += r.stats.restores;
+      installCrashes += r.stats.installCrashes;
+    }
+    assert.ok(compactions > 0 && restores > 0 && installCrashes > 0, `${compactions} compactions, ${restores} restores, ${installCrashes} crashes`);
+  });
+
+  it('a core that assembles snapshot chunks out of order is caught as an applied-state violation', () => {
+    const failure = firstFailure(50, (seed) => runSeed({ seed, faults: new Set(['snapshot', 'reorder']), unsafe: 'install-any-chunk' }));
+    assert.ok(failure !== undefined && !failure.ok, 'the checker must catch a snapshot assembled wrongly');
+    assert.equal(failure.property, 'applied state');
+  });
+
   it('a failing seed replays to the same violation and the same trace', () => {
     const a = firstFailure(200, (seed) => runSeed({ seed, faults: all, unsafe: 'grant-every-vote' }));
     assert.ok(a !== undefined && !a.ok);

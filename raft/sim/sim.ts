@@ -11,7 +11,7 @@ import { SimClock, wallEpochMs } from './clocks.js';
 import { EventQueue } from './event-queue.js';
 import { LeaseChecker } from './lease-checker.js';
 
-export const faultNames = ['drop', 'dup', 'reorder', 'partition', 'crash', 'pause', 'clock', 'transfer', 'amnesia', 'restart'] as const;
+export const faultNames = ['drop', 'dup', 'reorder', 'partition', 'crash', 'pause', 'clock', 'transfer', 'amnesia', 'restart', 'snapshot'] as const;
 export type Fault = (typeof faultNames)[number];
 
 /** Named scenarios: node 1 campaigns at E/2, clocks drift, and one thing happens (see docs/raft.md). */
@@ -66,10 +66,16 @@ export interface SimApp {
   proposals(leader: number, view: SimNodeView): Uint8Array[];
   /** `node` applied `entries`, in order (its core's Ready). */
   applied(node: number, entries: readonly LogEntry[], view: SimNodeView): void;
-  /** A process for `node` started; its core re-delivers committed entries from index 1. */
+  /** A process for `node` started; its core re-delivers committed entries from index 1, or from
+   * after the snapshot it restores. */
   started(node: number): void;
   /** The run is over (after the quiet period). */
   end(): void;
+  /** With these, fault `snapshot` compacts the log with the application's own snapshots (its state
+   * at the last index `applied` handed it) and hands an installed one to `restore`; without them
+   * the nodes never compact. */
+  snapshot?(node: number): Iterable<Uint8Array>;
+  restore?(node: number, chunks: readonly Uint8Array[]): void;
 }
 
 export interface SimStats {
@@ -89,6 +95,13 @@ export interface SimStats {
   readonly amnesias: number;
   /** Committed configurations, in order, as `1.a1,2.b1,3.c1`. */
   readonly configs: readonly string[];
+  /** Snapshots taken (compactions) and restored (installs from a leader and restarts). */
+  readonly compactions: number;
+  readonly restores: number;
+  /** Crashes injected while a node was receiving a snapshot. */
+  readonly installCrashes: number;
+  /** Most entries any node held at once. */
+  readonly maxHeldEntries: number;
 }
 
 export type SimResult =
@@ -116,6 +129,8 @@ type SimEvent =
   | { readonly kind: 'resume'; readonly node: number }
   | { readonly kind: 'clock-fault' }
   | { readonly kind: 'transfer' }
+  | { readonly kind: 'lag'; readonly node: number }
+  | { readonly kind: 'lag-end'; readonly node: number }
   | { readonly kind: 'campaign'; readonly node: number }
   | { readonly kind: 'quiet' }
   | { readonly kind: 'liveness-probe' }
@@ -132,6 +147,48 @@ const probeStartE = 5;
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 const markerBytes = 6;
+/** The simulated state machine's snapshot: index and hash (u32 each), filler length, filler. */
+const snapshotHeadBytes = 12;
+
+/** The simulated application: a running FNV-1a hash of the data of every entry applied, in order.
+ * Its snapshot carries the hash, so a node that installs one must reach the same state as one that
+ * applied every entry (applied-state equality after install). */
+interface SimState {
+  index: number;
+  hash: number;
+}
+
+function hashEntry(hash: number, data: Uint8Array): number {
+  let h = hash;
+  for (const b of data) h = Math.imul(h ^ b, 16777619) >>> 0;
+  return h;
+}
+
+/** Filler bytes derived from the hash, so a chunk lost, repeated or reordered in a transfer shows. */
+const fillerByte = (hash: number, k: number): number => ((hash >>> ((k % 4) * 8)) ^ k) & 0xff;
+
+function encodeSimState(st: SimState, fillerBytes: number): Uint8Array[] {
+  const head = new Uint8Array(snapshotHeadBytes);
+  const view = new DataView(head.buffer);
+  view.setUint32(0, st.index);
+  view.setUint32(4, st.hash);
+  view.setUint32(8, fillerBytes);
+  const filler = new Uint8Array(fillerBytes);
+  for (let k = 0; k < fillerBytes; k++) filler[k] = fillerByte(st.hash, k);
+  return [head, filler];
+}
+
+/** The simulator's state and, after it, the application's snapshot bytes (SimApp.snapshot). */
+function decodeSimState(chunks: readonly Uint8Array[]): { st: SimState; rest: Uint8Array } | string {
+  const all = Buffer.concat(chunks.map((c) => Buffer.from(c.buffer, c.byteOffset, c.byteLength)));
+  if (all.length < snapshotHeadBytes) return `snapshot of ${all.length} bytes`;
+  const index = all.readUInt32BE(0);
+  const hash = all.readUInt32BE(4);
+  const fillerBytes = all.readUInt32BE(8);
+  if (all.length < snapshotHeadBytes + fillerBytes) return `snapshot of ${all.length} bytes, filler ${fillerBytes}`;
+  for (let k = 0; k < fillerBytes; k++) if (all[snapshotHeadBytes + k] !== fillerByte(hash, k)) return `filler byte ${k} differs`;
+  return { st: { index, hash }, rest: all.subarray(snapshotHeadBytes + fillerBytes) };
+}
 
 /** Runs one seed; on a violation, runs it again with the trace on so the result carries it. */
 export function runSeed(opts: SimOptions): SimResult {
@@ -195,6 +252,19 @@ class Simulation {
   private readonly expectStuck: boolean;
   private amnesias = 0;
   private readonly app: SimApp | null;
+  /** Fault `snapshot`: nodes compact once they hold more applied entries than this (0: never). */
+  private readonly compactEntries: number;
+  private readonly snapshotChunkBytes: number;
+  private readonly snapshotFillerBytes: number;
+  private readonly states = new Map<number, SimState>();
+  /** The state machine's hash after applying each index, as first reached by any node. */
+  private readonly hashAt: number[] = [];
+  /** Nodes cut off by the `snapshot` fault's lag, so the others compact past them. */
+  private readonly lagging = new Set<number>();
+  private compactions = 0;
+  private restores = 0;
+  private installCrashes = 0;
+  private maxHeldEntries = 0;
 
   constructor(private readonly opts: SimOptions) {
     this.app = opts.app?.() ?? null;
@@ -209,6 +279,12 @@ class Simulation {
     // the smallest still let a lagging node catch up within the quiet period.
     this.entriesPerAppendMax = [4, 16, 64][this.prng.int(3)] ?? 64;
     this.inflightAppendsMax = [2, 8][this.prng.int(2)] ?? 8;
+    const snapshots = this.faults.has('snapshot');
+    const compactEntries = snapshots ? this.prng.range(8, 40) : 0;
+    // An application that cannot restore a snapshot never sees one: its nodes do not compact.
+    this.compactEntries = this.app === null || this.app.snapshot !== undefined ? compactEntries : 0;
+    this.snapshotChunkBytes = snapshots ? this.prng.range(4, 24) : 1024;
+    this.snapshotFillerBytes = snapshots ? this.prng.range(0, 80) : 0;
     const variant = this.prng.int(4);
     this.clockVariant = opts.scenario === 'leader-step' ? 2 : variant;
     this.aheadMaxMs = correctWallErrorMs + this.e / 2 + 5;
@@ -251,6 +327,10 @@ class Simulation {
       excludedClocks: [...this.excluded].sort((a, b) => a - b),
       maxAheadMs: this.maxAheadMs,
       amnesias: this.amnesias,
+      compactions: this.compactions,
+      restores: this.restores,
+      installCrashes: this.installCrashes,
+      maxHeldEntries: this.maxHeldEntries,
       configs: this.checker.committed.filter((c) => c.data.startsWith('config(')).map((c) => c.data.slice(7, -1)),
     };
     return { ok: true, seed: this.opts.seed, stats };
@@ -288,6 +368,7 @@ class Simulation {
     if (this.faults.has('transfer')) this.queue.push(this.prng.range(5 * this.e, 15 * this.e), { kind: 'transfer' });
     if (this.faults.has('amnesia')) this.queue.push(this.prng.range(10 * this.e, 30 * this.e), { kind: 'amnesia', node: this.pickNode() });
     if (this.faults.has('restart')) this.queue.push(this.prng.range(5 * this.e, 20 * this.e), { kind: 'stop', node: this.pickNode() });
+    if (this.faults.has('snapshot')) this.queue.push(this.prng.range(2 * this.e, 10 * this.e), { kind: 'lag', node: this.pickNode() });
     if (this.opts.scenario !== undefined) this.scheduleScenario(this.opts.scenario);
     this.queue.push(this.faultEnd, { kind: 'quiet' });
     this.queue.push(this.faultEnd + probeStartE * this.e, { kind: 'liveness-probe' });
@@ -323,6 +404,12 @@ class Simulation {
         return this.onClockFault();
       case 'transfer':
         return this.onTransfer();
+      case 'lag':
+        return this.onLag(ev.node);
+      case 'lag-end':
+        this.lagging.delete(ev.node);
+        this.record(`lag of ${ev.node} ends`);
+        return false;
       case 'campaign':
         this.node(ev.node).campaign();
         this.flush(this.node(ev.node));
@@ -370,6 +457,7 @@ class Simulation {
       else held.push(m);
       return false;
     }
+    if (this.crashesDuringInstall(m)) return false;
     const node = this.node(m.to);
     if (this.trace !== null) this.record(`deliver ${formatMessage(m)}`);
     const error = node.step(m);
@@ -378,6 +466,29 @@ class Simulation {
     if (error !== null && error.code !== 'RAFT_OTHER_MEMBER' && error.code !== 'RAFT_FOREIGN_MESSAGE') throw error;
     this.flush(node);
     return false;
+  }
+
+  /** Fault `snapshot`: one node is cut off for 3E-12E while the others commit and compact past it,
+   * so it must catch up by InstallSnapshot. */
+  private onLag(id: number): boolean {
+    if (this.quiet) return false;
+    this.lagging.add(id);
+    this.record(`lag ${id}`);
+    this.queue.push(this.now + this.prng.range(3 * this.e, 12 * this.e), { kind: 'lag-end', node: id });
+    this.queue.push(this.now + this.prng.range(10 * this.e, 30 * this.e), { kind: 'lag', node: this.pickNode() });
+    return false;
+  }
+
+  /** Fault `snapshot`: a node receiving a snapshot crashes between two chunks, one time in ten. */
+  private crashesDuringInstall(m: Message): boolean {
+    if (!this.faults.has('snapshot') || this.quiet || m.type !== 'snapshot' || m.seq === 0 || !this.runs(m.to)) return false;
+    if (!this.prng.chance(0.1)) return false;
+    this.installCrashes++;
+    this.down.add(m.to);
+    this.leases.update(m.to, this.now, this.now);
+    this.record(`crash ${m.to} during install of chunk ${m.seq + 1}/${m.chunks}`);
+    this.queue.push(this.now + this.prng.range(this.e / 2, 2 * this.e), { kind: 'restart', node: m.to });
+    return true;
   }
 
   private onPropose(): boolean {
@@ -461,7 +572,7 @@ class Simulation {
         vote: d.vote,
         voteInc: d.voteInc ?? '',
         configuration: d.baseConfig ?? null,
-        snapshot: null,
+        snapshot: d.snapshot ?? null,
         log: d.entries,
         commitIndex: n.commitIndex,
         clusterTime: Math.floor(n.clusterTime(this.clock(id).mono(this.now))),
@@ -509,6 +620,7 @@ class Simulation {
     this.quiet = true;
     this.dropRate = 0;
     this.blocked.clear();
+    this.lagging.clear();
     for (const id of [...this.down]) this.onRestart(id);
     for (const id of ids) if (this.clock(id).isPaused) this.onResume(id);
     // With amnesia every node must come back as a voter, so none stays cut off.
@@ -681,7 +793,7 @@ class Simulation {
     let restore = crashed?.durableState();
     if (file !== undefined && crashed !== undefined) {
       const f = decodeStateFile(file, `sim node ${id}`, { clusterId: crashed.clusterId, nodeId: id });
-      restore = { term: f.term, vote: f.vote, voteInc: f.voteInc, entries: f.log, baseConfig: f.configuration };
+      restore = { term: f.term, vote: f.vote, voteInc: f.voteInc, entries: f.log, baseConfig: f.configuration, snapshot: f.snapshot };
     }
     const identity = this.dynamic
       ? {
@@ -699,6 +811,8 @@ class Simulation {
       electionTimeoutMs: this.e,
       entriesPerAppendMax: this.entriesPerAppendMax,
       inflightAppendsMax: this.inflightAppendsMax,
+      snapshotChunkBytesMax: this.snapshotChunkBytes,
+      ...(this.compactEntries > 0 ? { logEntriesMax: this.compactEntries } : {}),
       random: this.prng.fork(),
       now: mono,
       // DESIGN.md: a node that resumed a state file ignores votes for 2E.
@@ -709,6 +823,7 @@ class Simulation {
     if (crashed !== undefined) this.checker.resumed(crashed, node);
     this.nodes.set(id, node);
     this.app?.started(id);
+    this.states.set(id, { index: 0, hash: 0 });
     this.checker.restarted(id);
     this.flush(node);
   }
@@ -727,17 +842,71 @@ class Simulation {
     const mono = clock.mono(this.now);
     this.leases.update(node.id, this.now, node.hasLease(mono) ? clock.trueAt(node.leaseUntil()) : this.now);
     for (const c of node.excludedClocks()) this.excluded.add(c);
+    if (ready.snapshot !== null) this.restoreState(node.id, ready.snapshot.index, ready.snapshot.chunks);
     for (const e of ready.committed) {
       if (e.data !== null && e.data.length === markerBytes && decoder.decode(e.data) === 'marker') this.markerCommitted = true;
       if (this.trace !== null) this.record(`${node.id} applied ${formatEntry(e)}`);
+      this.applyState(node.id, e);
     }
     if (this.app !== null && ready.committed.length > 0) this.app.applied(node.id, ready.committed, this.view(node));
+    this.maybeCompact(node);
     for (const m of ready.messages) this.send(m);
   }
 
   private view(node: RaftCore): SimNodeView {
     const mono = this.clock(node.id).mono(this.now);
     return { role: node.role, term: node.currentTerm, hasLease: node.hasLease(mono), clusterTimeReady: node.clusterTimeReady() };
+  }
+
+  private state(id: number): SimState {
+    const st = this.states.get(id);
+    if (st === undefined) throw new RaftError('RAFT_INVARIANT', `no state machine ${id}`);
+    return st;
+  }
+
+  private applyState(id: number, e: LogEntry): void {
+    const st = this.state(id);
+    st.index = e.index;
+    if (e.data !== null) st.hash = hashEntry(st.hash, e.data);
+    const known = this.hashAt[e.index];
+    if (known === undefined) this.hashAt[e.index] = st.hash;
+    else if (known !== st.hash) throw new Violation('applied state', `node ${id} reached state ${st.hash} at ${e.index}, another ${known}`);
+  }
+
+  /** Applied-state equality after install: the restored state is the one every node reached at
+   * that index by applying the entries. */
+  private restoreState(id: number, index: number, chunks: readonly Uint8Array[]): void {
+    const decoded = decodeSimState(chunks);
+    if (typeof decoded === 'string') throw new Violation('applied state', `node ${id} restored a corrupt snapshot at ${index}: ${decoded}`);
+    const { st, rest } = decoded;
+    if (this.app === null && rest.length > 0) throw new Violation('applied state', `node ${id} restored ${rest.length} bytes too many at ${index}`);
+    if (st.index !== index || this.hashAt[index] !== st.hash) {
+      throw new Violation('applied state', `node ${id} restored state ${st.hash} of ${st.index} as the snapshot at ${index}, whose state is ${this.hashAt[index]}`);
+    }
+    this.states.set(id, st);
+    this.app?.restore?.(id, [rest]);
+    this.restores++;
+    this.record(`${id} restored snapshot at ${index}`);
+  }
+
+  /** Fault `snapshot`: the node's application hands a snapshot over whenever the core wants one;
+   * the log then holds at most compactEntries applied entries (bounded log length). */
+  private maybeCompact(node: RaftCore): void {
+    if (this.compactEntries > 0 && node.snapshotWanted()) {
+      const st = this.state(node.id);
+      const own = encodeSimState(st, this.snapshotFillerBytes);
+      const app = this.app?.snapshot?.(node.id) ?? [];
+      const error = node.compact(st.index, [...own, ...app]);
+      if (error !== null) throw error;
+      this.compactions++;
+      this.record(`${node.id} compacted to ${st.index}`);
+    }
+    const held = node.entries().length;
+    this.maxHeldEntries = Math.max(this.maxHeldEntries, held);
+    if (held !== node.lastIndex - node.firstIndex + 1) throw new Violation('bounded log', `node ${node.id} holds ${held} entries from ${node.firstIndex} to ${node.lastIndex}`);
+    if (this.compactEntries > 0 && node.commitIndex - node.firstIndex + 1 > this.compactEntries) {
+      throw new Violation('bounded log', `node ${node.id} holds ${node.commitIndex - node.firstIndex + 1} committed entries, bound ${this.compactEntries}`);
+    }
   }
 
   /** No deadline passes early while at most one clock is wrong: an entry the leader stamps is not
@@ -759,7 +928,8 @@ class Simulation {
     this.stats.messages++;
     if (m.type === 'timeout-now') this.transfers++;
     const link = `${m.from}>${m.to}`;
-    if (this.blocked.has(link) || this.netRandom.chance(this.dropRate)) {
+    const lags = this.lagging.has(m.from) || this.lagging.has(m.to);
+    if (this.blocked.has(link) || lags || this.netRandom.chance(this.dropRate)) {
       if (this.trace !== null) this.record(`drop ${formatMessage(m)}`);
       return;
     }
