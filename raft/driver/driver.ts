@@ -8,6 +8,8 @@ import { RaftError } from '../errors.js';
 import type { LogEntry, Message } from '../core/messages.js';
 import { Prng } from '../core/prng.js';
 import { RaftCore, type RaftOptions, type Ready, type Role, type SoftState } from '../core/raft.js';
+import type { Snapshot } from '../core/snapshot.js';
+import { SnapshotTaker } from './snapshot-taker.js';
 import { DriverError } from './errors.js';
 import { LogLimiter } from './log-limiter.js';
 import { type DriverLogger, MessageGate } from './message-gate.js';
@@ -32,7 +34,16 @@ export interface DriverClock {
 /** Core options the driver passes through unchanged. */
 export type CoreTuning = Pick<
   RaftOptions,
-  'heartbeatIntervalMs' | 'inflightAppendsMax' | 'entriesPerAppendMax' | 'uncommittedEntriesMax' | 'preVote' | 'checkQuorum'
+  | 'heartbeatIntervalMs'
+  | 'inflightAppendsMax'
+  | 'entriesPerAppendMax'
+  | 'uncommittedEntriesMax'
+  | 'preVote'
+  | 'checkQuorum'
+  | 'appendBytesMax'
+  | 'logEntriesMax'
+  | 'logBytesMax'
+  | 'snapshotChunkBytesMax'
 >;
 
 export interface RaftDriverOptions {
@@ -55,6 +66,14 @@ export interface RaftDriverOptions {
   /** The lease was extended to `leaseEnd` (monotonic ms of the driver's clock) in `term`. Called
    * after the input that renewed it, for audit streams. */
   readonly onLeaseRenewed?: (leaseEnd: number, term: number) => void;
+  /** The application's state as chunks, consistent at the last index handed to onCommitted (the
+   * broker's snapshot() cursor). The driver calls it when the log passes its bounds (CoreTuning
+   * logEntriesMax, logBytesMax), reads the chunks a few ms per event-loop turn, and then compacts
+   * the log up to that index. Without it the log is never compacted. */
+  readonly snapshotSource?: () => Iterable<Uint8Array>;
+  /** Replace the application's state with a snapshot's (from the leader, §7); the committed
+   * entries that follow continue from snapshot.index + 1. Required if any peer compacts. */
+  readonly onSnapshot?: (snapshot: Snapshot) => void;
   /** `accepting` turns false while proposed-but-uncommitted bytes exceed this. Default 64 MiB. */
   readonly uncommittedBytesMax?: number;
   /** Default E/10. */
@@ -87,6 +106,10 @@ export interface DriverStatus {
   refusedMessages: number;
   /** Ms since the last valid message from each peer; null: never heard. */
   lastContactAgoMs: Record<string, number | null>;
+  /** The log: last index a snapshot covers (0: never compacted), entries and data bytes held. */
+  snapshotIndex: number;
+  logEntries: number;
+  logBytes: number;
 }
 
 export const UNCOMMITTED_BYTES_MAX_DEFAULT = 64 * 1024 * 1024;
@@ -131,6 +154,7 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
   private readonly contact = new Map<number, number>();
   /** The lease end last reported through onLeaseRenewed; 0: no lease. */
   private leaseReported = 0;
+  private readonly snapshots: SnapshotTaker;
 
   constructor(opts: RaftDriverOptions) {
     super();
@@ -152,7 +176,14 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
       now: this.lastTick,
     });
     const entriesPerAppendMax = opts.core?.entriesPerAppendMax ?? 64;
-    const ctx = { self: opts.id, nodes: opts.voters, entriesPerAppendMax };
+    const chunkBytes = opts.core?.snapshotChunkBytesMax;
+    const ctx = { self: opts.id, nodes: opts.voters, entriesPerAppendMax, ...(chunkBytes === undefined ? {} : { snapshotChunkBytesMax: chunkBytes }) };
+    this.snapshots = new SnapshotTaker({
+      sliceMs: Math.max(1, Math.floor(opts.electionTimeoutMs / 20)),
+      clock: () => this.clock.monotonic(),
+      compact: (index, chunks) => this.compactTo(index, chunks),
+      logger: opts.logger,
+    });
     this.gate = new MessageGate(ctx, opts.logger, this.limiter, () => this.clock.monotonic());
     this.transport = opts.transport(this.gate.validate);
     this.transport.onMessage(this.onMessage);
@@ -176,6 +207,7 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     this.ticker = undefined;
     if (this.flushImmediate !== undefined) clearImmediate(this.flushImmediate);
     this.flushImmediate = undefined;
+    this.snapshots.cancel();
     this.pending = [];
     this.pendingBytes = 0;
     await this.transport.stop();
@@ -267,6 +299,48 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     this.wasAccepting = now;
   }
 
+  // ---- snapshots and compaction (§7) ----
+
+  /** Takes a snapshot of the application at the last index handed to onCommitted: `chunks` (the
+   * broker's snapshot() cursor, consistent at that index) are read a few ms per event-loop turn,
+   * then the log is compacted up to that index. Resolves with the index, or null if the log had
+   * moved past it meanwhile (a snapshot installed from the leader) or the driver stopped. */
+  compact(chunks: Iterable<Uint8Array>): Promise<number | null> {
+    if (this.state !== 'started') return Promise.resolve(null);
+    return this.snapshots.take(this.applied, chunks);
+  }
+
+  private compactTo(index: number, chunks: readonly Uint8Array[]): number | null {
+    if (this.state !== 'started') return null;
+    let error: RaftError | null = null;
+    try {
+      error = this.core.compact(index, chunks);
+    } catch (err) {
+      this.fail(err);
+      return null;
+    }
+    if (error !== null) {
+      this.opts.logger.info({ index, code: error.code }, 'raft snapshot not used');
+      return null;
+    }
+    this.drainReady();
+    return index;
+  }
+
+  /** The log passed its bounds: ask the application for a snapshot, one at a time. */
+  private maybeSnapshot(): void {
+    const source = this.opts.snapshotSource;
+    if (source === undefined || this.snapshots.busy || this.state !== 'started' || !this.core.snapshotWanted()) return;
+    let chunks: Iterable<Uint8Array>;
+    try {
+      chunks = source();
+    } catch (err) {
+      this.opts.logger.error({ err: (err as Error).message }, 'application snapshot failed');
+      return;
+    }
+    void this.snapshots.take(this.applied, chunks);
+  }
+
   // ---- inputs ----
 
   private readonly onTick = (): void => {
@@ -332,6 +406,7 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
   private drainReady(): void {
     while (this.state === 'started' && this.core.hasReady()) this.handleReady(this.core.takeReady());
     if (this.opts.onLeaseRenewed !== undefined) this.noteLease(this.opts.onLeaseRenewed);
+    this.maybeSnapshot();
   }
 
   /** Renewals happen inside core.step (a majority acknowledged a newer round); the core's lease
@@ -345,8 +420,30 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
   private handleReady(rd: Ready): void {
     for (const m of rd.messages) this.transport.send(m.to, m);
     if (rd.appended.length > 0 || rd.truncatedFrom !== null) this.opts.onAppended?.(rd.appended, rd.truncatedFrom);
+    if (rd.snapshot !== null) this.restore(rd.snapshot);
+    if (this.state !== 'started') return;
     if (rd.committed.length > 0) this.deliver(rd.committed);
     if (rd.softState !== null) this.noteSoftState(rd.softState);
+  }
+
+  /** A snapshot from the leader, or this node's own after a restart, replaces the application's
+   * state. Without onSnapshot the application cannot follow the log any further: stop. */
+  private restore(s: Snapshot): void {
+    const onSnapshot = this.opts.onSnapshot;
+    if (onSnapshot === undefined) {
+      this.fail(new DriverError('RAFT_DRIVER_STATE', `a snapshot at ${s.index} arrived and no onSnapshot was given`));
+      return;
+    }
+    const started = this.clock.monotonic();
+    try {
+      onSnapshot(s);
+    } catch (err) {
+      this.fail(err);
+      return;
+    }
+    this.snapshots.cancel();
+    this.applied = s.index;
+    this.opts.logger.info({ index: s.index, term: s.term, bytes: s.bytes, chunks: s.chunks.length, ms: Math.round(this.clock.monotonic() - started) }, 'raft snapshot restored');
   }
 
   private deliver(entries: readonly LogEntry[]): void {
@@ -476,6 +573,9 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
       uncommittedBytes: this.uncommittedBytes,
       refusedMessages: this.gate.refused,
       lastContactAgoMs,
+      snapshotIndex: this.core.firstIndex - 1,
+      logEntries: this.core.entries().length,
+      logBytes: this.core.logBytes,
     };
   }
 }
