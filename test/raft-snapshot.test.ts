@@ -124,12 +124,14 @@ describe('RaftDriver snapshots over loopback TCP', { timeout: 60_000 }, () => {
     connect(nodes);
     const leader = await leaderOf(nodes);
     await proposeMany(leader, 0, 120);
-    await waitFor('every node to compact', () => nodes.every((n) => n.driver.status().snapshotIndex > 0), 10_000);
-    for (const n of nodes) {
-      const st = n.driver.status();
-      assert.ok(st.logEntries <= 2 * LOG_ENTRIES_MAX, `node ${n.id} holds ${st.logEntries} entries`);
-      assert.ok(n.app.cursorTurns > 1, 'the cursor handed over several chunks');
-    }
+    // At most LOG_ENTRIES_MAX applied since the newest snapshot, and as many before it on a leader
+    // for followers that are behind, once the last snapshot has been taken.
+    await waitFor(
+      'every node to compact within its bounds',
+      () => nodes.every((n) => n.driver.status().snapshotIndex > 0 && n.driver.status().logEntries <= 2 * LOG_ENTRIES_MAX),
+      10_000,
+    );
+    for (const n of nodes) assert.ok(n.app.cursorTurns > 1, 'the cursor handed over several chunks');
   });
 
   test('a follower that comes back after the leader compacted past it installs the snapshot in chunks and reaches the same state', async () => {

@@ -23,10 +23,10 @@ export class Progress {
   /** Probe: an append is out and unanswered; no other until a response or a heartbeat response. */
   probeSent = false;
   /** Snapshot: the snapshot being sent (kept even if the leader compacts again meanwhile), the
-   * next chunk to send, and whether a chunk is out and unanswered. */
+   * next chunk to send, and the chunks the follower reported holding. Invariant: acked <= next. */
   snapshot: Snapshot | null = null;
   snapshotNext = 0;
-  snapshotSent = false;
+  snapshotAcked = 0;
   /** Replicate: last index of each unacknowledged append, ascending. */
   private readonly inflight: number[] = [];
   /** Monotonic ms of the latest message from this follower in the current term (check-quorum). */
@@ -95,7 +95,7 @@ export class Progress {
    * that lost appends cannot wedge a full window (the next append exposes any gap). */
   heartbeatAnswered(inflightAppendsMax: number): void {
     if (this.state === 'probe') this.probeSent = false;
-    else if (this.state === 'snapshot') this.snapshotSent = false;
+    else if (this.state === 'snapshot') this.snapshotNext = this.snapshotAcked;
     else if (this.inflight.length >= inflightAppendsMax) this.inflight.shift();
   }
 
@@ -112,8 +112,14 @@ export class Progress {
     this.state = 'snapshot';
     this.snapshot = snapshot;
     this.snapshotNext = 0;
-    this.snapshotSent = false;
+    this.snapshotAcked = 0;
     this.inflight.length = 0;
+  }
+
+  /** Another chunk may go out: some are left and fewer than `chunksInflightMax` are unanswered. */
+  snapshotChunkDue(chunksInflightMax: number): boolean {
+    const s = this.snapshot;
+    return this.state === 'snapshot' && s !== null && this.snapshotNext < s.chunks.length && this.snapshotNext - this.snapshotAcked < chunksInflightMax;
   }
 
   /** The follower holds `received` chunks of the snapshot at `index`, and, once it has installed it
@@ -121,9 +127,12 @@ export class Progress {
   snapshotAnswered(index: number, received: number, match: number): boolean {
     const s = this.snapshot;
     if (this.state !== 'snapshot' || s === null || index !== s.index) return false;
-    this.snapshotSent = false;
     if (received < s.chunks.length) {
-      this.snapshotNext = received;
+      // Answers to chunks in flight report one more chunk each. One that does not (a chunk was lost
+      // or reordered, or the follower restarted) makes the leader resend from where it is.
+      const stalled = received < this.snapshotAcked || (received === this.snapshotAcked && received < this.snapshotNext);
+      this.snapshotAcked = received;
+      this.snapshotNext = stalled ? received : Math.max(this.snapshotNext, received);
       return true;
     }
     this.match = Math.max(this.match, match);

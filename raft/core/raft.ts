@@ -112,6 +112,8 @@ export interface RaftOptions {
   readonly logBytesMax?: number;
   /** Bytes per InstallSnapshot chunk; the application's chunks are cut to it. Default 256 KiB. */
   readonly snapshotChunkBytesMax?: number;
+  /** Unanswered InstallSnapshot chunks per follower. Default 4. */
+  readonly snapshotChunksInflightMax?: number;
   /** Ongaro's thesis §9.6. Default true. */
   readonly preVote?: boolean;
   /** A leader steps down when it has not heard from a majority within E. Default true. */
@@ -223,6 +225,7 @@ export class RaftCore {
   private readonly logEntriesMax: number;
   private readonly logBytesMax: number;
   private readonly snapshotChunkBytesMax: number;
+  private readonly snapshotChunksInflightMax: number;
   private readonly preVote: boolean;
   private readonly checkQuorum: boolean;
   private readonly random: RandomSource;
@@ -301,6 +304,7 @@ export class RaftCore {
     this.logEntriesMax = opts.logEntriesMax ?? logEntriesMaxDefault;
     this.logBytesMax = opts.logBytesMax ?? logBytesMaxDefault;
     this.snapshotChunkBytesMax = opts.snapshotChunkBytesMax ?? snapshotChunkBytesMaxDefault;
+    this.snapshotChunksInflightMax = opts.snapshotChunksInflightMax ?? 4;
     this.preVote = opts.preVote ?? true;
     this.checkQuorum = opts.checkQuorum ?? true;
     this.random = opts.random;
@@ -607,8 +611,12 @@ export class RaftCore {
   }
 
   durableState(): DurableState {
-    const log = [...this.log.all()];
-    return { term: this.term, vote: this.vote, voteInc: this.voteInc, entries: log, baseConfig: this.baseConfig, snapshot: this.snapshot };
+    // Entries the newest snapshot covers are not durable state: a restart begins at the snapshot.
+    const after = this.snapshotIndex;
+    const held = after > this.log.snapshotIndex;
+    const log = held ? this.log.slice(after + 1, this.log.lastIndex() + 1) : [...this.log.all()];
+    const baseConfig = held ? this.configAt(after) : this.baseConfig;
+    return { term: this.term, vote: this.vote, voteInc: this.voteInc, entries: log, baseConfig, snapshot: this.snapshot };
   }
 
   get role(): Role {
@@ -636,9 +644,18 @@ export class RaftCore {
     return this.log.all();
   }
 
-  /** Index of the first entry held: the snapshot's index + 1 (1 if the log was never compacted). */
+  /** Index of the first entry held (1 if the log was never compacted). */
   get firstIndex(): number {
     return this.log.snapshotIndex + 1;
+  }
+
+  /** Term of the entry at `index`, or at the index the log was compacted to; undefined elsewhere. */
+  termAt(index: number): number | undefined {
+    return this.log.termAt(index);
+  }
+
+  timeAt(index: number): number {
+    return this.log.timeAt(index);
   }
 
   /** The newest snapshot (§7), null if the log was never compacted. */
@@ -1336,7 +1353,7 @@ export class RaftCore {
       pr.becomeSnapshot(this.snapshot);
     }
     if (pr.state === 'snapshot') {
-      this.sendSnapshotChunk(pr);
+      this.sendSnapshotChunks(pr);
       return false;
     }
     if (pr.isPaused(this.inflightAppendsMax)) return false;
@@ -1370,26 +1387,56 @@ export class RaftCore {
   /** The application holds a snapshot of its state after applying `index`, as `chunks`: the log
    * drops every entry up to it, and the snapshot replaces them for followers that need them. */
   compact(index: number, chunks: Iterable<Uint8Array>): RaftError | null {
-    if (index <= this.log.snapshotIndex || index > this.applied) {
-      return new RaftError('RAFT_SNAPSHOT_STALE', `snapshot at ${index}, log compacted to ${this.log.snapshotIndex}, applied ${this.applied}`);
+    const before = this.snapshotIndex;
+    if (index <= before || index > this.applied) {
+      return new RaftError('RAFT_SNAPSHOT_STALE', `snapshot at ${index}, the newest is at ${before}, applied ${this.applied}`);
     }
     const { chunks: parts, bytes } = rechunk(chunks, this.snapshotChunkBytesMax);
+    for (let i = before + 1; i <= index; i++) this.appliedBytes -= this.log.entry(i).data?.length ?? 0;
     const term = this.log.termAt(index) ?? 0;
-    const config = this.configAt(index);
-    for (let i = this.log.snapshotIndex + 1; i <= index; i++) this.appliedBytes -= this.log.entry(i).data?.length ?? 0;
-    const time = this.log.timeAt(index);
-    this.log.compact(index);
-    this.snapshot = { index, term, time, config, chunks: parts, bytes };
-    this.dropConfigsUpTo(index, config);
+    this.snapshot = { index, term, time: this.log.timeAt(index), config: this.configAt(index), chunks: parts, bytes };
+    const floor = this.compactionFloor(index);
+    if (floor > this.log.snapshotIndex) {
+      const config = this.configAt(floor);
+      this.log.compact(floor);
+      this.dropConfigsUpTo(floor, config);
+    }
     this.checkInvariants();
     return null;
   }
 
-  /** The applied entries held pass logEntriesMax or logBytesMax: the application should hand over
-   * a snapshot of its state (compact()). */
+  /** The last index of the newest snapshot (0: none). The log may still hold entries up to it. */
+  get snapshotIndex(): number {
+    return this.snapshot?.index ?? 0;
+  }
+
+  /** The entries applied since the newest snapshot pass logEntriesMax or logBytesMax: the
+   * application should hand over a snapshot of its state (compact()). */
   snapshotWanted(): boolean {
-    const held = this.applied - this.log.snapshotIndex;
-    return held > 0 && (held > this.logEntriesMax || this.appliedBytes > this.logBytesMax);
+    const since = this.applied - this.snapshotIndex;
+    return since > 0 && (since > this.logEntriesMax || this.appliedBytes > this.logBytesMax);
+  }
+
+  /** How far a compaction to `index` drops the log. A leader keeps the entries a follower that is
+   * behind still needs (its match index, or the index of the snapshot it is being sent, so that
+   * once installed it goes on by appends instead of needing the next snapshot), but never more than
+   * logEntriesMax entries or logBytesMax bytes before `index`: a follower further behind, or gone,
+   * gets the snapshot. The log thus holds at most twice the bounds plus the uncommitted tail. */
+  private compactionFloor(index: number): number {
+    let needed = index;
+    if (this.handler.role === 'leader') {
+      for (const pr of this.progress.values()) {
+        needed = Math.min(needed, pr.state === 'snapshot' ? (pr.snapshot?.index ?? pr.match) : pr.match);
+      }
+    }
+    let floor = index;
+    let bytes = 0;
+    while (floor > needed && floor > this.log.snapshotIndex && index - floor < this.logEntriesMax) {
+      bytes += this.log.entry(floor).data?.length ?? 0;
+      if (bytes > this.logBytesMax) break;
+      floor--;
+    }
+    return floor;
   }
 
   /** The configuration in force at `index` (held or the snapshot's). */
@@ -1405,10 +1452,15 @@ export class RaftCore {
     this.baseConfig = config;
   }
 
+  /** Sends chunks while the follower's window of snapshotChunksInflightMax has room: one per answer
+   * once the window is full, so a transfer is sliced across event-loop turns. */
+  private sendSnapshotChunks(pr: Progress): void {
+    while (pr.snapshotChunkDue(this.snapshotChunksInflightMax)) this.sendSnapshotChunk(pr);
+  }
+
   private sendSnapshotChunk(pr: Progress): void {
     const s = pr.snapshot;
     assert(s !== null, `progress of ${pr.node} in snapshot state without a snapshot`);
-    if (pr.snapshotSent) return;
     const seq = pr.snapshotNext;
     const data = s.chunks[seq];
     assert(data !== undefined, `snapshot chunk ${seq} of ${s.chunks.length}`);
@@ -1427,12 +1479,12 @@ export class RaftCore {
       sentAt: this.now,
     };
     this.send(m, pr.inc);
-    pr.snapshotSent = true;
+    pr.snapshotNext++;
   }
 
   private handleSnapshotResponse(m: SnapshotResponse, pr: Progress): void {
     if (!pr.snapshotAnswered(m.index, m.received, m.match)) return;
-    if (pr.state === 'snapshot') this.sendSnapshotChunk(pr);
+    if (pr.state === 'snapshot') this.sendSnapshotChunks(pr);
     else if (this.maybeCommit()) this.broadcastAppend();
     else this.sendAppend(pr, true);
   }

@@ -73,8 +73,24 @@ describe('raft core: snapshots and compaction (§7)', { timeout: 30_000 }, () =>
     assert.equal(c.node(1).snapshotWanted(), true);
   });
 
-  it('a follower that lagged past the compacted log catches up by InstallSnapshot, one chunk per acknowledgement, then by appends', () => {
-    const c = electedCluster({ snapshotChunkBytesMax: 4 });
+  it('a leader keeps the entries a follower a little behind still needs, so it catches up by appends, not a snapshot', () => {
+    const c = electedCluster({ logEntriesMax: 10 });
+    c.partition([[1, 2], [3]]);
+    proposeEach(c, 1, 5);
+    const n = c.node(1);
+    n.compact(n.appliedIndex, [enc.encode(stateOf(c, 1))]);
+    assert.equal(n.latestSnapshot?.index, n.appliedIndex);
+    assert.equal(n.firstIndex, (n.progressOf(3)?.match ?? 0) + 1, 'held from the lagging follower on');
+    c.heal();
+    c.drainOutput();
+    c.run(E);
+    const out = c.drainOutput();
+    assert.equal(out.filter((l) => l.includes(' snapshot ')).length, 0, out.join('\n'));
+    assert.equal(c.node(3).commitIndex, n.commitIndex);
+  });
+
+  it('a follower that lagged past the compacted log catches up by InstallSnapshot in chunks, a window at a time, then by appends', () => {
+    const c = electedCluster({ snapshotChunkBytesMax: 4, logEntriesMax: 2 });
     proposeEach(c, 1, 2);
     c.partition([[1, 2], [3]]);
     proposeEach(c, 3, 4);
@@ -97,7 +113,7 @@ describe('raft core: snapshots and compaction (§7)', { timeout: 30_000 }, () =>
   });
 
   it('a crash during an install discards the partial snapshot; the leader starts over from chunk 0', () => {
-    const c = electedCluster({ snapshotChunkBytesMax: 2 });
+    const c = electedCluster({ snapshotChunkBytesMax: 2, logEntriesMax: 2 });
     c.partition([[1, 2], [3]]);
     proposeEach(c, 1, 6);
     c.node(1).compact(c.node(1).appliedIndex, [enc.encode(stateOf(c, 1))]);

@@ -17,20 +17,15 @@ export class Violation extends RaftError {
 
 const decoder = new TextDecoder();
 
-/** Term and time of `index` on `node`: from its log, from its snapshot at the snapshot's index,
- * undefined for a compacted index. */
-function termTimeAt(node: RaftCore, index: number): { term: number; time: number } | undefined {
-  if (index === 0) return { term: 0, time: 0 };
-  const first = node.firstIndex;
-  if (index === first - 1) {
-    const s = node.latestSnapshot;
-    return s === null ? undefined : { term: s.term, time: s.time };
-  }
-  const e = index >= first ? node.entries()[index - first] : undefined;
-  return e === undefined ? undefined : { term: e.term, time: e.time };
-}
 const dataKey = (e: LogEntry): string =>
   e.config !== undefined ? `config(${formatConfig(e.config)})` : e.data === null ? '(empty)' : decoder.decode(e.data);
+
+/** Term and time of `index` on `node`: from its log, or where its log was compacted to; undefined
+ * for a compacted index. */
+function termTimeAt(node: RaftCore, index: number): { term: number; time: number } | undefined {
+  const term = node.termAt(index);
+  return term === undefined ? undefined : { term, time: node.timeAt(index) };
+}
 
 /** Checks the Raft safety properties (§5.2 Election Safety, §5.3 Leader Append-Only and Log
  * Matching, §5.4 Leader Completeness and State Machine Safety) after every step, incrementally:
@@ -66,8 +61,10 @@ export class SafetyChecker {
   /** Call after every input to `node` with the Ready it produced. */
   check(node: RaftCore, ready: Ready): void {
     this.checkVote(node, ready);
-    this.checkAppended(node, ready);
+    // Leaders first: a second leader in a term is named as such, not as the conflicting entry that
+    // its first append makes.
     this.checkLeader(node, ready);
+    this.checkAppended(node, ready);
     this.checkApplied(node, ready);
   }
 
@@ -75,7 +72,7 @@ export class SafetyChecker {
   resumed(before: RaftCore, after: RaftCore): void {
     const a = before.durableState();
     const b = after.durableState();
-    const sameLog = before.lastIndex === after.lastIndex && before.firstIndex === after.firstIndex && termTimeAt(before, before.lastIndex)?.term === termTimeAt(after, after.lastIndex)?.term;
+    const sameLog = before.lastIndex === after.lastIndex && before.snapshotIndex === after.snapshotIndex && termTimeAt(before, before.lastIndex)?.term === termTimeAt(after, after.lastIndex)?.term;
     if (b.term < a.term || b.vote !== a.vote || b.voteInc !== a.voteInc || !sameLog) {
       throw new Violation('rollback', `member ${after.id}.${after.incarnation} resumed with term ${b.term} vote ${b.vote} and log to ${after.lastIndex}, had ${a.term} ${a.vote} ${before.lastIndex}`);
     }
