@@ -27,6 +27,9 @@ export class Progress {
   snapshot: Snapshot | null = null;
   snapshotNext = 0;
   snapshotAcked = 0;
+  /** snapshotAcked at the previous heartbeat answer (-1: none yet): unchanged since, with chunks
+   * out, means a chunk or its answer was lost. */
+  private snapshotAckedAtBeat = -1;
   /** Replicate: last index of each unacknowledged append, ascending. */
   private readonly inflight: number[] = [];
   /** Monotonic ms of the latest message from this follower in the current term (check-quorum). */
@@ -95,7 +98,7 @@ export class Progress {
    * that lost appends cannot wedge a full window (the next append exposes any gap). */
   heartbeatAnswered(inflightAppendsMax: number): void {
     if (this.state === 'probe') this.probeSent = false;
-    else if (this.state === 'snapshot') this.snapshotNext = this.snapshotAcked;
+    else if (this.state === 'snapshot') this.snapshotHeartbeat();
     else if (this.inflight.length >= inflightAppendsMax) this.inflight.shift();
   }
 
@@ -113,7 +116,15 @@ export class Progress {
     this.snapshot = snapshot;
     this.snapshotNext = 0;
     this.snapshotAcked = 0;
+    this.snapshotAckedAtBeat = -1;
     this.inflight.length = 0;
+  }
+
+  /** Like a lost append, a lost chunk is repaired within a heartbeat round: no progress since the
+   * previous answer means resending from what the follower holds. */
+  private snapshotHeartbeat(): void {
+    if (this.snapshotAcked === this.snapshotAckedAtBeat) this.snapshotNext = this.snapshotAcked;
+    this.snapshotAckedAtBeat = this.snapshotAcked;
   }
 
   /** Another chunk may go out: some are left and fewer than `chunksInflightMax` are unanswered. */
@@ -128,11 +139,11 @@ export class Progress {
     const s = this.snapshot;
     if (this.state !== 'snapshot' || s === null || index !== s.index) return false;
     if (received < s.chunks.length) {
-      // Answers to chunks in flight report one more chunk each. One that does not (a chunk was lost
-      // or reordered, or the follower restarted) makes the leader resend from where it is.
-      const stalled = received < this.snapshotAcked || (received === this.snapshotAcked && received < this.snapshotNext);
+      // Fewer than before: the follower restarted (or this answer was overtaken); go on from what
+      // it holds. A gap (a chunk lost) shows as no progress and is repaired at the next heartbeat.
+      if (received < this.snapshotAcked) this.snapshotNext = received;
       this.snapshotAcked = received;
-      this.snapshotNext = stalled ? received : Math.max(this.snapshotNext, received);
+      this.snapshotNext = Math.max(this.snapshotNext, received);
       return true;
     }
     this.match = Math.max(this.match, match);
