@@ -1593,6 +1593,15 @@ function checkOptions(opts: RaftOptions): void {
   for (const v of opts.voters ?? []) if (!nodes.includes(v)) bad(`voter ${v} is not a configured node`);
   if (!(opts.electionTimeoutMs >= 2)) bad(`electionTimeoutMs ${opts.electionTimeoutMs}`);
   if (opts.maxClockOffsetMs !== undefined && !(opts.maxClockOffsetMs > 0)) bad(`maxClockOffsetMs ${opts.maxClockOffsetMs}`);
+  const counts = ['appendBytesMax', 'logEntriesMax', 'logBytesMax', 'snapshotChunkBytesMax', 'snapshotChunksInflightMax'] as const;
+  for (const k of counts) {
+    const v = opts[k];
+    if (v !== undefined && (!Number.isSafeInteger(v) || v < 1)) bad(`${k} ${v} (a positive integer)`);
+  }
+  const restored = opts.restore?.snapshot;
+  if (restored != null && restored.index !== (opts.restore?.entries[0]?.index ?? restored.index + 1) - 1) {
+    bad(`restored log starts at ${opts.restore?.entries[0]?.index}, not after the snapshot at ${restored.index}`);
+  }
   assertInteger(opts.now, 'now');
   const restore = opts.restore;
   if (restore !== undefined && restore.vote !== 0 && !nodes.includes(restore.vote)) bad(`restored vote ${restore.vote}`);

@@ -30,7 +30,8 @@ export function parseScenario(text: string): ScenarioBlock[] {
 
 /** Runs every block against one fresh cluster; returns the actual output of each. */
 export function runScenario(blocks: readonly ScenarioBlock[]): string[] {
-  const cluster = new TestCluster({ electionTimeoutMs: 100, seed: 1 });
+  // Small snapshot bounds, so that a script shows a compaction and a transfer in a few lines.
+  const cluster = new TestCluster({ electionTimeoutMs: 100, seed: 1, node: { logEntriesMax: 2, snapshotChunkBytesMax: 4 } });
   cluster.drainOutput();
   return blocks.map((b) => {
     const printed = runCommand(cluster, b.command);
@@ -76,6 +77,12 @@ function runCommand(c: TestCluster, command: string): string[] {
     case 'restart':
       c.restart(nodeId(args[0]));
       return [];
+    case 'compact': {
+      // The application's state is the rest of the line; the snapshot is at the applied index.
+      const n = c.node(nodeId(args[0]));
+      const error = n.compact(n.appliedIndex, [enc.encode(args.slice(1).join(' '))]);
+      return [error === null ? `compacted to ${n.appliedIndex}, log from ${n.firstIndex}` : `refused ${error.code}`];
+    }
     case 'status':
       return c.status();
     default:

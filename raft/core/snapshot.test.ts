@@ -173,6 +173,16 @@ describe('raft core: snapshots and compaction (§7)', { timeout: 30_000 }, () =>
     assert.equal(c.node(2).latestSnapshot, null);
   });
 
+  it('bounds of zero, fractions, or a restored log that does not start right after its snapshot are refused as options', () => {
+    for (const bad of [{ logEntriesMax: 0 }, { snapshotChunkBytesMax: 1.5 }, { snapshotChunksInflightMax: -1 }, { appendBytesMax: 0 }, { logBytesMax: Number.NaN }]) {
+      assert.throws(() => new TestCluster({ electionTimeoutMs: E, node: bad }), { code: 'RAFT_BAD_OPTIONS' }, JSON.stringify(bad));
+    }
+    const snapshot = { index: 5, term: 1, time: 0, config: null, chunks: [new Uint8Array(0)], bytes: 0 };
+    const entries = [{ index: 7, term: 1, time: 0, data: null }];
+    const restore = new Map([[1, { term: 1, vote: 0, entries, snapshot }]]);
+    assert.throws(() => new TestCluster({ electionTimeoutMs: E, restore }), { code: 'RAFT_BAD_OPTIONS' });
+  });
+
   it('rechunk cuts chunks to the bound without copying and makes one empty chunk of an empty state', () => {
     const src = new Uint8Array([1, 2, 3, 4, 5]);
     const r = rechunk([src, new Uint8Array(0), new Uint8Array([6])], 2);
