@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { runCli } from './cli.js';
-import type { Fault, SimResult } from './sim.js';
+import type { Fault, SimApp, SimResult } from './sim.js';
 import { faultNames, runSeed } from './sim.js';
 
 const all: ReadonlySet<Fault> = new Set(faultNames);
@@ -46,6 +46,46 @@ describe('raft simulator', { timeout: 60_000 }, () => {
       installCrashes += r.stats.installCrashes;
     }
     assert.ok(compactions > 0 && restores > 0 && installCrashes > 0, `${compactions} compactions, ${restores} restores, ${installCrashes} crashes`);
+  });
+
+  it('fault snapshot with an application: its own snapshot travels with the simulator\'s and restores the state it had at that index', () => {
+    let restores = 0;
+    const app = (): SimApp => {
+      const at = new Map<number, { index: number; count: number }>();
+      const countAt: number[] = [];
+      return {
+        proposals: () => [new Uint8Array([1])],
+        applied: (node, entries) => {
+          const st = at.get(node) ?? { index: 0, count: 0 };
+          for (const e of entries) {
+            st.index = e.index;
+            if (e.data !== null) st.count++;
+            countAt[e.index] ??= st.count;
+            assert.equal(countAt[e.index], st.count, `node ${node} at ${e.index}`);
+          }
+          at.set(node, st);
+        },
+        started: (node) => at.delete(node),
+        end: () => {},
+        snapshot: (node) => {
+          const st = at.get(node) ?? { index: 0, count: 0 };
+          return [new Uint8Array(new Uint32Array([st.index, st.count]).buffer)];
+        },
+        restore: (node, chunks) => {
+          const bytes = Buffer.concat(chunks.map((c) => Buffer.from(c)));
+          const index = bytes.readUInt32LE(0);
+          const count = bytes.readUInt32LE(4);
+          assert.equal(count, countAt[index], `node ${node} restored ${count} entries at ${index}`);
+          at.set(node, { index, count });
+          restores++;
+        },
+      };
+    };
+    for (let seed = 1; seed <= 5; seed++) {
+      const r = runSeed({ seed, faults: new Set(['snapshot', 'crash']), app });
+      assert.ok(r.ok, r.ok ? '' : `seed ${seed}: ${r.violation}`);
+    }
+    assert.ok(restores > 0);
   });
 
   it('a core that assembles snapshot chunks out of order is caught as an applied-state violation', () => {
