@@ -66,7 +66,12 @@ export async function startClusterNode(
   const raftPort = transport()?.address().port ?? cs.listen.port;
   const node = new BrokerNode({ ...nodeOpts, audit }, log);
   created(node);
-  log.attach({ lastCheck: () => node.lastCheck, failure: () => node.failure });
+  log.attach({
+    lastCheck: () => node.lastCheck,
+    failure: () => node.failure,
+    snapshot: () => node.snapshot(),
+    restore: (chunks) => node.restore(chunks),
+  });
   let server: HealthServer | null = null;
   let healthPort = -1;
   try {

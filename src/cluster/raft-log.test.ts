@@ -3,7 +3,8 @@
 // alone. The real driver over TCP runs the BrokerLog contract in test/cluster-raft-log.slow.test.ts.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import type { Command, Entry } from '../broker/commands.js';
+import { Broker } from '../broker/broker.js';
+import type { Command, Effect, Entry } from '../broker/commands.js';
 import type { LogEntry } from '../../raft/core/messages.js';
 import type { Role } from '../../raft/core/raft.js';
 import type { ProposeTicket } from '../../raft/driver/driver.js';
@@ -126,6 +127,22 @@ class Listener implements LogListener {
 }
 
 const turn = (): Promise<void> => new Promise((r) => setImmediate(r));
+
+/** For tests that never compact: a snapshot request or install would be a failure of the test. */
+const unusedSnapshots = {
+  snapshot: (): Iterable<Uint8Array> => assert.fail('no snapshot expected'),
+  restore: (): void => assert.fail('no restore expected'),
+};
+
+/** A listener that applies what it is given to a real Broker, as BrokerNode does. */
+class ApplyingListener extends Listener {
+  readonly broker = new Broker();
+  override committed(entries: readonly Entry[]): void {
+    super.committed(entries);
+    const out: Effect[] = [];
+    for (const e of entries) this.broker.apply(e, out);
+  }
+}
 
 async function setup(): Promise<{ log: RaftLog; driver: FakeDriver; listener: Listener }> {
   let driver: FakeDriver | undefined;
@@ -303,7 +320,7 @@ describe('RaftLog serving rule', { timeout: 10_000 }, () => {
   it('stops serving when the state machine reports a failure, and says so in status', async () => {
     const { log, driver, listener } = await setup();
     let failure: string | null = null;
-    log.attach({ lastCheck: () => null, failure: () => failure });
+    log.attach({ lastCheck: () => null, failure: () => failure, ...unusedSnapshots });
     try {
       await serve(driver, 2);
       assert.equal(log.status().serving, true);
@@ -338,7 +355,7 @@ describe('RaftLog serving rule', { timeout: 10_000 }, () => {
     });
     const listener = new Listener();
     let last: { index: number; digest: string } | null = null;
-    log.attach({ lastCheck: () => last, failure: () => null });
+    log.attach({ lastCheck: () => last, failure: () => null, ...unusedSnapshots });
     await log.open();
     log.start(listener);
     await turn();
@@ -480,6 +497,47 @@ describe('RaftLog serving rule', { timeout: 10_000 }, () => {
       const start = [...d.log].reverse().map((e) => (e.data === null ? null : decodeCommand(e.data))).find((c) => c?.t === 'serve-start');
       assert.equal(start?.t === 'serve-start' ? start.settings.willGraceS : undefined, 99);
       assert.equal(start?.t === 'serve-start' ? start.configHash : undefined, 'v2:99');
+    } finally {
+      await log.stop();
+    }
+  });
+
+  it('hands raft the broker state for compaction, and installs a snapshot from the leader into it', async () => {
+    let driver: FakeDriver | undefined;
+    const log = new RaftLog({
+      node: 1,
+      voters: [1, 2, 3],
+      settings: contractSettings,
+      logger: { info() {}, warn() {}, error() {} },
+      pollIntervalMs: 1_000_000,
+      driver: (hooks) => {
+        driver = new FakeDriver(hooks);
+        return driver;
+      },
+    });
+    const listener = new ApplyingListener();
+    log.attach({ lastCheck: () => null, failure: () => null, snapshot: () => listener.broker.snapshot(), restore: (c) => listener.broker.restore(c) });
+    await log.open();
+    const d = driver!;
+    assert.throws(() => d.hooks.snapshotSource(), /not applied/, 'no snapshot before the broker has the delivered entries');
+    log.start(listener);
+    await turn();
+    try {
+      await serve(d, 2);
+      log.propose({ t: 'connect', conn: `${log.servePeriod}.1`, clientId: 'keeper', protocol: 4, clean: false, expiryS: 0xffffffff, will: null, username: null, receiveMax: 65535, maxPacketSize: 0, problemInfo: true });
+      log.propose({ t: 'subscribe', conn: `${log.servePeriod}.1`, pid: 1, subs: [{ filter: 'k/#', qos: 1, nl: false, rap: false, rh: 0 }] });
+      d.commitAll();
+      const chunks = [...d.hooks.snapshotSource()];
+      const copy = new Broker();
+      copy.restore(chunks);
+      assert.equal(copy.digest(), listener.broker.digest(), 'the snapshot is the broker state at the last delivered entry');
+
+      // A follower that fell behind gets the leader's snapshot: its broker becomes the leader's.
+      const follower = new ApplyingListener();
+      const sourceBytes = chunks.reduce((n, c) => n + c.length, 0);
+      log.attach({ lastCheck: () => null, failure: () => null, snapshot: () => follower.broker.snapshot(), restore: (c) => follower.broker.restore(c) });
+      d.hooks.onSnapshot({ index: d.lastIndex, term: 2, time: d.time, config: null, chunks, bytes: sourceBytes });
+      assert.equal(follower.broker.digest(), listener.broker.digest());
     } finally {
       await log.stop();
     }

@@ -260,6 +260,18 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     return this.checkApplied;
   }
 
+  /** The replicated state, consistent at the last applied entry (for raft log compaction). */
+  snapshot(): Iterable<Uint8Array> {
+    return this.broker.snapshot();
+  }
+
+  /** Replaces the replicated state with a snapshot's (installed from the raft leader on a node that
+   * does not serve); the deadline timer follows the new state. */
+  restore(chunks: Iterable<Uint8Array>): void {
+    this.broker.restore(chunks);
+    this.armTick();
+  }
+
   /** Starts the log; resolves once this node first serves and listens (a cluster follower's
    * start() resolves only when it becomes the serving leader). */
   start(): Promise<void> {

@@ -127,6 +127,19 @@ export class BrokerSimApp implements SimApp {
     this.checkDigest(node, n.broker);
   }
 
+  /** Fault `snapshot` compacts with the broker's own snapshot, as RaftLog does. */
+  snapshot(node: number): Iterable<Uint8Array> {
+    return this.node(node).broker.snapshot();
+  }
+
+  /** An installed snapshot replaces the node's broker; its digest must equal every other node's
+   * at the same applied index, like any replica's. */
+  restore(node: number, chunks: readonly Uint8Array[]): void {
+    const n = this.node(node);
+    n.broker.restore(chunks);
+    this.checkDigest(node, n.broker);
+  }
+
   end(): void {
     let max = 0;
     for (const n of this.nodes.values()) max = Math.max(max, n.broker.appliedIndex);
