@@ -21,6 +21,9 @@ export const RaftErrorCodes = {
   RAFT_TRANSFERRING: 'raft leadership transfer in progress',
   /** compact() at an index not above the current snapshot's, or above what was applied. */
   RAFT_SNAPSHOT_STALE: 'stale raft snapshot',
+  /** propose() on a force-started leader before two node ids are voters in its epoch
+   * (DESIGN.md "Force-start": the new epoch serves only then). */
+  RAFT_NOT_SERVING: 'force-started epoch does not serve yet',
   /** Options given to the core or the simulator are out of range. */
   RAFT_BAD_OPTIONS: 'bad raft options',
   /** The simulator found a run that breaks a safety or liveness property. */

@@ -166,6 +166,12 @@ export interface Announce extends Envelope {
   readonly voter: boolean;
   /** The sender judged that no configuration it knows can elect a leader again. */
   readonly stuck: boolean;
+  /** The leader the sender follows (itself if it leads); 0: none. A force-start refuses while a
+   * peer shows a leader in the old epoch (DESIGN.md "Force-start"). */
+  readonly leader: number;
+  /** Node ids that are voters in the sender's newest committed configuration, when it leads; 0
+   * otherwise. A member of an older epoch switches to the sender's once this is at least two. */
+  readonly committedVoters: number;
 }
 
 export type Message =

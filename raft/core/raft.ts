@@ -56,6 +56,26 @@ export const replaceSilentE = 2;
 export const caughtUpRoundE = 1;
 /** An announcement older than this many E no longer describes its sender. */
 export const announceStaleE = 4;
+/** A force-start first listens this many E for a peer showing a leader or a newer log in the old
+ * epoch (announcements go out every E/5, and a leader answers one within a round trip), and for
+ * any old lease to run out (DESIGN.md "Force-start"). */
+export const forceStartProbeE = 3;
+
+/** Where a force-start stands (DESIGN.md "Force-start"). */
+export type ForceStartPhase =
+  /** Listening to peers before making the new epoch. */
+  | 'probing'
+  /** The new epoch exists with this node its only voter; it does not serve. */
+  | 'waiting'
+  /** Two node ids are voters in the new epoch's committed configuration. */
+  | 'serving'
+  /** Refused or timed out: the node must exit (`forceStartFailure()` says why). */
+  | 'failed';
+
+export interface ForceStartOptions {
+  /** The new epoch must serve within this many ms of the force, or the node gives up. */
+  readonly timeoutMs: number;
+}
 
 /** What survives a restart (as if resumed from a state file); commit and role do not. */
 export interface DurableState {
@@ -128,6 +148,10 @@ export interface RaftOptions {
   readonly ignoreVotesUntil?: number;
   /** A wall clock farther than this from the median is excluded from cluster time. Default 1000. */
   readonly maxClockOffsetMs?: number;
+  /** DESIGN.md "Force-start": with `restore` (the node's whole file, treated as committed) and
+   * `epoch` (the file's), make the next epoch with this member as its only voter. Needs an
+   * incarnation other than the file's. */
+  readonly forceStart?: ForceStartOptions;
   readonly unsafe?: UnsafeRule;
 }
 
@@ -275,6 +299,14 @@ export class RaftCore {
   /** wall − monotonic at the latest tick; a jump of more than the margin is a frozen machine. */
   private wallAhead: number | null = null;
   private readonly clock: ClusterClock;
+  /** Force-start progress; null: this process did not force-start. */
+  private forcePhase: ForceStartPhase | null = null;
+  /** Probing: monotonic ms of the force; waiting: monotonic ms of the give-up. */
+  private forceDeadline = 0;
+  private readonly forceTimeoutMs: number;
+  private forceFailure: string | null = null;
+  /** A newer epoch that serves with two node ids: this member of an older epoch must switch. */
+  private switchTo: Epoch | null = null;
 
   private messages: Message[] = [];
   private appended: LogEntry[] = [];
@@ -329,6 +361,11 @@ export class RaftCore {
     this.refreshConfig();
     this.becomeFollower(this.term, 0);
     this.reportedHard = this.hardState();
+    this.forceTimeoutMs = opts.forceStart?.timeoutMs ?? 0;
+    if (opts.forceStart !== undefined) {
+      this.forcePhase = 'probing';
+      this.forceDeadline = opts.now + forceStartProbeE * this.electionTimeoutMs;
+    }
   }
 
   // ---- inputs ----
@@ -338,6 +375,7 @@ export class RaftCore {
     this.now = monotonic;
     this.wall = wall;
     this.detectFreeze(wall - monotonic);
+    if (this.forcePhase !== null && this.tickForceStart()) return;
     this.handler.tick();
   }
 
@@ -358,8 +396,13 @@ export class RaftCore {
     const ctx = { self: this.id, nodes: this.nodes, entriesPerAppendMax: this.entriesPerAppendMax, snapshotChunkBytesMax: this.snapshotChunkBytesMax };
     const error = validateMessage(m, ctx);
     if (error !== null) return error;
+    if (m.type === 'announce' && this.otherEpochAnnounce(m)) return null;
     const foreign = this.refuseForIdentity(m);
     if (foreign !== null) return foreign;
+    if (this.forcePhase === 'probing' || this.forcePhase === 'failed') {
+      this.probe(m);
+      return null;
+    }
     if (m.type === 'announce') {
       this.handleAnnounce(m);
       this.checkInvariants();
@@ -422,6 +465,9 @@ export class RaftCore {
     if (this.handler.role !== 'leader') {
       return { ok: false, error: new RaftError('RAFT_NOT_LEADER', `node ${this.id} is ${this.handler.role}`), leader: this.leader };
     }
+    if (this.forcePhase === 'waiting') {
+      return { ok: false, error: new RaftError('RAFT_NOT_SERVING', `epoch ${this.epochNow.generation} has one voter`), leader: this.id };
+    }
     if (this.transfer !== null) {
       return { ok: false, error: new RaftError('RAFT_TRANSFERRING', `to node ${this.transfer.to}`), leader: this.id };
     }
@@ -463,12 +509,12 @@ export class RaftCore {
 
   /** True while this node leads and holds a lease at monotonic ms `monotonic`. */
   hasLease(monotonic: number): boolean {
-    return this.handler.role === 'leader' && monotonic < this.leaseEnd;
+    return this.handler.role === 'leader' && monotonic < this.leaseEnd && this.forcePhase !== 'waiting';
   }
 
   /** Monotonic ms at which the lease ends; 0 if there is none. */
   leaseUntil(): number {
-    return this.handler.role === 'leader' ? this.leaseEnd : 0;
+    return this.handler.role === 'leader' && this.forcePhase !== 'waiting' ? this.leaseEnd : 0;
   }
 
   /** Cluster ms (whole) at monotonic `monotonic`: on the leader, its steered clock (never below the log's
@@ -554,6 +600,23 @@ export class RaftCore {
 
   get membershipAtStart(): Membership {
     return this.membership;
+  }
+
+  /** Null unless this process force-started. */
+  get forceStartPhase(): ForceStartPhase | null {
+    return this.forcePhase;
+  }
+
+  /** Why the force-start failed (refused by a peer, or timed out); null otherwise. */
+  forceStartFailure(): string | null {
+    return this.forceFailure;
+  }
+
+  /** A newer epoch serves with two node ids and this node is a member of an older one: the driver
+   * must replace this core by an amnesiac one of that epoch (DESIGN.md "Force-start": a live
+   * member of the old epoch switches only then). */
+  epochToJoin(): Epoch | null {
+    return this.switchTo;
   }
 
   /** Leader only: every configured node id is a voter with its current incarnation, and each
@@ -1017,6 +1080,7 @@ export class RaftCore {
     if (this.now >= this.heartbeatDue) {
       this.heartbeatDue = this.now + this.heartbeatIntervalMs;
       for (const pr of this.progress.values()) this.sendHeartbeat(pr);
+      this.announceAsLeader();
     }
     this.maybeChangeConfig();
   }
@@ -1204,22 +1268,36 @@ export class RaftCore {
     const stuck = this.needsForceStart();
     if (this.isVoter && !stuck) return;
     this.announceDue = this.now + this.heartbeatIntervalMs;
+    for (const to of this.nodes) if (to !== this.id) this.announceTo(to, stuck);
+  }
+
+  /** A leader whose committed configuration has two node ids tells every node id it does not
+   * replicate to who it is, so a member of an older epoch learns that this epoch serves
+   * (DESIGN.md "Force-start"). */
+  private announceAsLeader(): void {
+    if (this.forcePhase === 'waiting' || this.committedVoterIds() < 2) return;
     for (const to of this.nodes) {
-      if (to === this.id) continue;
-      const m: Outgoing = {
-        type: 'announce',
-        from: this.id,
-        to,
-        term: this.term,
-        membership: this.membership,
-        peers: this.peersDigest,
-        lastIndex: this.log.lastIndex(),
-        lastTerm: this.log.lastTerm(),
-        voter: this.isVoter,
-        stuck,
-      };
-      this.send(m, '');
+      if (to === this.id || this.progressOf(to) !== undefined) continue;
+      this.announceTo(to, false);
     }
+  }
+
+  private announceTo(to: number, stuck: boolean): void {
+    const m: Outgoing = {
+      type: 'announce',
+      from: this.id,
+      to,
+      term: this.term,
+      membership: this.membership,
+      peers: this.peersDigest,
+      lastIndex: this.log.lastIndex(),
+      lastTerm: this.log.lastTerm(),
+      voter: this.isVoter,
+      stuck,
+      leader: this.leader,
+      committedVoters: this.handler.role === 'leader' ? this.committedVoterIds() : 0,
+    };
+    this.send(m, '');
   }
 
   private handleAnnounce(m: Announce): void {
@@ -1270,6 +1348,94 @@ export class RaftCore {
     // (DESIGN.md "Cluster time"), never trusting this node's wall clock alone.
     this.appendOwn([{ index: 1, term: 1, time: 0, data: null, config }]);
     this.becomeLeader();
+  }
+
+  // ---- force-start (DESIGN.md "Force-start") ----
+
+  /** True when the tick is used up by the force-start: probing, failed, or just timed out. */
+  private tickForceStart(): boolean {
+    switch (this.forcePhase) {
+      case 'probing':
+        if (this.now < this.forceDeadline) {
+          this.maybeAnnounce();
+          return true;
+        }
+        this.force();
+        return false;
+      case 'waiting':
+        if (this.committedVoterIds() >= 2) {
+          this.forcePhase = 'serving';
+          return false;
+        }
+        if (this.now < this.forceDeadline) return false;
+        this.failForceStart(`epoch ${this.epochNow.generation} found no second voter within ${this.forceTimeoutMs} ms`);
+        return true;
+      case 'serving':
+      case null:
+        return false;
+      case 'failed':
+        return true;
+      default:
+        return unreachable(this.forcePhase, 'force-start phase');
+    }
+  }
+
+  /** While probing, a peer that shows a leader, a newer log, or a newer epoch refuses the
+   * force-start; nothing else is answered (this member is not part of the old epoch). */
+  private probe(m: Message): void {
+    if (this.forcePhase !== 'probing') return;
+    if (m.type === 'append' || m.type === 'heartbeat') {
+      this.failForceStart(`node ${m.from} leads epoch ${m.epoch} in term ${m.term}`);
+      return;
+    }
+    if (m.type !== 'announce') return;
+    if (m.leader !== 0) this.failForceStart(`node ${m.from} follows leader ${m.leader} in epoch ${m.epoch}`);
+    else if (m.lastTerm > this.log.lastTerm() || (m.lastTerm === this.log.lastTerm() && m.lastIndex > this.log.lastIndex())) {
+      this.failForceStart(
+        `node ${m.from} holds a newer log (${m.lastIndex}/${m.lastTerm} against ${this.log.lastIndex()}/${this.log.lastTerm()})`,
+      );
+    }
+  }
+
+  private failForceStart(reason: string): void {
+    this.forcePhase = 'failed';
+    this.forceFailure = reason;
+    if (this.handler.role !== 'follower') this.becomeFollower(this.term, 0);
+  }
+
+  /** The next epoch, from the whole log treated as committed, with this member its only voter, in
+   * a term above any in the file; it serves only once a second node id is a voter. */
+  private force(): void {
+    this.epochNow = { generation: this.epochNow.generation + 1, id: this.random.int(2 ** 31).toString(36) };
+    this.log.commitTo(this.log.lastIndex());
+    this.term += 1;
+    this.vote = this.id;
+    this.voteInc = this.incarnation;
+    this.forcePhase = 'waiting';
+    this.forceDeadline = this.now + this.forceTimeoutMs;
+    this.appendOwn([{ index: this.log.lastIndex() + 1, term: this.term, time: this.log.lastTime(), data: null, config: [this.member] }]);
+    this.becomeLeader();
+  }
+
+  /** Node ids that are voters in the newest committed configuration. */
+  private committedVoterIds(): number {
+    let at = 0;
+    for (const k of this.configIndexes) if (k <= this.log.commit) at = k;
+    const config = at === 0 ? (this.baseConfig ?? []) : (this.log.entry(at).config ?? []);
+    return config.length;
+  }
+
+  /** Announcements of another epoch (not "none") change nothing here but two things: a member of
+   * an older epoch switches when the sender leads a newer epoch that two node ids serve, and a
+   * probing force-start learns of a newer epoch. True when the announcement was of another epoch. */
+  private otherEpochAnnounce(m: Announce): boolean {
+    const mine = this.epochNow;
+    if (m.epoch === 0 || mine.generation === 0 || (m.epoch === mine.generation && m.epochId === mine.id)) return false;
+    if (m.cluster !== this.clusterId) return true;
+    if (this.forcePhase === 'probing' && m.epoch > mine.generation) this.failForceStart(`node ${m.from} is of newer epoch ${m.epoch}`);
+    const serves = m.leader === m.from && m.committedVoters >= 2;
+    if (m.epoch > mine.generation && serves && this.forcePhase === null) this.switchTo = { generation: m.epoch, id: m.epochId };
+    return true;
   }
 
   // ---- leadership transfer (thesis §3.10) ----

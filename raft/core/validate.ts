@@ -67,6 +67,7 @@ function validateBody(m: Message, ctx: ValidationContext): RaftError | null {
       return isIndex(m.index) && isIndex(m.received) && isIndex(m.match) && isClock(m.sentAt) ? null : bad('snapshot-response fields');
     case 'announce':
       if (!membershipKinds.includes(m.membership) || !isId(m.peers) || !isBool(m.voter) || !isBool(m.stuck)) return bad('announce fields');
+      if (!isIndex(m.leader) || (m.leader !== 0 && !ctx.nodes.includes(m.leader)) || !isIndex(m.committedVoters) || m.committedVoters > ctx.nodes.length) return bad('announce leader/committedVoters');
       return isIndex(m.lastIndex) && isIndex(m.lastTerm) && m.lastTerm <= m.term ? null : bad('announce lastIndex/lastTerm');
     default: {
       const _: never = m;
