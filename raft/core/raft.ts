@@ -72,10 +72,8 @@ export type ForceStartPhase =
   /** Refused or timed out: the node must exit (`forceStartFailure()` says why). */
   | 'failed';
 
-export interface ForceStartOptions {
-  /** The new epoch must serve within this many ms of the force, or the node gives up. */
-  readonly timeoutMs: number;
-}
+/** Default of `forceStartTimeoutMs`, in E. */
+export const forceStartTimeoutE = 60;
 
 /** What survives a restart (as if resumed from a state file); commit and role do not. */
 export interface DurableState {
@@ -151,7 +149,10 @@ export interface RaftOptions {
   /** DESIGN.md "Force-start": with `restore` (the node's whole file, treated as committed) and
    * `epoch` (the file's), make the next epoch with this member as its only voter. Needs an
    * incarnation other than the file's. */
-  readonly forceStart?: ForceStartOptions;
+  readonly forceStart?: boolean;
+  /** A forced epoch must serve within this many ms, or the node gives up; so must one resumed
+   * from a state file while this node was its only voter. Default forceStartTimeoutE·E. */
+  readonly forceStartTimeoutMs?: number;
   readonly unsafe?: UnsafeRule;
 }
 
@@ -361,10 +362,15 @@ export class RaftCore {
     this.refreshConfig();
     this.becomeFollower(this.term, 0);
     this.reportedHard = this.hardState();
-    this.forceTimeoutMs = opts.forceStart?.timeoutMs ?? 0;
-    if (opts.forceStart !== undefined) {
+    this.forceTimeoutMs = opts.forceStartTimeoutMs ?? forceStartTimeoutE * this.electionTimeoutMs;
+    if (opts.forceStart === true) {
       this.forcePhase = 'probing';
       this.forceDeadline = opts.now + forceStartProbeE * this.electionTimeoutMs;
+    } else if (opts.restore !== undefined && this.nodes.length > 1 && this.config.length === 1 && this.isVoter) {
+      // A forced epoch that did not serve yet when this member stopped: it still must not serve
+      // alone, and still gives up in time.
+      this.forcePhase = 'waiting';
+      this.forceDeadline = opts.now + this.forceTimeoutMs;
     }
   }
 
@@ -1271,15 +1277,20 @@ export class RaftCore {
     for (const to of this.nodes) if (to !== this.id) this.announceTo(to, stuck);
   }
 
-  /** A leader whose committed configuration has two node ids tells every node id it does not
-   * replicate to who it is, so a member of an older epoch learns that this epoch serves
+  /** A leader tells every node id it does not replicate to who it leads and how many node ids
+   * vote in its committed configuration, so a node of an older epoch learns of a newer one
    * (DESIGN.md "Force-start"). */
   private announceAsLeader(): void {
-    if (this.forcePhase === 'waiting' || this.committedVoterIds() < 2) return;
     for (const to of this.nodes) {
       if (to === this.id || this.progressOf(to) !== undefined) continue;
       this.announceTo(to, false);
     }
+  }
+
+  /** The leader this node heard from within E, itself if it leads; 0: none. */
+  private recentLeader(): number {
+    if (this.handler.role === 'leader') return this.id;
+    return this.now - this.leaderHeardAt < this.electionTimeoutMs ? this.leader : 0;
   }
 
   private announceTo(to: number, stuck: boolean): void {
@@ -1294,7 +1305,7 @@ export class RaftCore {
       lastTerm: this.log.lastTerm(),
       voter: this.isVoter,
       stuck,
-      leader: this.leader,
+      leader: this.recentLeader(),
       committedVoters: this.handler.role === 'leader' ? this.committedVoterIds() : 0,
     };
     this.send(m, '');
@@ -1433,8 +1444,11 @@ export class RaftCore {
     if (m.epoch === 0 || mine.generation === 0 || (m.epoch === mine.generation && m.epochId === mine.id)) return false;
     if (m.cluster !== this.clusterId) return true;
     if (this.forcePhase === 'probing' && m.epoch > mine.generation) this.failForceStart(`node ${m.from} is of newer epoch ${m.epoch}`);
-    const serves = m.leader === m.from && m.committedVoters >= 2;
-    if (m.epoch > mine.generation && serves && this.forcePhase === null) this.switchTo = { generation: m.epoch, id: m.epochId };
+    // A learner holds no vote of its epoch, so it may leave for any newer one, as a fresh or
+    // amnesiac node joins one; a voter only once the newer epoch serves with two node ids, when its
+    // own can no longer gather a majority.
+    const leads = m.leader === m.from && (!this.isVoter || m.committedVoters >= 2);
+    if (m.epoch > mine.generation && leads && this.forcePhase === null) this.switchTo = { generation: m.epoch, id: m.epochId };
     return true;
   }
 

@@ -1,8 +1,9 @@
 import { RaftError } from '../errors.js';
-import type { Configuration } from '../core/membership.js';
+import type { Configuration, Epoch } from '../core/membership.js';
 import { formatConfig, majoritiesOverlap } from '../core/membership.js';
 import type { LogEntry } from '../core/messages.js';
 import type { RaftCore, Ready } from '../core/raft.js';
+import type { SnapshotMeta } from '../core/snapshot.js';
 
 /** A safety property broken in a run; the simulator stops at the first one. */
 export class Violation extends RaftError {
@@ -37,14 +38,12 @@ export class SafetyChecker {
   private readonly votes = new Map<string, string>();
   /** Highest term each member reached: it never goes back. */
   private readonly memberTerm = new Map<string, number>();
-  /** The newest committed configuration; each next one must share a majority with it. */
-  private committedConfig: Configuration | null = null;
+  /** Per epoch (`generation.id`): the committed log and configuration. Within an epoch the
+   * paper's properties hold; across a force-start the new epoch's committed log starts as the
+   * forced file's log (DESIGN.md "Force-start"). */
+  private readonly epochs = new Map<string, EpochLog>();
   /** `${index}/${term}` -> the entry's data and the term before it, as first seen on any node. */
   private readonly entryAt = new Map<string, { data: string; prevTerm: number }>();
-  /** The committed log, as first applied by any node; index k holds entry k + 1. `commitTerm` is
-   * the term in which it committed: the first node to apply it is the leader that committed it or
-   * a follower told so by that leader, so its current term then is that term. */
-  readonly committed: { term: number; time: number; data: string; commitTerm: number }[] = [];
   /** Next index each node's current process must apply. */
   private readonly applyNext = new Map<number, number>();
   /** While a node leads: its term and last index, which may only grow (Leader Append-Only). */
@@ -52,6 +51,63 @@ export class SafetyChecker {
 
   /** Leaders elected so far (one per term at most). */
   elections = 0;
+
+  /** The committed log of the newest epoch (highest generation, then longest). */
+  get committed(): readonly CommittedEntry[] {
+    let best: EpochLog | undefined;
+    for (const log of this.epochs.values()) {
+      const newer = best === undefined || log.generation > best.generation;
+      if (newer || (log.generation === best?.generation && log.committed.length > best.committed.length)) best = log;
+    }
+    return best?.committed ?? [];
+  }
+
+  /** The committed log of one epoch (empty if nothing committed in it). */
+  committedIn(epoch: Epoch): readonly CommittedEntry[] {
+    return this.epochs.get(`${epoch.generation}.${epoch.id}`)?.committed ?? [];
+  }
+
+  /** Epochs in which something committed. */
+  get epochCount(): number {
+    return this.epochs.size;
+  }
+
+  private epochLog(node: RaftCore): EpochLog {
+    const key = epochKey(node);
+    let log = this.epochs.get(key);
+    if (log === undefined) {
+      log = { generation: node.epoch.generation, committed: [], config: null };
+      this.epochs.set(key, log);
+    }
+    return log;
+  }
+
+  /** `node` just made a new epoch from its state file (`file`, of epoch `from`), all of it
+   * committed: the new epoch's log is that log followed by new entries, so it seeds the epoch's
+   * committed log, which every node of the epoch must then apply and every leader of it hold. A
+   * snapshot in the file holds entries the old epoch committed; they are copied from its log. */
+  forced(node: RaftCore, from: Epoch, file: { readonly snapshot: SnapshotMeta | null; readonly log: readonly LogEntry[] }): void {
+    const log = this.epochLog(node);
+    if (log.committed.length > 0) throw new Violation('force-start', `epoch ${epochKey(node)} existed before node ${node.id} forced it`);
+    const snap = file.snapshot;
+    if (snap !== null) {
+      const old = this.committedIn(from);
+      if (old[snap.index - 1]?.term !== snap.term) {
+        throw new Violation('force-start', `node ${node.id} forced from a snapshot at ${snap.index}/${snap.term} its epoch never committed`);
+      }
+      for (const c of old.slice(0, snap.index)) log.committed.push({ ...c, commitTerm: 0 });
+    }
+    let prevTerm = snap?.term ?? 0;
+    for (const e of file.log) {
+      const held = termTimeAt(node, e.index);
+      if (held === undefined || held.term !== e.term) {
+        throw new Violation('force-start', `node ${node.id} forced epoch ${epochKey(node)} without entry ${e.index} of its file`);
+      }
+      log.committed.push({ term: e.term, time: e.time, data: dataKey(e), commitTerm: 0 });
+      this.entryAt.set(`${epochKey(node)}/${e.index}/${e.term}`, { data: dataKey(e), prevTerm });
+      prevTerm = e.term;
+    }
+  }
 
   restarted(id: number): void {
     this.applyNext.set(id, 1);
@@ -94,7 +150,7 @@ export class SafetyChecker {
 
   private checkAppended(node: RaftCore, ready: Ready): void {
     for (const e of ready.appended) {
-      const key = `${e.index}/${e.term}`;
+      const key = `${epochKey(node)}/${e.index}/${e.term}`;
       const prev = termTimeAt(node, e.index - 1);
       const prevTerm = prev?.term ?? -1;
       const prevTime = prev?.time ?? 0;
@@ -147,8 +203,9 @@ export class SafetyChecker {
     // §5.4: an entry committed in a term is in the log of every leader of a higher term. A leader of
     // a lower term can still be elected late (a candidate paused with its votes in flight). Entries
     // the leader compacted are in its snapshot, whose last term must match.
-    for (let k = 0; k < this.committed.length; k++) {
-      const c = this.committed[k];
+    const committed = this.epochLog(node).committed;
+    for (let k = 0; k < committed.length; k++) {
+      const c = committed[k];
       if (c !== undefined && c.commitTerm >= term) break;
       if (k + 1 < first - 1) continue;
       if (k + 1 === first - 1) {
@@ -167,9 +224,12 @@ export class SafetyChecker {
   private checkApplied(node: RaftCore, ready: Ready): void {
     let next = this.applyNext.get(node.id) ?? 1;
     const s = ready.snapshot;
+    if (s === null && ready.committed.length === 0) return;
+    const epoch = this.epochLog(node);
+    const committed = epoch.committed;
     if (s !== null) {
       // §7: a snapshot holds only committed entries, so its last one is known to every checker.
-      const known = this.committed[s.index - 1];
+      const known = committed[s.index - 1];
       if (known === undefined || known.term !== s.term || known.time !== s.time) {
         throw new Violation('state machine safety', `node ${node.id} restored a snapshot at ${s.index}/${s.term} that is not the committed log's`);
       }
@@ -177,13 +237,13 @@ export class SafetyChecker {
     }
     for (const e of ready.committed) {
       if (e.index !== next) throw new Violation('apply order', `node ${node.id} applied ${e.index}, expected ${next}`);
-      const before = this.committed[e.index - 2]?.time ?? 0;
+      const before = committed[e.index - 2]?.time ?? 0;
       if (e.time < before) throw new Violation('cluster time order', `committed ${e.index} at time ${e.time} after time ${before}`);
-      const known = this.committed[e.index - 1];
+      const known = committed[e.index - 1];
       const data = dataKey(e);
       if (known === undefined) {
-        this.committed.push({ term: e.term, time: e.time, data, commitTerm: node.currentTerm });
-        if (e.config !== undefined) this.checkConfigChange(e.index, e.config);
+        committed.push({ term: e.term, time: e.time, data, commitTerm: node.currentTerm });
+        if (e.config !== undefined) this.checkConfigChange(epoch, e.index, e.config);
       }
       else if (known.term !== e.term || known.time !== e.time || known.data !== data) {
         throw new Violation(
@@ -197,11 +257,31 @@ export class SafetyChecker {
   }
 
   /** Thesis §4.1: consecutive committed configurations have overlapping majorities. */
-  private checkConfigChange(index: number, config: Configuration): void {
-    const before = this.committedConfig;
-    this.committedConfig = config;
+  private checkConfigChange(epoch: EpochLog, index: number, config: Configuration): void {
+    const before = epoch.config;
+    epoch.config = config;
     if (before !== null && !majoritiesOverlap(before, config)) {
       throw new Violation('configuration overlap', `committed ${index} changes ${formatConfig(before)} to ${formatConfig(config)}`);
     }
   }
 }
+
+interface CommittedEntry {
+  readonly term: number;
+  readonly time: number;
+  readonly data: string;
+  /** The term in which it committed: the first node to apply it is the leader that committed it
+   * or a follower told so by that leader, so its current term then is that term (0: a forced
+   * file's entry, committed before the epoch began). */
+  readonly commitTerm: number;
+}
+
+interface EpochLog {
+  readonly generation: number;
+  /** The committed log, as first applied by any node of the epoch; index k holds entry k + 1. */
+  readonly committed: CommittedEntry[];
+  /** The newest committed configuration; each next one must share a majority with it. */
+  config: Configuration | null;
+}
+
+const epochKey = (node: RaftCore): string => `${node.epoch.generation}.${node.epoch.id}`;

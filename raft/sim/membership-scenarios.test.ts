@@ -46,7 +46,10 @@ describe('raft simulator: membership scenarios (DESIGN.md "Replacing a node that
     for (const s of scenario('crash-looping-replacement')) {
       assert.ok(s.amnesias >= 2, `amnesias ${s.amnesias}`);
       assert.deepEqual(membersOf(s.configs[1] ?? ''), ['1.a1', '2.b1']);
-      assert.ok(s.configs.every((c) => membersOf(c).length >= 2), 'never fewer than two voters');
+      assert.ok(
+        s.configs.every((c) => membersOf(c).length >= 2),
+        'never fewer than two voters',
+      );
     }
   });
 
@@ -66,5 +69,49 @@ describe('raft simulator: membership scenarios (DESIGN.md "Replacing a node that
       if (!r.ok) caught = r.property;
     }
     assert.equal(caught, 'configuration overlap');
+  });
+});
+
+describe('raft simulator: force-start scenarios (DESIGN.md "Force-start")', { timeout: 60_000 }, () => {
+  it('a force-start while the other two are alive and led is refused; the node comes back amnesiac and is replaced', () => {
+    for (const s of scenario('force-start-alive')) {
+      assert.equal(s.forceStarts, 1);
+      assert.equal(s.forceFailures, 1);
+      assert.equal(s.epochs, 1, 'no second epoch committed anything');
+      assert.equal(s.finalGeneration, 1);
+      assert.match(s.configs.at(-1) ?? '', /3\.c[3-9]/);
+    }
+  });
+
+  it('a force-start cut off by a partition makes an epoch nobody joins: voters of the led epoch never switch, and it gives up', () => {
+    for (const s of scenario('force-start-partitioned')) {
+      assert.equal(s.forceStarts, 1);
+      assert.equal(s.forceFailures, 1);
+      assert.equal(s.forceServed, 0);
+      assert.equal(s.switches, 0);
+      assert.equal(s.finalGeneration, 1);
+    }
+  });
+
+  it('after two memory losses the survivor force-starts from its file; the others join as learners and the new epoch serves', () => {
+    for (const s of scenario('force-start-after-two-losses')) {
+      assert.equal(s.forceServed, 1);
+      assert.equal(s.forceFailures, 0);
+      assert.equal(s.finalGeneration, 2);
+      // The forced configuration, then one server at a time up to three.
+      assert.deepEqual(
+        s.configs.slice(1).map((c) => membersOf(c).length),
+        [1, 2, 3],
+      );
+    }
+  });
+
+  it('two concurrent force-starts: at most one epoch serves, the other gives up and its node joins the one that does', () => {
+    for (const s of scenario('force-start-concurrent', 5)) {
+      assert.equal(s.forceStarts, 2);
+      assert.equal(s.forceServed, 1);
+      assert.equal(s.forceFailures, 1);
+      assert.equal(s.finalGeneration, 2);
+    }
   });
 });

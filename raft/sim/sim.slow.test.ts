@@ -18,8 +18,11 @@ describe('raft simulator, long run', { timeout: 170_000 }, () => {
 
   it('a core that commits old-term entries by counting (Figure 8) is caught within 2,000 seeds', () => {
     let caught = '';
+    // Part 1's and 2's faults: the membership faults start every seed from three fresh nodes, which
+    // changes every schedule this range was measured with.
+    const static_: ReadonlySet<Fault> = new Set(faultNames.filter((f) => f !== 'amnesia' && f !== 'restart' && f !== 'force-start'));
     for (let seed = 1; seed <= 2000 && caught === ''; seed++) {
-      const r = runSeed({ seed, faults: all, unsafe: 'commit-old-terms' });
+      const r = runSeed({ seed, faults: static_, unsafe: 'commit-old-terms' });
       if (!r.ok) caught = r.property;
     }
     assert.ok(['leader completeness', 'state machine safety', 'log matching'].includes(caught), `caught: ${caught}`);

@@ -2,16 +2,30 @@ import { RaftError } from '../errors.js';
 import type { LogEntry, Message } from '../core/messages.js';
 import { Prng } from '../core/prng.js';
 import type { Role, UnsafeRule } from '../core/raft.js';
-import { clockDriftMax, RaftCore } from '../core/raft.js';
+import { clockDriftMax, forceStartProbeE, RaftCore } from '../core/raft.js';
 import { formatEntry, formatMessage } from '../core/test-cluster.js';
-import type { Membership } from '../core/membership.js';
+import type { Epoch, Membership } from '../core/membership.js';
+import type { SnapshotMeta } from '../core/snapshot.js';
 import { decodeStateFile, encodeStateFile } from '../driver/state-file.js';
 import { SafetyChecker, Violation } from './checker.js';
 import { SimClock, wallEpochMs } from './clocks.js';
 import { EventQueue } from './event-queue.js';
 import { LeaseChecker } from './lease-checker.js';
 
-export const faultNames = ['drop', 'dup', 'reorder', 'partition', 'crash', 'pause', 'clock', 'transfer', 'amnesia', 'restart', 'snapshot'] as const;
+export const faultNames = [
+  'drop',
+  'dup',
+  'reorder',
+  'partition',
+  'crash',
+  'pause',
+  'clock',
+  'transfer',
+  'amnesia',
+  'restart',
+  'snapshot',
+  'force-start',
+] as const;
 export type Fault = (typeof faultNames)[number];
 
 /** Named scenarios: node 1 campaigns at E/2, clocks drift, and one thing happens (see docs/raft.md). */
@@ -28,6 +42,10 @@ export const scenarioNames = [
   'crash-after-resume',
   'bootstrap-all-fresh',
   'bootstrap-all-amnesiac',
+  'force-start-alive',
+  'force-start-partitioned',
+  'force-start-concurrent',
+  'force-start-after-two-losses',
 ] as const;
 /** Scenarios that start three fresh nodes, which bootstrap (DESIGN.md "Fresh, amnesiac, bootstrap"). */
 const membershipScenarios: ReadonlySet<string> = new Set(scenarioNames.slice(5));
@@ -93,7 +111,7 @@ export interface SimStats {
   readonly maxAheadMs: number;
   /** Memory losses injected (amnesia). */
   readonly amnesias: number;
-  /** Committed configurations, in order, as `1.a1,2.b1,3.c1`. */
+  /** Committed configurations of the newest epoch, in order, as `1.a1,2.b1,3.c1`. */
   readonly configs: readonly string[];
   /** Snapshots taken (compactions) and restored (installs from a leader and restarts). */
   readonly compactions: number;
@@ -102,6 +120,15 @@ export interface SimStats {
   readonly installCrashes: number;
   /** Most entries any node held at once. */
   readonly maxHeldEntries: number;
+  /** Force-starts begun, refused or timed out (failed), and that made an epoch serve. */
+  readonly forceStarts: number;
+  readonly forceFailures: number;
+  readonly forceServed: number;
+  /** Members of an older epoch that switched to a newer one. */
+  readonly switches: number;
+  /** Epochs in which something committed, and the newest generation any node ended in. */
+  readonly epochs: number;
+  readonly finalGeneration: number;
 }
 
 export type SimResult =
@@ -123,8 +150,10 @@ type SimEvent =
   | { readonly kind: 'restart'; readonly node: number }
   | { readonly kind: 'amnesia'; readonly node: number; readonly again?: boolean }
   | { readonly kind: 'stop'; readonly node: number; readonly downMs?: number }
+  | { readonly kind: 'force-start'; readonly node: number; readonly downMs?: number }
   | { readonly kind: 'partition' }
   | { readonly kind: 'heal' }
+  | { readonly kind: 'isolate'; readonly node: number }
   | { readonly kind: 'pause'; readonly node: number; readonly forMs?: number }
   | { readonly kind: 'resume'; readonly node: number }
   | { readonly kind: 'clock-fault' }
@@ -144,6 +173,8 @@ const quietPeriodsE = 10;
 const redundantWithinE = 32;
 /** The liveness marker is proposed from this many E into the quiet period, retried every E/2. */
 const probeStartE = 5;
+/** A force-started epoch that has no second voter within this many E gives up (the node exits). */
+const forceTimeoutE = 10;
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 const markerBytes = 6;
@@ -265,6 +296,16 @@ class Simulation {
   private restores = 0;
   private installCrashes = 0;
   private maxHeldEntries = 0;
+  /** Nodes whose next start is a force-start from their state file. */
+  private readonly forcing = new Set<number>();
+  /** State-file logs of force-starts not yet forced, by node: the checker seeds the new epoch. */
+  private readonly forcedFiles = new Map<RaftCore, { from: Epoch; snapshot: SnapshotMeta | null; log: readonly LogEntry[] }>();
+  private force = { starts: 0, failures: 0, served: 0, switches: 0 };
+  private readonly served = new Set<RaftCore>();
+  /** Per epoch, the true time until which a node of it holds a lease (at most one epoch serves). */
+  private readonly servingUntil = new Map<string, number>();
+  /** Highest epoch generation that has served. */
+  private servedGeneration = 0;
 
   constructor(private readonly opts: SimOptions) {
     this.app = opts.app?.() ?? null;
@@ -288,7 +329,11 @@ class Simulation {
     const variant = this.prng.int(4);
     this.clockVariant = opts.scenario === 'leader-step' ? 2 : variant;
     this.aheadMaxMs = correctWallErrorMs + this.e / 2 + 5;
-    this.dynamic = this.faults.has('amnesia') || this.faults.has('restart') || membershipScenarios.has(opts.scenario ?? '');
+    this.dynamic =
+      this.faults.has('amnesia') ||
+      this.faults.has('restart') ||
+      this.faults.has('force-start') ||
+      membershipScenarios.has(opts.scenario ?? '');
     this.expectStuck = opts.scenario === 'bootstrap-all-amnesiac';
     this.endAt = this.faultEnd + (this.dynamic ? redundantWithinE : quietPeriodsE) * this.e;
     const drifts = this.faults.has('clock') || opts.scenario !== undefined;
@@ -331,9 +376,25 @@ class Simulation {
       restores: this.restores,
       installCrashes: this.installCrashes,
       maxHeldEntries: this.maxHeldEntries,
-      configs: this.checker.committed.filter((c) => c.data.startsWith('config(')).map((c) => c.data.slice(7, -1)),
+      configs: this.checker
+        .committedIn(this.finalEpoch())
+        .filter((c) => c.data.startsWith('config('))
+        .map((c) => c.data.slice(7, -1)),
+      forceStarts: this.force.starts,
+      forceFailures: this.force.failures,
+      forceServed: this.force.served,
+      switches: this.force.switches,
+      epochs: this.checker.epochCount,
+      finalGeneration: Math.max(...ids.map((id) => this.node(id).epoch.generation)),
     };
     return { ok: true, seed: this.opts.seed, stats };
+  }
+
+  /** The epoch most nodes ended in (the newest on a tie). */
+  private finalEpoch(): Epoch {
+    const epochs = ids.map((id) => this.node(id).epoch);
+    const count = (e: Epoch): number => epochs.filter((x) => x.generation === e.generation && x.id === e.id).length;
+    return epochs.reduce((a, b) => (count(b) > count(a) || (count(b) === count(a) && b.generation > a.generation) ? b : a));
   }
 
   /** Quiet: a marker commits; with amnesia every node is a caught-up voter again; three amnesiac
@@ -350,7 +411,12 @@ class Simulation {
     if (!this.dynamic) return;
     const leader = ids.find((id) => this.runs(id) && this.node(id).role === 'leader');
     if (leader === undefined || !this.node(leader).isRedundant()) {
-      const config = leader === undefined ? 'no leader' : this.node(leader).configuration.map((m) => `${m.node}.${m.inc}`).join(',');
+      const config =
+        leader === undefined
+          ? 'no leader'
+          : this.node(leader)
+              .configuration.map((m) => `${m.node}.${m.inc}`)
+              .join(',');
       throw new Violation('liveness', `not every node is a caught-up voter ${redundantWithinE}E after quiet (${config})`);
     }
   }
@@ -369,6 +435,8 @@ class Simulation {
     if (this.faults.has('amnesia')) this.queue.push(this.prng.range(10 * this.e, 30 * this.e), { kind: 'amnesia', node: this.pickNode() });
     if (this.faults.has('restart')) this.queue.push(this.prng.range(5 * this.e, 20 * this.e), { kind: 'stop', node: this.pickNode() });
     if (this.faults.has('snapshot')) this.queue.push(this.prng.range(2 * this.e, 10 * this.e), { kind: 'lag', node: this.pickNode() });
+    if (this.faults.has('force-start'))
+      this.queue.push(this.prng.range(20 * this.e, 60 * this.e), { kind: 'force-start', node: this.pickNode() });
     if (this.opts.scenario !== undefined) this.scheduleScenario(this.opts.scenario);
     this.queue.push(this.faultEnd, { kind: 'quiet' });
     this.queue.push(this.faultEnd + probeStartE * this.e, { kind: 'liveness-probe' });
@@ -392,10 +460,16 @@ class Simulation {
         return this.onAmnesia(ev.node, ev.again === true);
       case 'stop':
         return this.onStop(ev.node, ev.downMs);
+      case 'force-start':
+        return this.onForceStart(ev.node, ev.downMs);
       case 'partition':
         return this.onPartition();
       case 'heal':
         return this.onHeal();
+      case 'isolate':
+        this.isolate(ev.node);
+        this.record(`isolate ${ev.node}`);
+        return false;
       case 'pause':
         return this.onPause(ev.node, ev.forMs);
       case 'resume':
@@ -460,6 +534,7 @@ class Simulation {
     if (this.crashesDuringInstall(m)) return false;
     const node = this.node(m.to);
     if (this.trace !== null) this.record(`deliver ${formatMessage(m)}`);
+    this.checkOldEpochAck(m, node);
     const error = node.step(m);
     // A message for a replaced incarnation, or from an epoch this node does not hold, is normal
     // after a restart; any other refusal is a core sending something malformed.
@@ -531,6 +606,10 @@ class Simulation {
     }
     const file = this.stateFiles.get(id);
     this.stateFiles.delete(id);
+    if (this.forcing.delete(id) && file !== undefined) {
+      this.startForced(id, file);
+      return false;
+    }
     this.startNode(id, this.node(id), 'member', file);
     this.record(`restart ${id}${file === undefined ? '' : ' from its state file'}`);
     return false;
@@ -554,7 +633,8 @@ class Simulation {
       this.record(`amnesia ${id}`);
       this.queue.push(this.now + this.prng.range(this.e / 2, 4 * this.e), { kind: 'restart', node: id });
     }
-    if (this.faults.has('amnesia')) this.queue.push(this.now + this.prng.range(20 * this.e, 60 * this.e), { kind: 'amnesia', node: this.pickNode() });
+    if (this.faults.has('amnesia'))
+      this.queue.push(this.now + this.prng.range(20 * this.e, 60 * this.e), { kind: 'amnesia', node: this.pickNode() });
     return false;
   }
 
@@ -562,30 +642,144 @@ class Simulation {
    * the node resumes from it as the same member, ignoring votes for 2E. */
   private onStop(id: number, downMs: number | undefined): boolean {
     if (!this.quiet && this.runs(id)) {
-      const n = this.node(id);
-      const d = n.durableState();
-      const bytes = encodeStateFile({
-        clusterId: n.clusterId,
-        epoch: n.epoch,
-        member: n.member,
-        term: d.term,
-        vote: d.vote,
-        voteInc: d.voteInc ?? '',
-        configuration: d.baseConfig ?? null,
-        snapshot: d.snapshot ?? null,
-        log: d.entries,
-        commitIndex: n.commitIndex,
-        clusterTime: Math.floor(n.clusterTime(this.clock(id).mono(this.now))),
-        fileId: `f${this.prng.int(2 ** 31)}`,
-      });
+      const bytes = this.stateFileOf(this.node(id));
       this.stateFiles.set(id, bytes);
       this.down.add(id);
       this.leases.update(id, this.now, this.now);
       this.record(`stop ${id} (state file of ${bytes.length} bytes)`);
       this.queue.push(this.now + (downMs ?? this.prng.range(this.e / 2, 4 * this.e)), { kind: 'restart', node: id });
     }
-    if (!this.quiet && this.faults.has('restart')) this.queue.push(this.now + this.prng.range(5 * this.e, 20 * this.e), { kind: 'stop', node: this.pickNode() });
+    if (!this.quiet && this.faults.has('restart'))
+      this.queue.push(this.now + this.prng.range(5 * this.e, 20 * this.e), { kind: 'stop', node: this.pickNode() });
     return false;
+  }
+
+  /** The operator's procedure (DESIGN.md "Force-start"): SIGTERM (the state file is written even
+   * when the node does not serve), then a start with --cluster-force-start from that file. At a
+   * random time it is mostly refused, since the others are alive and led; cut off by a partition,
+   * it makes an epoch that nobody joins, and gives up. */
+  private onForceStart(id: number, downMs: number | undefined): boolean {
+    // As with amnesia, one lost member at a time: a force-start takes the node's member out of
+    // its epoch whatever the outcome, so a random one waits until every node is a caught-up voter
+    // (scenarios force-start regardless).
+    const leader = ids.find((x) => this.runs(x) && this.node(x).role === 'leader');
+    const calm = downMs !== undefined || (this.down.size === 0 && leader !== undefined && this.node(leader).isRedundant());
+    if (!this.quiet && this.runs(id) && calm) {
+      this.onStop(id, downMs ?? this.prng.range(this.e / 2, 2 * this.e));
+      this.forcing.add(id);
+      this.record(`force-start ${id} next`);
+    }
+    if (!this.quiet && this.faults.has('force-start')) {
+      this.queue.push(this.now + this.prng.range(30 * this.e, 80 * this.e), { kind: 'force-start', node: this.pickNode() });
+    }
+    return false;
+  }
+
+  private stateFileOf(n: RaftCore): Uint8Array {
+    const id = n.id;
+    const d = n.durableState();
+    return encodeStateFile({
+      clusterId: n.clusterId,
+      epoch: n.epoch,
+      member: n.member,
+      term: d.term,
+      vote: d.vote,
+      voteInc: d.voteInc ?? '',
+      configuration: d.baseConfig ?? null,
+      snapshot: d.snapshot ?? null,
+      log: d.entries,
+      commitIndex: n.commitIndex,
+      clusterTime: Math.floor(n.clusterTime(this.clock(id).mono(this.now))),
+      fileId: `f${this.prng.int(2 ** 31)}`,
+    });
+  }
+
+  /** `--cluster-force-start` from the state file the node just wrote: a new member that probes,
+   * then forces the next epoch (or is refused and exits). */
+  private startForced(id: number, file: Uint8Array): void {
+    const before = this.node(id);
+    const f = decodeStateFile(file, `sim node ${id}`, { clusterId: before.clusterId, nodeId: id });
+    const mono = Math.floor(this.clock(id).mono(this.now));
+    const node = new RaftCore({
+      id,
+      nodes: ids,
+      incarnation: this.nextIncarnation(id),
+      membership: 'amnesiac',
+      epoch: f.epoch,
+      restore: { term: f.term, vote: f.vote, voteInc: f.voteInc, entries: f.log, baseConfig: f.configuration, snapshot: f.snapshot },
+      forceStart: true,
+      forceStartTimeoutMs: forceTimeoutE * this.e,
+      electionTimeoutMs: this.e,
+      entriesPerAppendMax: this.entriesPerAppendMax,
+      inflightAppendsMax: this.inflightAppendsMax,
+      random: this.prng.fork(),
+      now: mono,
+      ...(this.opts.unsafe === undefined ? {} : { unsafe: this.opts.unsafe }),
+    });
+    this.nodes.set(id, node);
+    this.app?.started(id);
+    this.checker.restarted(id);
+    this.forcedFiles.set(node, { from: f.epoch, snapshot: f.snapshot, log: f.log });
+    this.force.starts++;
+    this.record(`restart ${id} force-starting as ${node.incarnation} from a file of ${f.log.length} entries`);
+    this.flush(node);
+  }
+
+  private nextIncarnation(id: number): string {
+    const n = (this.starts.get(id) ?? 0) + 1;
+    this.starts.set(id, n);
+    return `${String.fromCharCode(96 + id)}${n}`;
+  }
+
+  /** After every input: a failed force-start exits (the node comes back amnesiac), and a member
+   * of an older epoch that learned of a newer one switches to it as a new amnesiac member. */
+  private afterInput(node: RaftCore): void {
+    const id = node.id;
+    if (this.nodes.get(id) !== node || this.down.has(id)) return;
+    if (node.forceStartPhase === 'failed') {
+      this.force.failures++;
+      this.down.add(id);
+      this.forgetful.add(id);
+      this.leases.update(id, this.now, this.now);
+      this.record(`force-start of ${id} failed: ${node.forceStartFailure()}`);
+      this.queue.push(this.now + this.prng.range(this.e / 2, 2 * this.e), { kind: 'restart', node: id });
+      return;
+    }
+    if (node.forceStartPhase === 'serving' && !this.served.has(node)) {
+      this.served.add(node);
+      this.force.served++;
+    }
+    const epoch = node.epochToJoin();
+    if (epoch === null) return;
+    this.force.switches++;
+    this.leases.update(id, this.now, this.now);
+    this.startNode(id, undefined, 'amnesiac', undefined, epoch);
+    this.record(`${id} switches to epoch ${epoch.generation}.${epoch.id} as ${this.node(id).incarnation}`);
+  }
+
+  /** DESIGN.md "Force-start": once a newer epoch has served, no node of an older one counts an
+   * acknowledgement from a member of its own epoch. */
+  private checkOldEpochAck(m: Message, to: RaftCore): void {
+    const ack =
+      (m.type === 'append-response' && m.success) ||
+      m.type === 'heartbeat-response' ||
+      ((m.type === 'vote-response' || m.type === 'pre-vote-response') && m.granted);
+    if (!ack || m.epoch >= this.servedGeneration || to.epoch.generation !== m.epoch || to.epoch.id !== m.epochId) return;
+    throw new Violation(
+      'old epoch acknowledges',
+      `${m.type} from ${m.from} in epoch ${m.epoch} after epoch ${this.servedGeneration} served`,
+    );
+  }
+
+  /** At most one epoch serves at a time: a lease in one epoch never overlaps one in another. */
+  private noteServing(node: RaftCore, trueEnd: number): void {
+    const key = `${node.epoch.generation}.${node.epoch.id}`;
+    for (const [other, until] of this.servingUntil) {
+      if (other !== key && until > this.now)
+        throw new Violation('epoch overlap', `epoch ${key} serves while epoch ${other} serves until ${until}`);
+    }
+    this.servingUntil.set(key, Math.max(trueEnd, this.servingUntil.get(key) ?? 0));
+    this.servedGeneration = Math.max(this.servedGeneration, node.epoch.generation);
   }
 
   private onPartition(): boolean {
@@ -610,7 +804,7 @@ class Simulation {
   private onHeal(): boolean {
     if (this.blocked.size > 0) this.record('heal');
     this.blocked.clear();
-    if (!this.quiet) this.queue.push(this.now + this.prng.range(this.e, 4 * this.e), { kind: 'partition' });
+    if (!this.quiet && this.faults.has('partition')) this.queue.push(this.now + this.prng.range(this.e, 4 * this.e), { kind: 'partition' });
     return false;
   }
 
@@ -621,6 +815,9 @@ class Simulation {
     this.dropRate = 0;
     this.blocked.clear();
     this.lagging.clear();
+    // Quiet restarts resume their files: a force-start now would leave too little of the quiet
+    // period to prove liveness.
+    this.forcing.clear();
     for (const id of [...this.down]) this.onRestart(id);
     for (const id of ids) if (this.clock(id).isPaused) this.onResume(id);
     // With amnesia every node must come back as a voter, so none stays cut off.
@@ -738,6 +935,29 @@ class Simulation {
       case 'bootstrap-all-fresh':
       case 'bootstrap-all-amnesiac':
         return;
+      case 'force-start-alive':
+        // Node 3 force-starts while the other two are alive and led: refused.
+        this.queue.push(at, { kind: 'force-start', node: 3, downMs: this.e });
+        return;
+      case 'force-start-partitioned':
+        // Node 3 force-starts cut off, so it makes the next epoch; the cut heals while it waits,
+        // but the other two are voters of a led epoch and never switch; it gives up.
+        this.queue.push(at - 1, { kind: 'isolate', node: 3 });
+        this.queue.push(at, { kind: 'force-start', node: 3, downMs: this.e });
+        this.queue.push(at + (1 + forceStartProbeE + 2) * this.e, { kind: 'heal' });
+        return;
+      case 'force-start-concurrent':
+        // Node 3 forgets; nodes 1 and 2 both force-start at once: at most one epoch serves.
+        this.queue.push(at, { kind: 'amnesia', node: 3, again: true });
+        this.queue.push(at, { kind: 'force-start', node: 1, downMs: this.e });
+        this.queue.push(at, { kind: 'force-start', node: 2, downMs: this.e });
+        return;
+      case 'force-start-after-two-losses':
+        // Nodes 2 and 3 forget: nobody can serve. The survivor is stopped and force-started.
+        this.queue.push(at, { kind: 'amnesia', node: 2, again: true });
+        this.queue.push(at, { kind: 'amnesia', node: 3, again: true });
+        this.queue.push(at + 6 * this.e, { kind: 'force-start', node: 1, downMs: this.e });
+        return;
       case 'skewed-follower':
         this.setWrongClock(3, 5000);
         return;
@@ -786,10 +1006,8 @@ class Simulation {
 
   /** Starts a process for `id`: fresh or amnesiac (a new member), or resuming the durable state of
    * the one that stopped, from its state file when it wrote one. */
-  private startNode(id: number, crashed: RaftCore | undefined, membership: Membership, file?: Uint8Array): void {
+  private startNode(id: number, crashed: RaftCore | undefined, membership: Membership, file?: Uint8Array, join?: Epoch): void {
     const mono = Math.floor(this.clock(id).mono(this.now));
-    const n = (this.starts.get(id) ?? 0) + 1;
-    this.starts.set(id, n);
     let restore = crashed?.durableState();
     if (file !== undefined && crashed !== undefined) {
       const f = decodeStateFile(file, `sim node ${id}`, { clusterId: crashed.clusterId, nodeId: id });
@@ -798,11 +1016,11 @@ class Simulation {
     const identity = this.dynamic
       ? {
           nodes: ids,
-          incarnation: crashed?.incarnation ?? `${String.fromCharCode(96 + id)}${n}`,
+          incarnation: crashed?.incarnation ?? this.nextIncarnation(id),
           // No membership record exists before a node joins an epoch: such a resume is as fresh
           // (or amnesiac) as the process that stopped.
           membership: crashed !== undefined && crashed.epoch.generation === 0 ? crashed.membershipAtStart : membership,
-          ...(crashed === undefined ? {} : { epoch: crashed.epoch }),
+          ...(crashed === undefined ? (join === undefined ? {} : { epoch: join }) : { epoch: crashed.epoch }),
         }
       : { voters: ids };
     const node = new RaftCore({
@@ -815,6 +1033,7 @@ class Simulation {
       ...(this.compactEntries > 0 ? { logEntriesMax: this.compactEntries } : {}),
       random: this.prng.fork(),
       now: mono,
+      forceStartTimeoutMs: forceTimeoutE * this.e,
       // DESIGN.md: a node that resumed a state file ignores votes for 2E.
       ignoreVotesUntil: crashed === undefined ? mono : mono + 2 * this.e,
       ...(restore === undefined ? {} : { restore }),
@@ -830,7 +1049,16 @@ class Simulation {
 
   /** Takes the node's Ready, checks it, and puts its messages on the network. */
   private flush(node: RaftCore): void {
-    if (!node.hasReady()) return;
+    const file = this.forcedFiles.get(node);
+    if (file !== undefined && node.forceStartPhase !== 'probing') {
+      this.forcedFiles.delete(node);
+      if (node.forceStartPhase !== 'failed') this.checker.forced(node, file.from, file);
+    }
+    if (node.hasReady()) this.flushReady(node);
+    this.afterInput(node);
+  }
+
+  private flushReady(node: RaftCore): void {
     const ready = node.takeReady();
     if (ready.softState !== null && this.trace !== null) {
       const s = ready.softState;
@@ -841,6 +1069,7 @@ class Simulation {
     const clock = this.clock(node.id);
     const mono = clock.mono(this.now);
     this.leases.update(node.id, this.now, node.hasLease(mono) ? clock.trueAt(node.leaseUntil()) : this.now);
+    if (node.hasLease(mono)) this.noteServing(node, clock.trueAt(node.leaseUntil()));
     for (const c of node.excludedClocks()) this.excluded.add(c);
     if (ready.snapshot !== null) this.restoreState(node.id, ready.snapshot.index, ready.snapshot.chunks);
     for (const e of ready.committed) {
