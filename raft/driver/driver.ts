@@ -3,14 +3,41 @@
 // drained in order after every input, and the application's proposals batched per event-loop turn.
 import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
-import { randomInt } from 'node:crypto';
+import { randomBytes, randomInt } from 'node:crypto';
+import { renameSync } from 'node:fs';
+import { dirname } from 'node:path';
 import { RaftError } from '../errors.js';
+import type { Epoch, Membership } from '../core/membership.js';
+import { noEpoch, sameEpoch } from '../core/membership.js';
 import type { LogEntry, Message } from '../core/messages.js';
 import { Prng } from '../core/prng.js';
-import { RaftCore, type RaftOptions, type Ready, type Role, type SoftState } from '../core/raft.js';
+import {
+  type DurableState,
+  type ForceStartPhase,
+  RaftCore,
+  type RaftOptions,
+  type Ready,
+  type Role,
+  type SoftState,
+} from '../core/raft.js';
 import type { Snapshot } from '../core/snapshot.js';
 import { SnapshotTaker } from './snapshot-taker.js';
 import { DriverError } from './errors.js';
+import {
+  acquirePidLock,
+  consumeStateFile,
+  type Expected,
+  type MembershipRecord,
+  newFileId,
+  peekStateFile,
+  prevPathOf,
+  readForceStartFile,
+  readRecord,
+  type StateFile,
+  syncDir,
+  writeRecord,
+  writeStateFile,
+} from './state-file.js';
 import { LogLimiter } from './log-limiter.js';
 import { type DriverLogger, MessageGate } from './message-gate.js';
 
@@ -22,6 +49,16 @@ export interface DriverTransport {
   stop(): Promise<void>;
   send(to: number, msg: Message): void;
   onMessage(fn: (from: number, msg: Message) => void): void;
+  /** Hellos of links made from now on carry this epoch (raft/transport's Transport has it). */
+  setEpoch?(epoch: unknown): void;
+}
+
+/** Who this process is, for the transport's hello (DESIGN.md "Identity"). */
+export interface DriverIdentity {
+  /** The member's incarnation: the state file's when it resumes one, else random. */
+  readonly incarnation: string;
+  /** The epoch it resumes; generation 0 (none) for a fresh or amnesiac start. */
+  readonly epoch: Epoch;
 }
 
 export interface DriverClock {
@@ -48,11 +85,28 @@ export type CoreTuning = Pick<
 
 export interface RaftDriverOptions {
   readonly id: number;
-  readonly voters: readonly number[];
+  /** A static configuration: these node ids are voters with incarnation '0', as if bootstrapped
+   * out of band; no state file. Give this or `stateFile`. */
+  readonly voters?: readonly number[];
+  /** Every configured node id (--cluster-peers), this one included; required with `stateFile`. */
+  readonly nodes?: readonly number[];
+  /** Default 'raftmq'. */
+  readonly clusterId?: string;
+  /** DESIGN.md "State file": identity and membership come from this file and the record beside
+   * it. A valid file is resumed (consumed at start()); without one the start is fresh (no record)
+   * or amnesiac. */
+  readonly stateFile?: string;
+  /** DESIGN.md "Force-start": make the next epoch from the state file (FILE, else FILE.prev). */
+  readonly forceStart?: boolean;
+  /** A forced epoch that has no second voter within this gives up. Default 60E. */
+  readonly forceStartTimeoutMs?: number;
+  /** The force-start was refused or timed out: the process must exit (the driver has stopped). */
+  readonly onForceStartFailed?: (err: DriverError) => void;
   /** E in ms (DESIGN.md "Timing"). */
   readonly electionTimeoutMs: number;
-  /** Builds the transport around the driver's message check, which it must use as `validate`. */
-  readonly transport: (validate: (m: unknown) => m is Message) => DriverTransport;
+  /** Builds the transport around the driver's message check, which it must use as `validate`,
+   * and with this process's identity in its hello. */
+  readonly transport: (validate: (m: unknown) => m is Message, identity: DriverIdentity) => DriverTransport;
   readonly logger: DriverLogger;
   /** Committed entries, in log order, each once; entries with data null are a new leader's empty
    * entry (§8) and carry no command. Never called from inside propose(). */
@@ -110,6 +164,18 @@ export interface DriverStatus {
   snapshotIndex: number;
   logEntries: number;
   logBytes: number;
+  /** How this process started (DESIGN.md "Fresh, amnesiac, bootstrap"). */
+  membership: Membership;
+  epoch: Epoch;
+  incarnation: string;
+  /** Listed in the newest configuration this node holds. */
+  voter: boolean;
+  /** Leader only: every configured node id is a caught-up voter. */
+  redundant: boolean;
+  /** No configuration this node knows can elect a leader again: an operator must force-start. */
+  needsForceStart: boolean;
+  /** Null unless this process force-started. */
+  forceStart: ForceStartPhase | null;
 }
 
 export const UNCOMMITTED_BYTES_MAX_DEFAULT = 64 * 1024 * 1024;
@@ -119,12 +185,34 @@ const UNCOMMITTED_ENTRIES_MAX_DEFAULT = 10_000;
 
 type State = 'new' | 'started' | 'stopping' | 'stopped';
 
+/** What a start resumes or forces, decided in the constructor by reading (never writing) the state
+ * file and record; start() then takes the lock and consumes the file. */
+interface StartPlan {
+  readonly membership: Membership;
+  readonly incarnation: string;
+  readonly epoch: Epoch | undefined;
+  readonly restore: DurableState | undefined;
+  /** The file to consume at start(): the resumed one, or FILE when forcing from it. */
+  readonly consume: StateFile | null;
+  readonly record: MembershipRecord | null;
+}
+
 const systemClock: DriverClock = { monotonic: () => performance.now(), wall: () => Date.now() };
 
 export class RaftDriver extends EventEmitter<{ drain: [] }> {
   readonly id: number;
   private readonly opts: RaftDriverOptions;
-  private readonly core: RaftCore;
+  private core: RaftCore;
+  private readonly nodes: readonly number[];
+  private readonly plan: StartPlan;
+  private readonly expected: Expected;
+  /** The epoch the membership record holds (DESIGN.md: written before anything of an epoch is
+   * applied); null without a state file. */
+  private recordEpoch: Epoch | null;
+  private recordConsumed: readonly string[];
+  private releaseLock: (() => void) | null = null;
+  private forceFailureReported = false;
+  private failed = false;
   private readonly transport: DriverTransport;
   private readonly gate: MessageGate;
   private readonly limiter = new LogLimiter(REFUSAL_LOG_WINDOW_MS);
@@ -162,22 +250,21 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     this.opts = opts;
     this.id = opts.id;
     this.clock = opts.clock ?? systemClock;
-    this.peers = opts.voters.filter((v) => v !== opts.id);
+    this.nodes = opts.nodes ?? opts.voters ?? [];
+    this.peers = this.nodes.filter((v) => v !== opts.id);
+    this.expected = { clusterId: opts.clusterId ?? 'raftmq', nodeId: opts.id };
     this.tickIntervalMs = opts.tickIntervalMs ?? Math.max(1, Math.floor(opts.electionTimeoutMs / 10));
     this.uncommittedBytesMax = opts.uncommittedBytesMax ?? UNCOMMITTED_BYTES_MAX_DEFAULT;
     this.uncommittedEntriesMax = opts.core?.uncommittedEntriesMax ?? UNCOMMITTED_ENTRIES_MAX_DEFAULT;
     this.lastTick = Math.floor(this.clock.monotonic());
-    this.core = new RaftCore({
-      ...opts.core,
-      id: opts.id,
-      voters: opts.voters,
-      electionTimeoutMs: opts.electionTimeoutMs,
-      random: new Prng(opts.seed ?? randomInt(2 ** 32)),
-      now: this.lastTick,
-    });
+    this.random = new Prng(opts.seed ?? randomInt(2 ** 32));
+    this.plan = opts.stateFile === undefined ? staticPlan() : planStart(opts.stateFile, this.expected, opts.forceStart === true);
+    this.recordEpoch = opts.stateFile === undefined ? null : (this.plan.record?.epoch ?? noEpoch);
+    this.recordConsumed = this.plan.record?.consumed ?? [];
+    this.core = this.makeCore();
     const entriesPerAppendMax = opts.core?.entriesPerAppendMax ?? 64;
     const chunkBytes = opts.core?.snapshotChunkBytesMax;
-    const ctx = { self: opts.id, nodes: opts.voters, entriesPerAppendMax, ...(chunkBytes === undefined ? {} : { snapshotChunkBytesMax: chunkBytes }) };
+    const ctx = { self: opts.id, nodes: this.nodes, entriesPerAppendMax, ...(chunkBytes === undefined ? {} : { snapshotChunkBytesMax: chunkBytes }) };
     this.snapshots = new SnapshotTaker({
       sliceMs: Math.max(1, Math.floor(opts.electionTimeoutMs / 20)),
       clock: () => this.clock.monotonic(),
@@ -185,17 +272,84 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
       logger: opts.logger,
     });
     this.gate = new MessageGate(ctx, opts.logger, this.limiter, () => this.clock.monotonic());
-    this.transport = opts.transport(this.gate.validate);
+    this.transport = opts.transport(this.gate.validate, { incarnation: this.plan.incarnation, epoch: this.plan.epoch ?? noEpoch });
     this.transport.onMessage(this.onMessage);
   }
 
+  private readonly random: Prng;
+
+  private makeCore(): RaftCore {
+    const opts = this.opts;
+    const plan = this.plan;
+    const base = {
+      ...opts.core,
+      id: opts.id,
+      electionTimeoutMs: opts.electionTimeoutMs,
+      random: this.random,
+      now: this.lastTick,
+      clusterId: this.expected.clusterId,
+    };
+    if (opts.stateFile === undefined) return new RaftCore({ ...base, voters: this.nodes });
+    const resumed = plan.membership === 'member' && opts.forceStart !== true;
+    return new RaftCore({
+      ...base,
+      nodes: this.nodes,
+      incarnation: plan.incarnation,
+      membership: plan.membership,
+      ...(plan.epoch === undefined ? {} : { epoch: plan.epoch }),
+      ...(plan.restore === undefined ? {} : { restore: plan.restore }),
+      // DESIGN.md "Leases and votes": a resumed member cannot know when it last heard from a
+      // leader, so it ignores vote requests for 2E.
+      ...(resumed ? { ignoreVotesUntil: this.lastTick + 2 * opts.electionTimeoutMs } : {}),
+      ...(opts.forceStart === true ? { forceStart: true } : {}),
+      ...(opts.forceStartTimeoutMs === undefined ? {} : { forceStartTimeoutMs: opts.forceStartTimeoutMs }),
+    });
+  }
+
+  /** Binds the peer port (DESIGN.md "Links": before anything else, so a second process of this
+   * node id on this host fails here), takes the PID lock beside the state file, consumes the file
+   * it resumes (before any raft message is sent), then starts the timers. Rejects, with nothing
+   * left running, on a bind failure or a refused state file or lock. */
   async start(): Promise<void> {
     if (this.state !== 'new') throw new DriverError('RAFT_DRIVER_STATE', `start() when ${this.state}`);
     this.state = 'started';
     await this.transport.start();
     if (this.state !== 'started') return; // stop() while the transport was binding
+    try {
+      this.takeStateFile();
+    } catch (err) {
+      await this.stop();
+      this.releaseLock?.();
+      this.releaseLock = null;
+      throw err;
+    }
     this.ticker = setInterval(this.onTick, this.tickIntervalMs);
     this.onTick();
+  }
+
+  /** DESIGN.md "State file": the record notes the file id, the file becomes FILE.prev, the
+   * directory is synced, all before the first raft message. */
+  private takeStateFile(): void {
+    const path = this.opts.stateFile;
+    if (path === undefined) return;
+    this.releaseLock = acquirePidLock(path);
+    const planned = this.plan.consume;
+    if (planned === null) return;
+    if (this.opts.forceStart === true) {
+      // Forcing from FILE uses it up too: it must never be resumed into the old epoch afterwards.
+      const consumed = [...this.recordConsumed, planned.fileId];
+      writeRecord(path, { ...this.expected, epoch: this.recordEpoch ?? noEpoch, consumed });
+      this.recordConsumed = consumed;
+      renameSync(path, prevPathOf(path));
+      syncDir(dirname(path));
+      return;
+    }
+    const file = consumeStateFile(path, this.expected);
+    if (file?.fileId !== planned.fileId) {
+      throw new DriverError('RAFT_STATE_FILE_CONSUMED', `${path} changed between reading and consuming it`);
+    }
+    this.recordEpoch = file.epoch;
+    this.recordConsumed = [...this.recordConsumed, file.fileId];
   }
 
   /** No timer fires and no message is sent or stepped after this begins; resolves once the
@@ -212,6 +366,71 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     this.pendingBytes = 0;
     await this.transport.stop();
     this.state = 'stopped';
+  }
+
+  /** DESIGN.md "State file", the clean stop: only after stop() (no raft traffic any more), writes
+   * the whole state (write-temp, fsync, rename, fsync of the directory) and releases the PID lock.
+   * Returns the path, or null when there is nothing a later start could resume: no state file
+   * configured, a node that never joined an epoch, a force-start that did not make its epoch, or
+   * a core that failed. */
+  writeStateFile(): string | null {
+    if (this.state !== 'stopped') throw new DriverError('RAFT_DRIVER_STATE', `writeStateFile() when ${this.state}; stop() first`);
+    const path = this.opts.stateFile;
+    const core = this.core;
+    const phase = core.forceStartPhase;
+    let written: string | null = null;
+    if (path !== undefined && !this.failed && core.epoch.generation !== 0 && phase !== 'probing' && phase !== 'failed') {
+      this.writeRecordFor(core.epoch);
+      const d = core.durableState();
+      writeStateFile(path, {
+        clusterId: core.clusterId,
+        epoch: core.epoch,
+        member: core.member,
+        term: d.term,
+        vote: d.vote,
+        voteInc: d.voteInc ?? '',
+        configuration: d.baseConfig ?? null,
+        snapshot: d.snapshot ?? null,
+        log: d.entries,
+        commitIndex: core.commitIndex,
+        clusterTime: core.clusterTime(Math.floor(this.clock.monotonic())),
+        fileId: newFileId(),
+      });
+      written = path;
+    }
+    this.releaseLock?.();
+    this.releaseLock = null;
+    return written;
+  }
+
+  /** DESIGN.md "State file": a leader hands over before it stops. Transfers to the voter with the
+   * highest match index and waits until this node no longer leads, at most `timeoutMs` (default
+   * 2E). True if leadership moved; false if there was none to hand over or it did not move. */
+  async handOver(timeoutMs = 2 * this.opts.electionTimeoutMs): Promise<boolean> {
+    if (this.state !== 'started' || this.core.role !== 'leader') return false;
+    let to = 0;
+    let best = -1;
+    for (const m of this.core.configuration) {
+      const match = m.node === this.id ? undefined : this.core.progressOf(m.node)?.match;
+      if (match !== undefined && match > best) {
+        best = match;
+        to = m.node;
+      }
+    }
+    if (to === 0 || this.transferLeadership(to) !== null) return false;
+    const deadline = this.clock.monotonic() + timeoutMs;
+    while (this.state === 'started' && this.core.role === 'leader' && this.clock.monotonic() < deadline) {
+      await new Promise((r) => setTimeout(r, this.tickIntervalMs));
+    }
+    return this.core.role !== 'leader';
+  }
+
+  /** The whole clean stop, in DESIGN.md's order: hand over if leading, stop all raft traffic,
+   * then write the state file. The application stops serving before calling it. */
+  async shutdown(): Promise<string | null> {
+    await this.handOver();
+    await this.stop();
+    return this.writeStateFile();
   }
 
   // ---- proposals and back-pressure ----
@@ -396,6 +615,7 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
    * node stops taking part rather than go on with a state it cannot trust. */
   private fail(err: unknown): void {
     const e = err instanceof Error ? err : new Error(String(err));
+    this.failed = true;
     this.opts.logger.error({ err: e.message, code: (e as { code?: unknown }).code }, 'raft core failed; stopping');
     void this.stop();
     this.opts.onFatal?.(e);
@@ -407,6 +627,61 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     while (this.state === 'started' && this.core.hasReady()) this.handleReady(this.core.takeReady());
     if (this.opts.onLeaseRenewed !== undefined) this.noteLease(this.opts.onLeaseRenewed);
     this.maybeSnapshot();
+    if (this.state !== 'started') return;
+    if (this.core.forceStartPhase === 'failed') this.forceStartFailed();
+    else if (this.core.epochToJoin() !== null) this.switchEpoch();
+  }
+
+  /** DESIGN.md "Fresh, amnesiac, bootstrap": before a node first applies (or acknowledges)
+   * anything of an epoch, it durably writes the membership record; the transport's hellos carry
+   * the epoch from then on. */
+  private noteEpoch(): void {
+    const epoch = this.core.epoch;
+    if (this.recordEpoch === null || epoch.generation === 0 || sameEpoch(epoch, this.recordEpoch)) return;
+    this.writeRecordFor(epoch);
+    this.transport.setEpoch?.(epoch);
+    this.opts.logger.info({ epoch: epoch.generation, epochId: epoch.id, incarnation: this.core.incarnation }, 'raft epoch joined');
+  }
+
+  private writeRecordFor(epoch: Epoch): void {
+    const path = this.opts.stateFile;
+    if (path === undefined || (this.recordEpoch !== null && sameEpoch(epoch, this.recordEpoch))) return;
+    writeRecord(path, { ...this.expected, epoch, consumed: this.recordConsumed });
+    this.recordEpoch = epoch;
+  }
+
+  /** DESIGN.md "Force-start": a member of an older epoch whose node ids went over to a newer one
+   * that serves becomes a new amnesiac member of that epoch (a new incarnation: its term, vote
+   * and log of the old epoch mean nothing there). The transport keeps its hello incarnation. */
+  private switchEpoch(): void {
+    const to = this.core.epochToJoin();
+    if (to === null) return;
+    const inc = randomBytes(8).toString('hex');
+    this.opts.logger.warn({ from: this.core.epoch.generation, to: to.generation, incarnation: inc }, 'raft switches to a newer epoch');
+    this.core = new RaftCore({
+      ...this.opts.core,
+      id: this.id,
+      electionTimeoutMs: this.opts.electionTimeoutMs,
+      random: this.random,
+      now: this.lastTick,
+      clusterId: this.expected.clusterId,
+      nodes: this.nodes,
+      incarnation: inc,
+      membership: 'amnesiac',
+      epoch: to,
+    });
+    this.applied = 0;
+    this.forgetBatches();
+    this.noteAccepting();
+  }
+
+  private forceStartFailed(): void {
+    if (this.forceFailureReported) return;
+    this.forceFailureReported = true;
+    const err = new DriverError('RAFT_FORCE_START_FAILED', this.core.forceStartFailure() ?? 'unknown');
+    this.opts.logger.error({ code: err.code, detail: err.message }, 'raft force-start failed; stopping');
+    void this.stop();
+    this.opts.onForceStartFailed?.(err);
   }
 
   /** Renewals happen inside core.step (a majority acknowledged a newer round); the core's lease
@@ -418,6 +693,7 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
   }
 
   private handleReady(rd: Ready): void {
+    this.noteEpoch();
     for (const m of rd.messages) this.transport.send(m.to, m);
     if (rd.appended.length > 0 || rd.truncatedFrom !== null) this.opts.onAppended?.(rd.appended, rd.truncatedFrom);
     if (rd.snapshot !== null) this.restore(rd.snapshot);
@@ -576,14 +852,60 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
       snapshotIndex: this.core.firstIndex - 1,
       logEntries: this.core.entries().length,
       logBytes: this.core.logBytes,
+      membership: this.core.membershipAtStart,
+      epoch: this.core.epoch,
+      incarnation: this.core.incarnation,
+      voter: this.core.voter,
+      redundant: this.core.isRedundant(),
+      needsForceStart: this.core.needsForceStart(),
+      forceStart: this.core.forceStartPhase,
     };
   }
+}
+
+function staticPlan(): StartPlan {
+  return { membership: 'member', incarnation: '0', epoch: undefined, restore: undefined, consume: null, record: null };
+}
+
+const restoreOf = (f: StateFile): DurableState => ({
+  term: f.term,
+  vote: f.vote,
+  voteInc: f.voteInc,
+  entries: f.log,
+  baseConfig: f.configuration,
+  snapshot: f.snapshot,
+});
+
+/** DESIGN.md "Fresh, amnesiac, bootstrap" and "State file", read-only: a valid unconsumed file is
+ * resumed as the same member; without one the start is amnesiac if a record exists, else fresh,
+ * with a new incarnation; a force-start takes FILE or FILE.prev with a new incarnation. */
+function planStart(path: string, expected: Expected, force: boolean): StartPlan {
+  const record = readRecord(path, expected);
+  const incarnation = randomBytes(8).toString('hex');
+  if (force) {
+    const { file, path: from } = readForceStartFile(path, expected);
+    return {
+      membership: 'amnesiac',
+      incarnation,
+      epoch: file.epoch,
+      restore: restoreOf(file),
+      consume: from === path ? file : null,
+      record,
+    };
+  }
+  const file = peekStateFile(path, expected);
+  if (file === null)
+    return { membership: record === null ? 'fresh' : 'amnesiac', incarnation, epoch: undefined, restore: undefined, consume: null, record };
+  return { membership: 'member', incarnation: file.member.inc, epoch: file.epoch, restore: restoreOf(file), consume: file, record };
 }
 
 function checkOptions(opts: RaftDriverOptions): void {
   const bad = (what: string): never => {
     throw new DriverError('RAFT_DRIVER_BAD_OPTIONS', what);
   };
+  if ((opts.voters === undefined) === (opts.stateFile === undefined)) bad('give exactly one of voters (static) and stateFile');
+  if (opts.stateFile !== undefined && opts.nodes === undefined) bad('nodes is required with stateFile');
+  if (opts.forceStart === true && opts.stateFile === undefined) bad('forceStart needs stateFile');
   if (!Number.isSafeInteger(opts.electionTimeoutMs) || opts.electionTimeoutMs < 10)
     bad(`electionTimeoutMs ${opts.electionTimeoutMs} (at least 10)`);
   const tick = opts.tickIntervalMs;

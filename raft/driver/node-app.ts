@@ -5,14 +5,22 @@
 //   status              -> the driver's status as JSON
 //   peer ID HOST:PORT   -> "ok": learn a peer's address (tests start every node on port 0)
 //   entries FROM COUNT  -> JSON [[index, term, text or null], ...] of applied entries
+// With --state-file the node starts fresh, amnesiac or resumed from its file (DESIGN.md "State
+// file"), and SIGTERM hands over, stops raft traffic, then writes the file (stop()).
 // Proposal replies come in commit order; a client pipelining proposals gets them in its own order.
 import { createServer, type Server, type Socket } from 'node:net';
-import { randomBytes } from 'node:crypto';
 import type { LogEntry, Message } from '../core/messages.js';
 import { Transport } from '../transport/transport.js';
-import { type DriverLogger, RaftDriver } from './driver.js';
+import { type DriverIdentity, type DriverLogger, RaftDriver } from './driver.js';
+import type { DriverError } from './errors.js';
 import type { NodeArgs } from './node-args.js';
 import { hostPort } from './node-args.js';
+
+/** Exit codes of the node program besides 0 (clean stop) and 2 (bad arguments). */
+export const EXIT_CORE_FAILED = 70;
+export const EXIT_FORCE_START_FAILED = 75;
+/** A refused state file, record or PID lock; the message names the file. */
+export const EXIT_STATE_FILE_REFUSED = 78;
 
 /** A line longer than this closes the client connection (bytes). */
 export const CLIENT_LINE_BYTES_MAX = 64 * 1024;
@@ -37,14 +45,17 @@ export class NodeApp {
   private readonly decoder = new TextDecoder();
   private readonly encoder = new TextEncoder();
 
+  /** Called once when the node must exit: a failed core or a failed force-start. */
+  onExit: (code: number, err: Error) => void = () => {};
+
   constructor(args: NodeArgs, logger: DriverLogger) {
     this.args = args;
-    const transportFor = (validate: (m: unknown) => m is Message): Transport<Message> => {
+    const transportFor = (validate: (m: unknown) => m is Message, identity: DriverIdentity): Transport<Message> => {
       this.transport = new Transport<Message>({
         nodeId: args.id,
-        incarnation: randomBytes(8).toString('hex'),
+        incarnation: identity.incarnation,
         clusterId: args.clusterId,
-        epoch: 1,
+        epoch: identity.epoch,
         listen: args.listen,
         peers: args.peers,
         secret: args.secret,
@@ -53,17 +64,26 @@ export class NodeApp {
       });
       return this.transport;
     };
+    const ids = [...args.peers.keys()];
+    const identity =
+      args.stateFile === undefined
+        ? { voters: ids }
+        : {
+            nodes: ids,
+            stateFile: args.stateFile,
+            forceStart: args.forceStart,
+            ...(args.forceStartTimeoutMs === undefined ? {} : { forceStartTimeoutMs: args.forceStartTimeoutMs }),
+          };
     this.driver = new RaftDriver({
       id: args.id,
-      voters: [...args.peers.keys()],
+      ...identity,
+      clusterId: args.clusterId,
       electionTimeoutMs: args.electionTimeoutMs,
       transport: transportFor,
       logger,
       onCommitted: (entries) => this.onCommitted(entries),
-      onFatal: () => {
-        process.exitCode = 70;
-        void this.stop();
-      },
+      onFatal: (err) => this.exit(EXIT_CORE_FAILED, err),
+      onForceStartFailed: (err: DriverError) => this.exit(EXIT_FORCE_START_FAILED, err),
     });
     this.driver.on('drain', () => this.resumeClients());
     this.server = createServer((socket) => this.onClient(socket));
@@ -82,9 +102,27 @@ export class NodeApp {
     return { raftPort, clientPort };
   }
 
-  async stop(): Promise<void> {
+  /** The clean stop: clients go first (this node stops serving), then the driver hands over,
+   * stops raft traffic and writes the state file. Returns the file written, if any. */
+  async stop(): Promise<string | null> {
     for (const c of this.clients) c.destroy();
-    await Promise.all([this.driver.stop(), new Promise<void>((r) => this.server.close(() => r()))]);
+    const closed = new Promise<void>((r) => this.server.close(() => r()));
+    const written = await this.driver.shutdown().catch(async () => {
+      await this.driver.stop();
+      return null;
+    });
+    await closed;
+    return written;
+  }
+
+  private exiting = false;
+
+  private exit(code: number, err: Error): void {
+    if (this.exiting) return;
+    this.exiting = true;
+    for (const c of this.clients) c.destroy();
+    this.server.close();
+    void this.driver.stop().then(() => this.onExit(code, err));
   }
 
   private boundRaftPort(): number {

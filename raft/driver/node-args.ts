@@ -18,16 +18,29 @@ export interface NodeArgs {
   client: HostPort;
   clusterId: string;
   secret: string | undefined;
+  /** Without it the node runs the static configuration of --peers (every node a voter). */
+  stateFile: string | undefined;
+  forceStart: boolean;
+  forceStartTimeoutMs: number | undefined;
 }
 
 const USAGE =
   'usage: node-main --id N --peers 1=HOST:PORT,2=HOST:PORT,3=HOST:PORT [--election-timeout-ms 500] ' +
-  '[--listen HOST:PORT] [--client-listen HOST:PORT] [--cluster-id ID] [--cluster-secret S]';
+  '[--listen HOST:PORT] [--client-listen HOST:PORT] [--cluster-id ID] [--cluster-secret S] [--state-file PATH] ' +
+  '[--cluster-force-start] [--force-start-timeout-ms MS]';
+
+/** Flags that take no value. */
+const SWITCHES = new Set(['--cluster-force-start']);
 
 export function parseNodeArgs(argv: readonly string[]): NodeArgs {
   const values = new Map<string, string>();
   for (let k = 0; k < argv.length; k += 2) {
     const flag = argv[k]!;
+    if (SWITCHES.has(flag)) {
+      values.set(flag, 'true');
+      k--;
+      continue;
+    }
     const value = argv[k + 1];
     if (!KNOWN_FLAGS.has(flag)) throw badArgs(`unknown flag ${flag}; ${USAGE}`);
     if (value === undefined) throw badArgs(`${flag} needs a value`);
@@ -49,6 +62,20 @@ export function parseNodeArgs(argv: readonly string[]): NodeArgs {
     client: clientText === undefined ? { host: '127.0.0.1', port: 0 } : hostPort(clientText, '--client-listen'),
     clusterId: values.get('--cluster-id') ?? 'raftmq',
     secret: values.get('--cluster-secret'),
+    ...stateArgs(values),
+  };
+}
+
+function stateArgs(values: Map<string, string>): Pick<NodeArgs, 'stateFile' | 'forceStart' | 'forceStartTimeoutMs'> {
+  const stateFile = values.get('--state-file');
+  const forceStart = values.has('--cluster-force-start');
+  if (forceStart && stateFile === undefined) throw badArgs('--cluster-force-start needs --state-file');
+  const timeout = values.get('--force-start-timeout-ms');
+  if (timeout !== undefined && !forceStart) throw badArgs('--force-start-timeout-ms needs --cluster-force-start');
+  return {
+    stateFile,
+    forceStart,
+    forceStartTimeoutMs: timeout === undefined ? undefined : positiveInt(timeout, '--force-start-timeout-ms'),
   };
 }
 
@@ -60,6 +87,8 @@ const KNOWN_FLAGS = new Set([
   '--client-listen',
   '--cluster-id',
   '--cluster-secret',
+  '--state-file',
+  '--force-start-timeout-ms',
 ]);
 
 export function parsePeers(text: string): Map<number, HostPort> {

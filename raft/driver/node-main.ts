@@ -1,9 +1,12 @@
 // The raft node program: `node build/raft/driver/node-main.js --id 1 --peers 1=H:P,2=H:P,3=H:P`.
 // Prints one JSON line {"event":"listening",...} with its bound ports, then JSON log lines. Exit
-// codes: 0 after SIGTERM/SIGINT, 2 bad arguments (the message names the flag), 70 the core failed.
+// codes: 0 after SIGTERM/SIGINT (the state file written, with --state-file), 2 bad arguments (the
+// message names the flag), 70 the core failed, 75 the force-start was refused or timed out, 78 a
+// state file, record or PID lock was refused (the message names the file), 1 any other start
+// failure (a port in use).
 import { DriverError } from './errors.js';
 import type { DriverLogger } from './driver.js';
-import { NodeApp } from './node-app.js';
+import { EXIT_STATE_FILE_REFUSED, NodeApp } from './node-app.js';
 import { parseNodeArgs } from './node-args.js';
 
 function line(level: string, fields: Record<string, unknown>, msg: string): void {
@@ -25,10 +28,26 @@ async function main(): Promise<void> {
     process.stderr.write(`${err.message}\n`);
     process.exit(2);
   }
-  const ports = await app.start();
-  process.stdout.write(`${JSON.stringify({ event: 'listening', id: app.driver.id, ...ports, pid: process.pid })}\n`);
+  app.onExit = (code, err) => {
+    process.stderr.write(`${err.message}\n`);
+    process.exit(code);
+  };
+  let ports: { raftPort: number; clientPort: number };
+  try {
+    ports = await app.start();
+  } catch (err) {
+    if (!(err instanceof DriverError) || !err.code.startsWith('RAFT_STATE_FILE')) throw err;
+    process.stderr.write(`${err.message}\n`);
+    process.exit(EXIT_STATE_FILE_REFUSED);
+  }
+  const status = app.driver.status();
+  const identity = { membership: status.membership, epoch: status.epoch, incarnation: status.incarnation };
+  process.stdout.write(`${JSON.stringify({ event: 'listening', id: app.driver.id, ...ports, ...identity, pid: process.pid })}\n`);
   const shutdown = (): void => {
-    void app.stop().then(() => process.exit(process.exitCode ?? 0));
+    void app.stop().then((file) => {
+      if (file !== null) line('info', { file }, 'raft state file written');
+      process.exit(process.exitCode ?? 0);
+    });
   };
   process.once('SIGTERM', shutdown);
   process.once('SIGINT', shutdown);

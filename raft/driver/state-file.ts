@@ -229,6 +229,18 @@ export function writeRecord(stateFile: string, r: MembershipRecord): void {
  * than the record's, is a consumed or restored copy and refused: resuming it would roll back a
  * member's term, vote and log. */
 export function consumeStateFile(path: string, expected: Expected): StateFile | null {
+  const file = peekStateFile(path, expected);
+  if (file === null) return null;
+  const record = readRecord(path, expected);
+  const consumed = [...(record?.consumed ?? []), file.fileId].slice(-consumedIdsMax);
+  writeRecord(path, { clusterId: expected.clusterId, nodeId: expected.nodeId, epoch: file.epoch, consumed });
+  renameSync(path, prevPathOf(path));
+  syncDir(dirname(path));
+  return file;
+}
+
+/** The checks of consumeStateFile without its writes: the file a start would resume, or null. */
+export function peekStateFile(path: string, expected: Expected): StateFile | null {
   const bytes = readIfExists(path);
   if (bytes === null) return null;
   const file = decodeStateFile(bytes, path, expected);
@@ -238,14 +250,33 @@ export function consumeStateFile(path: string, expected: Expected): StateFile | 
       throw new DriverError('RAFT_STATE_FILE_CONSUMED', `${path} (file id ${file.fileId}) was consumed before; it is a restored copy`);
     }
     if (file.epoch.generation < record.epoch.generation) {
-      throw new DriverError('RAFT_STATE_FILE_CONSUMED', `${path} is of epoch ${file.epoch.generation}, older than ${record.epoch.generation}`);
+      throw new DriverError(
+        'RAFT_STATE_FILE_CONSUMED',
+        `${path} is of epoch ${file.epoch.generation}, older than ${record.epoch.generation}`,
+      );
     }
   }
-  const consumed = [...(record?.consumed ?? []), file.fileId].slice(-consumedIdsMax);
-  writeRecord(path, { clusterId: expected.clusterId, nodeId: expected.nodeId, epoch: file.epoch, consumed });
-  renameSync(path, prevPathOf(path));
-  syncDir(dirname(path));
   return file;
+}
+
+/** DESIGN.md "Force-start": the file to force from, FILE or else the consumed FILE.prev (a
+ * force-start is not a resume, so a consumed file may serve). Refused when the membership record
+ * shows this node already in a newer epoch than the file's. */
+export function readForceStartFile(path: string, expected: Expected): { file: StateFile; path: string } {
+  for (const p of [path, prevPathOf(path)]) {
+    const bytes = readIfExists(p);
+    if (bytes === null) continue;
+    const file = decodeStateFile(bytes, p, expected);
+    const record = readRecord(path, expected);
+    if (record !== null && file.epoch.generation < record.epoch.generation) {
+      throw new DriverError(
+        'RAFT_STATE_FILE_CONSUMED',
+        `${p} is of epoch ${file.epoch.generation}, older than ${record.epoch.generation} of this node`,
+      );
+    }
+    return { file, path: p };
+  }
+  throw new DriverError('RAFT_STATE_FILE_MISSING', `neither ${path} nor ${prevPathOf(path)} exists to force-start from`);
 }
 
 function readIfExists(path: string): Buffer | null {
