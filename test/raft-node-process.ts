@@ -28,9 +28,15 @@ export class RaftNodeProcess {
     readonly proc: ChildProcess,
   ) {}
 
-  static async start(id: number, ids: readonly number[], electionTimeoutMs: number, timeoutMs = 10_000): Promise<RaftNodeProcess> {
+  static async start(
+    id: number,
+    ids: readonly number[],
+    electionTimeoutMs: number,
+    timeoutMs = 10_000,
+    extra: readonly string[] = [],
+  ): Promise<RaftNodeProcess> {
     const peers = ids.map((p) => `${p}=${LOOPBACK}:0`).join(',');
-    const args = [NODE_MAIN, '--id', String(id), '--peers', peers, '--election-timeout-ms', String(electionTimeoutMs)];
+    const args = [NODE_MAIN, '--id', String(id), '--peers', peers, '--election-timeout-ms', String(electionTimeoutMs), ...extra];
     const proc = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] });
     const node = new RaftNodeProcess(id, proc);
     node.collectOutput();
@@ -156,6 +162,31 @@ export class RaftNodeProcess {
     process.kill(this.pid, 'SIGKILL');
     await Promise.race([exited, sleep(timeoutMs)]);
   }
+}
+
+/** Tells every live node the bound raft port of every other (after a restart moved one). */
+export async function linkAll(nodes: readonly RaftNodeProcess[]): Promise<void> {
+  for (const n of nodes) {
+    if (!n.alive) continue;
+    for (const m of nodes) {
+      if (m === n || !m.alive) continue;
+      const answer = await n.request(`peer ${m.id} ${LOOPBACK}:${m.raftPort}`);
+      if (answer !== 'ok') throw new Error(`node ${n.id} refused peer ${m.id}: ${answer}`);
+    }
+  }
+}
+
+/** Runs the node program until it exits (a refused start); resolves with its code and stderr. */
+export async function runToExit(args: readonly string[], timeoutMs = 10_000): Promise<{ code: number | null; stderr: string }> {
+  const proc = spawn(process.execPath, [NODE_MAIN, ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  proc.stderr?.setEncoding('utf8').on('data', (chunk: string) => {
+    stderr += chunk;
+  });
+  const timer = setTimeout(() => proc.kill('SIGKILL'), timeoutMs);
+  const [code] = (await once(proc, 'exit')) as [number | null];
+  clearTimeout(timer);
+  return { code, stderr };
 }
 
 /** Three nodes on port 0, each told the others' bound raft ports. */

@@ -19,6 +19,9 @@ const logger: DriverLogger = {
   error: (fields, msg) => line('error', fields, msg),
 };
 
+/** The state file, its record or its PID lock was refused: read at construction, taken at start. */
+const stateFileRefused = (err: DriverError): boolean => err.code.startsWith('RAFT_STATE_FILE');
+
 async function main(): Promise<void> {
   let app: NodeApp;
   try {
@@ -26,7 +29,7 @@ async function main(): Promise<void> {
   } catch (err) {
     if (!(err instanceof DriverError)) throw err;
     process.stderr.write(`${err.message}\n`);
-    process.exit(2);
+    process.exit(stateFileRefused(err) ? EXIT_STATE_FILE_REFUSED : 2);
   }
   app.onExit = (code, err) => {
     process.stderr.write(`${err.message}\n`);
@@ -36,7 +39,7 @@ async function main(): Promise<void> {
   try {
     ports = await app.start();
   } catch (err) {
-    if (!(err instanceof DriverError) || !err.code.startsWith('RAFT_STATE_FILE')) throw err;
+    if (!(err instanceof DriverError) || !stateFileRefused(err)) throw err;
     process.stderr.write(`${err.message}\n`);
     process.exit(EXIT_STATE_FILE_REFUSED);
   }
