@@ -170,6 +170,8 @@ export interface DriverStatus {
   incarnation: string;
   /** Listed in the newest configuration this node holds. */
   voter: boolean;
+  /** That configuration's voters, as `node.incarnation`. */
+  voters: string[];
   /** Leader only: every configured node id is a caught-up voter. */
   redundant: boolean;
   /** No configuration this node knows can elect a leader again: an operator must force-start. */
@@ -856,6 +858,7 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
       epoch: this.core.epoch,
       incarnation: this.core.incarnation,
       voter: this.core.voter,
+      voters: this.core.configuration.map((m) => `${m.node}.${m.inc}`),
       redundant: this.core.isRedundant(),
       needsForceStart: this.core.needsForceStart(),
       forceStart: this.core.forceStartPhase,
