@@ -38,7 +38,16 @@ function stateOf(node: number): StateFile {
   };
 }
 
-const argsFor = (id: number, file: string): string[] => ['--id', String(id), '--peers', PEERS, '--election-timeout-ms', String(E), '--state-file', file];
+const argsFor = (id: number, file: string): string[] => [
+  '--id',
+  String(id),
+  '--peers',
+  PEERS,
+  '--election-timeout-ms',
+  String(E),
+  '--state-file',
+  file,
+];
 
 async function refused(id: number, file: string, named: string): Promise<string> {
   const r = await runToExit(argsFor(id, file));

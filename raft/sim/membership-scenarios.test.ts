@@ -115,3 +115,52 @@ describe('raft simulator: force-start scenarios (DESIGN.md "Force-start")', { ti
     }
   });
 });
+
+describe('raft simulator: more membership scenarios (issue 7)', { timeout: 60_000 }, () => {
+  it('a learner that must vote: the add entry reached only the other voter, whose election needs the new member, who answers as itself', () => {
+    for (const s of scenario('learner-must-vote')) {
+      assert.ok(s.learnerVotes >= 1, `learner votes ${s.learnerVotes}`);
+      assert.ok(s.elections >= 2);
+      assert.deepEqual(
+        s.configs.map((c) => membersOf(c).length),
+        [3, 2, 3],
+      );
+    }
+  });
+
+  it("Ongaro's single-server bug: a leader dies with an unreplicated change; the next change waits for an entry of the new term", () => {
+    for (const s of scenario('single-server-bug')) {
+      assert.ok(s.elections >= 2);
+      assert.deepEqual(
+        s.configs.map((c) => membersOf(c).length),
+        [3, 2, 3],
+        s.configs.join(' | '),
+      );
+    }
+  });
+
+  it('a node stopped for two hours resumes its state file, catches up and is a voter again, its member unchanged', () => {
+    for (const s of scenario('stopped-for-hours', 1)) {
+      assert.deepEqual(s.configs, ['1.a1,2.b1,3.c1'], 'a cleanly stopped member is not replaced');
+      assert.equal(s.amnesias, 0);
+    }
+  });
+
+  it('a consumed state file put back is refused; the node comes back amnesiac and is replaced instead of rolling back', () => {
+    for (const s of scenario('restored-state-file')) {
+      assert.equal(s.refusedFiles, 1);
+      assert.match(s.configs.at(-1) ?? '', /3\.c2/);
+    }
+  });
+
+  it('two fresh nodes and one member never bootstrap a second cluster; nobody serves until the member is force-started', () => {
+    for (const s of scenario('bootstrap-two-fresh-one-member')) {
+      assert.equal(s.forceServed, 1);
+      assert.equal(s.finalGeneration, 2);
+      assert.deepEqual(
+        s.configs.slice(1).map((c) => membersOf(c).length),
+        [1, 2, 3],
+      );
+    }
+  });
+});

@@ -46,6 +46,11 @@ export const scenarioNames = [
   'force-start-partitioned',
   'force-start-concurrent',
   'force-start-after-two-losses',
+  'learner-must-vote',
+  'single-server-bug',
+  'stopped-for-hours',
+  'restored-state-file',
+  'bootstrap-two-fresh-one-member',
 ] as const;
 /** Scenarios that start three fresh nodes, which bootstrap (DESIGN.md "Fresh, amnesiac, bootstrap"). */
 const membershipScenarios: ReadonlySet<string> = new Set(scenarioNames.slice(5));
@@ -122,6 +127,10 @@ export interface SimStats {
   readonly maxHeldEntries: number;
   /** Force-starts begun, refused or timed out (failed), and that made an epoch serve. */
   readonly forceStarts: number;
+  /** Vote grants sent by a node that did not list itself as a voter. */
+  readonly learnerVotes: number;
+  /** Restarts whose state file was refused as consumed (a restored copy). */
+  readonly refusedFiles: number;
   readonly forceFailures: number;
   readonly forceServed: number;
   /** Members of an older epoch that switched to a newer one. */
@@ -132,7 +141,13 @@ export interface SimStats {
 }
 
 export type SimResult =
-  | { readonly ok: true; readonly seed: number; readonly stats: SimStats }
+  | {
+      readonly ok: true;
+      readonly seed: number;
+      readonly stats: SimStats;
+      /** The event list when run with `trace` (empty otherwise). */
+      readonly trace: readonly string[];
+    }
   | {
       readonly ok: false;
       readonly seed: number;
@@ -148,8 +163,9 @@ type SimEvent =
   | { readonly kind: 'propose' }
   | { readonly kind: 'crash'; readonly node: number }
   | { readonly kind: 'restart'; readonly node: number }
-  | { readonly kind: 'amnesia'; readonly node: number; readonly again?: boolean }
-  | { readonly kind: 'stop'; readonly node: number; readonly downMs?: number }
+  | { readonly kind: 'amnesia'; readonly node: number; readonly again?: boolean; readonly fresh?: boolean }
+  | { readonly kind: 'expect-stuck' }
+  | { readonly kind: 'stop'; readonly node: number; readonly downMs?: number; readonly restoreOldest?: boolean }
   | { readonly kind: 'force-start'; readonly node: number; readonly downMs?: number }
   | { readonly kind: 'partition' }
   | { readonly kind: 'heal' }
@@ -173,6 +189,8 @@ const quietPeriodsE = 10;
 const redundantWithinE = 32;
 /** The liveness marker is proposed from this many E into the quiet period, retried every E/2. */
 const probeStartE = 5;
+/** How long stopped-for-hours keeps node 3 down. */
+const hoursStoppedMs = 2 * 3600 * 1000;
 /** A force-started epoch that has no second voter within this many E gives up (the node exits). */
 const forceTimeoutE = 10;
 const encoder = new TextEncoder();
@@ -302,6 +320,15 @@ class Simulation {
   private readonly forcedFiles = new Map<RaftCore, { from: Epoch; snapshot: SnapshotMeta | null; log: readonly LogEntry[] }>();
   private force = { starts: 0, failures: 0, served: 0, switches: 0 };
   private readonly served = new Set<RaftCore>();
+  private learnerVotes = 0;
+  private refusedFiles = 0;
+  /** Per node, the ids of state files it consumed (its membership record), and every file it wrote. */
+  private readonly consumedFiles = new Map<number, Set<string>>();
+  private readonly oldFiles = new Map<number, Uint8Array[]>();
+  /** Crashed nodes that come back with no membership record either (a wiped disk). */
+  private readonly wiped = new Set<number>();
+  /** learner-must-vote and single-server-bug: the configuration change that triggers them happened. */
+  private triggered = false;
   /** Per epoch, the true time until which a node of it holds a lease (at most one epoch serves). */
   private readonly servingUntil = new Map<string, number>();
   /** Highest epoch generation that has served. */
@@ -309,12 +336,13 @@ class Simulation {
 
   constructor(private readonly opts: SimOptions) {
     this.app = opts.app?.() ?? null;
-    this.e = opts.electionTimeoutMs ?? 100;
+    // A node stopped for hours: E of 1 s keeps the two hours to 7,200E of simulated events.
+    this.e = opts.electionTimeoutMs ?? (opts.scenario === 'stopped-for-hours' ? 1000 : 100);
     this.prng = new Prng(opts.seed);
     this.netRandom = this.prng.fork();
     this.faults = opts.faults;
     this.trace = opts.trace === true ? [] : null;
-    this.faultEnd = opts.faultPhaseMs ?? 200 * this.e;
+    this.faultEnd = opts.faultPhaseMs ?? (opts.scenario === 'stopped-for-hours' ? 40 * this.e + hoursStoppedMs : 200 * this.e);
     this.dropRate = this.faults.has('drop') ? 0.02 + this.prng.float() * 0.2 : 0;
     // Small bounds make log repair split old-term entries from new ones (Figure 8's precondition);
     // the smallest still let a lagging node catch up within the quiet period.
@@ -381,13 +409,15 @@ class Simulation {
         .filter((c) => c.data.startsWith('config('))
         .map((c) => c.data.slice(7, -1)),
       forceStarts: this.force.starts,
+      learnerVotes: this.learnerVotes,
+      refusedFiles: this.refusedFiles,
       forceFailures: this.force.failures,
       forceServed: this.force.served,
       switches: this.force.switches,
       epochs: this.checker.epochCount,
       finalGeneration: Math.max(...ids.map((id) => this.node(id).epoch.generation)),
     };
-    return { ok: true, seed: this.opts.seed, stats };
+    return { ok: true, seed: this.opts.seed, stats, trace: this.trace ?? [] };
   }
 
   /** The epoch most nodes ended in (the newest on a tie). */
@@ -457,9 +487,15 @@ class Simulation {
       case 'restart':
         return this.onRestart(ev.node);
       case 'amnesia':
+        if (ev.fresh === true) this.wiped.add(ev.node);
         return this.onAmnesia(ev.node, ev.again === true);
+      case 'expect-stuck':
+        this.checkStuck();
+        return false;
       case 'stop':
-        return this.onStop(ev.node, ev.downMs);
+        this.onStop(ev.node, ev.downMs);
+        if (ev.restoreOldest === true) this.restoreOldest(ev.node);
+        return false;
       case 'force-start':
         return this.onForceStart(ev.node, ev.downMs);
       case 'partition':
@@ -567,6 +603,8 @@ class Simulation {
   }
 
   private onPropose(): boolean {
+    // Two hours of proposals at the usual rate would make a log of a quarter of a million entries.
+    const sparse = this.opts.scenario === 'stopped-for-hours' && this.down.size > 0;
     const leaders = ids.filter((id) => this.runs(id) && this.node(id).role === 'leader');
     const id = leaders[this.prng.int(leaders.length)];
     if (id !== undefined) {
@@ -581,7 +619,7 @@ class Simulation {
       this.flush(node);
     }
     // The quiet period proposes only the liveness marker, so a backlog cannot hide it.
-    if (!this.quiet) this.queue.push(this.now + 1 + this.prng.int(this.e / 2), { kind: 'propose' });
+    if (!this.quiet) this.queue.push(this.now + 1 + this.prng.int(this.e / 2) + (sparse ? 20 * this.e : 0), { kind: 'propose' });
     return false;
   }
 
@@ -600,7 +638,7 @@ class Simulation {
     if (!this.down.has(id)) return false;
     this.down.delete(id);
     if (this.forgetful.delete(id)) {
-      this.startNode(id, undefined, 'amnesiac');
+      this.startNode(id, undefined, this.wiped.delete(id) ? 'fresh' : 'amnesiac');
       this.record(`restart ${id} amnesiac as ${this.node(id).incarnation}`);
       return false;
     }
@@ -608,6 +646,14 @@ class Simulation {
     this.stateFiles.delete(id);
     if (this.forcing.delete(id) && file !== undefined) {
       this.startForced(id, file);
+      return false;
+    }
+    if (file !== undefined && !this.consume(id, file)) {
+      // DESIGN.md "State file": a consumed file put back is refused; the operator starts the node
+      // without it, so it comes back amnesiac.
+      this.refusedFiles++;
+      this.startNode(id, undefined, 'amnesiac');
+      this.record(`restart ${id}: state file refused as consumed; amnesiac as ${this.node(id).incarnation}`);
       return false;
     }
     this.startNode(id, this.node(id), 'member', file);
@@ -654,6 +700,24 @@ class Simulation {
     return false;
   }
 
+  /** An operator puts back the node's oldest state file (a backup), over the one it just wrote. */
+  private restoreOldest(id: number): void {
+    const oldest = this.oldFiles.get(id)?.[0];
+    if (oldest === undefined || !this.stateFiles.has(id)) return;
+    this.stateFiles.set(id, oldest);
+    this.record(`restore node ${id}'s oldest state file`);
+  }
+
+  /** bootstrap-two-fresh-one-member, force-start-after-two-losses: nobody leads, and every node
+   * says it needs a force-start. */
+  private checkStuck(): void {
+    const leader = ids.find((id) => this.runs(id) && this.node(id).role === 'leader');
+    if (leader !== undefined) throw new Violation('bootstrap', `node ${leader} leads where no configuration can elect`);
+    const unaware = ids.find((id) => this.runs(id) && !this.node(id).needsForceStart());
+    if (unaware !== undefined) throw new Violation('liveness', `node ${unaware} does not report needsForceStart`);
+    this.record('every node needs a force-start');
+  }
+
   /** The operator's procedure (DESIGN.md "Force-start"): SIGTERM (the state file is written even
    * when the node does not serve), then a start with --cluster-force-start from that file. At a
    * random time it is mostly refused, since the others are alive and led; cut off by a partition,
@@ -675,7 +739,26 @@ class Simulation {
     return false;
   }
 
+  /** The membership record's side of consuming a file (raft/driver/state-file.ts): its id must not
+   * be one consumed before. */
+  private consume(id: number, bytes: Uint8Array): boolean {
+    const f = decodeStateFile(bytes, `sim node ${id}`, { clusterId: this.node(id).clusterId, nodeId: id });
+    const consumed = this.consumedFiles.get(id) ?? new Set<string>();
+    this.consumedFiles.set(id, consumed);
+    if (consumed.has(f.fileId)) return false;
+    consumed.add(f.fileId);
+    return true;
+  }
+
   private stateFileOf(n: RaftCore): Uint8Array {
+    const bytes = this.encodeState(n);
+    const old = this.oldFiles.get(n.id) ?? [];
+    old.push(bytes);
+    this.oldFiles.set(n.id, old);
+    return bytes;
+  }
+
+  private encodeState(n: RaftCore): Uint8Array {
     const id = n.id;
     const d = n.durableState();
     return encodeStateFile({
@@ -956,7 +1039,32 @@ class Simulation {
         // Nodes 2 and 3 forget: nobody can serve. The survivor is stopped and force-started.
         this.queue.push(at, { kind: 'amnesia', node: 2, again: true });
         this.queue.push(at, { kind: 'amnesia', node: 3, again: true });
+        this.queue.push(at + 5.5 * this.e, { kind: 'expect-stuck' });
         this.queue.push(at + 6 * this.e, { kind: 'force-start', node: 1, downMs: this.e });
+        return;
+      case 'learner-must-vote':
+      case 'single-server-bug':
+        // Node 3 forgets; its replacement's add (or removal) entry triggers the rest.
+        this.queue.push(at, { kind: 'amnesia', node: 3 });
+        return;
+      case 'stopped-for-hours':
+        this.queue.push(at, { kind: 'stop', node: 3, downMs: hoursStoppedMs });
+        return;
+      case 'restored-state-file':
+        // Node 3 stops and resumes (its first file is consumed), stops again, and an operator puts
+        // the first file back: resuming it would roll its term, vote and log back.
+        this.queue.push(at, { kind: 'stop', node: 3, downMs: this.e });
+        this.queue.push(at + 10 * this.e, { kind: 'stop', node: 3, downMs: this.e, restoreOldest: true });
+        return;
+      case 'bootstrap-two-fresh-one-member':
+        // Nodes 1 and 2 lose their disks (no membership record: fresh again) while node 3 stops
+        // cleanly and resumes: two fresh nodes and one member never bootstrap a second cluster;
+        // nobody serves until node 3 is force-started.
+        this.queue.push(at, { kind: 'stop', node: 3, downMs: 2 * this.e });
+        this.queue.push(at, { kind: 'amnesia', node: 1, again: true, fresh: true });
+        this.queue.push(at, { kind: 'amnesia', node: 2, again: true, fresh: true });
+        this.queue.push(at + 10 * this.e, { kind: 'expect-stuck' });
+        this.queue.push(at + 11 * this.e, { kind: 'force-start', node: 3, downMs: this.e });
         return;
       case 'skewed-follower':
         this.setWrongClock(3, 5000);
@@ -1079,7 +1187,31 @@ class Simulation {
     }
     if (this.app !== null && ready.committed.length > 0) this.app.applied(node.id, ready.committed, this.view(node));
     this.maybeCompact(node);
-    for (const m of ready.messages) this.send(m);
+    if (node.role === 'leader') this.onLeaderAppended(node, ready.appended);
+    for (const m of ready.messages) {
+      if (m.type === 'vote-response' && m.granted && !node.voter) this.learnerVotes++;
+      this.send(m);
+    }
+  }
+
+  /** learner-must-vote: the leader appends the entry that adds node 3's new member; node 3 must not
+   * get it, and the leader stops, so the next leader needs the vote of a node that does not list
+   * itself. single-server-bug (Ongaro, raft-dev 2015): the leader appends a removal and stops before
+   * anyone has it; the next leader must commit an entry of its own term before it changes the
+   * configuration again. */
+  private onLeaderAppended(node: RaftCore, appended: readonly LogEntry[]): void {
+    const scenario = this.opts.scenario;
+    if (this.triggered || (scenario !== 'learner-must-vote' && scenario !== 'single-server-bug')) return;
+    const change = appended.find((e) => e.config !== undefined && e.index > 1);
+    if (change === undefined) return;
+    const adds = (change.config?.length ?? 0) === 3;
+    if (adds !== (scenario === 'learner-must-vote')) return;
+    this.triggered = true;
+    const id = node.id;
+    for (const other of ids) if (other !== id && (scenario === 'single-server-bug' || other === 3)) this.blocked.add(`${id}>${other}`);
+    this.record(`leader ${id} appended ${formatEntry(change)}; links ${[...this.blocked].join(' ')} cut`);
+    this.queue.push(this.now + (scenario === 'learner-must-vote' ? this.e / 4 : 1), { kind: 'stop', node: id, downMs: 4 * this.e });
+    this.queue.push(this.now + 2 * this.e, { kind: 'heal' });
   }
 
   private view(node: RaftCore): SimNodeView {
