@@ -215,6 +215,9 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
   private releaseLock: (() => void) | null = null;
   private forceFailureReported = false;
   private failed = false;
+  /** Set once start() has consumed the state file: nothing reaches the core before (DESIGN.md
+   * "State file": consumed before the first raft message), though the port is bound already. */
+  private live = false;
   private readonly transport: DriverTransport;
   private readonly gate: MessageGate;
   private readonly limiter = new LogLimiter(REFUSAL_LOG_WINDOW_MS);
@@ -319,6 +322,7 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     if (this.state !== 'started') return; // stop() while the transport was binding
     try {
       this.takeStateFile();
+      this.live = true;
     } catch (err) {
       await this.stop();
       this.releaseLock?.();
@@ -565,14 +569,14 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
   // ---- inputs ----
 
   private readonly onTick = (): void => {
-    if (this.state !== 'started') return;
+    if (this.state !== 'started' || !this.live) return;
     this.lastTick = Math.max(this.lastTick, Math.floor(this.clock.monotonic()));
     this.tickCore();
     this.drainReady();
   };
 
   private readonly onMessage = (from: number, m: Message): void => {
-    if (this.state !== 'started') return;
+    if (this.state !== 'started' || !this.live) return;
     if (m.from !== from) {
       // The link's handshake named the sender; a message claiming another sender is not its own.
       this.refuse('sender-mismatch', { link: from, claimed: m.from });
