@@ -415,6 +415,7 @@ export class RaftCore {
       return null;
     }
     this.joinEpoch(m);
+    this.forgetStaleAnnounce(m);
     const refused = this.refuseForState(m);
     if (refused !== null) return refused;
     if (!this.stepTerm(m)) return null;
@@ -436,6 +437,15 @@ export class RaftCore {
     if (mine.generation === 0 || (m.epoch === mine.generation && m.epochId === mine.id)) return null;
     if (m.type === 'announce' && m.epoch === 0) return null;
     return new RaftError('RAFT_FOREIGN_MESSAGE', `${m.type} from ${m.from} of epoch ${m.epoch}/${m.epochId}`);
+  }
+
+  /** One process per node id runs at a time (DESIGN.md "Links": port and PID lock), so a raft
+   * message from one incarnation shows that an announcement heard earlier from another is stale.
+   * Kept, it would make a leader that missed the newer member's announcements take that member
+   * for replaced and remove it. */
+  private forgetStaleAnnounce(m: Message): void {
+    const a = this.announced.get(m.from);
+    if (a !== undefined && a.inc !== m.fromInc) this.announced.delete(m.from);
   }
 
   /** A node without an epoch joins the epoch of the first raft message it takes. */
