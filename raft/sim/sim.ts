@@ -80,6 +80,9 @@ export interface SimNodeView {
   readonly term: number;
   readonly hasLease: boolean;
   readonly clusterTimeReady: boolean;
+  /** The node's epoch as `generation.id`: a force-start makes a new epoch whose log is the forced
+   * file's, which need not match what the old epoch committed at the same index. */
+  readonly epoch: string;
 }
 
 /** A state machine and workload over the simulated cluster (the broker's, in src/cluster/sim/). It
@@ -1216,7 +1219,13 @@ class Simulation {
 
   private view(node: RaftCore): SimNodeView {
     const mono = this.clock(node.id).mono(this.now);
-    return { role: node.role, term: node.currentTerm, hasLease: node.hasLease(mono), clusterTimeReady: node.clusterTimeReady() };
+    return {
+      role: node.role,
+      term: node.currentTerm,
+      hasLease: node.hasLease(mono),
+      clusterTimeReady: node.clusterTimeReady(),
+      epoch: `${node.epoch.generation}.${node.epoch.id}`,
+    };
   }
 
   private state(id: number): SimState {
