@@ -1452,7 +1452,7 @@ export class RaftCore {
   private otherEpochAnnounce(m: Announce): boolean {
     const mine = this.epochNow;
     if (m.epoch === 0 || mine.generation === 0 || (m.epoch === mine.generation && m.epochId === mine.id)) return false;
-    if (m.cluster !== this.clusterId) return true;
+    if (m.cluster !== this.clusterId) return false; // refused as foreign by refuseForIdentity
     if (this.forcePhase === 'probing' && m.epoch > mine.generation) this.failForceStart(`node ${m.from} is of newer epoch ${m.epoch}`);
     // A learner holds no vote of its epoch, so it may leave for any newer one, as a fresh or
     // amnesiac node joins one; a voter only once the newer epoch serves with two node ids, when its
