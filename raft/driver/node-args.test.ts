@@ -44,5 +44,35 @@ describe('raft node program flags', { timeout: 10_000 }, () => {
     assert.match(refusal(['--id', '1', '--peers', PEERS, '--election-timeout-ms', '1.5']), /--election-timeout-ms/);
     assert.match(refusal(['--id', '1', '--peers', PEERS, '--bogus', '1']), /unknown flag --bogus/);
     assert.match(refusal(['--id', '1', '--peers']), /--peers needs a value/);
+    assert.match(refusal(['--id', '1', '--peers', PEERS, '--cluster-force-start']), /--cluster-force-start needs --state-file/);
+    assert.match(
+      refusal(['--id', '1', '--peers', PEERS, '--state-file', 's', '--force-start-timeout-ms', '100']),
+      /--force-start-timeout-ms needs --cluster-force-start/,
+    );
+    assert.match(
+      refusal(['--id', '1', '--peers', PEERS, '--state-file', 's', '--cluster-force-start', '--force-start-timeout-ms', '0']),
+      /--force-start-timeout-ms "0"/,
+    );
+  });
+
+  test('--state-file runs on the state file; --cluster-force-start is a switch that takes no value, anywhere on the line', () => {
+    const plain = parseNodeArgs(['--id', '1', '--peers', PEERS]);
+    assert.equal(plain.stateFile, undefined, 'without it: the static configuration');
+    assert.equal(plain.forceStart, false);
+    const forced = parseNodeArgs([
+      '--cluster-force-start',
+      '--id',
+      '1',
+      '--peers',
+      PEERS,
+      '--state-file',
+      '/tmp/n1.state',
+      '--force-start-timeout-ms',
+      '9000',
+    ]);
+    assert.equal(forced.stateFile, '/tmp/n1.state');
+    assert.equal(forced.forceStart, true);
+    assert.equal(forced.forceStartTimeoutMs, 9000);
+    assert.equal(forced.id, 1);
   });
 });
