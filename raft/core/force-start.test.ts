@@ -21,8 +21,9 @@ const fileLog: LogEntry[] = [
   { index: 3, term: 2, time: 20, data: new Uint8Array([2]) },
 ];
 
-function forcing(): RaftCore {
+function forcing(above = 0): RaftCore {
   return new RaftCore({
+    forceStartAbove: above,
     id: 1,
     nodes: [1, 2, 3],
     incarnation: 'a2',
@@ -99,6 +100,12 @@ describe('raft force-start (DESIGN.md "Force-start")', { timeout: 10_000 }, () =
     const r = n.propose([new Uint8Array([9])]);
     assert.ok(!r.ok && r.error.code === 'RAFT_NOT_SERVING');
     assert.equal(n.hasLease(forceStartProbeE * E + 5), false);
+  });
+
+  it('makes its epoch newer than one the membership record shows, when that is newer than the file', () => {
+    const n = forcing(4);
+    runTo(n, forceStartProbeE * E + 5);
+    assert.equal(n.epoch.generation, 5);
   });
 
   it('gives up when no second node id votes in the new epoch within its timeout', () => {

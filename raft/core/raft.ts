@@ -153,6 +153,10 @@ export interface RaftOptions {
   /** A forced epoch must serve within this many ms, or the node gives up; so must one resumed
    * from a state file while this node was its only voter. Default forceStartTimeoutE·E. */
   readonly forceStartTimeoutMs?: number;
+  /** The forced epoch's generation is above this as well as above the file's: the membership
+   * record may show that this node took part in a newer epoch than its file's, and the new epoch
+   * must be newer than that one too, so its members switch. Default 0. */
+  readonly forceStartAbove?: number;
   readonly unsafe?: UnsafeRule;
 }
 
@@ -305,6 +309,7 @@ export class RaftCore {
   /** Probing: monotonic ms of the force; waiting: monotonic ms of the give-up. */
   private forceDeadline = 0;
   private readonly forceTimeoutMs: number;
+  private readonly forceAbove: number;
   private forceFailure: string | null = null;
   /** A newer epoch that serves with two node ids: this member of an older epoch must switch. */
   private switchTo: Epoch | null = null;
@@ -363,6 +368,7 @@ export class RaftCore {
     this.becomeFollower(this.term, 0);
     this.reportedHard = this.hardState();
     this.forceTimeoutMs = opts.forceStartTimeoutMs ?? forceStartTimeoutE * this.electionTimeoutMs;
+    this.forceAbove = opts.forceStartAbove ?? 0;
     if (opts.forceStart === true) {
       this.forcePhase = 'probing';
       this.forceDeadline = opts.now + forceStartProbeE * this.electionTimeoutMs;
@@ -1427,7 +1433,8 @@ export class RaftCore {
   /** The next epoch, from the whole log treated as committed, with this member its only voter, in
    * a term above any in the file; it serves only once a second node id is a voter. */
   private force(): void {
-    this.epochNow = { generation: this.epochNow.generation + 1, id: this.random.int(2 ** 31).toString(36) };
+    const generation = Math.max(this.epochNow.generation, this.forceAbove) + 1;
+    this.epochNow = { generation, id: this.random.int(2 ** 31).toString(36) };
     this.log.commitTo(this.log.lastIndex());
     this.term += 1;
     this.vote = this.id;

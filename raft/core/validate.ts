@@ -66,14 +66,19 @@ function validateBody(m: Message, ctx: ValidationContext): RaftError | null {
     case 'snapshot-response':
       return isIndex(m.index) && isIndex(m.received) && isIndex(m.match) && isClock(m.sentAt) ? null : bad('snapshot-response fields');
     case 'announce':
-      if (!membershipKinds.includes(m.membership) || !isId(m.peers) || !isBool(m.voter) || !isBool(m.stuck)) return bad('announce fields');
-      if (!isIndex(m.leader) || (m.leader !== 0 && !ctx.nodes.includes(m.leader)) || !isIndex(m.committedVoters) || m.committedVoters > ctx.nodes.length) return bad('announce leader/committedVoters');
-      return isIndex(m.lastIndex) && isIndex(m.lastTerm) && m.lastTerm <= m.term ? null : bad('announce lastIndex/lastTerm');
+      return validateAnnounce(m, ctx);
     default: {
       const _: never = m;
       return bad(`unknown message ${String(_)}`);
     }
   }
+}
+
+function validateAnnounce(m: Message & { type: 'announce' }, ctx: ValidationContext): RaftError | null {
+  if (!membershipKinds.includes(m.membership) || !isId(m.peers) || !isBool(m.voter) || !isBool(m.stuck)) return bad('announce fields');
+  const leaderOk = isIndex(m.leader) && (m.leader === 0 || ctx.nodes.includes(m.leader));
+  if (!leaderOk || !isIndex(m.committedVoters) || m.committedVoters > ctx.nodes.length) return bad('announce leader/committedVoters');
+  return isIndex(m.lastIndex) && isIndex(m.lastTerm) && m.lastTerm <= m.term ? null : bad('announce lastIndex/lastTerm');
 }
 
 function validateAppend(m: Message & { type: 'append' }, ctx: ValidationContext): RaftError | null {

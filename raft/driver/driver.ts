@@ -306,7 +306,7 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
       // DESIGN.md "Leases and votes": a resumed member cannot know when it last heard from a
       // leader, so it ignores vote requests for 2E.
       ...(resumed ? { ignoreVotesUntil: this.lastTick + 2 * opts.electionTimeoutMs } : {}),
-      ...(opts.forceStart === true ? { forceStart: true } : {}),
+      ...(opts.forceStart === true ? { forceStart: true, forceStartAbove: plan.record?.epoch.generation ?? 0 } : {}),
       ...(opts.forceStartTimeoutMs === undefined ? {} : { forceStartTimeoutMs: opts.forceStartTimeoutMs }),
     });
   }

@@ -260,21 +260,13 @@ export function peekStateFile(path: string, expected: Expected): StateFile | nul
 }
 
 /** DESIGN.md "Force-start": the file to force from, FILE or else the consumed FILE.prev (a
- * force-start is not a resume, so a consumed file may serve). Refused when the membership record
- * shows this node already in a newer epoch than the file's. */
+ * force-start is not a resume, so a consumed file may serve, and so may one older than the epoch
+ * the record shows: the forced epoch is made newer than both). */
 export function readForceStartFile(path: string, expected: Expected): { file: StateFile; path: string } {
   for (const p of [path, prevPathOf(path)]) {
     const bytes = readIfExists(p);
     if (bytes === null) continue;
-    const file = decodeStateFile(bytes, p, expected);
-    const record = readRecord(path, expected);
-    if (record !== null && file.epoch.generation < record.epoch.generation) {
-      throw new DriverError(
-        'RAFT_STATE_FILE_CONSUMED',
-        `${p} is of epoch ${file.epoch.generation}, older than ${record.epoch.generation} of this node`,
-      );
-    }
-    return { file, path: p };
+    return { file: decodeStateFile(bytes, p, expected), path: p };
   }
   throw new DriverError('RAFT_STATE_FILE_MISSING', `neither ${path} nor ${prevPathOf(path)} exists to force-start from`);
 }
