@@ -409,12 +409,12 @@ export class RaftCore {
     const error = validateMessage(m, ctx);
     if (error !== null) return error;
     if (m.type === 'announce' && this.otherEpochAnnounce(m)) return null;
-    const foreign = this.refuseForIdentity(m);
-    if (foreign !== null) return foreign;
-    if (this.forcePhase === 'probing' || this.forcePhase === 'failed') {
+    if ((this.forcePhase === 'probing' || this.forcePhase === 'failed') && this.ofOldEpoch(m)) {
       this.probe(m);
       return null;
     }
+    const foreign = this.refuseForIdentity(m);
+    if (foreign !== null) return foreign;
     if (m.type === 'announce') {
       this.handleAnnounce(m);
       this.checkInvariants();
@@ -1390,7 +1390,9 @@ export class RaftCore {
         this.force();
         return false;
       case 'waiting':
-        if (this.committedVoterIds() >= 2) {
+        // Only as leader: a member that resumed its file has committed nothing of its epoch yet,
+        // and the configuration before its log (a snapshot's) is the old epoch's.
+        if (this.handler.role === 'leader' && this.committedVoterIds() >= 2) {
           this.forcePhase = 'serving';
           return false;
         }
@@ -1411,17 +1413,36 @@ export class RaftCore {
    * force-start; nothing else is answered (this member is not part of the old epoch). */
   private probe(m: Message): void {
     if (this.forcePhase !== 'probing') return;
-    if (m.type === 'append' || m.type === 'heartbeat') {
-      this.failForceStart(`node ${m.from} leads epoch ${m.epoch} in term ${m.term}`);
-      return;
+    switch (m.type) {
+      case 'append':
+      case 'heartbeat':
+      case 'snapshot':
+        this.failForceStart(`node ${m.from} leads epoch ${m.epoch} in term ${m.term}`);
+        return;
+      case 'announce':
+        if (m.leader !== 0) this.failForceStart(`node ${m.from} follows leader ${m.leader} in epoch ${m.epoch}`);
+        else this.refuseNewerLog(m.from, m.lastIndex, m.lastTerm);
+        return;
+      case 'pre-vote-request':
+      case 'vote-request':
+        this.refuseNewerLog(m.from, m.lastIndex, m.lastTerm);
+        return;
+      default:
+        return;
     }
-    if (m.type !== 'announce') return;
-    if (m.leader !== 0) this.failForceStart(`node ${m.from} follows leader ${m.leader} in epoch ${m.epoch}`);
-    else if (m.lastTerm > this.log.lastTerm() || (m.lastTerm === this.log.lastTerm() && m.lastIndex > this.log.lastIndex())) {
-      this.failForceStart(
-        `node ${m.from} holds a newer log (${m.lastIndex}/${m.lastTerm} against ${this.log.lastIndex()}/${this.log.lastTerm()})`,
-      );
+  }
+
+  private refuseNewerLog(from: number, lastIndex: number, lastTerm: number): void {
+    const mine = this.log.lastTerm();
+    if (lastTerm > mine || (lastTerm === mine && lastIndex > this.log.lastIndex())) {
+      this.failForceStart(`node ${from} holds a newer log (${lastIndex}/${lastTerm} against ${this.log.lastIndex()}/${mine})`);
     }
+  }
+
+  /** A message of this cluster and of the epoch the file is of, for this member or for the one
+   * the file was (a peer campaigning still addresses it): while probing, what it shows counts. */
+  private ofOldEpoch(m: Message): boolean {
+    return m.cluster === this.clusterId && m.epoch === this.epochNow.generation && m.epochId === this.epochNow.id;
   }
 
   private failForceStart(reason: string): void {

@@ -128,6 +128,11 @@ export interface RaftDriverOptions {
   /** Replace the application's state with a snapshot's (from the leader, §7); the committed
    * entries that follow continue from snapshot.index + 1. Required if any peer compacts. */
   readonly onSnapshot?: (snapshot: Snapshot) => void;
+  /** DESIGN.md "Force-start": the driver replaced its core by a new member of a newer epoch, which
+   * serves elsewhere; the application drops its state, and committed entries (or a snapshot) of
+   * that epoch follow from the start. Without it the driver stops there (onFatal): an application
+   * that kept its state would apply the new epoch's log on top of the old one's. */
+  readonly onReset?: () => void;
   /** `accepting` turns false while proposed-but-uncommitted bytes exceed this. Default 64 MiB. */
   readonly uncommittedBytesMax?: number;
   /** Default E/10. */
@@ -662,6 +667,11 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
   private switchEpoch(): void {
     const to = this.core.epochToJoin();
     if (to === null) return;
+    const onReset = this.opts.onReset;
+    if (onReset === undefined) {
+      this.fail(new DriverError('RAFT_DRIVER_STATE', `epoch ${to.generation} serves elsewhere and no onReset was given`));
+      return;
+    }
     const inc = randomBytes(8).toString('hex');
     this.opts.logger.warn({ from: this.core.epoch.generation, to: to.generation, incarnation: inc }, 'raft switches to a newer epoch');
     this.core = new RaftCore({
@@ -677,8 +687,10 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
       epoch: to,
     });
     this.applied = 0;
+    this.snapshots.cancel();
     this.forgetBatches();
     this.noteAccepting();
+    onReset();
   }
 
   private forceStartFailed(): void {

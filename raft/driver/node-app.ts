@@ -82,6 +82,7 @@ export class NodeApp {
       transport: transportFor,
       logger,
       onCommitted: (entries) => this.onCommitted(entries),
+      onReset: () => this.onReset(),
       onFatal: (err) => this.exit(EXIT_CORE_FAILED, err),
       onForceStartFailed: (err: DriverError) => this.exit(EXIT_FORCE_START_FAILED, err),
     });
@@ -130,6 +131,14 @@ export class NodeApp {
   }
 
   // ---- committed entries ----
+
+  /** The node switched to a newer epoch: what it applied of the old one is gone, and so is every
+   * proposal it was waiting on. */
+  private onReset(): void {
+    this.applied = [];
+    for (const [index, waiting] of this.waiters) for (const w of waiting) reply(w.socket, `err lost ${index}`);
+    this.waiters.clear();
+  }
 
   private onCommitted(entries: readonly LogEntry[]): void {
     for (const e of entries) {

@@ -244,6 +244,11 @@ export class SafetyChecker {
       if (known === undefined) {
         committed.push({ term: e.term, time: e.time, data, commitTerm: node.currentTerm });
         if (e.config !== undefined) this.checkConfigChange(epoch, e.index, e.config);
+        // DESIGN.md "Force-start": an epoch serves only once two node ids vote in it, so no
+        // proposal commits while its configuration lists one.
+        if (e.data !== null && epoch.config !== null && epoch.config.length < 2) {
+          throw new Violation('lone epoch serves', `${e.index}/${e.term} "${data}" committed with the one voter ${formatConfig(epoch.config)}`);
+        }
       }
       else if (known.term !== e.term || known.time !== e.time || known.data !== data) {
         throw new Violation(
