@@ -669,27 +669,45 @@ class Simulation {
   private onAmnesia(id: number, again: boolean): boolean {
     if (this.quiet) return false;
     const leader = ids.find((x) => this.runs(x) && this.node(x).role === 'leader');
-    const calm = this.down.size === 0 && ids.every((x) => this.runs(x)) && leader !== undefined && this.node(leader).isRedundant();
+    const calm = this.down.size === 0 && ids.every((x) => this.runs(x)) && this.allVoters(leader);
     if (!calm && !again) {
       this.queue.push(this.now + this.e, { kind: 'amnesia', node: id });
       return false;
     }
-    if (this.runs(id) || (again && !this.down.has(id))) {
-      this.down.add(id);
-      this.forgetful.add(id);
-      this.leases.update(id, this.now, this.now);
-      this.amnesias++;
-      this.record(`amnesia ${id}`);
-      this.queue.push(this.now + this.prng.range(this.e / 2, 4 * this.e), { kind: 'restart', node: id });
-    }
+    if (this.runs(id) || (again && !this.down.has(id))) this.forget(id);
     if (this.faults.has('amnesia'))
       this.queue.push(this.now + this.prng.range(20 * this.e, 60 * this.e), { kind: 'amnesia', node: this.pickNode() });
     return false;
   }
 
+  /** The process dies with its memory; it comes back amnesiac after E/2–4E. */
+  private forget(id: number): void {
+    this.down.add(id);
+    this.forgetful.add(id);
+    this.leases.update(id, this.now, this.now);
+    this.amnesias++;
+    this.record(`amnesia ${id}`);
+    this.queue.push(this.now + this.prng.range(this.e / 2, 4 * this.e), { kind: 'restart', node: id });
+  }
+
   /** A clean stop (SIGTERM): traffic stops, the state goes through the real state-file codec, and
    * the node resumes from it as the same member, ignoring votes for 2E. */
+  /** Every node is a caught-up voter, as the leader reports it, and as it is: the leader may not
+   * have heard yet that a node id came back as another member (a force-start's probe). */
+  private allVoters(leader: number | undefined): boolean {
+    if (leader === undefined || !this.node(leader).isRedundant()) return false;
+    const config = this.node(leader).configuration;
+    return ids.every((x) => config.some((m) => m.node === x && m.inc === this.node(x).incarnation));
+  }
+
   private onStop(id: number, downMs: number | undefined): boolean {
+    const phase = this.node(id).forceStartPhase;
+    if (!this.quiet && this.runs(id) && (phase === 'probing' || phase === 'failed')) {
+      // The driver writes no file for a force-start that made no epoch (its own was consumed):
+      // the node comes back amnesiac.
+      this.forget(id);
+      return false;
+    }
     if (!this.quiet && this.runs(id)) {
       const bytes = this.stateFileOf(this.node(id));
       this.stateFiles.set(id, bytes);
@@ -730,7 +748,7 @@ class Simulation {
     // its epoch whatever the outcome, so a random one waits until every node is a caught-up voter
     // (scenarios force-start regardless).
     const leader = ids.find((x) => this.runs(x) && this.node(x).role === 'leader');
-    const calm = downMs !== undefined || (this.down.size === 0 && leader !== undefined && this.node(leader).isRedundant());
+    const calm = downMs !== undefined || (this.down.size === 0 && this.allVoters(leader));
     if (!this.quiet && this.runs(id) && calm) {
       this.onStop(id, downMs ?? this.prng.range(this.e / 2, 2 * this.e));
       this.forcing.add(id);
