@@ -37,17 +37,7 @@ function sample(overrides: Partial<StateFile> = {}): StateFile {
     configuration: null,
     snapshot: null,
     log: [
-      {
-        index: 1,
-        term: 1,
-        time: 1000,
-        data: null,
-        config: [
-          { node: 1, inc: 'a1' },
-          { node: 2, inc: 'b7' },
-          { node: 3, inc: 'c1' },
-        ],
-      },
+      { index: 1, term: 1, time: 1000, data: null, config: [{ node: 1, inc: 'a1' }, { node: 2, inc: 'b7' }, { node: 3, inc: 'c1' }] },
       { index: 2, term: 1, time: 1000, data: null },
       { index: 3, term: 4, time: 1500, data: new Uint8Array([0, 255, 7]) },
     ],
@@ -73,13 +63,10 @@ describe('raft state file', { timeout: 20_000 }, () => {
     const s = sample();
     writeStateFile(path, s);
     const back = decodeStateFile(readFileSync(path), path, expected);
-    assert.deepEqual(
-      { ...back, log: back.log.map((e) => ({ ...e, data: e.data === null ? null : [...e.data] })) },
-      {
-        ...s,
-        log: s.log.map((e) => ({ ...e, data: e.data === null ? null : [...e.data] })),
-      },
-    );
+    assert.deepEqual({ ...back, log: back.log.map((e) => ({ ...e, data: e.data === null ? null : [...e.data] })) }, {
+      ...s,
+      log: s.log.map((e) => ({ ...e, data: e.data === null ? null : [...e.data] })),
+    });
     assert.equal(existsSync(`${path}.tmp-${process.pid}`), false, 'no temporary file left behind');
   });
 
