@@ -11,7 +11,7 @@ import type { ProposeTicket } from '../../raft/driver/driver.js';
 import { contractSettings } from '../log/broker-log.contract.js';
 import type { LogListener } from '../log/broker-log.js';
 import { decodeCommand, encodeCommand } from '../log/command-codec.js';
-import { type ClusterDriver, type DriverHooks, RaftLog } from './raft-log.js';
+import { type ClusterDriver, type DriverHooks, RaftLog, type RaftLogOptions } from './raft-log.js';
 
 class FakeDriver implements ClusterDriver {
   role: Role = 'follower';
@@ -144,26 +144,31 @@ class ApplyingListener extends Listener {
   }
 }
 
-async function setup(): Promise<{ log: RaftLog; driver: FakeDriver; listener: Listener }> {
+/** A RaftLog over a FakeDriver with the tests' defaults; `over` adds or replaces options. */
+function fakeLog(over: Partial<Omit<RaftLogOptions, 'driver'>> = {}): { log: RaftLog; driver: FakeDriver } {
   let driver: FakeDriver | undefined;
-  const silent = { info() {}, warn() {}, error() {} };
   const log = new RaftLog({
     node: 1,
     voters: [1, 2, 3],
     settings: contractSettings,
-    logger: silent,
+    logger: { info() {}, warn() {}, error() {} },
     pollIntervalMs: 1_000_000,
-    handoverTimeoutMs: 5_000,
+    ...over,
     driver: (hooks) => {
       driver = new FakeDriver(hooks);
       return driver;
     },
   });
+  return { log, driver: driver! };
+}
+
+async function setup(): Promise<{ log: RaftLog; driver: FakeDriver; listener: Listener }> {
+  const { log, driver } = fakeLog({ handoverTimeoutMs: 5_000 });
   const listener = new Listener();
   await log.open();
   log.start(listener);
   await turn();
-  return { log, driver: driver!, listener };
+  return { log, driver, listener };
 }
 
 /** Leads term `term`, commits the serve-start it proposes, and grants the lease. */
@@ -285,18 +290,7 @@ describe('RaftLog serving rule', { timeout: 10_000 }, () => {
   it('delivers entries committed before start() first, and serves only after the listener has them', async () => {
     // A node may lead and commit its serve-start before the broker calls start(); entries that
     // commit between start() and the delivery of those early ones must queue behind them.
-    let driver: FakeDriver | undefined;
-    const log = new RaftLog({
-      node: 1,
-      voters: [1, 2, 3],
-      settings: contractSettings,
-      logger: { info() {}, warn() {}, error() {} },
-      pollIntervalMs: 1_000_000,
-      driver: (hooks) => {
-        driver = new FakeDriver(hooks);
-        return driver;
-      },
-    });
+    const { log, driver } = fakeLog();
     await log.open();
     const d = driver!;
     d.lead(1);
@@ -340,19 +334,7 @@ describe('RaftLog serving rule', { timeout: 10_000 }, () => {
   });
 
   it('proposes a check carrying the digest of the previous check once enough entries committed', async () => {
-    let driver: FakeDriver | undefined;
-    const log = new RaftLog({
-      node: 1,
-      voters: [1, 2, 3],
-      settings: contractSettings,
-      logger: { info() {}, warn() {}, error() {} },
-      pollIntervalMs: 1_000_000,
-      check: { entriesMax: 3, intervalMs: 1_000_000 },
-      driver: (hooks) => {
-        driver = new FakeDriver(hooks);
-        return driver;
-      },
-    });
+    const { log, driver } = fakeLog({ check: { entriesMax: 3, intervalMs: 1_000_000 } });
     const listener = new Listener();
     let last: { index: number; digest: string } | null = null;
     log.attach({ lastCheck: () => last, failure: () => null, ...unusedSnapshots });
@@ -382,18 +364,7 @@ describe('RaftLog serving rule', { timeout: 10_000 }, () => {
   it('proposes serve-start only once the leader\'s cluster time follows the voters\' clocks', async () => {
     // A bootstrapped leader stamps time 0 until two clocks agree, then jumps (docs/raft.md); a
     // serving period must not straddle that jump, or apply would see time leap mid-period.
-    let driver: FakeDriver | undefined;
-    const log = new RaftLog({
-      node: 1,
-      voters: [1, 2, 3],
-      settings: contractSettings,
-      logger: { info() {}, warn() {}, error() {} },
-      pollIntervalMs: 1,
-      driver: (hooks) => {
-        driver = new FakeDriver(hooks);
-        return driver;
-      },
-    });
+    const { log, driver } = fakeLog({ pollIntervalMs: 1 });
     const listener = new Listener();
     await log.open();
     log.start(listener);
@@ -421,19 +392,7 @@ describe('RaftLog serving rule', { timeout: 10_000 }, () => {
   });
 
   it('reports configMatchesServing by comparing its own hash with the serving leader\'s serve-start', async () => {
-    let driver: FakeDriver | undefined;
-    const log = new RaftLog({
-      node: 1,
-      voters: [1, 2, 3],
-      settings: contractSettings,
-      logger: { info() {}, warn() {}, error() {} },
-      pollIntervalMs: 1_000_000,
-      configHashOf: () => 'aaaa',
-      driver: (hooks) => {
-        driver = new FakeDriver(hooks);
-        return driver;
-      },
-    });
+    const { log, driver } = fakeLog({ configHashOf: () => 'aaaa' });
     await log.open();
     log.start(new Listener());
     await turn();
@@ -460,20 +419,8 @@ describe('RaftLog serving rule', { timeout: 10_000 }, () => {
   it('carries reloaded settings and their hash in settings commands and in its next serve-start', async () => {
     // A SIGHUP reload (an ACL file, a password file) must reach every replica now, and a later
     // serving period of this node must not go back to the settings it started with.
-    let driver: FakeDriver | undefined;
     let files = 'v1';
-    const log = new RaftLog({
-      node: 1,
-      voters: [1, 2, 3],
-      settings: contractSettings,
-      logger: { info() {}, warn() {}, error() {} },
-      pollIntervalMs: 1_000_000,
-      configHashOf: (s) => `${files}:${s.willGraceS}`,
-      driver: (hooks) => {
-        driver = new FakeDriver(hooks);
-        return driver;
-      },
-    });
+    const { log, driver } = fakeLog({ configHashOf: (s) => `${files}:${s.willGraceS}` });
     await log.open();
     log.start(new Listener());
     await turn();
@@ -503,18 +450,7 @@ describe('RaftLog serving rule', { timeout: 10_000 }, () => {
   });
 
   it('hands raft the broker state for compaction, and installs a snapshot from the leader into it', async () => {
-    let driver: FakeDriver | undefined;
-    const log = new RaftLog({
-      node: 1,
-      voters: [1, 2, 3],
-      settings: contractSettings,
-      logger: { info() {}, warn() {}, error() {} },
-      pollIntervalMs: 1_000_000,
-      driver: (hooks) => {
-        driver = new FakeDriver(hooks);
-        return driver;
-      },
-    });
+    const { log, driver } = fakeLog();
     const listener = new ApplyingListener();
     log.attach({ lastCheck: () => null, failure: () => null, snapshot: () => listener.broker.snapshot(), restore: (c) => listener.broker.restore(c) });
     await log.open();
