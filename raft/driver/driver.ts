@@ -34,6 +34,7 @@ import {
   readForceStartFile,
   readRecord,
   type StateFile,
+  stateOfCore,
   syncDir,
   writeRecord,
   writeStateFile,
@@ -392,21 +393,7 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     let written: string | null = null;
     if (path !== undefined && !this.failed && core.epoch.generation !== 0 && phase !== 'probing' && phase !== 'failed') {
       this.writeRecordFor(core.epoch);
-      const d = core.durableState();
-      writeStateFile(path, {
-        clusterId: core.clusterId,
-        epoch: core.epoch,
-        member: core.member,
-        term: d.term,
-        vote: d.vote,
-        voteInc: d.voteInc ?? '',
-        configuration: d.baseConfig ?? null,
-        snapshot: d.snapshot ?? null,
-        log: d.entries,
-        commitIndex: core.commitIndex,
-        clusterTime: core.clusterTime(Math.floor(this.clock.monotonic())),
-        fileId: newFileId(),
-      });
+      writeStateFile(path, stateOfCore(core, core.clusterTime(Math.floor(this.clock.monotonic())), newFileId()));
       written = path;
     }
     this.releaseLock?.();

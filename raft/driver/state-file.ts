@@ -8,6 +8,7 @@ import { dirname } from 'node:path';
 import { Packr } from 'msgpackr';
 import type { Configuration, Epoch, Member } from '../core/membership.js';
 import type { LogEntry } from '../core/messages.js';
+import type { RaftCore } from '../core/raft.js';
 import type { Snapshot } from '../core/snapshot.js';
 import { DriverError } from './errors.js';
 
@@ -59,6 +60,26 @@ export const lockPathOf = (stateFile: string): string => `${stateFile}.lock`;
 export const prevPathOf = (stateFile: string): string => `${stateFile}.prev`;
 
 // ---- encoding ----
+
+/** What a state file records of a core: its identity, durable state, log and commit index, with
+ * the cluster time and file id the caller gives. */
+export function stateOfCore(core: RaftCore, clusterTime: number, fileId: string): StateFile {
+  const d = core.durableState();
+  return {
+    clusterId: core.clusterId,
+    epoch: core.epoch,
+    member: core.member,
+    term: d.term,
+    vote: d.vote,
+    voteInc: d.voteInc ?? '',
+    configuration: d.baseConfig ?? null,
+    snapshot: d.snapshot ?? null,
+    log: d.entries,
+    commitIndex: core.commitIndex,
+    clusterTime,
+    fileId,
+  };
+}
 
 export function encodeStateFile(s: StateFile): Buffer {
   return seal(stateMagic, s);

@@ -6,7 +6,7 @@ import { clockDriftMax, forceStartProbeE, RaftCore } from '../core/raft.js';
 import { formatEntry, formatMessage } from '../core/test-cluster.js';
 import type { Epoch, Membership } from '../core/membership.js';
 import type { SnapshotMeta } from '../core/snapshot.js';
-import { decodeStateFile, encodeStateFile } from '../driver/state-file.js';
+import { decodeStateFile, encodeStateFile, stateOfCore } from '../driver/state-file.js';
 import { SafetyChecker, Violation } from './checker.js';
 import { SimClock, wallEpochMs } from './clocks.js';
 import { EventQueue } from './event-queue.js';
@@ -780,22 +780,8 @@ class Simulation {
   }
 
   private encodeState(n: RaftCore): Uint8Array {
-    const id = n.id;
-    const d = n.durableState();
-    return encodeStateFile({
-      clusterId: n.clusterId,
-      epoch: n.epoch,
-      member: n.member,
-      term: d.term,
-      vote: d.vote,
-      voteInc: d.voteInc ?? '',
-      configuration: d.baseConfig ?? null,
-      snapshot: d.snapshot ?? null,
-      log: d.entries,
-      commitIndex: n.commitIndex,
-      clusterTime: Math.floor(n.clusterTime(this.clock(id).mono(this.now))),
-      fileId: `f${this.prng.int(2 ** 31)}`,
-    });
+    const clusterTime = Math.floor(n.clusterTime(this.clock(n.id).mono(this.now)));
+    return encodeStateFile(stateOfCore(n, clusterTime, `f${this.prng.int(2 ** 31)}`));
   }
 
   /** `--cluster-force-start` from the state file the node just wrote: a new member that probes,
