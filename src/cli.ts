@@ -7,8 +7,9 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { pino } from 'pino';
 import type { AclRule } from './broker/commands.js';
 import { clusterSettings } from './cluster/cluster-config.js';
-import { healthSource, type RunningCluster, singleNodeStatus, startClusterNode } from './cluster/cluster-node.js';
+import { EXIT_STATE_FILE_REFUSED, healthSource, type RunningCluster, singleNodeStatus, startClusterNode } from './cluster/cluster-node.js';
 import { HealthServer } from './cluster/health.js';
+import { DriverError } from '../raft/driver/errors.js';
 import { type Config, helpText, listenerSpecs, parseCli } from './config.js';
 import { CONFIG_ERROR, ConfigError, RaftmqError } from './errors.js';
 import { readAclFile } from './server/auth/acl-file.js';
@@ -168,11 +169,23 @@ async function startNode(
   const health = { host: config.host, port: config['health-port'] };
   const cs = clusterSettings(config);
   if (cs !== null) {
-    const c: RunningCluster = await startClusterNode(cs, opts, health, logger, created, (err) => {
-      logger.fatal({ err: err.message }, 'cannot listen for MQTT clients');
-      process.stderr.write(`raftmq: cannot listen for MQTT clients: ${err.message}\n`);
-      process.exit(1);
-    });
+    const c: RunningCluster = await startClusterNode(
+      cs,
+      opts,
+      health,
+      logger,
+      created,
+      (err) => {
+        logger.fatal({ err: err.message }, 'cannot listen for MQTT clients');
+        process.stderr.write(`raftmq: cannot listen for MQTT clients: ${err.message}\n`);
+        process.exit(1);
+      },
+      (code, err) => {
+        logger.fatal({ err: err.message, code }, 'stopping');
+        process.stderr.write(`raftmq: ${err.message}\n`);
+        process.exit(code);
+      },
+    );
     logger.info({ version: version(), node: cs.node, raftPort: c.raftPort, healthPort: c.healthPort }, 'started');
     return c;
   }
@@ -249,7 +262,8 @@ async function main(argv: readonly string[]): Promise<number> {
   } catch (err) {
     logger.fatal({ err }, 'start failed');
     process.stderr.write(`raftmq: cannot start: ${(err as Error).message}\n`);
-    return 1;
+    // A refused state file, membership record or PID lock: the message names the file.
+    return err instanceof DriverError && err.code.startsWith('RAFT_STATE_FILE') ? EXIT_STATE_FILE_REFUSED : 1;
   }
   const broker = running.node;
   const stopLoopDelay = watchLoopDelay(logger);

@@ -246,7 +246,26 @@ export const SCHEMA = {
   'state-file': {
     kind: 'string',
     default: '',
-    help: 'required in a cluster; where the node will keep its raft state on stop (checked, not yet written)',
+    help: 'required in a cluster: the raft state written on a clean stop and resumed at start; the membership record (FILE.member), the consumed file (FILE.prev) and the PID lock (FILE.lock) live beside it',
+  },
+  'cluster-force-start': {
+    kind: 'bool',
+    default: false,
+    help: 'make a new epoch from this node\'s state file (FILE, else FILE.prev) after two nodes lost their memory; refused while a peer shows a leader or a newer log (see docs/operations.md)',
+  },
+  'cluster-force-start-timeout-s': {
+    kind: 'int',
+    default: 120,
+    min: 1,
+    max: 86_400,
+    help: 'a force-started node whose new epoch has no second voter within this exits (code 75)',
+  },
+  'cluster-max-clock-offset-ms': {
+    kind: 'int',
+    default: 1000,
+    min: 1,
+    max: 3_600_000,
+    help: 'a voter\'s wall clock farther than this from the median of the voters\' clocks is left out of cluster time, and reported',
   },
   'audit-log': {
     kind: 'string',

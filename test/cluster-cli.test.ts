@@ -4,6 +4,9 @@
 // holds a lease; serving itself is checked in test/cluster-failover.slow.test.ts.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { CLI } from './broker-process.js';
 import { ClusterNodeProcess, freePort, httpGet, LocalCluster, LOOPBACK } from './cluster-processes.js';
@@ -16,7 +19,7 @@ describe('raftmq cluster mode', { timeout: 60_000 }, () => {
     cluster = await LocalCluster.start();
   });
   after(async () => {
-    await cluster?.stop();
+    await cluster?.dispose();
   });
 
   it('elects one leader that every node names, and /health answers 200 exactly where serving is true', async () => {
@@ -26,7 +29,8 @@ describe('raftmq cluster mode', { timeout: 60_000 }, () => {
       const hs = await Promise.all(cluster.nodes.map((n) => n.health()));
       leaders = hs.filter((h) => h.body.role === 'leader').map((h) => h.body.node);
       const named = new Set(hs.map((h) => h.body.leader));
-      if (leaders.length === 1 && named.size === 1 && named.has(leaders[0]!)) break;
+      const committed = hs.every((h) => h.body.commitIndex >= 1);
+      if (leaders.length === 1 && named.size === 1 && named.has(leaders[0]!) && committed) break;
       await new Promise((r) => setTimeout(r, 50));
     }
     assert.equal(leaders.length, 1, 'one leader');
@@ -34,11 +38,13 @@ describe('raftmq cluster mode', { timeout: 60_000 }, () => {
     for (const h of hs) {
       assert.equal(h.code, h.body.serving ? 200 : 503, `node ${h.body.node}: status code follows serving`);
       assert.equal(h.body.needsForceStart, false);
-      assert.equal(h.body.membership, 'member');
-      assert.equal(h.body.epoch, null);
+      assert.equal(h.body.membership, 'member', 'every node of a bootstrapped cluster is a voter of its epoch');
+      const epoch = h.body.epoch as { generation: number; id: string } | null;
+      assert.equal(epoch?.generation, 1, 'the bootstrap made epoch 1');
+      assert.equal(epoch?.id, (hs[0]!.body.epoch as { id: string }).id, 'one epoch for all three');
       assert.equal(typeof h.body.term, 'number');
       assert.equal(typeof h.body.leaseRemainingMs, 'number');
-      assert.ok(h.body.commitIndex >= 1, 'the leader has committed at least its empty entry');
+      assert.ok(h.body.commitIndex >= 1, 'every node knows the bootstrap entry committed');
       if (h.body.role !== 'leader') assert.equal(h.body.redundant, false, 'only the leader judges redundancy');
     }
     assert.ok(hs.filter((h) => h.code === 200).length <= 1, 'never two nodes serving');
@@ -64,7 +70,7 @@ describe('raftmq cluster mode', { timeout: 60_000 }, () => {
   it('refuses a second process of the same node id at once, naming the peer port', () => {
     const r = spawnSync(
       process.execPath,
-      [CLI, '--host', LOOPBACK, '--port', '0', '--cluster-node', '2', '--cluster-peers', cluster.peers, '--state-file', '/tmp/x'],
+      [CLI, '--host', LOOPBACK, '--port', '0', '--cluster-node', '2', '--cluster-peers', cluster.peers, '--state-file', cluster.stateFile(2)],
       { encoding: 'utf8', timeout: 10_000 },
     );
     assert.equal(r.status, 1);
@@ -86,6 +92,7 @@ describe('raftmq cluster links', { timeout: 30_000 }, () => {
   it('refuses and logs the link of a node with another cluster secret', async () => {
     const ports = [await freePort(), await freePort(), await freePort()];
     const peers = ports.map((p, i) => `${i + 1}=${LOOPBACK}:${p}`).join(',');
+    const dir = mkdtempSync(join(tmpdir(), 'raftmq-secret-'));
     const start = (id: number, secret: string) =>
       ClusterNodeProcess.spawn(id, [
         '--host',
@@ -99,7 +106,7 @@ describe('raftmq cluster links', { timeout: 30_000 }, () => {
         '--cluster-secret',
         secret,
         '--state-file',
-        `/tmp/s${id}`,
+        join(dir, `s${id}`),
       ]);
     const a = start(1, 'right');
     const b = start(2, 'wrong');
@@ -113,6 +120,7 @@ describe('raftmq cluster links', { timeout: 30_000 }, () => {
       );
     } finally {
       await Promise.all([a.stop(), b.stop()]);
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 });
@@ -137,7 +145,7 @@ describe('raftmq cluster mode: a node given other configuration', { timeout: 60_
         assert.equal(h.body.configMatchesServing, same, `node ${h.body.node} (server ${server.id})`);
       }
     } finally {
-      await cluster.stop();
+      await cluster.dispose();
     }
   });
 });

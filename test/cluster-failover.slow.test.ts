@@ -14,7 +14,7 @@ const DELIVERY_WAIT_MS = 15_000;
 
 const clusters: LocalCluster[] = [];
 after(async () => {
-  await Promise.all(clusters.map((c) => c.stop()));
+  await Promise.all(clusters.map((c) => c.dispose()));
 });
 
 async function startCluster(): Promise<{ cluster: LocalCluster; leader: ClusterNodeProcess }> {

@@ -5,6 +5,9 @@
 // are signalled, by PID.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { CLI, type LogLine } from './broker-process.js';
 
 import { freePort, httpGet, LOOPBACK } from '../jepsen-like-tests/net.js';
@@ -123,41 +126,61 @@ export class LocalCluster {
   private constructor(
     readonly nodes: ClusterNodeProcess[],
     readonly peers: string,
+    /** A directory of this cluster's own: state files, records and locks live here. */
+    readonly dir: string,
+    private readonly argsOf: (id: number) => string[],
   ) {}
 
   static async start(o: ClusterOptions = {}, timeoutMs = 15_000): Promise<LocalCluster> {
     const ports = [await freePort(), await freePort(), await freePort()];
     const peers = ports.map((p, i) => `${i + 1}=${LOOPBACK}:${p}`).join(',');
-    const nodes = [1, 2, 3].map((id) =>
-      ClusterNodeProcess.spawn(id, [
-        '--host',
-        LOOPBACK,
-        '--port',
-        '0',
-        '--health-port',
-        '0',
-        '--cluster-node',
-        String(id),
-        '--cluster-peers',
-        peers,
-        '--cluster-election-timeout-ms',
-        String(o.electionTimeoutMs ?? 500),
-        '--state-file',
-        `/tmp/raftmq-test-state-${process.pid}-${id}`,
-        ...(o.extra?.(id) ?? []),
-      ]),
-    );
-    const cluster = new LocalCluster(nodes, peers);
+    const dir = mkdtempSync(join(tmpdir(), 'raftmq-cluster-'));
+    const argsOf = (id: number): string[] => [
+      '--host',
+      LOOPBACK,
+      '--port',
+      '0',
+      '--health-port',
+      '0',
+      '--cluster-node',
+      String(id),
+      '--cluster-peers',
+      peers,
+      '--cluster-election-timeout-ms',
+      String(o.electionTimeoutMs ?? 500),
+      '--state-file',
+      join(dir, `node${id}.state`),
+      ...(o.extra?.(id) ?? []),
+    ];
+    const nodes = [1, 2, 3].map((id) => ClusterNodeProcess.spawn(id, argsOf(id)));
+    const cluster = new LocalCluster(nodes, peers, dir, argsOf);
     try {
-      for (const n of nodes) {
-        const line = await n.waitForLog((l) => l.msg === 'health listening', timeoutMs);
-        n.healthPort = line.port as number;
-      }
+      for (const n of nodes) await cluster.healthOf(n, timeoutMs);
     } catch (err) {
       await cluster.stop();
       throw err;
     }
     return cluster;
+  }
+
+  stateFile(id: number): string {
+    return join(this.dir, `node${id}.state`);
+  }
+
+  /** Starts node `id` again with its flags (and `extra`), replacing the exited process in `nodes`;
+   * resolves once its health port listens. */
+  async restart(id: number, extra: string[] = [], timeoutMs = 15_000): Promise<ClusterNodeProcess> {
+    const old = this.nodes[id - 1]!;
+    if (old.alive) throw new Error(`node ${id} still runs`);
+    const n = ClusterNodeProcess.spawn(id, [...this.argsOf(id), ...extra]);
+    this.nodes[id - 1] = n;
+    await this.healthOf(n, timeoutMs);
+    return n;
+  }
+
+  private async healthOf(n: ClusterNodeProcess, timeoutMs: number): Promise<void> {
+    const line = await n.waitForLog((l) => l.msg === 'health listening', timeoutMs);
+    n.healthPort = line.port as number;
   }
 
   get alive(): ClusterNodeProcess[] {
@@ -186,5 +209,11 @@ export class LocalCluster {
 
   async stop(): Promise<void> {
     await Promise.all(this.nodes.map((n) => n.stop()));
+  }
+
+  /** Stops every node and removes the cluster's directory. */
+  async dispose(): Promise<void> {
+    await this.stop();
+    rmSync(this.dir, { recursive: true, force: true });
   }
 }

@@ -3,6 +3,7 @@
 // node serves after about a round trip instead of an election timeout. The time from the signal to
 // the first CONNACK on the new leader is printed, never asserted.
 import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
 import { describe, it } from 'node:test';
 import mqtt from 'mqtt';
 import { LocalCluster, LOOPBACK } from './cluster-processes.js';
@@ -59,11 +60,14 @@ describe('SIGTERM of the cluster leader', { timeout: 60_000 }, () => {
         false,
         'the whole stop finished within --shutdown-timeout-ms',
       );
-      const order = ['serving ended', 'leadership handed over', 'raft stopped; state file not written: comes with raft part 3'];
+      const order = ['serving ended', 'leadership handed over', 'state file written'];
       const at = order.map((m) => leader.logs.findIndex((l) => l.msg === m));
       assert.ok(at.every((i, k) => i >= 0 && (k === 0 || i > (at[k - 1] as number))), `stop order ${at.join(', ')}`);
+      const written = leader.logs[at[2]!]!;
+      assert.equal(written.file, cluster.stateFile(leader.id), 'the file of --state-file');
+      assert.ok(existsSync(cluster.stateFile(leader.id)), 'and it is on disk');
     } finally {
-      await cluster.stop();
+      await cluster.dispose();
     }
   });
 });

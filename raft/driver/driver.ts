@@ -82,6 +82,7 @@ export type CoreTuning = Pick<
   | 'logEntriesMax'
   | 'logBytesMax'
   | 'snapshotChunkBytesMax'
+  | 'maxClockOffsetMs'
 >;
 
 export interface RaftDriverOptions {

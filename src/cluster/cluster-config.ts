@@ -19,8 +19,11 @@ export interface ClusterSettings {
   /** undefined: links are not authenticated (a warning is logged at start). */
   secret: string | undefined;
   electionTimeoutMs: number;
-  /** Checked for presence only: state files come with raft part 3. */
+  /** DESIGN.md "State file": written on a clean stop, resumed at start. */
   stateFile: string;
+  forceStart: boolean;
+  forceStartTimeoutMs: number;
+  maxClockOffsetMs: number;
   /** --audit-log; undefined: off. */
   auditLog: string | undefined;
   /** The password and ACL files, whose bytes go into this node's configuration hash. */
@@ -38,6 +41,7 @@ export function clusterSettings(config: Config): ClusterSettings | null {
     for (const flag of ['cluster-listen', 'cluster-secret', 'audit-log'] as const) {
       if (config[flag] !== '') throw missing(`--${flag} needs --cluster-node and --cluster-peers`);
     }
+    if (config['cluster-force-start']) throw missing('--cluster-force-start needs --cluster-node, --cluster-peers and --state-file');
     return null;
   }
   if (node === 0) throw missing("--cluster-peers needs --cluster-node ID (this node's id in the list)");
@@ -58,6 +62,9 @@ export function clusterSettings(config: Config): ClusterSettings | null {
     secret: config['cluster-secret'] === '' ? undefined : config['cluster-secret'],
     electionTimeoutMs: config['cluster-election-timeout-ms'],
     stateFile: config['state-file'],
+    forceStart: config['cluster-force-start'],
+    forceStartTimeoutMs: config['cluster-force-start-timeout-s'] * 1000,
+    maxClockOffsetMs: config['cluster-max-clock-offset-ms'],
     auditLog: config['audit-log'] === '' ? undefined : config['audit-log'],
     configFiles: [config['password-file'], config['acl-file']].filter((f) => f !== ''),
   };

@@ -18,8 +18,14 @@ export interface RunningCluster {
   stop(): Promise<void>;
 }
 
+/** Exit codes of a cluster node besides 0, 1 and 2 (the raft node program uses the same). */
+export const EXIT_FORCE_START_FAILED = 75;
+export const EXIT_STATE_FILE_REFUSED = 78;
+
 /** Starts raft, the broker node and the health port. Rejects if the peer or health port cannot be
- * bound (the error names the address). Does not wait for this node to serve. */
+ * bound (the error names the address) or the state file, its record or its lock is refused (a
+ * DriverError naming the file). Does not wait for this node to serve. `onExit` is called when the
+ * process must end: a force-start that was refused or timed out. */
 export async function startClusterNode(
   cs: ClusterSettings,
   nodeOpts: NodeOptions,
@@ -27,10 +33,11 @@ export async function startClusterNode(
   logger: Logger,
   created: (node: BrokerNode) => void,
   onServeFailure: (err: Error) => void,
+  onExit: (code: number, err: Error) => void,
 ): Promise<RunningCluster> {
   if (cs.secret === undefined) logger.warn({}, 'no --cluster-secret: peer links are not authenticated');
-  logger.info({ stateFile: cs.stateFile }, 'state files come with raft part 3: --state-file is checked but not written yet');
   const settings = settingsFrom(nodeOpts);
+  // The driver reads the state file and its record here (never writing): a refused one throws.
   const { log, transport } = RaftLog.overTcp({
     node: cs.node,
     peers: cs.peers,
@@ -41,6 +48,11 @@ export async function startClusterNode(
     settings,
     configHashOf: (s) => configHash(s, cs.configFiles),
     logger,
+    stateFile: cs.stateFile,
+    forceStart: cs.forceStart,
+    forceStartTimeoutMs: cs.forceStartTimeoutMs,
+    maxClockOffsetMs: cs.maxClockOffsetMs,
+    onForceStartFailed: (err) => onExit(EXIT_FORCE_START_FAILED, err),
   });
   let audit: AuditLog | null = null;
   if (cs.auditLog !== undefined) {
@@ -57,13 +69,8 @@ export async function startClusterNode(
     log.attachAudit(audit);
     logger.info({ file: cs.auditLog }, 'audit log on');
   }
-  try {
-    await log.open();
-  } catch (err) {
-    await audit?.close();
-    throw err;
-  }
-  const raftPort = transport()?.address().port ?? cs.listen.port;
+  // The broker is attached before raft starts: a resumed state file hands its snapshot to the
+  // broker in raft's first turn. Nothing listens for MQTT until this node serves.
   const node = new BrokerNode({ ...nodeOpts, audit }, log);
   created(node);
   log.attach({
@@ -71,7 +78,17 @@ export async function startClusterNode(
     failure: () => node.failure,
     snapshot: () => node.snapshot(),
     restore: (chunks) => node.restore(chunks),
+    reset: () => node.reset(),
   });
+  try {
+    await log.open();
+  } catch (err) {
+    await audit?.close();
+    throw err;
+  }
+  const raftPort = transport()?.address().port ?? cs.listen.port;
+  const m = log.status();
+  logger.info({ stateFile: cs.stateFile, membership: m.membership, epoch: m.epoch, forceStart: cs.forceStart }, 'raft started');
   let server: HealthServer | null = null;
   let healthPort = -1;
   try {
@@ -91,11 +108,10 @@ export async function startClusterNode(
     log,
     raftPort,
     healthPort,
-    /** DESIGN.md "State file" order: node.stop() ends serving, then the log hands over leadership
-     * and stops raft traffic; the state file would be written last (raft part 3, not wired yet). */
+    /** DESIGN.md "State file" order: node.stop() ends serving, then the log hands over leadership,
+     * stops raft traffic and writes the state file. */
     async stop() {
       await node.stop();
-      logger.info({ stateFile: cs.stateFile }, 'raft stopped; state file not written: comes with raft part 3');
       await Promise.all([server?.close(), audit?.close()]);
     },
   };
@@ -127,7 +143,9 @@ export function singleNodeStatus(node: BrokerNode): ClusterStatus {
     redundant: false,
     needsForceStart: false,
     membership: 'member',
+    voter: true,
     epoch: null,
+    forceStart: null,
     failure,
     configMatchesServing: true,
   };

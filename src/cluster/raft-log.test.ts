@@ -11,7 +11,7 @@ import type { ProposeTicket } from '../../raft/driver/driver.js';
 import { contractSettings } from '../log/broker-log.contract.js';
 import type { LogListener } from '../log/broker-log.js';
 import { decodeCommand, encodeCommand } from '../log/command-codec.js';
-import { type ClusterDriver, type DriverHooks, RaftLog, type RaftLogOptions } from './raft-log.js';
+import { type ClusterDriver, type DriverHooks, type MembershipStatus, RaftLog, type RaftLogOptions } from './raft-log.js';
 
 class FakeDriver implements ClusterDriver {
   role: Role = 'follower';
@@ -95,6 +95,15 @@ class FakeDriver implements ClusterDriver {
   on(): unknown {
     return this;
   }
+  membership: MembershipStatus = { membership: 'member', epoch: { generation: 1, id: 'e1' }, voter: true, redundant: true, needsForceStart: false, forceStart: null };
+  status(): MembershipStatus {
+    return this.membership;
+  }
+  stateFileWrites = 0;
+  writeStateFile(): string | null {
+    this.stateFileWrites++;
+    return null;
+  }
   /** Becomes leader of a new term and appends the empty entry of §8. */
   lead(term: number): void {
     this.role = 'leader';
@@ -132,6 +141,7 @@ const turn = (): Promise<void> => new Promise((r) => setImmediate(r));
 const unusedSnapshots = {
   snapshot: (): Iterable<Uint8Array> => assert.fail('no snapshot expected'),
   restore: (): void => assert.fail('no restore expected'),
+  reset: (): void => assert.fail('no reset expected'),
 };
 
 /** A listener that applies what it is given to a real Broker, as BrokerNode does. */
@@ -149,7 +159,7 @@ function fakeLog(over: Partial<Omit<RaftLogOptions, 'driver'>> = {}): { log: Raf
   let driver: FakeDriver | undefined;
   const log = new RaftLog({
     node: 1,
-    voters: [1, 2, 3],
+    nodes: [1, 2, 3],
     settings: contractSettings,
     logger: { info() {}, warn() {}, error() {} },
     pollIntervalMs: 1_000_000,
@@ -452,7 +462,7 @@ describe('RaftLog serving rule', { timeout: 10_000 }, () => {
   it('hands raft the broker state for compaction, and installs a snapshot from the leader into it', async () => {
     const { log, driver } = fakeLog();
     const listener = new ApplyingListener();
-    log.attach({ lastCheck: () => null, failure: () => null, snapshot: () => listener.broker.snapshot(), restore: (c) => listener.broker.restore(c) });
+    log.attach({ lastCheck: () => null, failure: () => null, snapshot: () => listener.broker.snapshot(), restore: (c) => listener.broker.restore(c), reset: () => assert.fail("no reset expected") });
     await log.open();
     const d = driver!;
     assert.throws(() => d.hooks.snapshotSource(), /not applied/, 'no snapshot before the broker has the delivered entries');
@@ -471,7 +481,7 @@ describe('RaftLog serving rule', { timeout: 10_000 }, () => {
       // A follower that fell behind gets the leader's snapshot: its broker becomes the leader's.
       const follower = new ApplyingListener();
       const sourceBytes = chunks.reduce((n, c) => n + c.length, 0);
-      log.attach({ lastCheck: () => null, failure: () => null, snapshot: () => follower.broker.snapshot(), restore: (c) => follower.broker.restore(c) });
+      log.attach({ lastCheck: () => null, failure: () => null, snapshot: () => follower.broker.snapshot(), restore: (c) => follower.broker.restore(c), reset: () => assert.fail("no reset expected") });
       d.hooks.onSnapshot({ index: d.lastIndex, term: 2, time: d.time, config: null, chunks, bytes: sourceBytes });
       assert.equal(follower.broker.digest(), listener.broker.digest());
     } finally {
@@ -510,7 +520,94 @@ describe('RaftLog serving rule', { timeout: 10_000 }, () => {
       assert.equal(s.role, 'leader');
       assert.equal(s.needsForceStart, false);
       assert.equal(s.membership, 'member');
-      assert.equal(s.epoch, null);
+      assert.deepEqual(s.epoch, { generation: 1, id: 'e1' });
+      driver.membership = { ...driver.membership, redundant: false };
+      assert.equal(log.status().redundant, false, 'raft says a voter is missing or behind');
+    } finally {
+      await log.stop();
+    }
+  });
+
+  it('reports what raft says of membership and a needed force-start', async () => {
+    const { log, driver } = await setup();
+    try {
+      driver.membership = { membership: 'amnesiac', epoch: { generation: 0, id: '' }, voter: false, redundant: false, needsForceStart: true, forceStart: null };
+      const s = log.status();
+      assert.equal(s.membership, 'amnesiac');
+      assert.equal(s.epoch, null, 'no epoch joined yet');
+      assert.equal(s.voter, false);
+      assert.equal(s.needsForceStart, true);
+      assert.equal(s.serving, false);
+    } finally {
+      await log.stop();
+    }
+  });
+
+  it('writes the state file last: after the handover and after raft traffic stopped', async () => {
+    const { log, driver } = await setup();
+    await serve(driver, 2);
+    let writesAtStop = -1;
+    const stop = driver.stop.bind(driver);
+    driver.stop = async () => {
+      writesAtStop = driver.stateFileWrites;
+      await stop();
+    };
+    await log.stop();
+    assert.equal(writesAtStop, 0, 'no file before raft stopped');
+    assert.equal(driver.stateFileWrites, 1);
+    assert.deepEqual(driver.stoppedAfter, [2], 'the handover came first');
+  });
+
+  it('keeps serving-rule checks quiet when a leader may not propose yet (a force-started one)', async () => {
+    const { log, driver, listener } = await setup();
+    try {
+      let refused = 0;
+      driver.propose = () => {
+        refused++;
+        return Object.assign(new Error('not serving'), { code: 'RAFT_NOT_SERVING' });
+      };
+      driver.lead(2);
+      driver.lease = true;
+      await turn();
+      assert.ok(refused >= 1 && refused < 10, `serve-start asked for a bounded number of times (${refused}), not in a loop`);
+      assert.deepEqual(listener.servingCalls, []);
+    } finally {
+      await log.stop();
+    }
+  });
+
+  it('drops the broker state and starts over when raft joins a newer epoch', async () => {
+    const { log, driver } = fakeLog();
+    const listener = new ApplyingListener();
+    let resets = 0;
+    log.attach({
+      lastCheck: () => null,
+      failure: () => null,
+      snapshot: () => listener.broker.snapshot(),
+      restore: (c) => listener.broker.restore(c),
+      reset: () => {
+        resets++;
+        listener.broker.restore(new Broker().snapshot());
+      },
+    });
+    await log.open();
+    log.start(listener);
+    await turn();
+    try {
+      await serve(driver, 2);
+      log.propose({ t: 'connect', conn: `${log.servePeriod}.1`, clientId: 'old-epoch', protocol: 4, clean: false, expiryS: 0xffffffff, will: null, username: null, receiveMax: 65535, maxPacketSize: 0, problemInfo: true });
+      driver.commitAll();
+      assert.notEqual(listener.broker.digest(), new Broker().digest());
+      driver.role = 'follower';
+      driver.lease = false;
+      driver.hooks.onStateChange({ role: 'follower', term: 2, leader: 2, commit: driver.committed });
+      driver.hooks.onReset();
+      assert.equal(resets, 1);
+      assert.equal(listener.broker.digest(), new Broker().digest(), 'the old epoch\'s state is gone');
+      // The new epoch's log starts at index 1 with its own (earlier) times.
+      const from = listener.entries.length;
+      driver.hooks.onCommitted([{ index: 1, term: 1, time: 5, data: encodeCommand({ t: 'check', atIndex: 0, digest: '' }) }]);
+      assert.equal(listener.entries[from]?.time, 5, 'time starts over with the new epoch\'s log');
     } finally {
       await log.stop();
     }

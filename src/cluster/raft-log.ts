@@ -4,13 +4,14 @@
 // node that leads, has applied an entry of its own term, has committed its serve-start and holds a
 // lease serves; the rule is judged again at each accept and each write (the `serving` getter) and
 // every poll interval, and the moment it fails the node stops serving.
-import { randomBytes } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import type { Command, Entry, Settings } from '../broker/commands.js';
 import type { LogEntry, Message } from '../../raft/core/messages.js';
-import type { Role, SoftState } from '../../raft/core/raft.js';
+import type { Epoch, Membership } from '../../raft/core/membership.js';
+import type { ForceStartPhase, Role, SoftState } from '../../raft/core/raft.js';
 import type { Snapshot } from '../../raft/core/snapshot.js';
 import { type DriverLogger, type ProposeTicket, RaftDriver } from '../../raft/driver/driver.js';
+import type { DriverError } from '../../raft/driver/errors.js';
 import { type PeerAddress, Transport } from '../../raft/transport/transport.js';
 import type { BrokerLog, LogListener } from '../log/broker-log.js';
 import { decodeCommand, encodeCommand } from '../log/command-codec.js';
@@ -41,7 +42,22 @@ export interface ClusterDriver {
   lastContact(peer: number): number | undefined;
   /** Thesis §3.10: hand leadership to `to`; an Error when it cannot start. */
   transferLeadership(to: number): Error | null;
+  /** Membership and epoch for /health (DESIGN.md "Operating it"). */
+  status(): MembershipStatus;
+  /** After stop(): writes the state file (DESIGN.md "State file"); the path, or null when there is
+   * nothing a later start could resume. Throws if the write fails. */
+  writeStateFile(): string | null;
   on(event: 'drain', fn: () => void): unknown;
+}
+
+/** What /health reports of raft membership (raft/driver's DriverStatus has these fields). */
+export interface MembershipStatus {
+  membership: Membership;
+  epoch: Epoch;
+  voter: boolean;
+  redundant: boolean;
+  needsForceStart: boolean;
+  forceStart: ForceStartPhase | null;
 }
 
 /** The driver's callbacks, which RaftLog owns. */
@@ -54,6 +70,9 @@ export interface DriverHooks {
   onStateChange(s: SoftState): void;
   onFatal(err: Error): void;
   onLeaseRenewed(leaseEnd: number, term: number): void;
+  /** DESIGN.md "Force-start": the node joined a newer epoch that serves elsewhere; the broker's
+   * state of the old epoch is dropped and the new epoch's log follows from its start. */
+  onReset(): void;
 }
 
 /** What RaftLog asks of the broker node above it, for checks and for a failed state machine. */
@@ -66,11 +85,14 @@ export interface ReplicaSource {
   snapshot(): Iterable<Uint8Array>;
   /** Replaces the state machine's state with a snapshot's chunks; throws on a corrupt one. */
   restore(chunks: Iterable<Uint8Array>): void;
+  /** Drops the state machine's state: the empty state a fresh node starts from. */
+  reset(): void;
 }
 
 export interface RaftLogOptions {
   node: number;
-  voters: readonly number[];
+  /** Every configured node id (--cluster-peers), this one included. */
+  nodes: readonly number[];
   settings: Settings;
   logger: DriverLogger;
   driver: (hooks: DriverHooks) => ClusterDriver;
@@ -102,10 +124,17 @@ export interface ClusterStatus {
   commitIndex: number;
   appliedIndex: number;
   redundant: boolean;
-  /** Raft parts 3 and 4 (amnesia, force-start, epochs) do not exist yet: fixed values. */
-  needsForceStart: false;
-  membership: 'member';
-  epoch: null;
+  /** No configuration this node knows can elect a leader again: an operator must force-start. */
+  needsForceStart: boolean;
+  /** 'member' while this node is a voter of its epoch (resumed from its state file, or added
+   * since); otherwise how the process started: fresh (no record) or amnesiac (a record, no file). */
+  membership: Membership;
+  /** Listed as a voter in the newest configuration this node holds. */
+  voter: boolean;
+  /** The epoch this node is in (generation and id); null before it joined one. */
+  epoch: Epoch | null;
+  /** The force-start phase of this process; null unless started with --cluster-force-start. */
+  forceStart: ForceStartPhase | null;
   failure: string | null;
   /** This node's configuration hash equals the one the serving leader's serve-start carried (true
    * before any serve-start with a hash was applied: nothing to differ from). */
@@ -123,6 +152,13 @@ export interface TcpClusterOptions {
   logger: DriverLogger;
   check?: CheckPolicy;
   configHashOf?: (settings: Settings) => string;
+  /** DESIGN.md "State file"; without it the three nodes are a static configuration (tests). */
+  stateFile?: string;
+  forceStart?: boolean;
+  forceStartTimeoutMs?: number;
+  maxClockOffsetMs?: number;
+  /** The force-start was refused or timed out; raft has stopped and the process must exit. */
+  onForceStartFailed?: (err: DriverError) => void;
 }
 
 /** At most one line per kind of dropped proposal per window (ms). */
@@ -167,7 +203,7 @@ export class RaftLog implements BrokerLog, LeaseView {
   constructor(opts: RaftLogOptions) {
     this.opts = opts;
     this.node = opts.node;
-    this.peers = opts.voters.filter((v) => v !== opts.node);
+    this.peers = opts.nodes.filter((v) => v !== opts.node);
     this.checks = new CheckScheduler(opts.check ?? defaultCheckPolicy);
     this.settings = opts.settings;
     this.configHash = opts.configHashOf?.(opts.settings);
@@ -178,6 +214,7 @@ export class RaftLog implements BrokerLog, LeaseView {
       onLeaseRenewed: (leaseEnd, term) => this.audit?.leaseRenewed(leaseEnd, term),
       snapshotSource: () => this.snapshotSource(),
       onSnapshot: (s) => this.installSnapshot(s),
+      onReset: () => this.reset(),
     });
     this.driver.on('drain', () => this.onDrain());
   }
@@ -185,10 +222,20 @@ export class RaftLog implements BrokerLog, LeaseView {
   /** A RaftLog over a RaftDriver and the TCP transport. Call open() before start(). */
   static overTcp(o: TcpClusterOptions): { log: RaftLog; transport: () => Transport<Message> | undefined } {
     let transport: Transport<Message> | undefined;
-    const voters = [...o.peers.keys()];
+    const nodes = [...o.peers.keys()];
+    const identity =
+      o.stateFile === undefined
+        ? { voters: nodes }
+        : {
+            nodes,
+            stateFile: o.stateFile,
+            forceStart: o.forceStart === true,
+            ...(o.forceStartTimeoutMs === undefined ? {} : { forceStartTimeoutMs: o.forceStartTimeoutMs }),
+            ...(o.onForceStartFailed === undefined ? {} : { onForceStartFailed: o.onForceStartFailed }),
+          };
     const log = new RaftLog({
       node: o.node,
-      voters,
+      nodes,
       settings: o.settings,
       logger: o.logger,
       check: o.check,
@@ -199,15 +246,17 @@ export class RaftLog implements BrokerLog, LeaseView {
       driver: (hooks) =>
         new RaftDriver({
           id: o.node,
-          voters,
+          ...identity,
+          clusterId: o.clusterId,
           electionTimeoutMs: o.electionTimeoutMs,
           logger: o.logger,
-          transport: (validate) => {
+          ...(o.maxClockOffsetMs === undefined ? {} : { core: { maxClockOffsetMs: o.maxClockOffsetMs } }),
+          transport: (validate, id) => {
             transport = new Transport<Message>({
               nodeId: o.node,
-              incarnation: randomBytes(8).toString('hex'),
+              incarnation: id.incarnation,
               clusterId: o.clusterId,
-              epoch: 1,
+              epoch: id.epoch,
               listen: o.listen,
               peers: new Map(o.peers),
               secret: o.secret,
@@ -222,6 +271,7 @@ export class RaftLog implements BrokerLog, LeaseView {
           onLeaseRenewed: hooks.onLeaseRenewed,
           snapshotSource: hooks.snapshotSource,
           onSnapshot: hooks.onSnapshot,
+          onReset: hooks.onReset,
         }),
     });
     return { log, transport: () => transport };
@@ -270,6 +320,22 @@ export class RaftLog implements BrokerLog, LeaseView {
     this.lastAppliedTime = Math.max(this.lastAppliedTime, s.time);
     this.lastAppliedTerm = s.term;
     this.opts.logger.info({ index: s.index, bytes: s.bytes, ms: Math.round(performance.now() - started) }, 'broker restored from a raft snapshot');
+  }
+
+  /** DESIGN.md "Force-start": this node switched to a newer epoch made elsewhere. What it applied
+   * of the old epoch is gone; the new epoch's log (or its snapshot) follows from the start, so time,
+   * term and the serving configuration start over with it. */
+  private reset(): void {
+    const source = this.source;
+    if (source === null) throw new Error('an epoch switch arrived before the broker attached');
+    source.reset();
+    this.early = [];
+    this.lastAppliedTime = 0;
+    this.lastAppliedTerm = 0;
+    this.servingConfigHash = null;
+    this.startTicket = null;
+    this.readyPeriod = 0;
+    this.opts.logger.info({ node: this.node, epoch: this.driver.status().epoch }, 'joined a newer epoch; broker state of the old epoch dropped');
   }
 
   /** The audit stream (--audit-log): lease renewals and serving periods go to it. */
@@ -360,6 +426,21 @@ export class RaftLog implements BrokerLog, LeaseView {
     if (this.evaluateImmediate !== undefined) clearImmediate(this.evaluateImmediate);
     await this.handOver();
     await this.driver.stop();
+    this.writeStateFile();
+  }
+
+  /** Last in the stop order: raft traffic has stopped, so the file holds everything this node
+   * acknowledged. A failed write is logged with the file's path: the next start is amnesiac. */
+  private writeStateFile(): void {
+    const started = performance.now();
+    try {
+      const file = this.driver.writeStateFile();
+      const ms = Math.round(performance.now() - started);
+      if (file === null) this.opts.logger.info({ node: this.node }, 'no state file written: nothing to resume');
+      else this.opts.logger.info({ node: this.node, file, ms, index: this.driver.lastIndex, term: this.driver.currentTerm }, 'state file written');
+    } catch (err) {
+      this.opts.logger.error({ node: this.node, err: (err as Error).message }, 'state file not written; the next start of this node is amnesiac');
+    }
   }
 
   private async handOver(): Promise<void> {
@@ -404,6 +485,7 @@ export class RaftLog implements BrokerLog, LeaseView {
 
   status(): ClusterStatus {
     const serving = this.serving && this.source?.failure() == null;
+    const m = this.driver.status();
     return {
       node: this.node,
       serving,
@@ -414,19 +496,23 @@ export class RaftLog implements BrokerLog, LeaseView {
       leaseRemainingMs: this.driver.leaseRemainingMs(),
       commitIndex: this.driver.commitIndex,
       appliedIndex: this.driver.appliedIndex,
-      redundant: this.redundant(),
-      needsForceStart: false,
-      membership: 'member',
-      epoch: null,
+      redundant: this.redundant(m.redundant),
+      needsForceStart: m.needsForceStart,
+      // A node that started fresh or amnesiac is a member once it votes in its epoch.
+      membership: m.voter && m.epoch.generation !== 0 ? 'member' : m.membership,
+      voter: m.voter,
+      epoch: m.epoch.generation === 0 ? null : m.epoch,
+      forceStart: m.forceStart,
       failure: this.source?.failure() ?? null,
       configMatchesServing: this.servingConfigHash === null || this.servingConfigHash === this.configHash,
     };
   }
 
-  /** Every configured node is a caught-up voter: judged by the leader, which alone tracks what each
-   * follower holds; a follower reports false. */
-  private redundant(): boolean {
-    if (this.driver.currentRole !== 'leader') return false;
+  /** Every configured node is a caught-up voter with its current incarnation (raft's judgement) and
+   * its link is up: judged by the leader, which alone tracks what each follower holds; a follower
+   * reports false. */
+  private redundant(raftSays: boolean): boolean {
+    if (!raftSays || this.driver.currentRole !== 'leader') return false;
     const commit = this.driver.commitIndex;
     for (const p of this.peers) {
       const match = this.driver.matchIndex(p);
@@ -441,6 +527,11 @@ export class RaftLog implements BrokerLog, LeaseView {
   /** A proposal the driver refused (not leader any more, too many uncommitted): the connection's
    * client gets no answer and retries after reconnecting; logged once per code per window. */
   private noteDropped(err: Error): void {
+    this.logDropped(err);
+    this.evaluate();
+  }
+
+  private logDropped(err: Error): void {
     const code = (err as { code?: string }).code ?? 'unknown';
     const now = Math.floor(performance.now());
     const at = this.dropLoggedAt.get(code);
@@ -448,16 +539,17 @@ export class RaftLog implements BrokerLog, LeaseView {
       this.dropLoggedAt.set(code, now);
       this.opts.logger.warn({ code, err: err.message }, 'proposal dropped');
     }
-    this.evaluate();
   }
 
   /** serve-start and check bypass the serving gate: a leader proposes serve-start before it
-   * serves, and needs its ticket to know its period. */
+   * serves, and needs its ticket to know its period. A refusal is only logged: evaluate() calls
+   * this, and a leader that may not propose yet (a force-started one before its epoch has a second
+   * voter) is asked again at the next poll. */
   private proposeInternal(cmd: Command): ProposeTicket | null {
     if (this.stopped || this.driver.currentRole !== 'leader') return null;
     const r = this.driver.propose(encodeCommand(cmd));
     if (r instanceof Error) {
-      this.noteDropped(r);
+      this.logDropped(r);
       return null;
     }
     return r;

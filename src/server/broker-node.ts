@@ -272,6 +272,14 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     this.armTick();
   }
 
+  /** Drops the replicated state (raft joined a newer epoch made by a force-start elsewhere: its log
+   * follows from the start). This node does not serve while that happens. */
+  reset(): void {
+    this.broker.restore(new Broker().snapshot());
+    this.checkApplied = null;
+    this.armTick();
+  }
+
   /** Starts the log; resolves once this node first serves and listens (a cluster follower's
    * start() resolves only when it becomes the serving leader). */
   start(): Promise<void> {
