@@ -22,6 +22,9 @@ interface SettingSpec<K extends Kind = Kind> {
   min?: number;
   max?: number;
   values?: readonly string[];
+  /** A 'bool' given on the command line without a value (`--cluster-force-start`); the config
+   * file still takes true or false. */
+  bare?: true;
 }
 
 const MiB = 1024 * 1024;
@@ -251,6 +254,7 @@ export const SCHEMA = {
   'cluster-force-start': {
     kind: 'bool',
     default: false,
+    bare: true,
     help: 'make a new epoch from this node\'s state file (FILE, else FILE.prev) after two nodes lost their memory; refused while a peer shows a leader or a newer log (see docs/operations.md)',
   },
   'cluster-force-start-timeout-s': {
@@ -391,7 +395,7 @@ export function parseCli(argv: readonly string[]): CliRequest {
     version: { type: 'boolean' },
   };
   for (const [key, spec] of Object.entries(SCHEMA) as [string, SettingSpec][]) {
-    options[key] = spec.kind === 'list' ? { type: 'string', multiple: true } : { type: 'string' };
+    options[key] = spec.kind === 'list' ? { type: 'string', multiple: true } : { type: spec.bare === true ? 'boolean' : 'string' };
   }
   let parsed: ReturnType<typeof parseArgs>;
   try {

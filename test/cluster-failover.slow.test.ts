@@ -4,13 +4,15 @@
 // nothing. The time from kill to the first CONNACK on the new leader is printed, not asserted.
 import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
-import mqtt, { type IClientOptions, type MqttClient } from 'mqtt';
+import mqtt from 'mqtt';
+import { collect, connect, killLeader as killLeaderWithin, until } from './cluster-mqtt.js';
 import { type ClusterNodeProcess, LocalCluster, LOOPBACK } from './cluster-processes.js';
 
 const ELECTION_TIMEOUT_MS = 500;
 const SERVE_WAIT_MS = 15_000;
 const FAILOVER_WAIT_MS = 15_000;
 const DELIVERY_WAIT_MS = 15_000;
+const killLeader = (cluster: LocalCluster, leader: ClusterNodeProcess) => killLeaderWithin(cluster, leader, FAILOVER_WAIT_MS);
 
 const clusters: LocalCluster[] = [];
 after(async () => {
@@ -22,61 +24,6 @@ async function startCluster(): Promise<{ cluster: LocalCluster; leader: ClusterN
   clusters.push(cluster);
   const leader = await cluster.serving(SERVE_WAIT_MS);
   return { cluster, leader };
-}
-
-/** Connects without automatic reconnects; resolves on CONNACK with the session-present flag. */
-function connect(port: number, opts: IClientOptions, timeoutMs = 5_000): Promise<{ client: MqttClient; sessionPresent: boolean }> {
-  const client = mqtt.connect({ host: LOOPBACK, port, reconnectPeriod: 0, connectTimeout: timeoutMs, ...opts });
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => {
-      client.end(true);
-      reject(new Error(`no CONNACK from port ${port} within ${timeoutMs} ms`));
-    }, timeoutMs);
-    client.once('connect', (ack) => {
-      clearTimeout(timer);
-      resolve({ client, sessionPresent: ack.sessionPresent });
-    });
-    client.once('error', (err) => {
-      clearTimeout(timer);
-      client.end(true);
-      reject(err);
-    });
-  });
-}
-
-/** Collects payloads by text as they arrive; attach before CONNACK so no redelivery is missed. */
-function collect(client: MqttClient): string[] {
-  const got: string[] = [];
-  client.on('message', (_topic, payload) => got.push(payload.toString()));
-  return got;
-}
-
-async function until(what: string, cond: () => boolean, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
-/** Kills the leader with SIGKILL and measures until a client's CONNACK on the new serving leader. */
-async function killLeader(cluster: LocalCluster, leader: ClusterNodeProcess): Promise<{ next: ClusterNodeProcess; ms: number }> {
-  const survivors = cluster.nodes.filter((n) => n !== leader);
-  const t0 = performance.now();
-  leader.signal('SIGKILL');
-  await leader.exited(5_000);
-  const deadline = t0 + FAILOVER_WAIT_MS;
-  for (;;) {
-    const next = await cluster.serving(Math.max(1, deadline - performance.now()), survivors);
-    try {
-      const { client } = await connect(next.mqttPort, { clientId: `probe-${next.id}`, clean: true }, 1_000);
-      const ms = Math.round(performance.now() - t0);
-      client.end(true);
-      return { next, ms };
-    } catch (err) {
-      if (performance.now() > deadline) throw err;
-    }
-  }
 }
 
 describe('three-node cluster with MQTT.js clients', { timeout: 120_000 }, () => {

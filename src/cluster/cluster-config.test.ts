@@ -35,6 +35,20 @@ describe('cluster settings', { timeout: 10_000 }, () => {
     refusal(['--audit-log', '/tmp/a.jsonl'], CONFIG_ERROR.MISSING_VALUE, /--audit-log needs --cluster-node/);
   });
 
+  it('takes --cluster-force-start as a bare flag, with its timeout and the clock offset bound', () => {
+    const base = ['--cluster-node', '1', '--cluster-peers', PEERS, '--state-file', '/s'];
+    const plain = clusterSettings(configOf(base));
+    assert.equal(plain?.forceStart, false);
+    assert.equal(plain?.forceStartTimeoutMs, 120_000, 'default 120 s');
+    assert.equal(plain?.maxClockOffsetMs, 1000);
+    const forced = clusterSettings(configOf([...base, '--cluster-force-start', '--cluster-force-start-timeout-s', '30', '--cluster-max-clock-offset-ms', '250']));
+    assert.equal(forced?.forceStart, true);
+    assert.equal(forced?.forceStartTimeoutMs, 30_000);
+    assert.equal(forced?.maxClockOffsetMs, 250);
+    refusal(['--cluster-force-start'], CONFIG_ERROR.MISSING_VALUE, /--cluster-force-start needs --cluster-node/);
+    refusal([...base, '--cluster-force-start-timeout-s', '0'], CONFIG_ERROR.BAD_VALUE, /--cluster-force-start-timeout-s/);
+  });
+
   it('resolves a three-node cluster with defaults: listen on its own entry, id raftmq, E 500 ms', () => {
     const cs = clusterSettings(configOf(['--cluster-node', '2', '--cluster-peers', PEERS, '--state-file', '/var/lib/raftmq/state']));
     assert.ok(cs !== null);
