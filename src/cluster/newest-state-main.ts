@@ -12,7 +12,7 @@ const EXIT_RANKED = 0;
 const EXIT_NONE_USABLE = 1;
 const EXIT_BAD_ARGS = 2;
 
-const usage = 'usage: newest-state [--cluster-id ID] [--json] FILE...   (FILE: a node\'s --state-file; FILE.prev is read too)';
+const usage = "usage: newest-state [--cluster-id ID] [--json] FILE...   (FILE: a node's --state-file; FILE.prev is read too)";
 
 interface Args {
   readonly clusterId: string;

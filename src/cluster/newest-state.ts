@@ -107,8 +107,9 @@ function termAt(file: StateFile, index: number): number | 'compacted' | undefine
 }
 
 /** The highest index at which both logs hold the same entry. An equal term at an index means equal
- * logs up to there (Log Matching, §5.3). A compacted entry was committed, and the file with the
- * higher last term holds every committed entry (Leader Completeness, §5.4), so it counts as agreeing. */
+ * logs up to there (Log Matching, §5.3). Below either file's snapshot the terms are gone: the other
+ * file's compacted entries were committed, and the best file, ranked higher, holds them (Leader
+ * Completeness, §5.4); an entry the best file compacted cannot be compared, and counts as agreeing. */
 function agreedIndex(best: StateFile, other: StateFile): number {
   for (let i = Math.min(lastOf(best).index, lastOf(other).index); i > 0; i--) {
     const a = termAt(best, i);
