@@ -2,7 +2,7 @@
 // three raft node programs commit entries; one is stopped with SIGTERM early, so its file lacks what
 // came after; another is stopped and resumed, which leaves its consumed FILE.prev behind; then the
 // rest are stopped. The script must rank the newest file first, say how many entries each other file
-// lacks (checked against the entries the files hold), list a corrupt and a truncated file as
+// lacks (checked against the entries the files hold), list corrupt, truncated and misshapen files as
 // unusable, and print the force-start command. Waits are bounded; only our processes are signalled.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -10,7 +10,7 @@ import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync,
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { decodeAnyStateFile, prevPathOf, type StateFile } from '../raft/driver/state-file.js';
+import { decodeAnyStateFile, encodeStateFile, prevPathOf, type StateFile } from '../raft/driver/state-file.js';
 import type { Ranked, Report } from '../src/cluster/newest-state.js';
 import { agreedLeader, linkAll, RaftNodeProcess, stopNodes, waitUntil } from './raft-node-process.js';
 
@@ -52,6 +52,7 @@ describe('newest-state on the state files of three raft node programs', { timeou
   let resumed = 0;
   const corrupt = join(dir, 'corrupt.state');
   const truncated = join(dir, 'truncated.state');
+  const misshapen = join(dir, 'misshapen.state');
   after(async () => {
     await stopNodes([...nodes.values()]);
     rmSync(dir, { recursive: true, force: true });
@@ -82,10 +83,11 @@ describe('newest-state on the state files of three raft node programs', { timeou
     for (const n of alive()) await sigterm(n);
     writeFileSync(corrupt, 'RAFTMQS1 not a state file, only bytes');
     writeFileSync(truncated, readFileSync(fileOf(early)).subarray(0, 60));
+    writeFileSync(misshapen, encodeStateFile({ clusterId: 'raftmq', epoch: 5, log: 'x' } as unknown as StateFile));
   });
 
   test('ranks the newest file first and says how many entries each other file lacks, checked against their entries', () => {
-    const files = [...IDS.map(fileOf), corrupt, truncated];
+    const files = [...IDS.map(fileOf), corrupt, truncated, misshapen];
     const r = run(['--json', ...files]);
     assert.equal(r.code, 0, r.stderr);
     const rep = JSON.parse(r.stdout) as Report;
@@ -119,6 +121,7 @@ describe('newest-state on the state files of three raft node programs', { timeou
 
     assert.deepEqual(rep.unusable.map((u) => [u.path, u.code]).sort(), [
       [corrupt, 'RAFT_STATE_FILE_CORRUPT'],
+      [misshapen, 'RAFT_STATE_FILE_CORRUPT'],
       [truncated, 'RAFT_STATE_FILE_CORRUPT'],
     ]);
     assert.equal(rep.forceStart?.node, best.node);

@@ -89,10 +89,18 @@ describe('newest-state ranking', { timeout: 30_000 }, () => {
     const withOldTerms = candidate('/d', { terms: [...Array(10).fill(1), ...Array(32).fill(3)] });
     assert.deepEqual(lacksOf(withOldTerms.file, stale.file), { kind: 'behind', entries: 31, notInBest: 0 }, 'agrees up to index 11');
     const tail = candidate('/e', { terms: [2], snapshot: { index: 10, term: 1 } });
-    assert.deepEqual(lacksOf(withOldTerms.file, tail.file), { kind: 'behind', entries: 32, notInBest: 1 }, 'its entry 11 of term 2 was overwritten');
+    assert.deepEqual(
+      lacksOf(withOldTerms.file, tail.file),
+      { kind: 'behind', entries: 32, notInBest: 1 },
+      'its entry 11 of term 2 was overwritten',
+    );
     const compactedBest = candidate('/f', { terms: [3, 3], snapshot: { index: 20, term: 3 } });
     const lagging = candidate('/g', { terms: Array(15).fill(1) });
-    assert.deepEqual(lacksOf(compactedBest.file, lagging.file), { kind: 'behind', entries: 7, notInBest: 0 }, 'below the snapshot: agreeing');
+    assert.deepEqual(
+      lacksOf(compactedBest.file, lagging.file),
+      { kind: 'behind', entries: 7, notInBest: 0 },
+      'below the snapshot: agreeing',
+    );
   });
 
   it('an equal generation with another epoch id is another epoch, however close its log', () => {
@@ -144,6 +152,8 @@ describe('newest-state force-start plan', { timeout: 30_000 }, () => {
     assert.match(text, /amnesiac/);
     assert.ok(text.includes('/n4: bad?[31m') && !text.includes('\u001b'), text);
     assert.equal(renderText(report('raftmq', [], r.unusable)).includes('No usable state file'), true);
+    const farFuture = renderText(report('raftmq', [candidate('/n9', { terms: [1], clusterTime: Number.MAX_SAFE_INTEGER })], []));
+    assert.ok(farFuture.includes(String(Number.MAX_SAFE_INTEGER)), 'a time past what a Date holds prints as the number');
   });
 });
 
