@@ -86,12 +86,19 @@ export function encodeStateFile(s: StateFile): Buffer {
 }
 
 export function decodeStateFile(bytes: Uint8Array, path: string, expected: Expected): StateFile {
-  const v = open(stateMagic, bytes, path);
-  if (!isStateFile(v)) throw new DriverError('RAFT_STATE_FILE_CORRUPT', `${path}: fields missing or of the wrong type`);
+  const v = decodeAnyStateFile(bytes, path);
   if (v.clusterId !== expected.clusterId || v.member.node !== expected.nodeId) {
     const detail = `${path} is of cluster ${JSON.stringify(v.clusterId)} node ${v.member.node}`;
     throw new DriverError('RAFT_STATE_FILE_FOREIGN', `${detail}, this is ${JSON.stringify(expected.clusterId)} node ${expected.nodeId}`);
   }
+  return v;
+}
+
+/** Checksum, shape and log rules only, for a file whose owner is not known yet (newest-state reads
+ * every node's file and learns each one's node id from it). */
+export function decodeAnyStateFile(bytes: Uint8Array, path: string): StateFile {
+  const v = open(stateMagic, bytes, path);
+  if (!isStateFile(v)) throw new DriverError('RAFT_STATE_FILE_CORRUPT', `${path}: fields missing or of the wrong type`);
   return v;
 }
 

@@ -1,0 +1,259 @@
+// Which state file to force-start from (DESIGN.md "Force-start", "Beyond the model"): every node's
+// FILE and FILE.prev, ranked by epoch generation, then last log term, then last index. The epoch
+// comes first because a newer epoch was forced later and the older one can never serve again; within
+// an epoch, term then index is Raft's "at least as up-to-date" order (§5.4.1), so the first file
+// holds every entry a majority of that epoch acknowledged. Pure: the files are read by
+// newest-state-main.ts.
+import type { Epoch } from '../../raft/core/membership.js';
+import type { StateFile } from '../../raft/driver/state-file.js';
+
+/** One file that decoded: a node's FILE or its FILE.prev. */
+export interface Candidate {
+  /** The path read: FILE, or FILE.prev when `prev`. */
+  readonly path: string;
+  /** FILE: what the owner's --state-file names. */
+  readonly stateFile: string;
+  readonly prev: boolean;
+  /** A .prev, or a FILE whose id the membership record lists: not resumable, yet fine to force from. */
+  readonly consumed: boolean;
+  /** Whether FILE exists beside this candidate (always, unless `prev`): a force-start reads FILE
+   * before FILE.prev. */
+  readonly fileExists: boolean;
+  readonly file: StateFile;
+}
+
+/** A file that was given (or found beside one) and cannot be used, with why. */
+export interface Unusable {
+  readonly path: string;
+  readonly code: string;
+  readonly reason: string;
+}
+
+/** How much a candidate lacks relative to the first-ranked one. */
+export type Lacks =
+  | { readonly kind: 'best' }
+  /** `entries`: the best file's entries this one does not hold; `notInBest`: entries of this one past
+   * the point where the two logs agree (an uncommitted tail another leader overwrote). */
+  | { readonly kind: 'behind'; readonly entries: number; readonly notInBest: number }
+  | { readonly kind: 'other-epoch' };
+
+export interface Ranked {
+  readonly rank: number;
+  readonly node: number;
+  readonly path: string;
+  readonly stateFile: string;
+  readonly prev: boolean;
+  readonly consumed: boolean;
+  readonly epoch: Epoch;
+  readonly lastTerm: number;
+  readonly lastIndex: number;
+  readonly commitIndex: number;
+  /** Cluster ms (since the Unix epoch) when the state was taken. */
+  readonly clusterTime: number;
+  readonly lacks: Lacks;
+}
+
+export interface ForceStartPlan {
+  readonly node: number;
+  /** The --state-file to give the node: FILE, even when the chosen file is FILE.prev. */
+  readonly stateFile: string;
+  /** The file the force-start will read. */
+  readonly from: string;
+  /** FILE, when the chosen file is FILE.prev and FILE exists (a force-start would read FILE). */
+  readonly moveAside: string | null;
+  readonly command: string;
+}
+
+export interface Report {
+  readonly clusterId: string;
+  readonly ranking: readonly Ranked[];
+  readonly unusable: readonly Unusable[];
+  /** null when nothing is usable. */
+  readonly forceStart: ForceStartPlan | null;
+}
+
+/** Index and term of a file's last entry: the log's last, or the snapshot's if the log is empty. */
+export function lastOf(file: StateFile): { index: number; term: number } {
+  const last = file.log[file.log.length - 1];
+  if (last !== undefined) return { index: last.index, term: last.term };
+  return { index: file.snapshot?.index ?? 0, term: file.snapshot?.term ?? 0 };
+}
+
+/** Best first. After the design's three keys: FILE before FILE.prev (no file to move aside), the
+ * higher commit index, the later cluster time, then the path, so the order is total. */
+export function compareCandidates(a: Candidate, b: Candidate): number {
+  const la = lastOf(a.file);
+  const lb = lastOf(b.file);
+  return (
+    b.file.epoch.generation - a.file.epoch.generation ||
+    lb.term - la.term ||
+    lb.index - la.index ||
+    Number(a.prev) - Number(b.prev) ||
+    b.file.commitIndex - a.file.commitIndex ||
+    b.file.clusterTime - a.file.clusterTime ||
+    (a.path < b.path ? -1 : a.path > b.path ? 1 : 0)
+  );
+}
+
+const sameEpoch = (a: Epoch, b: Epoch): boolean => a.generation === b.generation && a.id === b.id;
+
+/** The term of entry `index` in `file`: 'compacted' below its snapshot, undefined past its end. */
+function termAt(file: StateFile, index: number): number | 'compacted' | undefined {
+  if (index === 0) return 0;
+  const base = file.snapshot?.index ?? 0;
+  if (index < base) return 'compacted';
+  if (index === base) return file.snapshot!.term;
+  return file.log[index - base - 1]?.term;
+}
+
+/** The highest index at which both logs hold the same entry. An equal term at an index means equal
+ * logs up to there (Log Matching, §5.3). Below either file's snapshot the terms are gone: the other
+ * file's compacted entries were committed, and the best file, ranked higher, holds them (Leader
+ * Completeness, §5.4); an entry the best file compacted cannot be compared, and counts as agreeing. */
+function agreedIndex(best: StateFile, other: StateFile): number {
+  for (let i = Math.min(lastOf(best).index, lastOf(other).index); i > 0; i--) {
+    const a = termAt(best, i);
+    const b = termAt(other, i);
+    if (a === 'compacted' || b === 'compacted' || a === b) return i;
+  }
+  return 0;
+}
+
+export function lacksOf(best: StateFile, other: StateFile): Lacks {
+  if (!sameEpoch(best.epoch, other.epoch)) return { kind: 'other-epoch' };
+  const agreed = agreedIndex(best, other);
+  return { kind: 'behind', entries: lastOf(best).index - agreed, notInBest: lastOf(other).index - agreed };
+}
+
+export function rank(candidates: readonly Candidate[]): Ranked[] {
+  const sorted = [...candidates].sort(compareCandidates);
+  const best = sorted[0];
+  return sorted.map((c, k) => {
+    const last = lastOf(c.file);
+    return {
+      rank: k + 1,
+      node: c.file.member.node,
+      path: c.path,
+      stateFile: c.stateFile,
+      prev: c.prev,
+      consumed: c.consumed,
+      epoch: c.file.epoch,
+      lastTerm: last.term,
+      lastIndex: last.index,
+      commitIndex: c.file.commitIndex,
+      clusterTime: c.file.clusterTime,
+      lacks: k === 0 || best === undefined ? { kind: 'best' } : lacksOf(best.file, c.file),
+    };
+  });
+}
+
+/** Quotes a path for a POSIX shell when it holds anything beyond the plainly safe characters. */
+export function shellQuote(s: string): string {
+  return /^[A-Za-z0-9_./:=@%+-]+$/.test(s) ? s : `'${s.replaceAll("'", `'\\''`)}'`;
+}
+
+export function planForceStart(best: Candidate): ForceStartPlan {
+  const node = best.file.member.node;
+  return {
+    node,
+    stateFile: best.stateFile,
+    from: best.path,
+    moveAside: best.prev && best.fileExists ? best.stateFile : null,
+    command: `raftmq <node ${node}'s usual flags> --state-file ${shellQuote(best.stateFile)} --cluster-force-start`,
+  };
+}
+
+export function report(clusterId: string, candidates: readonly Candidate[], unusable: readonly Unusable[]): Report {
+  const ranking = rank(candidates);
+  const best = [...candidates].sort(compareCandidates)[0];
+  return { clusterId, ranking, unusable, forceStart: best === undefined ? null : planForceStart(best) };
+}
+
+// ---- text ----
+
+function lacksText(l: Lacks): string {
+  switch (l.kind) {
+    case 'best':
+      return '- (best)';
+    case 'other-epoch':
+      return 'other epoch';
+    case 'behind':
+      return l.notInBest === 0 ? `${l.entries} entries behind` : `${l.entries} entries behind, ${l.notInBest} not in best`;
+    default: {
+      const _: never = l;
+      return _;
+    }
+  }
+}
+
+const columns = ['rank', 'node', 'path', 'epoch', 'last term', 'last index', 'commit', 'cluster time', 'consumed', 'lacks'];
+
+/** Epoch ids and refusal messages carry untrusted bytes: no control character reaches a terminal. */
+const printable = (s: string): string => s.replace(/\p{Cc}/gu, '?');
+
+/** ISO time, or the bare number when it is past what a Date holds (an untrusted file may say so). */
+function timeText(ms: number): string {
+  const d = new Date(ms);
+  return Number.isNaN(d.getTime()) ? String(ms) : d.toISOString();
+}
+
+function rowOf(r: Ranked): string[] {
+  return [
+    String(r.rank),
+    String(r.node),
+    r.path,
+    `${r.epoch.generation}/${printable(r.epoch.id.slice(0, 8))}`,
+    String(r.lastTerm),
+    String(r.lastIndex),
+    String(r.commitIndex),
+    timeText(r.clusterTime),
+    r.consumed ? (r.prev ? 'yes (.prev)' : 'yes') : 'no',
+    lacksText(r.lacks),
+  ];
+}
+
+function table(rows: readonly string[][]): string[] {
+  const widths = columns.map((_, c) => Math.max(...rows.map((r) => r[c]!.length)));
+  return rows.map((r) => r.map((cell, c) => (c === r.length - 1 ? cell : cell.padEnd(widths[c]!))).join('  '));
+}
+
+function procedure(plan: ForceStartPlan): string[] {
+  const n = plan.node;
+  const steps = [
+    'Force-start only when the cluster cannot come back by itself (every /health says needsForceStart: true).',
+    'After a clean stop of all three nodes, start them as usual instead: any two of the files resume everything committed.',
+    '',
+    `Procedure (DESIGN.md "Force-start"), from node ${n}'s file ${plan.from}:`,
+    '  1. Stop every node that still runs with SIGTERM (each writes its state file, even when not serving),',
+    '     then run newest-state again on the files they wrote.',
+  ];
+  if (plan.moveAside !== null) {
+    steps.push(
+      `  2. On node ${n}, move the older ${plan.moveAside} aside (a force-start reads FILE before FILE.prev):`,
+      `       mv ${shellQuote(plan.moveAside)} ${shellQuote(`${plan.moveAside}.older`)}`,
+    );
+  } else {
+    steps.push(`  2. Node ${n} keeps its files where they are.`);
+  }
+  steps.push(
+    `  3. On node ${n} (the path as that node sees it):`,
+    `       ${plan.command}`,
+    '  4. On each other node, move its --state-file aside (keep it), then start it as usual: it starts',
+    '     amnesiac and joins the new epoch as a learner. The new epoch serves once two node ids are voters.',
+    'Everything acknowledged after the chosen file was written is lost; QoS 2 flows in progress may be duplicated.',
+  );
+  return steps;
+}
+
+export function renderText(r: Report): string {
+  const lines: string[] = [`cluster ${r.clusterId}: ${r.ranking.length} usable state files, best first`];
+  if (r.ranking.length > 0) lines.push(...table([columns, ...r.ranking.map(rowOf)]));
+  if (r.unusable.length > 0) {
+    lines.push('', 'unusable:');
+    for (const u of r.unusable) lines.push(`  ${printable(u.reason)}`);
+  }
+  lines.push('');
+  if (r.forceStart === null) lines.push('No usable state file: nothing to force-start from.');
+  else lines.push(...procedure(r.forceStart));
+  return `${lines.join('\n')}\n`;
+}
