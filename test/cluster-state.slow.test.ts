@@ -8,6 +8,7 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { after, describe, it } from 'node:test';
 import mqtt from 'mqtt';
 import { CLI } from './broker-process.js';
@@ -22,6 +23,7 @@ const EXIT_WAIT_MS = 10_000;
 /** Exit codes of a cluster node (src/cluster/cluster-node.ts). */
 const EXIT_FORCE_START_FAILED = 75;
 const EXIT_STATE_FILE_REFUSED = 78;
+const NEWEST_STATE = fileURLToPath(new URL('../../cluster-scripts/newest-state', import.meta.url));
 
 const clusters: LocalCluster[] = [];
 after(async () => {
@@ -223,6 +225,13 @@ describe('cluster memory loss, clean stop and force-start', { timeout: 240_000 }
     survivor.signal('SIGTERM');
     assert.equal(await survivor.exited(EXIT_WAIT_MS), 0);
     assert.ok(survivor.logs.some((l) => l.msg === 'state file written'), 'written although it did not serve');
+    // The operator's helper picks the survivor's file and prints the force-start for its node.
+    const ranked = spawnSync('bash', [NEWEST_STATE, '--json', ...[1, 2, 3].map((id) => cluster.stateFile(id))], { encoding: 'utf8', timeout: EXIT_WAIT_MS });
+    assert.equal(ranked.status, 0, ranked.stderr);
+    const report = JSON.parse(ranked.stdout) as { ranking: { node: number; path: string }[]; forceStart: { node: number; command: string } | null };
+    assert.equal(report.ranking[0]?.path, cluster.stateFile(survivor.id), ranked.stdout);
+    assert.equal(report.forceStart?.node, survivor.id);
+    assert.match(report.forceStart?.command ?? '', /--cluster-force-start/);
     const t0 = performance.now();
     const forced = await cluster.restart(survivor.id, ['--cluster-force-start']);
     const next = await cluster.serving(SERVE_WAIT_MS);
