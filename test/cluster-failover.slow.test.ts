@@ -4,14 +4,17 @@
 // nothing. The time from kill to the first CONNACK on the new leader is printed, not asserted.
 import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
-import mqtt from 'mqtt';
+import mqtt, { type IClientOptions, type MqttClient } from 'mqtt';
 import { collect, connect, killLeader as killLeaderWithin, until } from './cluster-mqtt.js';
-import { type ClusterNodeProcess, LocalCluster, LOOPBACK } from './cluster-processes.js';
+import { type ClusterNodeProcess, freePort, LocalCluster, LOOPBACK } from './cluster-processes.js';
 
 const ELECTION_TIMEOUT_MS = 500;
 const SERVE_WAIT_MS = 15_000;
 const FAILOVER_WAIT_MS = 15_000;
 const DELIVERY_WAIT_MS = 15_000;
+/** A bound on each publisher's stream, whatever happens. */
+const STREAM_MESSAGES_MAX = 20_000;
+const RC_PACKET_ID_NOT_FOUND = 0x92;
 const killLeader = (cluster: LocalCluster, leader: ClusterNodeProcess) => killLeaderWithin(cluster, leader, FAILOVER_WAIT_MS);
 
 const clusters: LocalCluster[] = [];
@@ -121,6 +124,72 @@ describe('three-node cluster with MQTT.js clients', { timeout: 120_000 }, () => 
       [],
       'no QoS 2 message twice',
     );
+  });
+
+  it('kill -9 of the leader while publishers stream QoS 1 and QoS 2: every acknowledged message arrives, QoS 2 exactly once', async () => {
+    // Fixed MQTT ports, so every client can list all three nodes (MQTT.js `servers`) and reconnect
+    // with its session to whichever serves; an in-flight QoS 2 publish is re-sent with its packet id.
+    const mqttPorts = [await freePort(), await freePort(), await freePort()];
+    const cluster = await LocalCluster.start({ electionTimeoutMs: ELECTION_TIMEOUT_MS, extra: (id) => ['--port', String(mqttPorts[id - 1])] });
+    clusters.push(cluster);
+    const leader = await cluster.serving(SERVE_WAIT_MS);
+    const servers = mqttPorts.map((port) => ({ host: LOOPBACK, port }));
+    const client = (clientId: string, extra: IClientOptions): MqttClient =>
+      mqtt.connect({ servers, clientId, clean: false, reconnectPeriod: 100, connectTimeout: 2_000, ...extra });
+    const connected = (c: MqttClient): Promise<void> => new Promise((resolve) => c.once('connect', () => resolve()));
+    const v5 = { protocolVersion: 5 as const, properties: { sessionExpiryInterval: 3600 } };
+
+    const sub1 = client('stream-sub-1', {});
+    const sub2 = client('stream-sub-2', v5);
+    const got1 = collect(sub1);
+    const got2 = collect(sub2);
+    await Promise.all([connected(sub1), connected(sub2)]);
+    await sub1.subscribeAsync('s1/#', { qos: 1 });
+    await sub2.subscribeAsync('s2/#', { qos: 2 });
+
+    const pub1 = client('stream-pub-1', {});
+    const pub2 = client('stream-pub-2', v5);
+    await Promise.all([connected(pub1), connected(pub2)]);
+    let streaming = true;
+    let pubcomp92 = 0;
+    const acked1: string[] = [];
+    const acked2: string[] = [];
+    const stream = async (pub: MqttClient, topic: string, qos: 1 | 2, acked: string[]): Promise<void> => {
+      for (let i = 0; streaming && i < STREAM_MESSAGES_MAX; i++) {
+        try {
+          await pub.publishAsync(topic, `${topic}:${i}`, { qos });
+        } catch (err) {
+          // MQTT 5 §3.7.2.1: PUBCOMP 0x92 answers a PUBREL re-sent after a reconnect whose first copy
+          // committed (the PUBCOMP was lost with the old leader): "not an error during recovery".
+          // MQTT.js sends PUBREL only after PUBREC, so the message was acknowledged.
+          if ((err as { code?: number }).code !== RC_PACKET_ID_NOT_FOUND) throw err;
+          pubcomp92++;
+        }
+        acked.push(`${topic}:${i}`);
+      }
+    };
+    // Three loops per publisher: several publishes of each are in flight when the leader dies.
+    const streams = [0, 1, 2].flatMap((k) => [stream(pub1, `s1/${k}`, 1, acked1), stream(pub2, `s2/${k}`, 2, acked2)]);
+    await until('messages streaming', () => acked1.length >= 50 && acked2.length >= 50, DELIVERY_WAIT_MS);
+    const atKill = [acked1.length, acked2.length];
+    const { next, ms } = await killLeader(cluster, leader);
+    await until('acknowledgements from the new leader', () => acked1.length > atKill[0]! + 50 && acked2.length > atKill[1]! + 50, FAILOVER_WAIT_MS);
+    streaming = false;
+    await Promise.all(streams);
+    console.log(
+      `# streaming failover: kill -9 of node ${leader.id} to first CONNACK on node ${next.id}: ${ms} ms; ` +
+        `acked QoS 1 ${acked1.length} (${atKill[0]} before the kill), QoS 2 ${acked2.length} (${atKill[1]} before; ${pubcomp92} PUBCOMP 0x92 on a re-sent PUBREL)`,
+    );
+    await until('every acknowledged QoS 1 message', () => acked1.every((m) => got1.includes(m)), DELIVERY_WAIT_MS);
+    await until('every acknowledged QoS 2 message', () => acked2.every((m) => got2.includes(m)), DELIVERY_WAIT_MS);
+    const twice = new Map<string, number>();
+    for (const m of got2) twice.set(m, (twice.get(m) ?? 0) + 1);
+    assert.deepEqual(
+      [...twice].filter(([, c]) => c > 1),
+      [],
+      'no QoS 2 message delivered twice',
+    );
+    await Promise.all([pub1, pub2, sub1, sub2].map((c) => c.endAsync(true)));
   });
 
   it('a SIGSTOP of the leader shorter than its lease changes nothing', async () => {
