@@ -329,6 +329,25 @@ describe('broker v5: client limits', { timeout: 30_000 }, () => {
     assert.equal(events(big, 'too-large').length, 1);
   });
 
+  it('answers a QoS 2 retry over the publisher quota by whether its id is held: 0x00 if held, else 0x97 and nothing routed', () => {
+    const h = new Harness();
+    const [p, s] = [h.conn(1), h.conn(2)];
+    h.connect(p, 'pub', v5());
+    h.connect(s, 'sub', v5());
+    h.subscribe(s, 1, [{ filter: 'q', qos: 2 }]);
+    h.publish(p, msg('q', 'first', 2), 7);
+    const refused = (pid: number) => h.apply({ t: 'publish', conn: p, pid, msg: msg('q', '', 2), quotaExceeded: true });
+    const held = refused(7);
+    assert.deepEqual(sent(held, p), [{ type: 'pubrec', pid: 7, code: RC.SUCCESS }]);
+    const fresh = refused(8);
+    assert.deepEqual(sent(fresh, p), [{ type: 'pubrec', pid: 8, code: RC.QUOTA_EXCEEDED }]);
+    assert.deepEqual(published(fresh, s), []);
+    // Nothing is held for the refused id: its PUBREL finds nothing.
+    assert.deepEqual(sent(h.apply({ t: 'pubrel', conn: p, pid: 8 }), p), [
+      { type: 'pubcomp', pid: 8, code: RC.PACKET_IDENTIFIER_NOT_FOUND },
+    ]);
+  });
+
   it('answers PUBREL for an id not held with PACKET_IDENTIFIER_NOT_FOUND', () => {
     const h = new Harness();
     const p = h.conn(1);

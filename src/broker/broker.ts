@@ -628,6 +628,12 @@ export class Broker implements BrokerState {
       out.push({ t: 'send', conn: cmd.conn, packet: { type: 'pubrec', pid, code: RC.SUCCESS } });
       return;
     }
+    if (cmd.quotaExceeded === true) {
+      // Not held, so not received before: refused, and the flow ends with no id held (§4.3.3).
+      event(out, 'publish-quota-exceeded', { clientId: s?.clientId ?? '', pid });
+      out.push({ t: 'send', conn: cmd.conn, packet: { type: 'pubrec', pid, code: RC.QUOTA_EXCEEDED } });
+      return;
+    }
     let code: number = RC.NOT_AUTHORIZED;
     if (this.mayPublish(s, cmd.msg, out)) {
       const matched = this.publishMessage(s?.clientId ?? null, cmd.msg, now, out);

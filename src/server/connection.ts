@@ -95,6 +95,7 @@ type LocalAction =
   | { k: 'close'; reason: number };
 
 const NO_DISCONNECT = -1;
+const EMPTY_PAYLOAD = new Uint8Array(0);
 
 /** The socket's property naming the Connection that reads it. */
 const OWNER: unique symbol = Symbol('raftmq.connection');
@@ -151,6 +152,8 @@ export class Connection implements WheelMember {
   private pendingConnect: ConnectPacket | undefined;
   /** --max-publish-rate, created on the first PUBLISH when a rate is set. */
   private publishBucket: TokenBucket | null = null;
+  /** PUBLISH packets refused over the rate, at the same rate: when it runs dry, DISCONNECT 0x96. */
+  private excessBucket: TokenBucket | null = null;
 
   constructor(id: ConnId, socket: ByteStream, transport: Transport, host: ConnectionHost) {
     this.id = id;
@@ -483,7 +486,6 @@ export class Connection implements WheelMember {
   // ---- PUBLISH ----
 
   private onPublish(p: PublishPacket): void {
-    if (!this.withinPublishRate()) return;
     const topic = this.resolveTopic(p);
     if (topic === null) return;
     const l = this.host.limits;
@@ -508,6 +510,8 @@ export class Connection implements WheelMember {
       this.refusePayload(p);
       return;
     }
+    // After the alias is resolved, so that a refused PUBLISH still sets its alias (§3.3.2.3.4).
+    if (!this.withinPublishRate(p, topic)) return;
     const msg = messageFromPublish(p, topic);
     if (p.qos === 0 && !p.retain) {
       // The common case routes at once without allocating a queued action.
@@ -523,16 +527,32 @@ export class Connection implements WheelMember {
     this.propose(cmd);
   }
 
-  /** --max-publish-rate: over it, MQTT 5 DISCONNECT 0x96 (3.1.1: close), after the replies already
-   * decided. Closing rather than pausing reads tells the client why and frees the slot at once. */
-  private withinPublishRate(): boolean {
+  /** --max-publish-rate is the publisher's own quota (DESIGN.md "Queues are bounded by admission":
+   * 0x97 answers the publisher's own quotas). A PUBLISH over it is not routed: QoS 0 is dropped,
+   * QoS 1/2 are answered 0x97 [§3.4.2.1, §3.5.2.1]. Excess beyond the rate itself again (sending
+   * at more than twice the rate) is abuse: DISCONNECT 0x96. A 3.1.1 PUBACK cannot refuse, and a
+   * plain one would claim a delivery that did not happen, so a 3.1.1 QoS 1/2 PUBLISH over the rate
+   * closes the connection: the client keeps the message and sends it again after reconnecting. */
+  private withinPublishRate(p: PublishPacket, topic: string): boolean {
     const rate = this.host.limits.publishRate;
     if (rate <= 0) return true;
     const now = performance.now();
     this.publishBucket ??= new TokenBucket(rate, rate, now);
     if (this.publishBucket.take(now)) return true;
-    this.host.event('limit-publish-rate', { conn: this.id });
-    this.fail(RC.MESSAGE_RATE_TOO_HIGH, 'publish-rate', `over ${rate} PUBLISH/s`);
+    this.host.event('limit-publish-rate', { conn: this.id, qos: p.qos });
+    this.excessBucket ??= new TokenBucket(rate, rate, now);
+    if (!this.excessBucket.take(now) || (this.level !== 5 && p.qos > 0)) {
+      this.fail(RC.MESSAGE_RATE_TOO_HIGH, 'publish-rate', `over ${rate} PUBLISH/s`);
+      return false;
+    }
+    if (p.qos === 1) this.reply({ k: 'send', packet: { type: 'puback', pid: p.pid as number, code: RC.QUOTA_EXCEEDED } });
+    else if (p.qos === 2 && !p.dup) this.reply({ k: 'send', packet: { type: 'pubrec', pid: p.pid as number, code: RC.QUOTA_EXCEEDED } });
+    else if (p.qos === 2) {
+      // A retry may carry an id apply still holds (received before, PUBREC lost): only apply can
+      // tell, so the refusal goes through the log, without the payload.
+      const msg: Message = { topic, payload: EMPTY_PAYLOAD, qos: 2, retain: false };
+      this.propose({ t: 'publish', conn: this.id, pid: p.pid as number, msg, quotaExceeded: true });
+    }
     return false;
   }
 
