@@ -348,6 +348,27 @@ describe('broker v5: client limits', { timeout: 30_000 }, () => {
     ]);
   });
 
+  it('refuses a QoS 1 PUBLISH reusing the id of a QoS 2 flow awaiting PUBREL with 0x91, unrouted (3.1.1: routed)', () => {
+    const h = new Harness();
+    const [p, p4, s] = [h.conn(1), h.conn(2), h.conn(3)];
+    h.connect(p, 'pub', v5());
+    h.connect(p4, 'pub4');
+    h.connect(s, 'sub', v5());
+    h.subscribe(s, 1, [{ filter: 'q', qos: 1 }]);
+    h.publish(p, msg('q', 'two', 2), 5);
+    const reused = h.publish(p, msg('q', 'one', 1), 5);
+    assert.deepEqual(sent(reused, p), [{ type: 'puback', pid: 5, code: RC.PACKET_IDENTIFIER_IN_USE }]);
+    assert.deepEqual(published(reused, s), []);
+    // Once released, the id is free again.
+    h.apply({ t: 'pubrel', conn: p, pid: 5 });
+    assert.deepEqual(sent(h.publish(p, msg('q', 'one', 1), 5), p), [{ type: 'puback', pid: 5, code: RC.SUCCESS }]);
+    // 3.1.1 has no reason code to say it with: acknowledged and routed, as before.
+    h.publish(p4, msg('q', 'two', 2), 9);
+    const v4 = h.publish(p4, msg('q', 'one', 1), 9);
+    assert.deepEqual(sent(v4, p4), [{ type: 'puback', pid: 9, code: RC.SUCCESS }]);
+    assert.equal(published(v4, s).length, 1);
+  });
+
   it('answers PUBREL for an id not held with PACKET_IDENTIFIER_NOT_FOUND', () => {
     const h = new Harness();
     const p = h.conn(1);

@@ -634,6 +634,13 @@ export class Broker implements BrokerState {
       out.push({ t: 'send', conn: cmd.conn, packet: { type: 'pubrec', pid, code: RC.QUOTA_EXCEEDED } });
       return;
     }
+    if (cmd.msg.qos === 1 && s !== undefined && s.protocol === 5 && s.inbound?.has(pid) === true) {
+      // The id still names a QoS 2 flow awaiting PUBREL, so the client may not reuse it
+      // [MQTT-2.2.1-3]: the session states differ; refused and not routed (§3.4.2.1 0x91).
+      event(out, 'packet-id-in-use', { clientId: s.clientId, pid });
+      out.push({ t: 'send', conn: cmd.conn, packet: { type: 'puback', pid, code: RC.PACKET_IDENTIFIER_IN_USE } });
+      return;
+    }
     let code: number = RC.NOT_AUTHORIZED;
     if (this.mayPublish(s, cmd.msg, out)) {
       const matched = this.publishMessage(s?.clientId ?? null, cmd.msg, now, out);
