@@ -168,6 +168,29 @@ describe('server over MQTT 5: output shaped by the client', { timeout: 60_000 },
     assert.equal((await r.waitFor('pubcomp', (p) => p.pid === 2)).code, RC.SUCCESS);
   });
 
+  it('answers a QoS 1 PUBLISH reusing the id of a QoS 2 flow awaiting PUBREL with 0x91, and a QoS 2 retry 0x00', async () => {
+    await start();
+    const watcher = await client({ clientId: 'pid-watch' });
+    await subscribe(watcher, 'pid/#', 1);
+    const r = await raw({ clientId: 'pid-reuse' });
+    r.send(publishPacket({ qos: 2, pid: 7, topic: 'pid/two' }));
+    assert.equal((await r.waitFor('pubrec', (p) => p.pid === 7)).code, RC.SUCCESS);
+    r.send(publishPacket({ qos: 1, pid: 7, topic: 'pid/one' }));
+    assert.equal((await r.waitFor('puback', (p) => p.pid === 7)).code, RC.PACKET_IDENTIFIER_IN_USE);
+    r.send(publishPacket({ qos: 2, pid: 7, topic: 'pid/two', dup: true }));
+    const pubrecs = () => r.packets.filter((p) => p.type === 'pubrec');
+    await r.waitFor('pubrec', () => pubrecs().length === 2);
+    assert.equal((pubrecs()[1] as { code: number }).code, RC.SUCCESS);
+    r.send({ type: 'pubrel', pid: 7, code: RC.SUCCESS, props: {} });
+    await r.waitFor('pubcomp', (p) => p.pid === 7);
+    r.send(publishPacket({ qos: 1, pid: 7, topic: 'pid/end' }));
+    await watcher.waitFor((m) => m.topic === 'pid/end', 'pid/end');
+    assert.deepEqual(
+      watcher.messages.map((m) => m.topic),
+      ['pid/two', 'pid/end'],
+    );
+  });
+
   it('tells an MQTT.js v5 publisher 0x10 when nobody subscribes, without failing the publish', async () => {
     await start();
     const pub = await client({ clientId: 'js-0x10' });
