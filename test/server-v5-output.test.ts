@@ -150,6 +150,29 @@ describe('server over MQTT 5: output shaped by the client', { timeout: 60_000 },
     await b.waitFor(() => b.messages.filter((m) => ['m6', 'm7', 'm8'].includes(m.payload)).length === 3, 'the rest to b');
   });
 
+  it('gives another MQTT.js member the shared messages a member left unacknowledged when its session ended', async () => {
+    await start();
+    const pub = await client({ clientId: 'sr-pub' });
+    // sr-a (raw: MQTT.js stalls its input while a PUBACK is withheld) never acknowledges; its
+    // Session Expiry Interval is 0, so its session ends with its DISCONNECT.
+    const a = await raw({ clientId: 'sr-a' });
+    a.send({ type: 'subscribe', pid: 1, subs: [{ filter: '$share/g/sr/#', qos: 1, nl: false, rap: false, rh: 0 }], props: {} });
+    await a.waitFor('suback');
+    const b = await client({ clientId: 'sr-b' });
+    await subscribe(b, '$share/g/sr/#', 1);
+    for (let i = 0; i < 4; i++) await publish(pub, 'sr/job', `j${i}`, { qos: 1 });
+    await b.waitFor(() => b.messages.length === 2, 'two deliveries to b');
+    const toA = () => a.packets.flatMap((p) => (p.type === 'publish' ? [Buffer.from(p.payload).toString()] : []));
+    await a.waitFor('publish', () => toA().length === 2);
+    assert.deepEqual(toA(), ['j0', 'j2']);
+    a.send({ type: 'disconnect', code: RC.SUCCESS, props: {} });
+    await b.waitFor(() => b.messages.length === 4, 'the held ones to b');
+    assert.deepEqual(
+      b.messages.map((m) => m.payload),
+      ['j1', 'j3', 'j0', 'j2'],
+    );
+  });
+
   it('answers a QoS 1 and 2 publish with no subscriber 0x10, an unknown unsubscribe 0x11, an unknown PUBREL 0x92', async () => {
     await start();
     const r = await raw({ clientId: 'codes' });
