@@ -20,7 +20,7 @@ import type {
 } from '../protocol/packets.js';
 import { CONNACK_V4, RC } from '../protocol/reason-codes.js';
 import { validateTopicFilter, validateTopicName } from '../protocol/topic.js';
-import { type AuthAction, EnhancedAuthState } from './auth-exchange.js';
+import { type AuthAction, EnhancedAuthState, type FailedLogin } from './auth-exchange.js';
 import type { Authenticator, AuthResult } from './authenticator.js';
 import type { EnhancedAuthMethod } from './enhanced-auth.js';
 import { connectExpiryS, messageFromPublish, payloadFormatValid, RECEIVE_MAX_DEFAULT, willFromConnect } from './inbound.js';
@@ -420,9 +420,31 @@ export class Connection implements WheelMember {
   // ---- enhanced authentication (§4.12; rules in auth-exchange.ts) ----
 
   private beginEnhanced(c: ConnectPacket): void {
+    // An address in its failed-login backoff is refused without an exchange, as a password is.
+    const blocked = this.host.authenticator.loginThrottle?.blocked(this.transport.remoteAddress, null) ?? 0;
+    if (blocked > 0) {
+      this.refuseAfter(RC.BAD_USER_NAME_OR_PASSWORD, blocked);
+      return;
+    }
     const { state, action } = EnhancedAuthState.begin(c, this.host.enhancedAuth);
     this.enhanced = state;
     this.onAuthAction(action, c);
+  }
+
+  /** Refuses the CONNECT after `delayMs` of the failed-login backoff; nothing is read meanwhile. */
+  private refuseAfter(reason: number, delayMs: number): void {
+    if (delayMs <= 0) {
+      this.refuseConnect(reason);
+      return;
+    }
+    this.phase = 'authenticating';
+    this.socket.pause();
+    setTimeout(refuseDue, delayMs, this, reason);
+  }
+
+  /** The backoff of a refusal has passed (through the shared callback). */
+  onRefuseDue(reason: number): void {
+    if (this.phase === 'authenticating') this.refuseConnect(reason);
   }
 
   private onAuth(p: AuthPacket): void {
@@ -451,6 +473,14 @@ export class Connection implements WheelMember {
       case 'authenticated': {
         const connect = c as ConnectPacket;
         this.pendingConnect = undefined;
+        const throttle = this.host.authenticator.loginThrottle;
+        const blocked = throttle?.blocked(this.transport.remoteAddress, a.user) ?? 0;
+        if (blocked > 0) {
+          // The user is in its backoff: refused whatever the proof, so guessing gains nothing.
+          this.refuseAfter(RC.BAD_USER_NAME_OR_PASSWORD, blocked);
+          return;
+        }
+        throttle?.succeeded(this.transport.remoteAddress, a.user);
         this.phase = 'awaiting-connect';
         this.limits.auth = { method: connect.props.authMethod as string, data: a.data };
         this.host.event('enhanced-auth-ok', { conn: this.id, method: this.limits.auth.method });
@@ -458,10 +488,15 @@ export class Connection implements WheelMember {
         return;
       }
       case 'refuse':
-        this.host.protocolError('enhanced-auth', { conn: this.id, reason: a.reason }, a.why);
-        this.refuseConnect(a.reason);
+        if (a.login === undefined) {
+          this.host.protocolError('enhanced-auth', { conn: this.id, reason: a.reason }, a.why);
+          this.refuseConnect(a.reason);
+          return;
+        }
+        this.refuseAfter(a.reason, this.failedLogin(a.login, a.why));
         return;
       case 'disconnect':
+        if (a.login !== undefined) this.failedLogin(a.login, a.why);
         this.fail(a.reason, 'reauth', a.why);
         return;
       default: {
@@ -469,6 +504,15 @@ export class Connection implements WheelMember {
         void _;
       }
     }
+  }
+
+  /** Counts a login the method refused toward the failed-login backoff; returns the delay before
+   * the refusal goes out (0 without a backoff). */
+  private failedLogin(login: FailedLogin, why: string): number {
+    const throttle = this.host.authenticator.loginThrottle;
+    if (throttle !== undefined) return throttle.failed(this.transport.remoteAddress, login.user);
+    this.host.event('auth-failed', { conn: this.id, username: login.user ?? '', why });
+    return 0;
   }
 
   /** The keep-alive in seconds this connection runs with. 0 means disabled, as the client asked
@@ -997,6 +1041,10 @@ export class Connection implements WheelMember {
 
 function timerFired(c: Connection): void {
   c.onTimer();
+}
+
+function refuseDue(c: Connection, reason: number): void {
+  c.onRefuseDue(reason);
 }
 
 function socketData(this: OwnedStream, chunk: Buffer): void {
