@@ -193,7 +193,7 @@ export const SCHEMA = {
     default: 0,
     min: 0,
     max: 10_000_000,
-    help: 'PUBLISH packets per second per connection, bursts up to the same number; over it: MQTT 5 DISCONNECT 0x96, 3.1.1 close; 0: no bound',
+    help: 'PUBLISH packets per second per connection, bursts up to the same number; over it the PUBLISH is not routed: MQTT 5 PUBACK/PUBREC 0x97 (QoS 0 dropped), 3.1.1 QoS 1/2 close; sending at more than twice the rate: MQTT 5 DISCONNECT 0x96, 3.1.1 close; 0: no bound',
   },
   'max-connect-rate': {
     kind: 'int',

@@ -33,6 +33,13 @@ export const CONFIG_ERROR = {
 } as const;
 export type ConfigErrorCode = (typeof CONFIG_ERROR)[keyof typeof CONFIG_ERROR];
 
+/** A password SASLprep (RFC 4013) refuses for a SCRAM credential; the message names the rule. */
+export class SaslprepError extends RaftmqError {
+  constructor(message: string) {
+    super('ERR_SASLPREP', message);
+  }
+}
+
 /** A listener could not start (port in use, permission). */
 export class ListenError extends RaftmqError {
   constructor(message: string) {

@@ -10,10 +10,22 @@ import mqtt, { type IClientOptions, type Packet } from 'mqtt';
 import { parseAcl } from '../src/broker/acl.js';
 import type { AclRule } from '../src/broker/commands.js';
 import { RC } from '../src/protocol/reason-codes.js';
-import { hashPassword, SCRYPT_DEFAULT } from '../src/server/auth/password-file.js';
+import { formatScram, hashPassword, SCRYPT_DEFAULT } from '../src/server/auth/password-file.js';
 import { PasswordFileAuthenticator } from '../src/server/auth/password-authenticator.js';
 import type { BrokerNode } from '../src/server/broker-node.js';
-import { connectClient, disconnect, publish, startNode, subscribe, type TestClient, WAIT_MS, withTimeout } from './helpers.js';
+import { SCRAM_SHA_256, ScramClient, ScramSha256, scramCredential } from '../src/server/scram.js';
+import {
+  connectClient,
+  connectPacket,
+  disconnect,
+  publish,
+  RawClient,
+  startNode,
+  subscribe,
+  type TestClient,
+  WAIT_MS,
+  withTimeout,
+} from './helpers.js';
 
 /** The CONNACK refusal code MQTT.js reports (3.1.1 return code or MQTT 5 reason code). */
 async function refusal(port: number, opts: IClientOptions): Promise<number> {
@@ -121,6 +133,47 @@ describe('password file authentication', { timeout: 60_000 }, () => {
     clockMs += 60_000;
     const ok = await connectClient(node.port, { protocolVersion: 5, username: 'alice', password: 'wonderland', clientId: 'a-after' });
     await disconnect(ok);
+  });
+});
+
+describe('SCRAM-SHA-256 over the password file, under the same failed-login backoff', { timeout: 60_000 }, () => {
+  let node: BrokerNode;
+  let clockMs = 0;
+  before(async () => {
+    const file = join(mkdtempSync(join(tmpdir(), 'raftmq-scram-')), 'passwords');
+    writeFileSync(file, `dave:${formatScram(scramCredential('secret'))}\n`);
+    const auth = new PasswordFileAuthenticator(file, false, { event: (k, f) => node.event(k, f) }, () => clockMs);
+    node = await startNode({ authenticator: auth, enhancedAuth: [new ScramSha256({ store: auth })] });
+  });
+  after(() => node.stop());
+
+  /** A SCRAM exchange on raw packets (MQTT.js runs one only through its own hook); the CONNACK,
+   * and whether the server sent its challenge. */
+  async function scramLogin(password: string, clientId: string): Promise<{ code: number; challenged: boolean }> {
+    const r = await RawClient.open(node.port, 5);
+    try {
+      const scram = new ScramClient('dave', password);
+      r.send(connectPacket({ level: 5, clientId, props: { authMethod: SCRAM_SHA_256, authData: scram.first() } }));
+      const first = await Promise.race([r.waitFor('auth'), r.waitFor('connack')]);
+      if (first.type === 'connack') return { code: first.code, challenged: false };
+      const data = first.props.authData as Uint8Array;
+      r.send({ type: 'auth', code: RC.CONTINUE_AUTHENTICATION, props: { authMethod: SCRAM_SHA_256, authData: scram.final(data) } });
+      return { code: (await r.waitFor('connack')).code, challenged: true };
+    } finally {
+      r.destroy();
+    }
+  }
+
+  it('counts a wrong SCRAM proof as a failed login, so SCRAM and plain passwords from the address wait out the backoff', async () => {
+    assert.deepEqual(await scramLogin('wrong', 's1'), { code: RC.BAD_USER_NAME_OR_PASSWORD, challenged: true });
+    assert.equal(counter(node, 'auth-failed'), 1);
+    assert.equal(counter(node, 'protocol-error:enhanced-auth'), 0);
+    // The clock has not moved: the right password is refused at CONNECT, without an exchange.
+    assert.deepEqual(await scramLogin('secret', 's2'), { code: RC.BAD_USER_NAME_OR_PASSWORD, challenged: false });
+    assert.equal(await refusal(node.port, { protocolVersion: 5, username: 'dave', password: 'secret', clientId: 'p1' }), RC.BAD_USER_NAME_OR_PASSWORD);
+    assert.equal(counter(node, 'auth-throttled'), 2);
+    clockMs += 60_000;
+    assert.deepEqual(await scramLogin('secret', 's3'), { code: RC.SUCCESS, challenged: true });
   });
 });
 

@@ -5,7 +5,9 @@ import { describe, it } from 'node:test';
 import { RC } from '../src/protocol/reason-codes.js';
 import type { BrokerNode } from '../src/server/broker-node.js';
 import type { NodeLimits } from '../src/server/limits.js';
-import { connectClient, connectPacket, disconnect, RawClient, sleep, startNode } from './helpers.js';
+import { encode } from '../src/protocol/encoder.js';
+import type { Packet } from '../src/protocol/packets.js';
+import { connectClient, connectPacket, disconnect, publish, RawClient, sleep, startNode, subscribe } from './helpers.js';
 
 async function withNode(limits: Partial<NodeLimits>, body: (node: BrokerNode) => Promise<void>): Promise<void> {
   const node = await startNode({ nodeLimits: limits });
@@ -22,7 +24,13 @@ async function rawConnect(node: BrokerNode, level: 4 | 5, clientId: string): Pro
   return c;
 }
 
+const acksOf = (c: RawClient, type: 'puback' | 'pubrec'): [number, number][] =>
+  c.packets.flatMap((p) => (p.type === type ? [[p.pid, p.code] as [number, number]] : []));
 const counter = (node: BrokerNode, kind: string): number => node.counters.get(kind) ?? 0;
+const EMPTY = new Uint8Array(0);
+const qos0 = (topic: string): Packet => ({ type: 'publish', topic, payload: EMPTY, qos: 0, retain: false, dup: false, props: {} });
+const qos1 = (topic: string, pid: number): Packet => ({ type: 'publish', topic, pid, payload: EMPTY, qos: 1, retain: false, dup: false, props: {} });
+const qos2 = (pid: number, dup: boolean): Packet => ({ type: 'publish', topic: 'q2', pid, payload: EMPTY, qos: 2, retain: false, dup, props: {} });
 
 describe('node limits', { timeout: 60_000 }, () => {
   it('refuses the CONNECT beyond max-connections with 0x97 (3.1.1: code 3) and counts it', async () => {
@@ -94,17 +102,94 @@ describe('node limits', { timeout: 60_000 }, () => {
     });
   });
 
-  it('disconnects an MQTT 5 publisher over max-publish-rate with 0x96 and closes a 3.1.1 one', async () => {
+  it('drops QoS 0 over max-publish-rate and disconnects a publisher at more than twice the rate with 0x96 (3.1.1: close)', async () => {
     await withNode({ publishRate: 5 }, async (node) => {
       for (const level of [5, 4] as const) {
         const c = await rawConnect(node, level, `fast${level}`);
         await c.waitFor('connack');
-        for (let i = 0; i < 20; i++)
-          c.send({ type: 'publish', topic: 't', payload: new Uint8Array(1), qos: 0, retain: false, dup: false, props: {} });
+        // 5 within the rate, 5 dropped as over it, the 11th is the excess beyond the rate again.
+        c.sendBytes(Buffer.concat(Array.from({ length: 20 }, () => encode(qos0('t'), level))));
         if (level === 5) assert.equal((await c.waitFor('disconnect')).code, RC.MESSAGE_RATE_TOO_HIGH);
         await c.waitClosed();
       }
+      assert.equal(counter(node, 'limit-publish-rate'), 12);
+      assert.equal(counter(node, 'protocol-error:publish-rate'), 2);
+    });
+  });
+
+  it('answers QoS 1 over max-publish-rate with PUBACK 0x97, unrouted, after the acks of earlier packets', async () => {
+    await withNode({ publishRate: 2 }, async (node) => {
+      const sub = await connectClient(node.port, { protocolVersion: 5, clientId: 'sub' });
+      await subscribe(sub, 'q/#', 1);
+      const c = await rawConnect(node, 5, 'quota1');
+      await c.waitFor('connack');
+      // One write: pids 1 and 2 are proposed, 3 and 4 are refused at once by the connection, yet
+      // their answers must not overtake those of 1 and 2, which wait for the log.
+      c.sendBytes(Buffer.concat([1, 2, 3, 4].map((pid) => encode(qos1(`q/${pid}`, pid), 5))));
+      await c.waitFor('puback', (p) => p.pid === 4);
+      const acks = acksOf(c, 'puback');
+      assert.deepEqual(acks, [
+        [1, RC.SUCCESS],
+        [2, RC.SUCCESS],
+        [3, RC.QUOTA_EXCEEDED],
+        [4, RC.QUOTA_EXCEEDED],
+      ]);
+      const other = await connectClient(node.port, { protocolVersion: 5, clientId: 'other' });
+      await publish(other, 'q/marker', 'm', { qos: 1 });
+      await sub.waitFor((m) => m.topic === 'q/marker', 'marker');
+      assert.deepEqual(
+        sub.messages.map((m) => m.topic),
+        ['q/1', 'q/2', 'q/marker'],
+      );
       assert.equal(counter(node, 'limit-publish-rate'), 2);
+      c.destroy();
+      await disconnect(other);
+      await disconnect(sub);
+    });
+  });
+
+  it('answers QoS 2 over max-publish-rate with PUBREC 0x97, except a retry of an id held, and disconnects at twice the rate', async () => {
+    await withNode({ publishRate: 3 }, async (node) => {
+      const c = await rawConnect(node, 5, 'quota2');
+      await c.waitFor('connack');
+      const packets = [qos2(1, false), qos2(2, false), qos2(3, false), qos2(1, true), qos2(4, true), qos2(5, false), qos2(6, false)];
+      c.sendBytes(Buffer.concat(packets.map((p) => encode(p, 5))));
+      assert.equal((await c.waitFor('disconnect')).code, RC.MESSAGE_RATE_TOO_HIGH);
+      const recs = acksOf(c, 'pubrec');
+      assert.deepEqual(recs, [
+        [1, RC.NO_MATCHING_SUBSCRIBERS],
+        [2, RC.NO_MATCHING_SUBSCRIBERS],
+        [3, RC.NO_MATCHING_SUBSCRIBERS],
+        [1, RC.SUCCESS],
+        [4, RC.QUOTA_EXCEEDED],
+        [5, RC.QUOTA_EXCEEDED],
+      ]);
+      assert.equal(c.packets.at(-1)?.type, 'disconnect');
+      await c.waitClosed();
+    });
+  });
+
+  it('tells an MQTT.js v5 publisher over max-publish-rate 0x97 in the publish callback', async () => {
+    await withNode({ publishRate: 1 }, async (node) => {
+      const c = await connectClient(node.port, { protocolVersion: 5, clientId: 'mqttjs-quota' });
+      const results = await Promise.allSettled([publish(c, 'a', '1', { qos: 1 }), publish(c, 'a', '2', { qos: 1 })]);
+      assert.equal(results[0].status, 'fulfilled');
+      assert.equal(results[1].status, 'rejected');
+      assert.equal(((results[1] as PromiseRejectedResult).reason as { code?: number }).code, RC.QUOTA_EXCEEDED);
+      await disconnect(c);
+    });
+  });
+
+  it('closes a 3.1.1 publisher whose QoS 1 PUBLISH is over max-publish-rate, after acknowledging the earlier ones', async () => {
+    await withNode({ publishRate: 2 }, async (node) => {
+      const c = await rawConnect(node, 4, 'quota311');
+      await c.waitFor('connack');
+      c.sendBytes(Buffer.concat([1, 2, 3].map((pid) => encode(qos1('t', pid), 4))));
+      await c.waitClosed();
+      assert.deepEqual(
+        acksOf(c, 'puback').map(([pid]) => pid),
+        [1, 2],
+      );
     });
   });
 

@@ -150,6 +150,29 @@ describe('server over MQTT 5: output shaped by the client', { timeout: 60_000 },
     await b.waitFor(() => b.messages.filter((m) => ['m6', 'm7', 'm8'].includes(m.payload)).length === 3, 'the rest to b');
   });
 
+  it('gives another MQTT.js member the shared messages a member left unacknowledged when its session ended', async () => {
+    await start();
+    const pub = await client({ clientId: 'sr-pub' });
+    // sr-a (raw: MQTT.js stalls its input while a PUBACK is withheld) never acknowledges; its
+    // Session Expiry Interval is 0, so its session ends with its DISCONNECT.
+    const a = await raw({ clientId: 'sr-a' });
+    a.send({ type: 'subscribe', pid: 1, subs: [{ filter: '$share/g/sr/#', qos: 1, nl: false, rap: false, rh: 0 }], props: {} });
+    await a.waitFor('suback');
+    const b = await client({ clientId: 'sr-b' });
+    await subscribe(b, '$share/g/sr/#', 1);
+    for (let i = 0; i < 4; i++) await publish(pub, 'sr/job', `j${i}`, { qos: 1 });
+    await b.waitFor(() => b.messages.length === 2, 'two deliveries to b');
+    const toA = () => a.packets.flatMap((p) => (p.type === 'publish' ? [Buffer.from(p.payload).toString()] : []));
+    await a.waitFor('publish', () => toA().length === 2);
+    assert.deepEqual(toA(), ['j0', 'j2']);
+    a.send({ type: 'disconnect', code: RC.SUCCESS, props: {} });
+    await b.waitFor(() => b.messages.length === 4, 'the held ones to b');
+    assert.deepEqual(
+      b.messages.map((m) => m.payload),
+      ['j1', 'j3', 'j0', 'j2'],
+    );
+  });
+
   it('answers a QoS 1 and 2 publish with no subscriber 0x10, an unknown unsubscribe 0x11, an unknown PUBREL 0x92', async () => {
     await start();
     const r = await raw({ clientId: 'codes' });
@@ -166,6 +189,29 @@ describe('server over MQTT 5: output shaped by the client', { timeout: 60_000 },
     // The publish answered 0x10 still completes its QoS 2 flow.
     r.send({ type: 'pubrel', pid: 2, code: RC.SUCCESS, props: {} });
     assert.equal((await r.waitFor('pubcomp', (p) => p.pid === 2)).code, RC.SUCCESS);
+  });
+
+  it('answers a QoS 1 PUBLISH reusing the id of a QoS 2 flow awaiting PUBREL with 0x91, and a QoS 2 retry 0x00', async () => {
+    await start();
+    const watcher = await client({ clientId: 'pid-watch' });
+    await subscribe(watcher, 'pid/#', 1);
+    const r = await raw({ clientId: 'pid-reuse' });
+    r.send(publishPacket({ qos: 2, pid: 7, topic: 'pid/two' }));
+    assert.equal((await r.waitFor('pubrec', (p) => p.pid === 7)).code, RC.SUCCESS);
+    r.send(publishPacket({ qos: 1, pid: 7, topic: 'pid/one' }));
+    assert.equal((await r.waitFor('puback', (p) => p.pid === 7)).code, RC.PACKET_IDENTIFIER_IN_USE);
+    r.send(publishPacket({ qos: 2, pid: 7, topic: 'pid/two', dup: true }));
+    const pubrecs = () => r.packets.filter((p) => p.type === 'pubrec');
+    await r.waitFor('pubrec', () => pubrecs().length === 2);
+    assert.equal((pubrecs()[1] as { code: number }).code, RC.SUCCESS);
+    r.send({ type: 'pubrel', pid: 7, code: RC.SUCCESS, props: {} });
+    await r.waitFor('pubcomp', (p) => p.pid === 7);
+    r.send(publishPacket({ qos: 1, pid: 7, topic: 'pid/end' }));
+    await watcher.waitFor((m) => m.topic === 'pid/end', 'pid/end');
+    assert.deepEqual(
+      watcher.messages.map((m) => m.topic),
+      ['pid/two', 'pid/end'],
+    );
   });
 
   it('tells an MQTT.js v5 publisher 0x10 when nobody subscribes, without failing the publish', async () => {

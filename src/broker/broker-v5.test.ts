@@ -298,6 +298,91 @@ describe('broker v5: shared subscriptions', { timeout: 30_000 }, () => {
   });
 });
 
+describe('broker v5: shared messages of a member that leaves (§4.8.2)', { timeout: 30_000 }, () => {
+  /** pub, and members a (Receive Maximum 1) and b of $share/g/q at QoS 1; m1 and m3 go to a (m3
+   * queued behind the unacknowledged m1), m2 and m4 to b. */
+  function twoMembers(aOpts: Partial<ConnectCommand> = {}) {
+    const h = new Harness();
+    const [p, a, b] = [h.conn(1), h.conn(2), h.conn(3)];
+    h.connect(p, 'pub', v5());
+    h.connect(a, 'a', v5({ receiveMax: 1, ...aOpts }));
+    h.connect(b, 'b', v5({ expiryS: 1000 }));
+    h.subscribe(a, 1, [{ filter: '$share/g/q', qos: 1 }]);
+    h.subscribe(b, 1, [{ filter: '$share/g/q', qos: 1 }]);
+    const toA: string[] = [];
+    for (let i = 1; i <= 4; i++) {
+      const out = h.publish(p, msg('q', `m${i}`, 1), i);
+      toA.push(...published(out, a).map((x) => text(x.msg)));
+    }
+    assert.deepEqual(toA, ['m1'], 'm3 waits in a queue');
+    return { h, p, a, b };
+  }
+  const texts = (out: Effect[], conn: string) => published(out, conn).map((x) => text(x.msg));
+
+  it('re-sends to another member what a member held unacknowledged or queued when its session ends', () => {
+    const { h, a, b } = twoMembers();
+    const out = h.apply({ t: 'disconnect', conn: a, reason: RC.SUCCESS, publishWill: false });
+    assert.deepEqual(texts(out, b), ['m1', 'm3']);
+    assert.equal(events(out, 'shared-redelivered').length, 2);
+    assert.equal(h.broker.verify(), null);
+  });
+
+  it('re-sends them when a clean start takes the member session over', () => {
+    const { h, b } = twoMembers({ expiryS: 1000 });
+    const out = h.connect(h.conn(4), 'a', v5({ clean: true }));
+    assert.deepEqual(texts(out, b), ['m1', 'm3']);
+  });
+
+  it('re-sends them when an offline member session expires, to an offline member queue if none is online', () => {
+    const { h, a, b } = twoMembers({ expiryS: 10 });
+    h.apply({ t: 'disconnect', conn: b, reason: RC.SUCCESS, publishWill: false });
+    h.apply({ t: 'disconnect', conn: a, reason: RC.SUCCESS, publishWill: false });
+    const expired = h.apply({ t: 'tick' }, 10_000);
+    assert.equal(events(expired, 'session-expired').length, 1);
+    assert.equal(events(expired, 'shared-redelivered').length, 2);
+    const b2 = h.conn(5);
+    // b resumes: its own unacknowledged m2 and m4 again, then its queue.
+    assert.deepEqual(texts(h.connect(b2, 'b', v5({ expiryS: 1000 })), b2), ['m2', 'm4', 'm1', 'm3']);
+  });
+
+  it('gives the queued ones of a member that unsubscribes to another, and lets it complete the one it was sent [MQTT-3.10.4-3]', () => {
+    const { h, a, b } = twoMembers();
+    const out = h.apply({ t: 'unsubscribe', conn: a, pid: 9, filters: ['$share/g/q'] });
+    assert.deepEqual(texts(out, b), ['m3']);
+    assert.deepEqual(texts(out, a), []);
+    h.apply({ t: 'ack', conn: a, pid: 1, kind: 'puback' });
+    assert.equal(h.broker.verify(), null);
+  });
+
+  it('drops and counts them when no member is left, and keeps what a member already received (PUBREL pending)', () => {
+    const h = new Harness();
+    const [p, a] = [h.conn(1), h.conn(2)];
+    h.connect(p, 'pub', v5());
+    h.connect(a, 'a', v5());
+    h.subscribe(a, 1, [{ filter: '$share/g/q', qos: 2 }]);
+    h.publish(p, msg('q', 'two', 2), 1);
+    h.publish(p, msg('q', 'one', 1), 2);
+    h.apply({ t: 'ack', conn: a, pid: 1, kind: 'pubrec' });
+    const out = h.apply({ t: 'disconnect', conn: a, reason: RC.SUCCESS, publishWill: false });
+    assert.deepEqual(
+      events(out, 'shared-dropped').map((e) => (e.t === 'event' ? e.detail?.topic : undefined)),
+      ['q'],
+    );
+  });
+
+  it('restores the share of each held message from a snapshot, so a replica re-sends the same', () => {
+    const { h, a, b } = twoMembers();
+    const copy = new Harness();
+    copy.broker.restore(h.broker.snapshot());
+    assert.equal(copy.broker.digest(), h.broker.digest());
+    copy.index = h.index;
+    copy.time = h.time;
+    const cmd = { t: 'disconnect', conn: a, reason: RC.SUCCESS, publishWill: false } as const;
+    assert.deepEqual(copy.apply(cmd), h.apply(cmd));
+    assert.deepEqual(texts(copy.log, b).slice(-2), ['m1', 'm3']);
+  });
+});
+
 describe('broker v5: client limits', { timeout: 30_000 }, () => {
   it('limits inflight by the client Receive Maximum', () => {
     const h = new Harness({ ...testSettings, maxInflight: 10 });
@@ -327,6 +412,46 @@ describe('broker v5: client limits', { timeout: 30_000 }, () => {
     assert.deepEqual(published(big, a), []);
     assert.equal(published(big, b).length, 1);
     assert.equal(events(big, 'too-large').length, 1);
+  });
+
+  it('answers a QoS 2 retry over the publisher quota by whether its id is held: 0x00 if held, else 0x97 and nothing routed', () => {
+    const h = new Harness();
+    const [p, s] = [h.conn(1), h.conn(2)];
+    h.connect(p, 'pub', v5());
+    h.connect(s, 'sub', v5());
+    h.subscribe(s, 1, [{ filter: 'q', qos: 2 }]);
+    h.publish(p, msg('q', 'first', 2), 7);
+    const refused = (pid: number) => h.apply({ t: 'publish', conn: p, pid, msg: msg('q', '', 2), quotaExceeded: true });
+    const held = refused(7);
+    assert.deepEqual(sent(held, p), [{ type: 'pubrec', pid: 7, code: RC.SUCCESS }]);
+    const fresh = refused(8);
+    assert.deepEqual(sent(fresh, p), [{ type: 'pubrec', pid: 8, code: RC.QUOTA_EXCEEDED }]);
+    assert.deepEqual(published(fresh, s), []);
+    // Nothing is held for the refused id: its PUBREL finds nothing.
+    assert.deepEqual(sent(h.apply({ t: 'pubrel', conn: p, pid: 8 }), p), [
+      { type: 'pubcomp', pid: 8, code: RC.PACKET_IDENTIFIER_NOT_FOUND },
+    ]);
+  });
+
+  it('refuses a QoS 1 PUBLISH reusing the id of a QoS 2 flow awaiting PUBREL with 0x91, unrouted (3.1.1: routed)', () => {
+    const h = new Harness();
+    const [p, p4, s] = [h.conn(1), h.conn(2), h.conn(3)];
+    h.connect(p, 'pub', v5());
+    h.connect(p4, 'pub4');
+    h.connect(s, 'sub', v5());
+    h.subscribe(s, 1, [{ filter: 'q', qos: 1 }]);
+    h.publish(p, msg('q', 'two', 2), 5);
+    const reused = h.publish(p, msg('q', 'one', 1), 5);
+    assert.deepEqual(sent(reused, p), [{ type: 'puback', pid: 5, code: RC.PACKET_IDENTIFIER_IN_USE }]);
+    assert.deepEqual(published(reused, s), []);
+    // Once released, the id is free again.
+    h.apply({ t: 'pubrel', conn: p, pid: 5 });
+    assert.deepEqual(sent(h.publish(p, msg('q', 'one', 1), 5), p), [{ type: 'puback', pid: 5, code: RC.SUCCESS }]);
+    // 3.1.1 has no reason code to say it with: acknowledged and routed, as before.
+    h.publish(p4, msg('q', 'two', 2), 9);
+    const v4 = h.publish(p4, msg('q', 'one', 1), 9);
+    assert.deepEqual(sent(v4, p4), [{ type: 'puback', pid: 9, code: RC.SUCCESS }]);
+    assert.equal(published(v4, s).length, 1);
   });
 
   it('answers PUBREL for an id not held with PACKET_IDENTIFIER_NOT_FOUND', () => {

@@ -19,10 +19,11 @@ import type {
   Will,
 } from './commands.js';
 import { type Deadline, DeadlineHeap, SESSION_DEADLINE, WILL_DEADLINE } from './deadlines.js';
-import { applyAck, canTake, deliver, event, fillInflight, inflightLimit, resendInflight } from './deliver.js';
+import { applyAck, canTake, deliver, event, fillInflight, inflightLimit, resendInflight, takeShared } from './deliver.js';
 import { RetainedTrie } from './retained-trie.js';
 import {
   connPeriod,
+  type Delivery,
   EXPIRY_NEVER,
   newSession,
   type PendingWill,
@@ -63,6 +64,8 @@ interface Target {
   qos: QoS;
   rap: boolean;
   subIds: number[] | null;
+  /** The shared subscription that chose this session, or null for plain subscriptions. */
+  share: string | null;
 }
 
 /** Targets of one message found by a linear scan before route indexes them in a Map. */
@@ -71,6 +74,7 @@ const ROUTE_TARGETS_SCANNED = 8;
 const NO_SESSION: Session = newSession('');
 
 const minQos = (a: QoS, b: QoS): QoS => (a < b ? a : b);
+const SHARE_PREFIX = '$share/';
 const byClientId = (a: { clientId: string }, b: { clientId: string }): number =>
   a.clientId < b.clientId ? -1 : a.clientId > b.clientId ? 1 : 0;
 /** Trie key of a subscription: the client id, or for a shared subscription the share id and the
@@ -264,7 +268,7 @@ export class Broker implements BrokerState {
         this.subscribe(cmd, now, out);
         return;
       case 'unsubscribe':
-        this.unsubscribe(cmd, out);
+        this.unsubscribe(cmd, now, out);
         return;
       case 'publish':
         this.publish(cmd, now, out);
@@ -355,7 +359,7 @@ export class Broker implements BrokerState {
     if (s !== undefined && s.conn !== null) this.takeover(s, cmd.clean, now, out);
     this.settlePendingWill(clientId, cmd.clean, now, out);
     if (s !== undefined && cmd.clean) {
-      this.discardSession(s);
+      this.discardSession(s, now, out);
       s = undefined;
     }
     const present = s !== undefined;
@@ -455,14 +459,47 @@ export class Broker implements BrokerState {
       this.wills.delete(s.clientId);
       this.publishWill(s.clientId, w.msg, now, out);
     }
-    this.discardSession(s);
+    this.discardSession(s, now, out);
   }
 
-  private discardSession(s: Session): void {
+  private discardSession(s: Session, now: number, out: Effect[]): void {
     for (const filter of [...(s.subs?.keys() ?? [])]) this.removeSub(s, filter);
     this.detach(s);
     s.expiresAt = null;
     this.sessions.delete(s.clientId);
+    this.redistribute(takeShared(s, null, true), now, out);
+  }
+
+  /** Messages a shared subscription gave to a session that will not acknowledge them go to
+   * another member of the same share, by the share's round robin (§4.8.2 SHOULD), in the order the
+   * session held them; with no member left they are dropped and counted. The new member gets them
+   * at its own granted QoS, with its own Subscription Identifier. */
+  private redistribute(items: readonly Delivery[], now: number, out: Effect[]): void {
+    for (const item of items) {
+      const share = item.share as string;
+      const members = this.shareMembersFor(share, item.msg.topic);
+      const t = members.length === 0 ? null : this.pickMember(share, members, this.cursors, item.msg, item.expiresAt, now);
+      if (t === null) {
+        event(out, 'shared-dropped', { share, topic: item.msg.topic });
+        continue;
+      }
+      event(out, 'shared-redelivered', { share, clientId: t.s.clientId });
+      this.deliverRouted(t, item.msg, item.expiresAt, now, out);
+    }
+  }
+
+  /** The members of `share` that may read `topic` (which matches the share's filter). */
+  private shareMembersFor(share: string, topic: string): Subscription[] {
+    const matches: Subscription[] = [];
+    const count = this.subsTrie.matchValues(topic, matches);
+    const members: Subscription[] = [];
+    for (let i = 0; i < count; i++) {
+      const sub = matches[i] as Subscription;
+      if (sub.share !== share) continue;
+      const member = this.sessions.get(sub.clientId);
+      if (member !== undefined && aclAllows(this.settings.acl, member, 'read', topic)) members.push(sub);
+    }
+    return members;
   }
 
   private sortedSessions(): Session[] {
@@ -601,12 +638,12 @@ export class Broker implements BrokerState {
         continue;
       }
       if (!aclAllows(this.settings.acl, s, 'read', topic)) continue;
-      const d = { msg: r.msg, qos: minQos(r.msg.qos, sub.qos), retain: true, subIds, expiresAt: r.expiresAt };
+      const d = { msg: r.msg, qos: minQos(r.msg.qos, sub.qos), retain: true, subIds, expiresAt: r.expiresAt, share: null };
       if (!deliver(s, d, this.settings, now, out)) this.breakInvariant('no free packet id', out);
     }
   }
 
-  private unsubscribe(cmd: UnsubscribeCommand, out: Effect[]): void {
+  private unsubscribe(cmd: UnsubscribeCommand, now: number, out: Effect[]): void {
     const s = this.byConn.get(cmd.conn);
     if (s === undefined) {
       this.noop(out, cmd.t, cmd.conn, 'connection holds no session');
@@ -614,6 +651,12 @@ export class Broker implements BrokerState {
     }
     const codes = cmd.filters.map((f) => (this.removeSub(s, f) ? RC.SUCCESS : RC.NO_SUBSCRIPTION_EXISTED));
     out.push({ t: 'send', conn: cmd.conn, packet: { type: 'unsuback', pid: cmd.pid, codes } });
+    // Queued messages of a share left go to its other members; those already sent are completed
+    // with this session [MQTT-3.10.4-3].
+    for (let i = 0; i < codes.length; i++) {
+      const f = cmd.filters[i] as string;
+      if (codes[i] === RC.SUCCESS && f.startsWith(SHARE_PREFIX)) this.redistribute(takeShared(s, f, false), now, out);
+    }
   }
 
   // ---- publishing ----
@@ -626,6 +669,19 @@ export class Broker implements BrokerState {
     // Method A: a QoS 2 PUBLISH whose id is held was delivered already; answer it again [MQTT-4.3.3-10].
     if (cmd.msg.qos === 2 && s?.inbound?.has(pid) === true) {
       out.push({ t: 'send', conn: cmd.conn, packet: { type: 'pubrec', pid, code: RC.SUCCESS } });
+      return;
+    }
+    if (cmd.quotaExceeded === true) {
+      // Not held, so not received before: refused, and the flow ends with no id held (§4.3.3).
+      event(out, 'publish-quota-exceeded', { clientId: s?.clientId ?? '', pid });
+      out.push({ t: 'send', conn: cmd.conn, packet: { type: 'pubrec', pid, code: RC.QUOTA_EXCEEDED } });
+      return;
+    }
+    if (cmd.msg.qos === 1 && s !== undefined && s.protocol === 5 && s.inbound?.has(pid) === true) {
+      // The id still names a QoS 2 flow awaiting PUBREL, so the client may not reuse it
+      // [MQTT-2.2.1-3]: the session states differ; refused and not routed (§3.4.2.1 0x91).
+      event(out, 'packet-id-in-use', { clientId: s.clientId, pid });
+      out.push({ t: 'send', conn: cmd.conn, packet: { type: 'puback', pid, code: RC.PACKET_IDENTIFIER_IN_USE } });
       return;
     }
     let code: number = RC.NOT_AUTHORIZED;
@@ -741,7 +797,7 @@ export class Broker implements BrokerState {
     const i = this.routeTargetCount++;
     let t = targets[i];
     if (t === undefined) {
-      t = { s, qos: sub.qos, rap: sub.rap, subIds };
+      t = { s, qos: sub.qos, rap: sub.rap, subIds, share: null };
       targets.push(t);
     } else {
       t.s = s;
@@ -770,7 +826,7 @@ export class Broker implements BrokerState {
 
   /** The live copy has its retain flag cleared unless Retain As Published [MQTT-3.3.1-12, -13]. */
   private deliverRouted(t: Target, msg: Message, expiresAt: number | null, now: number, out: Effect[]): void {
-    const d = { msg, qos: minQos(msg.qos, t.qos), retain: t.rap && msg.retain, subIds: t.subIds, expiresAt };
+    const d = { msg, qos: minQos(msg.qos, t.qos), retain: t.rap && msg.retain, subIds: t.subIds, expiresAt, share: t.share };
     if (!deliver(t.s, d, this.settings, now, out)) this.breakInvariant('no free packet id', out);
   }
 
@@ -797,9 +853,9 @@ export class Broker implements BrokerState {
       const sub = pool[(start + i) % pool.length] as Subscription;
       const s = this.sessions.get(sub.clientId);
       if (s === undefined) continue;
-      const t: Target = { s, qos: sub.qos, rap: sub.rap, subIds: sub.subId === null ? null : [sub.subId] };
+      const t: Target = { s, qos: sub.qos, rap: sub.rap, subIds: sub.subId === null ? null : [sub.subId], share };
       first ??= t;
-      const d = { msg, qos: minQos(msg.qos, t.qos), retain: false, subIds: t.subIds, expiresAt };
+      const d = { msg, qos: minQos(msg.qos, t.qos), retain: false, subIds: t.subIds, expiresAt, share };
       if (canTake(s, d, this.settings, now)) {
         cursors.set(share, sub.clientId);
         return t;

@@ -164,6 +164,10 @@ export interface PublishCommand {
   conn: ConnId;
   pid?: number;
   msg: Message;
+  /** A QoS 2 retry (DUP) over the publisher's own quota: only apply knows whether the id is held
+   * (then it is a duplicate, answered PUBREC 0x00) or not (PUBREC 0x97, nothing held, nothing
+   * routed). The message travels without payload. */
+  quotaExceeded?: true;
 }
 
 /** A command as the log orders it. time: integer ms since the Unix epoch, stamped by the log,

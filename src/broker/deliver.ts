@@ -1,6 +1,7 @@
 import { Buffer } from 'node:buffer';
 import type { Effect, Settings } from './commands.js';
 import { publishPacketSize } from './packet-size.js';
+import { Fifo } from './fifo.js';
 import { type Delivery, type Inflight, PID_MAX, type Queued, type Session } from './session.js';
 
 // Outbound delivery to one session: inflight window, packet ids, queue admission, message expiry
@@ -61,7 +62,16 @@ function assignPid(s: Session): number {
 function startInflight(s: Session, d: Delivery, now: number, out: Effect[]): boolean {
   const pid = assignPid(s);
   if (pid === 0) return false;
-  const item: Inflight = { msg: d.msg, qos: d.qos, retain: d.retain, subIds: d.subIds, expiresAt: d.expiresAt, pid, state: 'publish' };
+  const item: Inflight = {
+    msg: d.msg,
+    qos: d.qos,
+    retain: d.retain,
+    subIds: d.subIds,
+    expiresAt: d.expiresAt,
+    share: d.share,
+    pid,
+    state: 'publish',
+  };
   s.inflight.push(item);
   s.pidsInUse ??= new Set();
   s.pidsInUse.add(pid);
@@ -98,7 +108,7 @@ export function deliver(s: Session, d: Delivery, settings: Settings, now: number
   }
   const size = queueSize(d);
   if (s.queue.length < settings.maxQueuedMessages && s.queueBytes + size <= settings.maxQueuedBytes) {
-    const item: Queued = { msg: d.msg, qos: d.qos, retain: d.retain, subIds: d.subIds, expiresAt: d.expiresAt, size };
+    const item: Queued = { msg: d.msg, qos: d.qos, retain: d.retain, subIds: d.subIds, expiresAt: d.expiresAt, share: d.share, size };
     s.queue.push(item);
     s.queueBytes += size;
   } else {
@@ -183,4 +193,36 @@ export function applyAck(s: Session, pid: number, kind: 'puback' | 'pubrec' | 'p
   else s.inflight.splice(i, 1);
   s.pidsInUse?.delete(pid);
   return true;
+}
+
+const givenBy = (d: Delivery, share: string | null): boolean => d.share !== null && (share === null || d.share === share);
+
+/** Removes and returns, in the order held, what shared subscriptions (`share`, or any when null)
+ * gave to this session and it has not acknowledged: its queue, and with `sent` its PUBLISHes
+ * awaiting PUBACK/PUBREC too. A PUBREL awaiting PUBCOMP stays: that message was received. */
+export function takeShared(s: Session, share: string | null, sent: boolean): Delivery[] {
+  const taken: Delivery[] = [];
+  if (sent && s.inflight.some((f) => f.state === 'publish' && givenBy(f, share))) {
+    const kept: Inflight[] = [];
+    for (const f of s.inflight) {
+      if (f.state !== 'publish' || !givenBy(f, share)) kept.push(f);
+      else {
+        taken.push(f);
+        s.pidsInUse?.delete(f.pid);
+      }
+    }
+    s.inflight = kept;
+  }
+  const queued = s.queue.toArray();
+  if (!queued.some((q) => givenBy(q, share))) return taken;
+  s.queue = new Fifo();
+  s.queueBytes = 0;
+  for (const q of queued) {
+    if (givenBy(q, share)) taken.push(q);
+    else {
+      s.queue.push(q);
+      s.queueBytes += q.size;
+    }
+  }
+  return taken;
 }

@@ -30,6 +30,9 @@ export interface Delivery {
   subIds: number[] | null;
   /** Message expiry deadline (cluster ms) or null. */
   expiresAt: number | null;
+  /** The shared subscription (its `$share/...` filter) that chose this session, or null: if the
+   * session ends before the message is acknowledged, another member gets it (§4.8.2). */
+  share: string | null;
 }
 
 /** Sent and not yet completed: state 'publish' awaits PUBACK/PUBREC, 'pubrel' awaits PUBCOMP. */

@@ -65,7 +65,7 @@ function encodeMsg(m: Message): unknown[] {
   return [m.topic, m.payload, m.qos, m.retain, encodeProps(m.props)];
 }
 
-const encodeDelivery = (d: Delivery): unknown[] => [encodeMsg(d.msg), d.qos, d.retain, d.subIds, d.expiresAt];
+const encodeDelivery = (d: Delivery): unknown[] => [encodeMsg(d.msg), d.qos, d.retain, d.subIds, d.expiresAt, d.share];
 
 function encodeSettings(s: Settings): unknown[] {
   const acl = s.acl === null ? null : s.acl.map((r) => [r.kind, r.user, r.access, r.filter]);
@@ -190,13 +190,14 @@ function decodeMsg(v: unknown): Message {
 }
 
 function decodeDelivery(v: unknown): Delivery {
-  const [msg, q, retain, subIds, expiresAt] = arr(v, 'delivery', 5);
+  const [msg, q, retain, subIds, expiresAt, share] = arr(v, 'delivery', 6);
   return {
     msg: decodeMsg(msg),
     qos: qos(q, 'delivery qos'),
     retain: bool(retain, 'delivery retain'),
     subIds: subIds === null ? null : arr(subIds, 'subIds').map((x) => int(x, 'subId')),
     expiresAt: intOrNull(expiresAt, 'expiresAt'),
+    share: share === null ? null : str(share, 'delivery share'),
   };
 }
 

@@ -121,6 +121,7 @@ export function commandProblem(cmd: unknown): string | null {
         : 'bad unsubscribe';
     case 'publish': {
       if (!isConn(c.conn) || !isMessage(c.msg)) return 'bad publish';
+      if (c.quotaExceeded !== undefined && (c.quotaExceeded !== true || c.msg.qos !== 2)) return 'bad publish quotaExceeded';
       if (c.msg.qos === 0) return c.pid === undefined ? null : 'pid on a QoS 0 publish';
       return isPid(c.pid) ? null : 'bad publish pid';
     }

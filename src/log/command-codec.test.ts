@@ -56,6 +56,18 @@ describe('command codec', { timeout: 30_000 }, () => {
     assert.deepStrictEqual(decodeCommand(encodeCommand(withProps)), viaMsgpack(withProps));
   });
 
+  it('keeps the quotaExceeded mark of a publish, which the hand-written layout has no room for', () => {
+    const refused: Command = {
+      t: 'publish',
+      conn: '3.9',
+      pid: 7,
+      msg: { topic: 't', payload: new Uint8Array(), qos: 2, retain: false },
+      quotaExceeded: true,
+    };
+    assert.deepStrictEqual(decodeCommand(encodeCommand(refused)), viaMsgpack(refused));
+    assert.equal((decodeCommand(encodeCommand(refused)) as { quotaExceeded?: boolean }).quotaExceeded, true);
+  });
+
   it('still decodes publish and ack commands that msgpackr encoded', () => {
     fc.assert(
       fc.property(fc.oneof(arbPublish, arbAck), (cmd) => {

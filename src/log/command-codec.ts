@@ -49,11 +49,11 @@ export function encodeCommand(cmd: Command): Uint8Array {
 const isU16 = (n: unknown): n is number => typeof n === 'number' && Number.isInteger(n) && n >= 0 && n <= U16_MAX;
 
 /** The hand-written layout, or null for a publish it cannot express exactly (MQTT 5 properties,
- * a field of an unexpected type or range): msgpackr takes those, so they decode as before. */
+ * quotaExceeded, a field of an unexpected type or range): msgpackr takes those, so they decode as before. */
 function encodePublish(cmd: PublishCommand): Buffer | null {
   const { conn, msg } = cmd;
   const hasPid = cmd.pid !== undefined;
-  if ((!hasPid && 'pid' in cmd) || (hasPid && !isU16(cmd.pid)) || 'props' in msg) return null;
+  if ((!hasPid && 'pid' in cmd) || (hasPid && !isU16(cmd.pid)) || 'props' in msg || 'quotaExceeded' in cmd) return null;
   const { topic, payload, qos, retain } = msg;
   if (typeof conn !== 'string' || typeof topic !== 'string' || !(payload instanceof Uint8Array)) return null;
   if ((qos !== 0 && qos !== 1 && qos !== 2) || typeof retain !== 'boolean') return null;

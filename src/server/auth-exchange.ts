@@ -11,10 +11,16 @@ export type AuthAction =
   | { k: 'send'; code: number; data: Uint8Array | undefined }
   /** The first authentication succeeded: propose the CONNECT as `user`, CONNACK carries `data`. */
   | { k: 'authenticated'; user: string; data: Uint8Array | undefined }
-  /** Before CONNACK: refuse the CONNECT with this CONNACK reason code. */
-  | { k: 'refuse'; reason: number; why: string }
-  /** After CONNACK: DISCONNECT with this reason code. */
-  | { k: 'disconnect'; reason: number; why: string };
+  /** Before CONNACK: refuse the CONNECT with this CONNACK reason code. `login`: the method refused
+   * the credentials (a failed login, counted by the backoff), not the protocol. */
+  | { k: 'refuse'; reason: number; why: string; login?: FailedLogin }
+  /** After CONNACK: DISCONNECT with this reason code; `login` as for refuse. */
+  | { k: 'disconnect'; reason: number; why: string; login?: FailedLogin };
+
+/** A login the method refused; user: the identity claimed, null when the method did not get it. */
+export interface FailedLogin {
+  user: string | null;
+}
 
 export class EnhancedAuthState {
   /** The method agreed at CONNECT; fixed for the connection [MQTT-4.12.1-1]. */
@@ -78,7 +84,7 @@ export class EnhancedAuthState {
         this.user = step.user;
         return { k: 'authenticated', user: step.user, data: step.data };
       case 'failure':
-        return { k: 'refuse', reason: step.reason, why: step.why };
+        return { k: 'refuse', reason: step.reason, why: step.why, login: { user: step.user ?? null } };
       default: {
         const _: never = step;
         return _;
@@ -98,7 +104,7 @@ export class EnhancedAuthState {
         return { k: 'send', code: RC.SUCCESS, data: step.data };
       case 'failure':
         // DISCONNECT has no 0x86, so every re-authentication failure is Not Authorized (§3.14.2.1).
-        return { k: 'disconnect', reason: RC.NOT_AUTHORIZED, why: step.why };
+        return { k: 'disconnect', reason: RC.NOT_AUTHORIZED, why: step.why, login: { user: step.user ?? null } };
       default: {
         const _: never = step;
         return _;

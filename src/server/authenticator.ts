@@ -13,6 +13,19 @@ export interface Authenticator {
   /** `connect.username` is already the certificate identity when `transport.certIdentity` is set
    * (the certificate was verified against --tls-ca during the handshake). */
   authenticate(connect: ConnectPacket, remoteAddress: string, transport: Transport): AuthResult | Promise<AuthResult>;
+  /** The failed-login backoff of this authenticator, which enhanced authentication (SCRAM) shares,
+   * so a guesser gains nothing by switching method. */
+  readonly loginThrottle?: LoginThrottle;
+}
+
+/** Failed-login backoff per source address and per user name (src/server/auth/auth-throttle.ts). */
+export interface LoginThrottle {
+  /** Milliseconds left of the backoff of this address or user; 0: may try now. A positive answer
+   * is counted as throttled. `user` null: not yet known. */
+  blocked(address: string, user: string | null): number;
+  /** Records and counts a failed login; returns the delay before its refusal goes out. */
+  failed(address: string, user: string | null): number;
+  succeeded(address: string, user: string): void;
 }
 
 const OK: AuthResult = { ok: true };

@@ -98,6 +98,7 @@ function eventLevel(kind: string): 'info' | 'warn' | 'error' {
       return 'error';
     case 'no-op':
     case 'queue-full':
+    case 'shared-dropped':
     case 'too-large':
     case 'will-dropped':
     case 'qos0-dropped-slow-consumer':

@@ -20,7 +20,7 @@ import type {
 } from '../protocol/packets.js';
 import { CONNACK_V4, RC } from '../protocol/reason-codes.js';
 import { validateTopicFilter, validateTopicName } from '../protocol/topic.js';
-import { type AuthAction, EnhancedAuthState } from './auth-exchange.js';
+import { type AuthAction, EnhancedAuthState, type FailedLogin } from './auth-exchange.js';
 import type { Authenticator, AuthResult } from './authenticator.js';
 import type { EnhancedAuthMethod } from './enhanced-auth.js';
 import { connectExpiryS, messageFromPublish, payloadFormatValid, RECEIVE_MAX_DEFAULT, willFromConnect } from './inbound.js';
@@ -95,6 +95,7 @@ type LocalAction =
   | { k: 'close'; reason: number };
 
 const NO_DISCONNECT = -1;
+const EMPTY_PAYLOAD = new Uint8Array(0);
 
 /** The socket's property naming the Connection that reads it. */
 const OWNER: unique symbol = Symbol('raftmq.connection');
@@ -151,6 +152,8 @@ export class Connection implements WheelMember {
   private pendingConnect: ConnectPacket | undefined;
   /** --max-publish-rate, created on the first PUBLISH when a rate is set. */
   private publishBucket: TokenBucket | null = null;
+  /** PUBLISH packets refused over the rate, at the same rate: when it runs dry, DISCONNECT 0x96. */
+  private excessBucket: TokenBucket | null = null;
 
   constructor(id: ConnId, socket: ByteStream, transport: Transport, host: ConnectionHost) {
     this.id = id;
@@ -417,9 +420,31 @@ export class Connection implements WheelMember {
   // ---- enhanced authentication (§4.12; rules in auth-exchange.ts) ----
 
   private beginEnhanced(c: ConnectPacket): void {
+    // An address in its failed-login backoff is refused without an exchange, as a password is.
+    const blocked = this.host.authenticator.loginThrottle?.blocked(this.transport.remoteAddress, null) ?? 0;
+    if (blocked > 0) {
+      this.refuseAfter(RC.BAD_USER_NAME_OR_PASSWORD, blocked);
+      return;
+    }
     const { state, action } = EnhancedAuthState.begin(c, this.host.enhancedAuth);
     this.enhanced = state;
     this.onAuthAction(action, c);
+  }
+
+  /** Refuses the CONNECT after `delayMs` of the failed-login backoff; nothing is read meanwhile. */
+  private refuseAfter(reason: number, delayMs: number): void {
+    if (delayMs <= 0) {
+      this.refuseConnect(reason);
+      return;
+    }
+    this.phase = 'authenticating';
+    this.socket.pause();
+    setTimeout(refuseDue, delayMs, this, reason);
+  }
+
+  /** The backoff of a refusal has passed (through the shared callback). */
+  onRefuseDue(reason: number): void {
+    if (this.phase === 'authenticating') this.refuseConnect(reason);
   }
 
   private onAuth(p: AuthPacket): void {
@@ -448,6 +473,14 @@ export class Connection implements WheelMember {
       case 'authenticated': {
         const connect = c as ConnectPacket;
         this.pendingConnect = undefined;
+        const throttle = this.host.authenticator.loginThrottle;
+        const blocked = throttle?.blocked(this.transport.remoteAddress, a.user) ?? 0;
+        if (blocked > 0) {
+          // The user is in its backoff: refused whatever the proof, so guessing gains nothing.
+          this.refuseAfter(RC.BAD_USER_NAME_OR_PASSWORD, blocked);
+          return;
+        }
+        throttle?.succeeded(this.transport.remoteAddress, a.user);
         this.phase = 'awaiting-connect';
         this.limits.auth = { method: connect.props.authMethod as string, data: a.data };
         this.host.event('enhanced-auth-ok', { conn: this.id, method: this.limits.auth.method });
@@ -455,10 +488,15 @@ export class Connection implements WheelMember {
         return;
       }
       case 'refuse':
-        this.host.protocolError('enhanced-auth', { conn: this.id, reason: a.reason }, a.why);
-        this.refuseConnect(a.reason);
+        if (a.login === undefined) {
+          this.host.protocolError('enhanced-auth', { conn: this.id, reason: a.reason }, a.why);
+          this.refuseConnect(a.reason);
+          return;
+        }
+        this.refuseAfter(a.reason, this.failedLogin(a.login, a.why));
         return;
       case 'disconnect':
+        if (a.login !== undefined) this.failedLogin(a.login, a.why);
         this.fail(a.reason, 'reauth', a.why);
         return;
       default: {
@@ -466,6 +504,15 @@ export class Connection implements WheelMember {
         void _;
       }
     }
+  }
+
+  /** Counts a login the method refused toward the failed-login backoff; returns the delay before
+   * the refusal goes out (0 without a backoff). */
+  private failedLogin(login: FailedLogin, why: string): number {
+    const throttle = this.host.authenticator.loginThrottle;
+    if (throttle !== undefined) return throttle.failed(this.transport.remoteAddress, login.user);
+    this.host.event('auth-failed', { conn: this.id, username: login.user ?? '', why });
+    return 0;
   }
 
   /** The keep-alive in seconds this connection runs with. 0 means disabled, as the client asked
@@ -483,7 +530,6 @@ export class Connection implements WheelMember {
   // ---- PUBLISH ----
 
   private onPublish(p: PublishPacket): void {
-    if (!this.withinPublishRate()) return;
     const topic = this.resolveTopic(p);
     if (topic === null) return;
     const l = this.host.limits;
@@ -508,6 +554,8 @@ export class Connection implements WheelMember {
       this.refusePayload(p);
       return;
     }
+    // After the alias is resolved, so that a refused PUBLISH still sets its alias (§3.3.2.3.4).
+    if (!this.withinPublishRate(p, topic)) return;
     const msg = messageFromPublish(p, topic);
     if (p.qos === 0 && !p.retain) {
       // The common case routes at once without allocating a queued action.
@@ -523,16 +571,32 @@ export class Connection implements WheelMember {
     this.propose(cmd);
   }
 
-  /** --max-publish-rate: over it, MQTT 5 DISCONNECT 0x96 (3.1.1: close), after the replies already
-   * decided. Closing rather than pausing reads tells the client why and frees the slot at once. */
-  private withinPublishRate(): boolean {
+  /** --max-publish-rate is the publisher's own quota (DESIGN.md "Queues are bounded by admission":
+   * 0x97 answers the publisher's own quotas). A PUBLISH over it is not routed: QoS 0 is dropped,
+   * QoS 1/2 are answered 0x97 [§3.4.2.1, §3.5.2.1]. Excess beyond the rate itself again (sending
+   * at more than twice the rate) is abuse: DISCONNECT 0x96. A 3.1.1 PUBACK cannot refuse, and a
+   * plain one would claim a delivery that did not happen, so a 3.1.1 QoS 1/2 PUBLISH over the rate
+   * closes the connection: the client keeps the message and sends it again after reconnecting. */
+  private withinPublishRate(p: PublishPacket, topic: string): boolean {
     const rate = this.host.limits.publishRate;
     if (rate <= 0) return true;
     const now = performance.now();
     this.publishBucket ??= new TokenBucket(rate, rate, now);
     if (this.publishBucket.take(now)) return true;
-    this.host.event('limit-publish-rate', { conn: this.id });
-    this.fail(RC.MESSAGE_RATE_TOO_HIGH, 'publish-rate', `over ${rate} PUBLISH/s`);
+    this.host.event('limit-publish-rate', { conn: this.id, qos: p.qos });
+    this.excessBucket ??= new TokenBucket(rate, rate, now);
+    if (!this.excessBucket.take(now) || (this.level !== 5 && p.qos > 0)) {
+      this.fail(RC.MESSAGE_RATE_TOO_HIGH, 'publish-rate', `over ${rate} PUBLISH/s`);
+      return false;
+    }
+    if (p.qos === 1) this.reply({ k: 'send', packet: { type: 'puback', pid: p.pid as number, code: RC.QUOTA_EXCEEDED } });
+    else if (p.qos === 2 && !p.dup) this.reply({ k: 'send', packet: { type: 'pubrec', pid: p.pid as number, code: RC.QUOTA_EXCEEDED } });
+    else if (p.qos === 2) {
+      // A retry may carry an id apply still holds (received before, PUBREC lost): only apply can
+      // tell, so the refusal goes through the log, without the payload.
+      const msg: Message = { topic, payload: EMPTY_PAYLOAD, qos: 2, retain: false };
+      this.propose({ t: 'publish', conn: this.id, pid: p.pid as number, msg, quotaExceeded: true });
+    }
     return false;
   }
 
@@ -977,6 +1041,10 @@ export class Connection implements WheelMember {
 
 function timerFired(c: Connection): void {
   c.onTimer();
+}
+
+function refuseDue(c: Connection, reason: number): void {
+  c.onRefuseDue(reason);
 }
 
 function socketData(this: OwnedStream, chunk: Buffer): void {

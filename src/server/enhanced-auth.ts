@@ -14,8 +14,9 @@ export type AuthStep =
   /** Authenticated as `user`; `data` (the server's final message) goes in CONNACK or AUTH 0x00. */
   | { k: 'success'; user: string; data: Uint8Array | undefined }
   /** Refused: `reason` is a CONNACK reason code (RC.NOT_AUTHORIZED, RC.BAD_USER_NAME_OR_PASSWORD);
-   * `why` is for the log only, never for the client. */
-  | { k: 'failure'; reason: number; why: string };
+   * `why` is for the log only, never for the client; `user`: the identity the client claimed, when
+   * the method got that far, for the failed-login backoff. */
+  | { k: 'failure'; reason: number; why: string; user?: string };
 
 /** The state of one exchange after the server's challenge. */
 export interface AuthExchange {

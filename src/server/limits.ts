@@ -16,7 +16,8 @@ export interface NodeLimits {
   maxTopicLevels: number;
   /** Bytes in a topic name or filter (v5 0x90 / 0x8F). */
   maxTopicLength: number;
-  /** PUBLISH packets per second per connection, burst the same; 0: none (v5 DISCONNECT 0x96). */
+  /** PUBLISH packets per second per connection, burst the same; 0: none. Over it: v5 PUBACK/PUBREC
+   * 0x97; more than twice it: DISCONNECT 0x96 (Connection.withinPublishRate). */
   publishRate: number;
   /** CONNECTs per second per source address, burst the same; 0: none (v5 CONNACK 0x9F). */
   connectRatePerAddress: number;

@@ -77,3 +77,34 @@ describe('SCRAM-SHA-256 method', { timeout: 30_000 }, () => {
     assert.equal(continued(method.start(utf8(RFC.clientFirst))).next.step(utf8('c=biws')).k, 'failure');
   });
 });
+
+describe('SCRAM-SHA-256: SASLprep of passwords and what an unknown user is shown', { timeout: 30_000 }, () => {
+  const login = (method: ScramSha256, user: string, password: string): AuthStep => {
+    const c = new ScramClient(user, password);
+    const first = continued(method.start(c.first()));
+    return first.next.step(c.final(first.data));
+  };
+
+  it('logs in with a password that differs only by what SASLprep maps, and refuses to store a prohibited one', () => {
+    const store = new MemoryScramStore();
+    store.set('u', scramCredential('pass word\u00AD'));
+    const method = new ScramSha256({ store });
+    assert.equal(login(method, 'u', 'pass\u00A0word').k, 'success');
+    assert.equal(login(method, 'u', 'pass\u3000word\u200B').k, 'success');
+    assert.equal(login(method, 'u', 'password').k, 'failure');
+    assert.throws(() => scramCredential('bell\u0007'), { code: 'ERR_SASLPREP' });
+    assert.throws(() => scramCredential('\u0627a'), { code: 'ERR_SASLPREP' });
+  });
+
+  it('shows an unknown user the iteration count most users have, so i= does not tell who exists', () => {
+    const store = new MemoryScramStore();
+    store.set('a', scramCredential('x', undefined, 4096));
+    store.set('b', scramCredential('y', undefined, 5000));
+    store.set('c', scramCredential('z', undefined, 5000));
+    const iterations = (s: MemoryScramStore, user: string) =>
+      /,i=(\d+)$/.exec(text(continued(new ScramSha256({ store: s }).start(new ScramClient(user, 'p').first())).data))?.[1];
+    assert.equal(iterations(store, 'nobody'), '5000');
+    assert.equal(iterations(store, 'a'), '4096');
+    assert.equal(iterations(new MemoryScramStore(), 'nobody'), '4096', 'the default when there are no users');
+  });
+});

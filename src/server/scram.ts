@@ -5,10 +5,12 @@
 //   AUTH 0x18 (client)    client-final   "c=biws,r=cnonce+snonce,p=proof"
 //   CONNACK / AUTH 0x00   server-final   "v=signature"
 // The server keeps only StoredKey and ServerKey (RFC 5802 §3), never the password. Channel binding
-// is not offered ("n" only); a client that asks for it ("p=") is refused. SASLprep (RFC 4013) is
-// approximated by NFKC normalisation of the password when credentials are made.
+// is not offered ("n" only); a client that asks for it ("p=") is refused. Passwords go through
+// SASLprep (RFC 4013, src/server/saslprep.ts); user names are compared as sent.
 import { createHash, createHmac, pbkdf2Sync, randomBytes, timingSafeEqual } from 'node:crypto';
+import { SaslprepError } from '../errors.js';
 import { RC } from '../protocol/reason-codes.js';
+import { saslprep } from './saslprep.js';
 import type { AuthExchange, AuthStep, EnhancedAuthMethod } from './enhanced-auth.js';
 
 export const SCRAM_SHA_256 = 'SCRAM-SHA-256';
@@ -31,10 +33,36 @@ export interface ScramCredential {
 /** Where SCRAM looks users up; an interface so that a password file can back it later. */
 export interface ScramCredentialStore {
   lookup(user: string): ScramCredential | undefined;
+  /** The iteration count shown to an unknown user: the one most users have, so that i= does not
+   * tell which users exist. Absent: SCRAM_ITERATIONS_DEFAULT. */
+  decoyIterations?(): number;
+}
+
+/** The most common iteration count of `creds` (the larger on a tie), or the default when none. */
+export function commonIterations(creds: Iterable<ScramCredential>): number {
+  const counts = new Map<number, number>();
+  for (const c of creds) counts.set(c.iterations, (counts.get(c.iterations) ?? 0) + 1);
+  let best = SCRAM_ITERATIONS_DEFAULT;
+  let bestCount = 0;
+  for (const [iterations, n] of counts) {
+    if (n > bestCount || (n === bestCount && iterations > best)) {
+      best = iterations;
+      bestCount = n;
+    }
+  }
+  return best;
 }
 
 const sha256 = (b: Buffer): Buffer => createHash('sha256').update(b).digest();
 const hmac = (key: Buffer, text: string): Buffer => createHmac('sha256', key).update(text).digest();
+
+/** The password as SCRAM hashes it: SASLprep'd (RFC 5802 §2.2), as a stored string when a
+ * credential is made, as a query when one is checked. Throws SaslprepError when refused. */
+export function scramPrepare(password: string, stored: boolean): Buffer {
+  const r = saslprep(password, stored);
+  if (!r.ok) throw new SaslprepError(`password refused by SASLprep (RFC 4013): ${r.reason}`);
+  return Buffer.from(r.value, 'utf8');
+}
 
 /** Derives the stored credential from a password (RFC 5802 §3). */
 export function scramCredential(
@@ -42,7 +70,7 @@ export function scramCredential(
   salt: Buffer = randomBytes(SALT_BYTES),
   iterations = SCRAM_ITERATIONS_DEFAULT,
 ): ScramCredential {
-  const salted = pbkdf2Sync(Buffer.from(password.normalize('NFKC'), 'utf8'), salt, iterations, 32, 'sha256');
+  const salted = pbkdf2Sync(scramPrepare(password, true), salt, iterations, 32, 'sha256');
   return {
     salt,
     iterations,
@@ -65,6 +93,10 @@ export class MemoryScramStore implements ScramCredentialStore {
 
   lookup(user: string): ScramCredential | undefined {
     return this.users.get(user);
+  }
+
+  decoyIterations(): number {
+    return commonIterations(this.users.values());
   }
 }
 
@@ -100,7 +132,8 @@ export class ScramSha256 implements EnhancedAuthMethod {
 
   private decoy(user: string): ScramCredential {
     const salt = hmac(this.decoyKey, user).subarray(0, SALT_BYTES);
-    return { salt, iterations: SCRAM_ITERATIONS_DEFAULT, storedKey: this.decoyKey, serverKey: this.decoyKey };
+    const iterations = this.store.decoyIterations?.() ?? SCRAM_ITERATIONS_DEFAULT;
+    return { salt, iterations, storedKey: this.decoyKey, serverKey: this.decoyKey };
   }
 }
 
@@ -134,19 +167,19 @@ class ScramFinal implements AuthExchange {
     const authMessage = `${this.first.bare},${this.serverFirst},${withoutProof}`;
     const proof = Buffer.from(proofB64, 'base64');
     const signature = hmac(this.cred.storedKey, authMessage);
-    if (proof.length !== signature.length) return refuse(RC.BAD_USER_NAME_OR_PASSWORD, 'proof length');
+    if (proof.length !== signature.length) return refuse(RC.BAD_USER_NAME_OR_PASSWORD, 'proof length', this.first.user);
     const clientKey = Buffer.alloc(proof.length);
     for (let i = 0; i < proof.length; i++) clientKey[i] = (proof[i] as number) ^ (signature[i] as number);
     if (!timingSafeEqual(sha256(clientKey), this.cred.storedKey) || !this.known) {
-      return refuse(RC.BAD_USER_NAME_OR_PASSWORD, 'invalid proof');
+      return refuse(RC.BAD_USER_NAME_OR_PASSWORD, 'invalid proof', this.first.user);
     }
     const serverSignature = hmac(this.cred.serverKey, authMessage).toString('base64');
     return { k: 'success', user: this.first.user, data: Buffer.from(`v=${serverSignature}`, 'utf8') };
   }
 }
 
-function refuse(reason: number, why: string): AuthStep {
-  return { k: 'failure', reason, why };
+function refuse(reason: number, why: string, user?: string): AuthStep {
+  return user === undefined ? { k: 'failure', reason, why } : { k: 'failure', reason, why, user };
 }
 
 function scramText(data: Uint8Array | undefined): string | null {
@@ -202,13 +235,7 @@ export class ScramClient {
     if (m === null) throw new Error(`server-first malformed: ${text}`);
     const [, nonce, saltB64, iter] = m as unknown as [string, string, string, string];
     if (!nonce.startsWith(this.clientNonce)) throw new Error('server nonce does not extend the client nonce');
-    const salted = pbkdf2Sync(
-      Buffer.from(this.password.normalize('NFKC'), 'utf8'),
-      Buffer.from(saltB64, 'base64'),
-      Number(iter),
-      32,
-      'sha256',
-    );
+    const salted = pbkdf2Sync(scramPrepare(this.password, false), Buffer.from(saltB64, 'base64'), Number(iter), 32, 'sha256');
     const clientKey = hmac(salted, 'Client Key');
     this.serverKey = hmac(salted, 'Server Key');
     const withoutProof = `c=biws,r=${nonce}`;

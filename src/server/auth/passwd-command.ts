@@ -63,8 +63,16 @@ export async function runPasswd(args: readonly string[], io: PasswdIo): Promise<
     io.stderr.write(`raftmq passwd: ${file}:${parsed.problem.line}: ${parsed.problem.reason}\n`);
     return 2;
   }
+  let hash: string;
   try {
-    writeAtomically(file, upsertUser(old, user, scram ? scramPassword(password) : hashPassword(password)));
+    hash = scram ? scramPassword(password) : hashPassword(password);
+  } catch (err) {
+    // SASLprep refuses the password for a SCRAM line (src/server/saslprep.ts).
+    io.stderr.write(`raftmq passwd: ${(err as Error).message}\n`);
+    return 2;
+  }
+  try {
+    writeAtomically(file, upsertUser(old, user, hash));
   } catch (err) {
     io.stderr.write(`raftmq passwd: cannot write ${file}: ${(err as Error).message}\n`);
     return 1;

@@ -7,8 +7,8 @@ import { performance } from 'node:perf_hooks';
 import { CONFIG_ERROR, ConfigError } from '../../errors.js';
 import type { ConnectPacket } from '../../protocol/packets.js';
 import { RC } from '../../protocol/reason-codes.js';
-import type { Authenticator, AuthResult } from '../authenticator.js';
-import type { ScramCredential, ScramCredentialStore } from '../scram.js';
+import type { Authenticator, AuthResult, LoginThrottle } from '../authenticator.js';
+import { commonIterations, type ScramCredential, type ScramCredentialStore } from '../scram.js';
 import type { Transport } from '../transport.js';
 import { AuthThrottle } from './auth-throttle.js';
 import { type PasswordHash, parsePasswordFile, verifyPassword } from './password-file.js';
@@ -39,6 +39,20 @@ export interface AuthCounters {
 export class PasswordFileAuthenticator implements Authenticator, ScramCredentialStore {
   readonly throttle = new AuthThrottle();
   private users: Map<string, PasswordHash>;
+  private iterations: number;
+  readonly loginThrottle: LoginThrottle = {
+    blocked: (address, user) => {
+      const ms = this.throttle.blockedFor(address, user, this.monotonicMs());
+      if (ms > 0) this.counters.event('auth-throttled', { address, username: user ?? '', delayMs: Math.round(ms) });
+      return ms;
+    },
+    failed: (address, user) => {
+      const delay = this.throttle.fail(address, user, this.monotonicMs());
+      this.counters.event('auth-failed', { address, username: user ?? '', delayMs: delay });
+      return delay;
+    },
+    succeeded: (address, user) => this.throttle.succeed(address, user),
+  };
 
   constructor(
     readonly path: string,
@@ -47,6 +61,7 @@ export class PasswordFileAuthenticator implements Authenticator, ScramCredential
     private readonly monotonicMs: () => number = () => performance.now(),
   ) {
     this.users = readPasswordFile(path);
+    this.iterations = scramIterations(this.users);
   }
 
   get userCount(): number {
@@ -60,9 +75,15 @@ export class PasswordFileAuthenticator implements Authenticator, ScramCredential
     return h?.k === 'scram' ? h.scram : undefined;
   }
 
+  /** The iteration count the file's SCRAM lines use most: what an unknown user is shown. */
+  decoyIterations(): number {
+    return this.iterations;
+  }
+
   /** Re-reads the file (SIGHUP); on a problem the old users stay and the error is thrown. */
   reload(): void {
     this.users = readPasswordFile(this.path);
+    this.iterations = scramIterations(this.users);
   }
 
   authenticate(connect: ConnectPacket, remoteAddress: string, transport?: Transport): AuthResult | Promise<AuthResult> {
@@ -96,6 +117,12 @@ export class PasswordFileAuthenticator implements Authenticator, ScramCredential
     this.counters.event('auth-failed', { address, username: user, delayMs: delay });
     return delayed(BAD_CREDENTIALS, delay);
   }
+}
+
+function scramIterations(users: Map<string, PasswordHash>): number {
+  const creds: ScramCredential[] = [];
+  for (const h of users.values()) if (h.k === 'scram') creds.push(h.scram);
+  return commonIterations(creds);
 }
 
 function delayed(r: AuthResult, ms: number): Promise<AuthResult> {

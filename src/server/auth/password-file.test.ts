@@ -87,6 +87,10 @@ describe('password file', { timeout: 30_000 }, () => {
     writeFileSync(file, `user:${formatScram(scramCredential('pencil', RFC_SALT, 4096))}\nbob:${cheap}\n`);
     const auth = new PasswordFileAuthenticator(file, false, { event: () => {} });
     assert.equal(auth.lookup('bob'), undefined);
+    // An unknown user is shown the count the file's SCRAM lines use most.
+    writeFileSync(file, `user:${formatScram(scramCredential('pencil', RFC_SALT, 4096))}\nx:${formatScram(scramCredential('a', undefined, 4100))}\ny:${formatScram(scramCredential('b', undefined, 4100))}\nbob:${cheap}\n`);
+    auth.reload();
+    assert.equal(auth.decoyIterations(), 4100);
     const method = new ScramSha256({ store: auth, nonce: () => '%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0' });
     const rfc = new ScramClient('user', 'pencil', 'rOprNGfwEbeRWgbNEkqO');
     const first = continued(method.start(rfc.first()));
@@ -100,9 +104,10 @@ describe('password file', { timeout: 30_000 }, () => {
     const bobDone = bobFirst.next.step(bob.final(bobFirst.data));
     const wrongDone = wrongFirst.next.step(wrong.final(wrongFirst.data));
     assert.equal(bobDone.k, 'failure');
+    // Each names the user it claimed, for the backoff only; the client sees the reason code.
     assert.deepEqual(
-      { ...bobDone, why: '' },
-      { ...wrongDone, why: '' },
+      { ...bobDone, why: '', user: '' },
+      { ...wrongDone, why: '', user: '' },
     );
   });
 });

@@ -5,6 +5,7 @@
 // A SCRAM user can also log in with a plain CONNECT password: StoredKey is derived from it and
 // compared. Every comparison is in constant time.
 import { createHash, createHmac, pbkdf2, randomBytes, scrypt, scryptSync, timingSafeEqual } from 'node:crypto';
+import { saslprep } from '../saslprep.js';
 import { SCRAM_ITERATIONS_DEFAULT, type ScramCredential, scramCredential } from '../scram.js';
 
 export interface ScryptParams {
@@ -149,7 +150,9 @@ function verifyScram(password: Uint8Array, c: ScramCredential): Promise<boolean>
   const raw = Buffer.from(password.buffer, password.byteOffset, password.length);
   const text = raw.toString('utf8');
   if (!Buffer.from(text, 'utf8').equals(raw)) return Promise.resolve(false);
-  const normalised = Buffer.from(text.normalize('NFKC'), 'utf8');
+  const prepared = saslprep(text, false);
+  if (!prepared.ok) return Promise.resolve(false);
+  const normalised = Buffer.from(prepared.value, 'utf8');
   return new Promise((resolve) => {
     pbkdf2(normalised, c.salt, c.iterations, SCRAM_KEY_BYTES, 'sha256', (err, salted) => {
       if (err !== null) return resolve(false);
