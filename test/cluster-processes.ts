@@ -30,7 +30,10 @@ export interface Health {
     redundant: boolean;
     needsForceStart: boolean;
     membership: string;
+    voter: boolean;
     epoch: unknown;
+    forceStart: string | null;
+    excludedClocks: number[];
     failure: string | null;
     configMatchesServing: boolean;
   };
@@ -46,8 +49,8 @@ export class ClusterNodeProcess {
     readonly proc: ChildProcess,
   ) {}
 
-  static spawn(id: number, args: string[]): ClusterNodeProcess {
-    const proc = spawn(process.execPath, [CLI, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  static spawn(id: number, args: string[], env?: Record<string, string>): ClusterNodeProcess {
+    const proc = spawn(process.execPath, [CLI, ...args], { stdio: ['ignore', 'pipe', 'pipe'], ...(env === undefined ? {} : { env: { ...process.env, ...env } }) });
     const n = new ClusterNodeProcess(id, proc);
     let buf = '';
     proc.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
@@ -120,6 +123,8 @@ export class ClusterNodeProcess {
 export interface ClusterOptions {
   electionTimeoutMs?: number;
   extra?: (id: number) => string[];
+  /** Environment added for node `id` (e.g. a wall clock moved with libfaketime). */
+  env?: (id: number) => Record<string, string> | undefined;
 }
 
 export class LocalCluster {
@@ -129,6 +134,7 @@ export class LocalCluster {
     /** A directory of this cluster's own: state files, records and locks live here. */
     readonly dir: string,
     private readonly argsOf: (id: number) => string[],
+    private readonly envOf: (id: number) => Record<string, string> | undefined,
   ) {}
 
   static async start(o: ClusterOptions = {}, timeoutMs = 15_000): Promise<LocalCluster> {
@@ -152,8 +158,9 @@ export class LocalCluster {
       join(dir, `node${id}.state`),
       ...(o.extra?.(id) ?? []),
     ];
-    const nodes = [1, 2, 3].map((id) => ClusterNodeProcess.spawn(id, argsOf(id)));
-    const cluster = new LocalCluster(nodes, peers, dir, argsOf);
+    const envOf = o.env ?? (() => undefined);
+    const nodes = [1, 2, 3].map((id) => ClusterNodeProcess.spawn(id, argsOf(id), envOf(id)));
+    const cluster = new LocalCluster(nodes, peers, dir, argsOf, envOf);
     try {
       for (const n of nodes) await cluster.healthOf(n, timeoutMs);
     } catch (err) {
@@ -172,7 +179,7 @@ export class LocalCluster {
   async restart(id: number, extra: string[] = [], timeoutMs = 15_000): Promise<ClusterNodeProcess> {
     const old = this.nodes[id - 1]!;
     if (old.alive) throw new Error(`node ${id} still runs`);
-    const n = ClusterNodeProcess.spawn(id, [...this.argsOf(id), ...extra]);
+    const n = ClusterNodeProcess.spawn(id, [...this.argsOf(id), ...extra], this.envOf(id));
     this.nodes[id - 1] = n;
     await this.healthOf(n, timeoutMs);
     return n;

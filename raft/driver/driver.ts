@@ -185,6 +185,9 @@ export interface DriverStatus {
   needsForceStart: boolean;
   /** Null unless this process force-started. */
   forceStart: ForceStartPhase | null;
+  /** Leader only: voters whose wall clock its latest estimate left out of cluster time (farther than
+   * maxClockOffsetMs from the median). */
+  excludedClocks: number[];
 }
 
 export const UNCOMMITTED_BYTES_MAX_DEFAULT = 64 * 1024 * 1024;
@@ -834,6 +837,11 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     return this.contact.get(peer);
   }
 
+  /** Leader only: voters whose wall clock the latest cluster-time estimate left out. */
+  excludedClocks(): number[] {
+    return this.core.excludedClocks();
+  }
+
   status(): DriverStatus {
     const now = Math.floor(this.clock.monotonic());
     const lastContactAgoMs: Record<string, number | null> = {};
@@ -866,6 +874,7 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
       redundant: this.core.isRedundant(),
       needsForceStart: this.core.needsForceStart(),
       forceStart: this.core.forceStartPhase,
+      excludedClocks: this.core.excludedClocks(),
     };
   }
 }

@@ -146,6 +146,7 @@ export function singleNodeStatus(node: BrokerNode): ClusterStatus {
     voter: true,
     epoch: null,
     forceStart: null,
+    excludedClocks: [],
     failure,
     configMatchesServing: true,
   };

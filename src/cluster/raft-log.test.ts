@@ -95,7 +95,10 @@ class FakeDriver implements ClusterDriver {
   on(): unknown {
     return this;
   }
-  membership: MembershipStatus = { membership: 'member', epoch: { generation: 1, id: 'e1' }, voter: true, redundant: true, needsForceStart: false, forceStart: null };
+  membership: MembershipStatus = { membership: 'member', epoch: { generation: 1, id: 'e1' }, voter: true, redundant: true, needsForceStart: false, forceStart: null, excludedClocks: [] };
+  excludedClocks(): number[] {
+    return this.membership.excludedClocks;
+  }
   status(): MembershipStatus {
     return this.membership;
   }
@@ -531,13 +534,42 @@ describe('RaftLog serving rule', { timeout: 10_000 }, () => {
   it('reports what raft says of membership and a needed force-start', async () => {
     const { log, driver } = await setup();
     try {
-      driver.membership = { membership: 'amnesiac', epoch: { generation: 0, id: '' }, voter: false, redundant: false, needsForceStart: true, forceStart: null };
+      driver.membership = { membership: 'amnesiac', epoch: { generation: 0, id: '' }, voter: false, redundant: false, needsForceStart: true, forceStart: null, excludedClocks: [] };
       const s = log.status();
       assert.equal(s.membership, 'amnesiac');
       assert.equal(s.epoch, null, 'no epoch joined yet');
       assert.equal(s.voter, false);
       assert.equal(s.needsForceStart, true);
       assert.equal(s.serving, false);
+    } finally {
+      await log.stop();
+    }
+  });
+
+  it('reports a voter clock left out of cluster time once when it leaves and once when it is back', async () => {
+    const lines: { level: string; msg: string; fields: Record<string, unknown> }[] = [];
+    const logger = {
+      info: (fields: Record<string, unknown>, msg: string) => lines.push({ level: 'info', msg, fields }),
+      warn: (fields: Record<string, unknown>, msg: string) => lines.push({ level: 'warn', msg, fields }),
+      error: (fields: Record<string, unknown>, msg: string) => lines.push({ level: 'error', msg, fields }),
+    };
+    const { log, driver } = fakeLog({ pollIntervalMs: 2, logger });
+    await log.open();
+    log.start(new Listener());
+    try {
+      await serve(driver, 2);
+      driver.membership = { ...driver.membership, excludedClocks: [3] };
+      const clockLines = () => lines.filter((l) => l.msg.includes('clock'));
+      const deadline = Date.now() + 5_000;
+      while (clockLines().length < 1 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
+      await new Promise((r) => setTimeout(r, 20));
+      assert.equal(clockLines().length, 1, 'one line while the set stays the same');
+      assert.equal(clockLines()[0]?.level, 'warn');
+      assert.deepEqual(clockLines()[0]?.fields.excluded, [3]);
+      assert.deepEqual(log.status().excludedClocks, [3], '/health shows it');
+      driver.membership = { ...driver.membership, excludedClocks: [] };
+      while (clockLines().length < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
+      assert.equal(clockLines()[1]?.level, 'info', 'and says when every clock is back');
     } finally {
       await log.stop();
     }

@@ -42,6 +42,8 @@ export interface ClusterDriver {
   lastContact(peer: number): number | undefined;
   /** Thesis §3.10: hand leadership to `to`; an Error when it cannot start. */
   transferLeadership(to: number): Error | null;
+  /** Leader only: voters whose wall clock its cluster time leaves out (DESIGN.md "Cluster time"). */
+  excludedClocks(): number[];
   /** Membership and epoch for /health (DESIGN.md "Operating it"). */
   status(): MembershipStatus;
   /** After stop(): writes the state file (DESIGN.md "State file"); the path, or null when there is
@@ -58,6 +60,7 @@ export interface MembershipStatus {
   redundant: boolean;
   needsForceStart: boolean;
   forceStart: ForceStartPhase | null;
+  excludedClocks: number[];
 }
 
 /** The driver's callbacks, which RaftLog owns. */
@@ -135,6 +138,9 @@ export interface ClusterStatus {
   epoch: Epoch | null;
   /** The force-start phase of this process; null unless started with --cluster-force-start. */
   forceStart: ForceStartPhase | null;
+  /** Leader only: voters whose wall clock is farther than --cluster-max-clock-offset-ms from the
+   * median of the voters' clocks, left out of cluster time (DESIGN.md "Cluster time"). */
+  excludedClocks: number[];
   failure: string | null;
   /** This node's configuration hash equals the one the serving leader's serve-start carried (true
    * before any serve-start with a hash was applied: nothing to differ from). */
@@ -193,6 +199,8 @@ export class RaftLog implements BrokerLog, LeaseView {
   private period = 0;
   private servingTerm = 0;
   private readonly dropLoggedAt = new Map<string, number>();
+  /** The excluded clocks last logged, joined; '' when none. */
+  private clocksLogged = '';
   private audit: AuditLog | null = null;
   /** The configuration hash of the latest applied serve-start that carried one. */
   private servingConfigHash: string | null = null;
@@ -284,7 +292,10 @@ export class RaftLog implements BrokerLog, LeaseView {
     this.opened = true;
     await this.driver.start();
     if (this.stopped) return;
-    this.poll = setInterval(() => this.evaluate(), this.opts.pollIntervalMs);
+    this.poll = setInterval(() => {
+      this.evaluate();
+      this.noteClocks();
+    }, this.opts.pollIntervalMs);
   }
 
   /** The broker node above this log, consulted for checks, state-machine failure and snapshots. */
@@ -503,6 +514,7 @@ export class RaftLog implements BrokerLog, LeaseView {
       voter: m.voter,
       epoch: m.epoch.generation === 0 ? null : m.epoch,
       forceStart: m.forceStart,
+      excludedClocks: m.excludedClocks,
       failure: this.source?.failure() ?? null,
       configMatchesServing: this.servingConfigHash === null || this.servingConfigHash === this.configHash,
     };
@@ -610,6 +622,16 @@ export class RaftLog implements BrokerLog, LeaseView {
     const time = Math.max(e.time, this.lastAppliedTime);
     this.lastAppliedTime = time;
     return { index: e.index, time, cmd };
+  }
+
+  /** A wall clock left out of cluster time is reported once when it leaves and once when it is
+   * back (the set is judged by the leader only). */
+  private noteClocks(): void {
+    const excluded = this.driver.currentRole === 'leader' ? this.driver.excludedClocks().join(',') : '';
+    if (excluded === this.clocksLogged) return;
+    if (excluded === '') this.opts.logger.info({ node: this.node }, 'every voter clock within --cluster-max-clock-offset-ms again');
+    else this.opts.logger.warn({ node: this.node, excluded: excluded.split(',').map(Number) }, 'voter wall clock too far from the median; left out of cluster time');
+    this.clocksLogged = excluded;
   }
 
   // ---- the serving rule ----
