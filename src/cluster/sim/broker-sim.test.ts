@@ -15,7 +15,7 @@ describe('broker over the raft simulator', { timeout: 120_000 }, () => {
     let acked = 0;
     let received = 0;
     for (let seed = 1; seed <= 200; seed++) {
-      const r = runBrokerSeed(seed, all, stats);
+      const r = runBrokerSeed(seed, all, { stats });
       assert.ok(r.ok, r.ok ? '' : `seed ${seed}: ${r.property}: ${r.violation}\n${r.trace.slice(-40).join('\n')}`);
       acked += stats.last?.acked.size ?? 0;
       received += stats.last?.received.size ?? 0;
@@ -27,7 +27,7 @@ describe('broker over the raft simulator', { timeout: 120_000 }, () => {
   it('a broker that acknowledges a publish when proposing it, not once committed, is caught', () => {
     let caught = '';
     for (let seed = 1; seed <= 200 && caught === ''; seed++) {
-      const r = runBrokerSeed(seed, all, undefined, 'ack-on-propose');
+      const r = runBrokerSeed(seed, all, { mutant: 'ack-on-propose' });
       if (!r.ok) caught = r.property;
     }
     assert.equal(caught, 'acknowledged publish lost');
