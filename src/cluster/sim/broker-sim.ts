@@ -108,10 +108,11 @@ const decoder = new TextDecoder();
 
 /** A deliberately broken broker, to show the invariants catch it: 'ack-on-propose' treats a
  * publish as acknowledged when it is proposed, not when its entry committed; 'keep-state-on-reset'
- * keeps a node's Broker when it switches to a newer epoch and skips the re-delivered entries up to
- * the index it had applied (an applier that resumes from its own applied index), instead of
- * dropping its state as RaftLog's reset() does. */
-export type BrokerMutant = 'ack-on-propose' | 'keep-state-on-reset';
+ * keeps a node's Broker when it switches to a newer epoch, which then re-delivers its log from
+ * index 1 (RaftLog's reset() drops it); 'clean-after-force' starts the subscriber's session afresh
+ * in a forced epoch (a clean-start takeover through the log), so the acknowledged messages its file
+ * held for it are dropped. */
+export type BrokerMutant = 'ack-on-propose' | 'keep-state-on-reset' | 'clean-after-force';
 
 export class BrokerSimApp implements SimApp {
   private readonly mutant: BrokerMutant | null;
@@ -142,6 +143,8 @@ export class BrokerSimApp implements SimApp {
   /** The epoch whose node sent something to a client last, and every epoch that ever did. */
   private servingEpoch = '';
   private readonly servedEpochs = new Set<string>();
+  /** Epochs made by a force-start. */
+  private readonly forced = new Set<string>();
   /** Figures of the run: epochs made by a force-start, publishes acknowledged in an epoch after the
    * first, acknowledged payloads carried into a forced epoch, and acknowledged payloads that the
    * final epoch neither delivered nor holds (lost by a force-start, as the design allows). */
@@ -196,7 +199,6 @@ export class BrokerSimApp implements SimApp {
     for (const e of entries) {
       n.lastTerm = e.term;
       if (e.data === null) continue;
-      if (this.mutant === 'keep-state-on-reset' && e.index <= n.broker.appliedIndex) continue;
       let cmd: Command;
       try {
         cmd = decodeCommand(e.data);
@@ -254,6 +256,7 @@ export class BrokerSimApp implements SimApp {
     n.epoch = epoch;
     if (generationOf(from) === 0) return;
     this.forcedEpochs++;
+    this.forced.add(epoch);
     const inFile = new Set<string>();
     for (const e of entries) inFile.add(`${e.index}.${e.term}`);
     const carried = new Map<string, AckTag>();
@@ -312,7 +315,8 @@ export class BrokerSimApp implements SimApp {
       c.conn = `${n.period}.${++n.seq}`;
       c.connected = false;
       c.outbox = [];
-      cmds.push(connectCmd(c.conn, c.id));
+      const clean = this.mutant === 'clean-after-force' && c === this.sub && this.forced.has(n.epoch);
+      cmds.push(connectCmd(c.conn, c.id, clean));
       return;
     }
     if (!c.connected) return;
@@ -541,13 +545,13 @@ function payloadOf(pid: number): string {
   return `m${pid}`;
 }
 
-function connectCmd(conn: string, clientId: string): Command {
+function connectCmd(conn: string, clientId: string, clean = false): Command {
   return {
     t: 'connect',
     conn,
     clientId,
     protocol: 4,
-    clean: false,
+    clean,
     expiryS: 0xffff_ffff,
     will: null,
     username: null,
@@ -560,6 +564,9 @@ function connectCmd(conn: string, clientId: string): Command {
 function publishCmd(conn: string, pid: number, qos: 1 | 2): Command {
   return { t: 'publish', conn, pid, msg: { topic: TOPIC, payload: new TextEncoder().encode(payloadOf(pid)), qos, retain: false } };
 }
+
+/** The raft simulator's scenarios in which a force-started epoch serves. */
+export const servingForceStarts: readonly Scenario[] = ['force-start-after-two-losses', 'force-start-concurrent', 'bootstrap-two-fresh-one-member'];
 
 export interface BrokerSeedOptions {
   /** Receives the app of the run, so tests can check that the workload did something. */
