@@ -93,8 +93,11 @@ export interface SimApp {
   /** `node` applied `entries`, in order (its core's Ready). */
   applied(node: number, entries: readonly LogEntry[], view: SimNodeView): void;
   /** A process for `node` started; its core re-delivers committed entries from index 1, or from
-   * after the snapshot it restores. */
-  started(node: number): void;
+   * after the snapshot it restores. `view.epoch` is the epoch it starts in: a resume's, the one a
+   * switch joins (its state of the old epoch is dropped, as the driver's onReset() says), the
+   * forced file's for a force-start (which moves to the next epoch once it forces), or generation 0
+   * for a fresh or amnesiac node. */
+  started(node: number, view: SimNodeView): void;
   /** The run is over (after the quiet period). */
   end(): void;
   /** With these, fault `snapshot` compacts the log with the application's own snapshots (its state
@@ -807,7 +810,7 @@ class Simulation {
       ...(this.opts.unsafe === undefined ? {} : { unsafe: this.opts.unsafe }),
     });
     this.nodes.set(id, node);
-    this.app?.started(id);
+    this.app?.started(id, this.view(node));
     this.states.set(id, { index: 0, hash: 0 });
     this.checker.restarted(id);
     this.forcedFiles.set(node, { from: f.epoch, snapshot: f.snapshot, log: f.log });
@@ -1157,7 +1160,7 @@ class Simulation {
     });
     if (crashed !== undefined) this.checker.resumed(crashed, node);
     this.nodes.set(id, node);
-    this.app?.started(id);
+    this.app?.started(id, this.view(node));
     this.states.set(id, { index: 0, hash: 0 });
     this.checker.restarted(id);
     this.flush(node);

@@ -1,13 +1,27 @@
 // The broker over the raft simulator, quick layer: a few hundred seeds with every raft fault class
-// (DESIGN.md "Testing layers" 2). Each seed checks equal digests at equal applied index, no
-// acknowledged publish lost and no QoS 2 duplicate (see broker-sim.ts); more seeds run in
-// broker-sim.slow.test.ts.
+// and a few seeds of each force-start scenario that makes a new epoch serve (DESIGN.md "Testing
+// layers" 2, "Force-start"). Each seed checks, per epoch, equal digests at equal applied index, no
+// acknowledged publish lost and no QoS 2 duplicate, and across a force-start that the new epoch
+// starts from the forced file and that no older epoch serves again (see broker-sim.ts); more seeds
+// run in broker-sim.slow.test.ts.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { type Fault, faultNames } from '../../../raft/sim/sim.js';
-import { type BrokerSimStats, runBrokerSeed } from './broker-sim.js';
+import { type BrokerMutant, type BrokerSimStats, runBrokerSeed, servingForceStarts } from './broker-sim.js';
 
 const all: ReadonlySet<Fault> = new Set(faultNames);
+const none: ReadonlySet<Fault> = new Set();
+
+/** The first property a mutant breaks within `seeds` seeds of the serving force-start scenarios. */
+function caughtInForceStarts(mutant: BrokerMutant, seeds: number): string {
+  for (let seed = 1; seed <= seeds; seed++) {
+    for (const scenario of servingForceStarts) {
+      const r = runBrokerSeed(seed, none, { mutant, scenario });
+      if (!r.ok) return r.property;
+    }
+  }
+  return '';
+}
 
 describe('broker over the raft simulator', { timeout: 120_000 }, () => {
   it('200 seeds of every fault class keep the MQTT invariants, and the workload acknowledges and delivers', () => {
@@ -15,7 +29,7 @@ describe('broker over the raft simulator', { timeout: 120_000 }, () => {
     let acked = 0;
     let received = 0;
     for (let seed = 1; seed <= 200; seed++) {
-      const r = runBrokerSeed(seed, all, stats);
+      const r = runBrokerSeed(seed, all, { stats });
       assert.ok(r.ok, r.ok ? '' : `seed ${seed}: ${r.property}: ${r.violation}\n${r.trace.slice(-40).join('\n')}`);
       acked += stats.last?.acked.size ?? 0;
       received += stats.last?.received.size ?? 0;
@@ -24,12 +38,40 @@ describe('broker over the raft simulator', { timeout: 120_000 }, () => {
     assert.ok(received >= acked, `messages received: ${received} of ${acked} acknowledged`);
   });
 
+  it('a force-started epoch starts from its file, carries the acknowledged publishes it holds, acknowledges more, and no older epoch serves again', () => {
+    const stats: BrokerSimStats = { last: null };
+    let forced = 0;
+    let carried = 0;
+    let later = 0;
+    for (const scenario of servingForceStarts) {
+      for (let seed = 1; seed <= 4; seed++) {
+        const r = runBrokerSeed(seed, none, { stats, scenario });
+        assert.ok(r.ok, r.ok ? '' : `${scenario} seed ${seed}: ${r.property}: ${r.violation}\n${r.trace.slice(-40).join('\n')}`);
+        assert.ok(r.stats.forceServed >= 1, `${scenario} seed ${seed}: no forced epoch served`);
+        forced += stats.last?.forcedEpochs ?? 0;
+        carried += stats.last?.carriedAcks ?? 0;
+        later += stats.last?.laterEpochAcks ?? 0;
+      }
+    }
+    assert.ok(forced >= 12, `epochs made by a force-start: ${forced}`);
+    assert.ok(carried > 0, 'no acknowledged publish was carried into a forced epoch');
+    assert.ok(later > 0, 'no publish was acknowledged in a forced epoch');
+  });
+
   it('a broker that acknowledges a publish when proposing it, not once committed, is caught', () => {
     let caught = '';
     for (let seed = 1; seed <= 200 && caught === ''; seed++) {
-      const r = runBrokerSeed(seed, all, undefined, 'ack-on-propose');
+      const r = runBrokerSeed(seed, all, { mutant: 'ack-on-propose' });
       if (!r.ok) caught = r.property;
     }
     assert.equal(caught, 'acknowledged publish lost');
+  });
+
+  it('a node that keeps its broker state when it switches to a newer epoch is caught', () => {
+    assert.equal(caughtInForceStarts('keep-state-on-reset', 20), 'broker invariant');
+  });
+
+  it('a forced epoch that drops the sessions its file holds loses acknowledged publishes, and is caught', () => {
+    assert.equal(caughtInForceStarts('clean-after-force', 20), 'acknowledged publish lost');
   });
 });
