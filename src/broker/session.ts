@@ -75,6 +75,9 @@ export interface Session {
   pidsInUse: Set<number> | null;
   /** Session expiry deadline (cluster ms) while offline; null: online or never. */
   expiresAt: number | null;
+  /** Local, not replicated: the epoch of the open snapshot cursor that has yet to encode this
+   * session (its copy-on-write mark); 0 when none has. */
+  snapshotMark: number;
 }
 
 /** A will waiting for its delay, keyed by client id. A will of a failover-ended connection
@@ -113,6 +116,7 @@ export function newSession(clientId: string): Session {
     nextPid: 1,
     pidsInUse: null,
     expiresAt: null,
+    snapshotMark: 0,
   };
 }
 
