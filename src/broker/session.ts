@@ -120,6 +120,37 @@ export function newSession(clientId: string): Session {
   };
 }
 
+/** A copy of what the snapshot encodes of `s`, unchanged by later mutations of `s`: containers
+ * are copied and inflight records too (apply changes their state); messages, subscriptions and
+ * wills are shared, since apply replaces them and never mutates them. Derived fields are left
+ * empty. */
+export function sessionPreimage(s: Session): Session {
+  const inflight = new Array<Inflight>(s.inflight.length);
+  for (let i = 0; i < inflight.length; i++) {
+    const f = s.inflight[i] as Inflight;
+    inflight[i] = { msg: f.msg, qos: f.qos, retain: f.retain, subIds: f.subIds, expiresAt: f.expiresAt, pid: f.pid, state: f.state };
+  }
+  return {
+    clientId: s.clientId,
+    conn: s.conn,
+    protocol: s.protocol,
+    username: s.username,
+    expiryS: s.expiryS,
+    will: s.will,
+    receiveMax: s.receiveMax,
+    maxPacketSize: s.maxPacketSize,
+    subs: s.subs === null ? null : new Map(s.subs),
+    inbound: s.inbound === null ? null : new Set(s.inbound),
+    inflight,
+    queue: s.queue.copy(),
+    queueBytes: s.queueBytes,
+    nextPid: s.nextPid,
+    pidsInUse: null,
+    expiresAt: s.expiresAt,
+    snapshotMark: 0,
+  };
+}
+
 /** Digits of each part of a ConnId at most: 15 keep the period a safe integer. */
 const CONN_PART_DIGITS_MAX = 15;
 const DIGIT_0 = 0x30;

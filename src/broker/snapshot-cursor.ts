@@ -1,6 +1,6 @@
 import type { Settings } from './commands.js';
 import { IncrementalSort } from './incremental-sort.js';
-import type { PendingWill, RetainedMessage, Session } from './session.js';
+import { type PendingWill, type RetainedMessage, type Session, sessionPreimage } from './session.js';
 import {
   arrayHeader,
   encodeRetained,
@@ -26,8 +26,8 @@ import {
 //   place (it replaces or deletes them), so holding the old records holds the old state;
 // - sessions: an array of the live objects, each marked with the cursor's epoch. Apply mutates a
 //   session in place, so before the first mutation of a marked session the broker calls touch(),
-//   which takes its pre-image (encodeSession's array form: the mutable parts flattened, payloads
-//   shared, nothing packed). Copy-on-write is per session.
+//   which takes its pre-image (sessionPreimage: containers copied, messages shared, nothing
+//   encoded). Copy-on-write is per session.
 // The canonical order (sorted keys) is reached by an incremental merge sort in the first pulls,
 // which return empty chunks until it finishes.
 
@@ -80,7 +80,7 @@ export class SnapshotCursor implements IterableIterator<Uint8Array> {
   private retainedSort: IncrementalSort<[string, RetainedMessage]> | null;
   private cursorSort: IncrementalSort<[string, string]> | null;
   /** Pre-images of marked sessions that apply touched before they were encoded. */
-  private preimages = new Map<Session, unknown[]>();
+  private preimages = new Map<Session, Session>();
   /** Built once the sorts finish. */
   private sections: Section[] = [];
   private section = 0;
@@ -118,7 +118,7 @@ export class SnapshotCursor implements IterableIterator<Uint8Array> {
   touch(s: Session): void {
     if (s.snapshotMark !== this.epoch) return;
     s.snapshotMark = 0;
-    this.preimages.set(s, encodeSession(s));
+    this.preimages.set(s, sessionPreimage(s));
   }
 
   /** A newer cursor replaced this one: its next pull throws, so a reader never takes a truncated
@@ -197,7 +197,7 @@ export class SnapshotCursor implements IterableIterator<Uint8Array> {
     const pre = this.preimages.get(s);
     if (pre === undefined) throw new Error(`snapshot cursor at ${this.index}: session ${s.clientId} lost its pre-image`);
     this.preimages.delete(s);
-    return pre;
+    return encodeSession(pre);
   };
 
   /** Moves to the next part of the image; false after the last. */
