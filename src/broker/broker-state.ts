@@ -14,7 +14,8 @@ export interface BrokerState {
   /** Earliest will, session or message-expiry deadline (cluster ms), if any. The serving node
    * proposes a `tick` when it passes. */
   nextDeadline(): number | undefined;
-  /** Chunks of the whole state, consistent at `appliedIndex`. */
+  /** Chunks of the whole state, consistent at `appliedIndex` when called: a lazy cursor, read a
+   * chunk at a time while apply goes on. At most one is open; opening another cancels it. */
   snapshot(): Iterable<Uint8Array>;
   /** Replaces the whole state with a snapshot's chunks. Throws on a corrupt snapshot (the
    * caller refuses the snapshot; this is input validation, not apply). */

@@ -31,7 +31,8 @@ import {
   type Session,
   type Subscription,
 } from './session.js';
-import { chunk, decodeImage, encodeImage, SnapshotError, type StateImage } from './snapshot.js';
+import { decodeImage, encodeImage, SnapshotError, type StateImage } from './snapshot.js';
+import { type CursorCapture, SNAPSHOT_CURSOR_DEFAULTS, SnapshotCursor, type SnapshotCursorOptions } from './snapshot-cursor.js';
 import { TopicTrie } from './topic-trie.js';
 import { commandProblem } from './validate.js';
 
@@ -107,6 +108,14 @@ export class Broker implements BrokerState {
   private shareMembers = new Map<string, number>();
   private deadlines = new DeadlineHeap();
   private digestCache: string | null = null;
+
+  // ---- local: the open snapshot cursor, at most one ----
+  private cursor: SnapshotCursor | null = null;
+  /** Epoch of the newest cursor; sessions it has yet to encode carry it as their mark. */
+  private cursorEpoch = 0;
+  private readonly releaseCursor = (c: SnapshotCursor): void => {
+    if (this.cursor === c) this.cursor = null;
+  };
 
   // ---- local, not replicated: the QoS 0 path runs only on the serving node ----
   private qos0Cursors = new Map<string, string>();
@@ -189,7 +198,35 @@ export class Broker implements BrokerState {
   }
 
   snapshot(): Iterable<Uint8Array> {
-    return chunk(encodeImage(this.image(true)));
+    return this.snapshotCursor();
+  }
+
+  /** Opens a lazy cursor over the state at the last applied index (see snapshot-cursor.ts). At
+   * most one is open: opening another cancels this one, whose next pull then throws
+   * ERR_SNAPSHOT_CANCELLED; a cursor read to its end or returned closes itself. */
+  snapshotCursor(opts: SnapshotCursorOptions = SNAPSHOT_CURSOR_DEFAULTS): SnapshotCursor {
+    this.cursor?.cancel();
+    const capture: CursorCapture = {
+      appliedIndex: this.index,
+      appliedTime: this.time,
+      servePeriod: this.servePeriod,
+      settings: this.settings,
+      failed: this.failReason,
+      sessions: this.sessions.values(),
+      sessionCount: this.sessions.size,
+      wills: [...this.wills.values()],
+      retained: [...this.retained.entries()],
+      cursors: [...this.cursors.entries()],
+      checks: [...this.checks.entries()],
+    };
+    this.cursor = new SnapshotCursor(capture, ++this.cursorEpoch, opts, this.releaseCursor);
+    return this.cursor;
+  }
+
+  /** Copy-on-write: called before apply mutates a session in place. One branch while no
+   * snapshot cursor is open. */
+  private cow(s: Session): void {
+    if (this.cursor !== null) this.cursor.touch(s);
   }
 
   restore(chunks: Iterable<Uint8Array>): void {
@@ -317,6 +354,7 @@ export class Broker implements BrokerState {
    * the client connects again within it: a documented deviation from the "earlier of" rule, for
    * clients that reconnect to the new leader (DESIGN.md "Failover"). */
   private endByFailover(s: Session, now: number, out: Effect[]): void {
+    this.cow(s);
     this.detach(s);
     const will = s.will;
     s.will = null;
@@ -332,7 +370,10 @@ export class Broker implements BrokerState {
     this.settings = settings;
     // A larger inflight bound frees slots for queued messages at once.
     for (const s of this.sortedSessions()) {
-      if (s.conn !== null && !fillInflight(s, settings, now, out)) this.breakInvariant('no free packet id', out);
+      if (s.conn === null) continue;
+      // fillInflight changes only a session with something queued.
+      if (s.queue.length > 0) this.cow(s);
+      if (!fillInflight(s, settings, now, out)) this.breakInvariant('no free packet id', out);
     }
   }
 
@@ -356,6 +397,7 @@ export class Broker implements BrokerState {
       return;
     }
     let s = this.sessions.get(clientId);
+    if (s !== undefined) this.cow(s);
     if (s !== undefined && s.conn !== null) this.takeover(s, cmd.clean, now, out);
     this.settlePendingWill(clientId, cmd.clean, now, out);
     if (s !== undefined && cmd.clean) {
@@ -426,6 +468,7 @@ export class Broker implements BrokerState {
       this.noop(out, cmd.t, cmd.conn, 'connection holds no session');
       return;
     }
+    this.cow(s);
     this.detach(s);
     // v5 DISCONNECT may replace the Session Expiry Interval [MQTT-3.14.2-2].
     if (cmd.expiryS !== undefined) s.expiryS = cmd.expiryS;
@@ -548,6 +591,7 @@ export class Broker implements BrokerState {
         const s = this.sessions.get(top.clientId);
         if (s === undefined) continue;
         event(out, 'session-expired', { clientId: s.clientId });
+        this.cow(s);
         this.endSession(s, now, out);
       }
     }
@@ -561,6 +605,7 @@ export class Broker implements BrokerState {
       this.noop(out, cmd.t, cmd.conn, 'connection holds no session');
       return;
     }
+    this.cow(s);
     const codes: number[] = [];
     const wantRetained: Subscription[] = [];
     for (const req of cmd.subs) {
@@ -649,6 +694,7 @@ export class Broker implements BrokerState {
       this.noop(out, cmd.t, cmd.conn, 'connection holds no session');
       return;
     }
+    this.cow(s);
     const codes = cmd.filters.map((f) => (this.removeSub(s, f) ? RC.SUCCESS : RC.NO_SUBSCRIPTION_EXISTED));
     out.push({ t: 'send', conn: cmd.conn, packet: { type: 'unsuback', pid: cmd.pid, codes } });
     // Queued messages of a share left go to its other members; those already sent are completed
@@ -696,6 +742,7 @@ export class Broker implements BrokerState {
     if (cmd.msg.qos === 2) {
       // A PUBREC with an error code ends the flow [MQTT-4.3.3-8 / §4.3.3]: no id is held.
       if (s !== undefined && code < RC.UNSPECIFIED_ERROR) {
+        this.cow(s);
         s.inbound ??= new Set();
         s.inbound.add(pid);
       }
@@ -827,6 +874,8 @@ export class Broker implements BrokerState {
   /** The live copy has its retain flag cleared unless Retain As Published [MQTT-3.3.1-12, -13]. */
   private deliverRouted(t: Target, msg: Message, expiresAt: number | null, now: number, out: Effect[]): void {
     const d = { msg, qos: minQos(msg.qos, t.qos), retain: t.rap && msg.retain, subIds: t.subIds, expiresAt, share: t.share };
+    // deliver() sends QoS 0 without changing the session.
+    if (d.qos !== 0) this.cow(t.s);
     if (!deliver(t.s, d, this.settings, now, out)) this.breakInvariant('no free packet id', out);
   }
 
@@ -874,6 +923,7 @@ export class Broker implements BrokerState {
       this.noop(out, 'pubrel', conn, 'connection holds no session');
       return;
     }
+    this.cow(s);
     const held = s.inbound?.delete(pid) === true;
     const code = held || s.protocol < 5 ? RC.SUCCESS : RC.PACKET_IDENTIFIER_NOT_FOUND;
     out.push({ t: 'send', conn, packet: { type: 'pubcomp', pid, code } });
@@ -885,6 +935,7 @@ export class Broker implements BrokerState {
       this.noop(out, 'ack', conn, 'connection holds no session');
       return;
     }
+    this.cow(s);
     if (!applyAck(s, pid, kind, out)) {
       this.noop(out, 'ack', conn, `${kind} for unknown packet id ${pid}`);
       return;
@@ -957,6 +1008,9 @@ export class Broker implements BrokerState {
     this.checks = new Map(img.checks);
     this.qos0Cursors = new Map();
     this.digestCache = null;
+    // An open cursor holds the replaced objects, which nothing mutates any more: it stays
+    // consistent at its own index, and copy-on-write has nothing left to guard.
+    this.cursor = null;
     this.subsTrie = new TopicTrie();
     this.shareMembers = new Map();
     for (const s of sessions.values()) for (const sub of s.subs?.values() ?? []) this.addSub(s, sub, true);

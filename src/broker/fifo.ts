@@ -29,6 +29,13 @@ export class Fifo<T> {
     return item;
   }
 
+  /** A queue of the same items that later pushes and shifts of this one do not change. */
+  copy(): Fifo<T> {
+    const f = new Fifo<T>();
+    f.items = this.items.slice(this.head);
+    return f;
+  }
+
   /** Items in queue order. */
   toArray(): T[] {
     return this.items.slice(this.head);

@@ -75,6 +75,9 @@ export interface Session {
   pidsInUse: Set<number> | null;
   /** Session expiry deadline (cluster ms) while offline; null: online or never. */
   expiresAt: number | null;
+  /** Local, not replicated: the epoch of the open snapshot cursor that has yet to encode this
+   * session (its copy-on-write mark); 0 when none has. */
+  snapshotMark: number;
 }
 
 /** A will waiting for its delay, keyed by client id. A will of a failover-ended connection
@@ -113,6 +116,38 @@ export function newSession(clientId: string): Session {
     nextPid: 1,
     pidsInUse: null,
     expiresAt: null,
+    snapshotMark: 0,
+  };
+}
+
+/** A copy of what the snapshot encodes of `s`, unchanged by later mutations of `s`: containers
+ * are copied and inflight records too (apply changes their state); messages, subscriptions and
+ * wills are shared, since apply replaces them and never mutates them. Derived fields are left
+ * empty. */
+export function sessionPreimage(s: Session): Session {
+  const inflight = new Array<Inflight>(s.inflight.length);
+  for (let i = 0; i < inflight.length; i++) {
+    const f = s.inflight[i] as Inflight;
+    inflight[i] = { msg: f.msg, qos: f.qos, retain: f.retain, subIds: f.subIds, expiresAt: f.expiresAt, share: f.share, pid: f.pid, state: f.state };
+  }
+  return {
+    clientId: s.clientId,
+    conn: s.conn,
+    protocol: s.protocol,
+    username: s.username,
+    expiryS: s.expiryS,
+    will: s.will,
+    receiveMax: s.receiveMax,
+    maxPacketSize: s.maxPacketSize,
+    subs: s.subs === null ? null : new Map(s.subs),
+    inbound: s.inbound === null ? null : new Set(s.inbound),
+    inflight,
+    queue: s.queue.copy(),
+    queueBytes: s.queueBytes,
+    nextPid: s.nextPid,
+    pidsInUse: null,
+    expiresAt: s.expiresAt,
+    snapshotMark: 0,
   };
 }
 

@@ -43,9 +43,36 @@ export interface StateImage {
   checks: [number, string][];
 }
 
+export const SNAPSHOT_ERROR = {
+  /** The bytes are not a snapshot this version wrote; restore refuses them. */
+  CORRUPT: 'ERR_SNAPSHOT_CORRUPT',
+  /** A snapshot cursor was read after a newer one replaced it. */
+  CANCELLED: 'ERR_SNAPSHOT_CANCELLED',
+} as const;
+export type SnapshotErrorCode = (typeof SNAPSHOT_ERROR)[keyof typeof SNAPSHOT_ERROR];
+
 export class SnapshotError extends Error {
-  readonly code = 'ERR_SNAPSHOT_CORRUPT';
+  readonly code: SnapshotErrorCode;
+  constructor(message: string, code: SnapshotErrorCode = SNAPSHOT_ERROR.CORRUPT) {
+    super(message);
+    this.code = code;
+  }
 }
+
+/** msgpack of one value, as a part of the image: the image's bytes are the concatenation of its
+ * parts' bytes under the array headers that arrayHeader() writes. */
+export const packValue = (v: unknown): Uint8Array => packr.pack(v);
+
+/** The msgpack header of an array of n elements (fixarray, array 16, array 32), as msgpackr
+ * writes it, so an image streamed part by part is byte-identical to one packed whole. */
+export function arrayHeader(n: number): Uint8Array {
+  if (n < 16) return Uint8Array.of(0x90 | n);
+  if (n <= 0xffff) return Uint8Array.of(0xdc, n >>> 8, n & 0xff);
+  return Uint8Array.of(0xdd, n >>> 24, (n >>> 16) & 0xff, (n >>> 8) & 0xff, n & 0xff);
+}
+
+/** Elements of the image's root array. */
+export const IMAGE_FIELDS = 11;
 
 const orNull = <T>(v: T | undefined): T | null => (v === undefined ? null : v);
 
@@ -67,7 +94,7 @@ function encodeMsg(m: Message): unknown[] {
 
 const encodeDelivery = (d: Delivery): unknown[] => [encodeMsg(d.msg), d.qos, d.retain, d.subIds, d.expiresAt, d.share];
 
-function encodeSettings(s: Settings): unknown[] {
+export function encodeSettings(s: Settings): unknown[] {
   const acl = s.acl === null ? null : s.acl.map((r) => [r.kind, r.user, r.access, r.filter]);
   return [
     s.maxQueuedMessages,
@@ -82,7 +109,7 @@ function encodeSettings(s: Settings): unknown[] {
   ];
 }
 
-function encodeSession(s: Session): unknown[] {
+export function encodeSession(s: Session): unknown[] {
   const subs = [...(s.subs?.values() ?? [])]
     .sort((a, b) => (a.filter < b.filter ? -1 : a.filter > b.filter ? 1 : 0))
     .map((x) => [x.filter, x.qos, x.nl, x.rap, x.rh, x.subId]);
@@ -104,6 +131,9 @@ function encodeSession(s: Session): unknown[] {
   ];
 }
 
+export const encodeWill = (w: PendingWill): unknown[] => [w.clientId, encodeMsg(w.msg), w.at, w.failover];
+export const encodeRetained = ([topic, r]: [string, RetainedMessage]): unknown[] => [topic, encodeMsg(r.msg), r.expiresAt];
+
 /** The canonical bytes of the state. */
 export function encodeImage(img: StateImage): Uint8Array {
   return packr.pack([
@@ -114,19 +144,11 @@ export function encodeImage(img: StateImage): Uint8Array {
     encodeSettings(img.settings),
     img.failed,
     img.sessions.map(encodeSession),
-    img.wills.map((w) => [w.clientId, encodeMsg(w.msg), w.at, w.failover]),
-    img.retained.map(([topic, r]) => [topic, encodeMsg(r.msg), r.expiresAt]),
+    img.wills.map(encodeWill),
+    img.retained.map(encodeRetained),
     img.cursors,
     img.checks,
   ]);
-}
-
-export function chunk(bytes: Uint8Array): Uint8Array[] {
-  const chunks: Uint8Array[] = [];
-  for (let off = 0; off < bytes.length; off += SNAPSHOT_CHUNK_BYTES) {
-    chunks.push(bytes.subarray(off, Math.min(bytes.length, off + SNAPSHOT_CHUNK_BYTES)));
-  }
-  return chunks;
 }
 
 // ---- decoding: every field checked, a corrupt snapshot throws SnapshotError ----
@@ -299,7 +321,7 @@ export function decodeImage(data: Uint8Array, parseShare: (f: string) => { group
   } catch (err) {
     fail(`not msgpack (${(err as Error).message})`);
   }
-  const f = arr(value, 'root', 11);
+  const f = arr(value, 'root', IMAGE_FIELDS);
   if (f[0] !== SNAPSHOT_VERSION) fail(`version ${String(f[0])}`);
   return {
     appliedIndex: int(f[1], 'appliedIndex'),

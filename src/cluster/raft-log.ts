@@ -306,18 +306,14 @@ export class RaftLog implements BrokerLog, LeaseView {
   /** Raft compacts its log at the last entry it delivered; the broker's state must be at that entry
    * too. Entries still queued for the broker (before start(), or behind the early ones) would make
    * the snapshot older than the index raft records, so the driver is told to try again later. The
-   * broker encodes its whole state at once (DESIGN.md allows a synchronous first version if it is
-   * measured and logged): the time is logged. */
+   * broker's cursor is lazy: the driver pulls its chunks a slice per turn and logs the bytes, the
+   * time and the longest slice. */
   private snapshotSource(): Iterable<Uint8Array> {
     const source = this.source;
     if (source === null || this.listener === null || this.earlyPending || this.early.length > 0) {
       throw new Error('the broker has not applied every delivered entry yet');
     }
-    const started = performance.now();
-    const chunks = [...source.snapshot()];
-    const bytes = chunks.reduce((n, c) => n + c.length, 0);
-    this.opts.logger.info({ bytes, ms: Math.round(performance.now() - started) }, 'broker snapshot taken for log compaction');
-    return chunks;
+    return source.snapshot();
   }
 
   /** A snapshot installed from the leader: the broker's state is replaced, and entries after it
