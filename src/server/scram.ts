@@ -36,6 +36,10 @@ export interface ScramCredentialStore {
   /** The iteration count shown to an unknown user: the one most users have, so that i= does not
    * tell which users exist. Absent: SCRAM_ITERATIONS_DEFAULT. */
   decoyIterations?(): number;
+  /** Key of the made-up salts of unknown users. Nodes given the same credentials must return the
+   * same key, so an unknown user sees the same salt whichever node serves; absent: a random key per
+   * process. */
+  decoySecret?(): Uint8Array;
 }
 
 /** The most common iteration count of `creds` (the larger on a tie), or the default when none. */
@@ -54,7 +58,7 @@ export function commonIterations(creds: Iterable<ScramCredential>): number {
 }
 
 const sha256 = (b: Buffer): Buffer => createHash('sha256').update(b).digest();
-const hmac = (key: Buffer, text: string): Buffer => createHmac('sha256', key).update(text).digest();
+const hmac = (key: Uint8Array, text: string): Buffer => createHmac('sha256', key).update(text).digest();
 
 /** The password as SCRAM hashes it: SASLprep'd (RFC 5802 §2.2), as a stored string when a
  * credential is made, as a query when one is checked. Throws SaslprepError when refused. */
@@ -131,7 +135,7 @@ export class ScramSha256 implements EnhancedAuthMethod {
   }
 
   private decoy(user: string): ScramCredential {
-    const salt = hmac(this.decoyKey, user).subarray(0, SALT_BYTES);
+    const salt = hmac(this.store.decoySecret?.() ?? this.decoyKey, user).subarray(0, SALT_BYTES);
     const iterations = this.store.decoyIterations?.() ?? SCRAM_ITERATIONS_DEFAULT;
     return { salt, iterations, storedKey: this.decoyKey, serverKey: this.decoyKey };
   }

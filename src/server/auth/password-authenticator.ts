@@ -2,6 +2,7 @@
 // decided by --allow-anonymous and failed attempts throttled per address and username. It is also
 // the credential store of SCRAM-SHA-256 enhanced authentication: the file's SCRAM lines, re-read
 // with the rest of the file.
+import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { CONFIG_ERROR, ConfigError } from '../../errors.js';
@@ -31,6 +32,13 @@ export function readPasswordFile(path: string): Map<string, PasswordHash> {
   return r.users;
 }
 
+/** The key of unknown users' made-up SCRAM salts: a hash over every user's stored credential. */
+function decoySecretOf(users: ReadonlyMap<string, PasswordHash>): Buffer {
+  const h = createHash('sha256').update('raftmq scram decoy salt\0');
+  for (const user of [...users.keys()].sort()) h.update(`${user}\0${JSON.stringify(users.get(user))}\0`);
+  return h.digest();
+}
+
 export interface AuthCounters {
   /** A counted event, e.g. 'auth-failed', 'auth-throttled'. */
   event(kind: string, fields?: Record<string, unknown>): void;
@@ -40,6 +48,7 @@ export class PasswordFileAuthenticator implements Authenticator, ScramCredential
   readonly throttle = new AuthThrottle();
   private users: Map<string, PasswordHash>;
   private iterations: number;
+  private secret: Buffer;
   readonly loginThrottle: LoginThrottle = {
     blocked: (address, user) => {
       const ms = this.throttle.blockedFor(address, user, this.monotonicMs());
@@ -62,6 +71,7 @@ export class PasswordFileAuthenticator implements Authenticator, ScramCredential
   ) {
     this.users = readPasswordFile(path);
     this.iterations = scramIterations(this.users);
+    this.secret = decoySecretOf(this.users);
   }
 
   get userCount(): number {
@@ -80,10 +90,18 @@ export class PasswordFileAuthenticator implements Authenticator, ScramCredential
     return this.iterations;
   }
 
+  /** Derived from the file's credentials: the same on every node given the same file, and as
+   * secret as the hashes it is made of. */
+  decoySecret(): Uint8Array {
+    return this.secret;
+  }
+
   /** Re-reads the file (SIGHUP); on a problem the old users stay and the error is thrown. */
   reload(): void {
-    this.users = readPasswordFile(this.path);
-    this.iterations = scramIterations(this.users);
+    const users = readPasswordFile(this.path);
+    this.users = users;
+    this.iterations = scramIterations(users);
+    this.secret = decoySecretOf(users);
   }
 
   authenticate(connect: ConnectPacket, remoteAddress: string, transport?: Transport): AuthResult | Promise<AuthResult> {

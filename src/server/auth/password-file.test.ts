@@ -81,6 +81,23 @@ describe('password file', { timeout: 30_000 }, () => {
     assert.equal(await verifyPassword(utf8('Builder'), h), false);
   });
 
+  it('shows an unknown SCRAM user the same salt on every node given the same file, another with other credentials', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'raftmq-pw-'));
+    const file = join(dir, 'pw');
+    writeFileSync(file, `user:${formatScram(scramCredential('pencil', undefined, 4096))}\n`);
+    const saltOn = (auth: PasswordFileAuthenticator): string => {
+      const method = new ScramSha256({ store: auth, nonce: () => 'n0nce' });
+      return Buffer.from(continued(method.start(utf8('n,,n=ghost,r=abc'))).data ?? []).toString('utf8').split(',')[1] as string;
+    };
+    // Two nodes of a cluster: two processes, two authenticators, one file.
+    const node1 = new PasswordFileAuthenticator(file, false, { event: () => {} });
+    const node2 = new PasswordFileAuthenticator(file, false, { event: () => {} });
+    assert.equal(saltOn(node1), saltOn(node2), 'a failover does not change what an unknown user sees');
+    writeFileSync(file, `user:${formatScram(scramCredential('other', undefined, 4096))}\n`);
+    node2.reload();
+    assert.notEqual(saltOn(node2), saltOn(node1), 'the key follows the credentials, which an attacker does not know');
+  });
+
   it('serves the file SCRAM lines to SCRAM-SHA-256: the RFC 7677 exchange verifies, a scrypt-only user fails at the proof', () => {
     const file = join(mkdtempSync(join(tmpdir(), 'raftmq-pw-')), 'pw');
     const cheap = hashPassword('builder', { ...SCRYPT_DEFAULT, N: 1024 });
