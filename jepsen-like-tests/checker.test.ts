@@ -1,10 +1,12 @@
 // The checkers find what they are for: a lost acknowledged publish, a QoS 2 duplicate, a lost
-// session, overlapping leases, a write beyond a lease; and stay quiet on a clean history, on QoS 1
-// duplicates, on publishes never acknowledged, and on a renewal reported after its lease ended.
+// session, overlapping leases, a write beyond a lease, a restarted node writing inside its killed
+// predecessor's lease; and stay quiet on a clean history, on QoS 1 duplicates, on publishes never
+// acknowledged, on a renewal reported after its lease ended, and on a successor serving after a
+// cleanly stopped leader's serve-end.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { type AuditRecord, checkAll, checkLeaseOverlap, checkWrites, leaseIntervals, parseAudit, type Violation } from './checker.js';
 import { makeSchedule } from './schedule.js';
+import { type AuditRecord, type AuditSource, checkAll, checkLeaseOverlap, checkWrites, leaseCut, leaseIntervals, parseAudit, type Violation } from './checker.js';
 import type { History } from './workload.js';
 
 function history(): History {
@@ -26,13 +28,16 @@ function history(): History {
 
 const lease = (node: number, mono: number, leaseEnd: number, term = 1): AuditRecord => ({ evt: 'lease', mono, leaseEnd, node, term });
 const write = (node: number, mono: number, leaseEnd: number | null): AuditRecord => ({ evt: 'puback', mono, leaseEnd, node, term: 1, clientId: 'c', pid: 1 });
+const serveEnd = (node: number, mono: number, leaseEnd: number): AuditRecord => ({ evt: 'serve-end', mono, leaseEnd, node, term: 1 });
 const kinds = (v: Violation[]) => v.map((x) => x.kind);
+const jsonl = (records: AuditRecord[]): string => records.map((r) => `${JSON.stringify(r)}\n`).join('');
+const source = (node: number, run: number, records: AuditRecord[], termMono: number | null = null): AuditSource => ({ node, run, text: jsonl(records), termMono });
 
 describe('jepsen checkers', { timeout: 10_000 }, () => {
   it('pass a clean history with QoS 1 duplicates and an unacknowledged publish never delivered', () => {
     const h = history();
     h.receipts.push({ client: 's1', payload: 'p1:1', qos: 1, dup: true, mono: 140 });
-    const r = checkAll(h, new Map([[1, `${JSON.stringify(lease(1, 0, 1000))}\n${JSON.stringify(write(1, 5, 1000))}\n`]]));
+    const r = checkAll(h, [source(1, 0, [lease(1, 0, 1000), write(1, 5, 1000)])]);
     assert.deepEqual(r.violations, []);
     assert.equal(r.counts.qos1Duplicates, 1);
     assert.equal(r.counts.expectedDeliveries, 2);
@@ -43,7 +48,7 @@ describe('jepsen checkers', { timeout: 10_000 }, () => {
     const h = history();
     h.receipts.splice(0, 1);
     h.receipts.push({ client: 's1', payload: 'p2:1', qos: 2, dup: true, mono: 150 });
-    const r = checkAll(h, new Map());
+    const r = checkAll(h, []);
     assert.deepEqual(kinds(r.violations).sort(), ['lost', 'qos2-duplicate']);
     assert.equal(r.counts.lost, 1);
   });
@@ -51,7 +56,7 @@ describe('jepsen checkers', { timeout: 10_000 }, () => {
   it('report a persistent session that comes back without session present', () => {
     const h = history();
     h.connacks.push({ client: 's1', node: 2, mono: 200, sessionPresent: false });
-    assert.deepEqual(kinds(checkAll(h, new Map()).violations), ['session-lost']);
+    assert.deepEqual(kinds(checkAll(h, []).violations), ['session-lost']);
   });
 
   it('report leases of two nodes that intersect, and not leases that follow each other', () => {
@@ -83,6 +88,30 @@ describe('jepsen checkers', { timeout: 10_000 }, () => {
     assert.equal(r.unparsable, 1);
   });
 
+  it('report a restarted node that writes inside the lease of its killed predecessor, and not one that waits it out', () => {
+    // Node 2's first process led and was killed with its lease running to 500; node 2 run 1 is the
+    // process started again. Elections wait out a dead leader's lease like a live one's.
+    const killed = source(2, 0, [lease(2, 0, 500), write(2, 10, 500)]);
+    const early = checkAll(history(), [killed, source(2, 1, [lease(2, 400, 900), write(2, 450, 900)])]);
+    assert.deepEqual(kinds(early.violations).sort(), ['lease-overlap', 'write-outside-lease']);
+    const late = checkAll(history(), [killed, source(2, 1, [lease(2, 600, 900), write(2, 650, 900)])]);
+    assert.deepEqual(late.violations, []);
+    assert.deepEqual(Object.keys(late.audit).sort(), ['2.0', '2.1']);
+  });
+
+  it('cut a cleanly stopped leader\'s lease at its serve-end, so only a successor serving before it is reported', () => {
+    // SIGTERM at 100: node 1 ends serving at 105, then hands over, giving up a lease that ran to 400.
+    const stopped = [lease(1, 0, 300), serveEnd(1, 105, 300), lease(1, 120, 400)];
+    assert.equal(leaseCut(stopped, 100), 105);
+    assert.equal(leaseCut([lease(1, 0, 300)], 100), 100, 'not serving: cut at the SIGTERM');
+    assert.equal(leaseCut(stopped, null), null, 'killed or never stopped: not cut');
+    const after = checkAll(history(), [source(1, 0, stopped, 100), source(2, 0, [lease(2, 110, 600), write(2, 115, 600)])]);
+    assert.deepEqual(after.violations, []);
+    const before = checkAll(history(), [source(1, 0, stopped, 100), source(2, 0, [lease(2, 90, 600), write(2, 95, 600)])]);
+    assert.deepEqual(kinds(before.violations).sort(), ['lease-overlap', 'write-outside-lease']);
+    const killed = checkAll(history(), [source(1, 0, stopped, null), source(2, 0, [lease(2, 110, 600), write(2, 115, 600)])]);
+    assert.ok(kinds(killed.violations).includes('lease-overlap'), 'a lease that was not given up stands to its end');
+  });
   it('make the same schedule from the same seed, each class once with kill last when asked', () => {
     const o = { seed: 7, durationMs: 60_000, classes: ['kill', 'pause', 'partition', 'oneway', 'delay', 'drop'] as const, electionTimeoutMs: 500, eachOnce: true };
     const a = makeSchedule({ ...o, classes: [...o.classes] });

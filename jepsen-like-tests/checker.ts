@@ -4,13 +4,22 @@
 //              (queues are sized so admission never drops); a persistent session that comes back
 //              without session present is reported too, since its queue is gone;
 //   qos2       no subscriber gets a QoS 2 message twice; QoS 1 duplicates are counted (allowed);
-//   serving    lease intervals [renewal mono, leaseEnd] of different nodes never intersect, and no
-//              ack or delivery write happens outside the writer's lease or inside another node's.
-// Times are host-monotonic ms (src/cluster/audit-log.ts), the same clock in every process.
+//   serving    lease intervals [renewal mono, leaseEnd] of different processes never intersect, and
+//              no ack or delivery write happens outside the writer's lease or inside another
+//              process's.
+// Times are host-monotonic ms (src/cluster/audit-log.ts), the same clock in every process, so the
+// records of a node's successive processes (one audit file each) compare with each other and with
+// the other nodes'. A process is (node, run): a node id restarted after a kill is a new process
+// whose writes must not fall inside its dead predecessor's lease, which elections wait out like any
+// other. The one lease that ends early is a clean stop's: on SIGTERM a node stops serving, then gives
+// its lease up before it hands leadership over (DESIGN.md "Leases and votes", "State file"), so a
+// stopped process's lease intervals are cut at its serve-end (at the SIGTERM when it was not serving).
 import type { History } from './workload.js';
 
 export interface AuditRecord {
   evt: string;
+  /** Set by the checker: which process of the node wrote it (0 first, +1 per restart). */
+  run?: number;
   mono: number;
   term?: number;
   leaseEnd?: number | null;
@@ -26,10 +35,21 @@ export type Violation =
   | { kind: 'session-lost'; client: string; node: number; mono: number }
   | { kind: 'lease-overlap'; a: LeaseInterval; b: LeaseInterval }
   | { kind: 'write-outside-lease'; record: AuditRecord; why: string }
-  | { kind: 'audit-incomplete'; node: number; dropped: number };
+  | { kind: 'audit-incomplete'; node: number; run: number; dropped: number };
+
+/** One process's audit file. */
+export interface AuditSource {
+  node: number;
+  /** 0 for the node's first process, +1 per restart. */
+  run: number;
+  text: string;
+  /** Host-monotonic ms at which the harness sent this process SIGTERM; null if it never did. */
+  termMono: number | null;
+}
 
 export interface LeaseInterval {
   node: number;
+  run: number;
   term: number;
   start: number;
   end: number;
@@ -42,6 +62,13 @@ export interface AuditSummary {
   emptyRenewals: number;
   writes: number;
   unparsable: number;
+}
+
+/** Audit summaries are keyed `node.run`. */
+export type ProcessKey = `${number}.${number}`;
+
+export function processKey(node: number, run: number): ProcessKey {
+  return `${node}.${run}`;
 }
 
 export interface CheckResult {
@@ -64,7 +91,7 @@ export interface CheckResult {
     /** Receipts of payloads never acknowledged to the publisher (allowed: ack lost in a fault). */
     deliveredUnacknowledged: number;
   };
-  audit: Record<number, AuditSummary>;
+  audit: Record<ProcessKey, AuditSummary>;
 }
 
 /** Violations listed in full beyond which only counts are kept. */
@@ -153,41 +180,44 @@ export function checkHistory(h: History, out: Violation[]): CheckResult['counts'
   };
 }
 
-/** Lease intervals of every node, non-empty only. */
-export function leaseIntervals(records: readonly AuditRecord[]): LeaseInterval[] {
+/** Lease intervals of one process, non-empty only, each cut at `cutMono` if given. */
+export function leaseIntervals(records: readonly AuditRecord[], cutMono: number | null = null): LeaseInterval[] {
   const out: LeaseInterval[] = [];
   for (const r of records) {
     if (r.evt !== 'lease' || typeof r.leaseEnd !== 'number') continue;
-    if (r.leaseEnd <= r.mono) continue;
-    out.push({ node: r.node, term: r.term ?? 0, start: r.mono, end: r.leaseEnd });
+    const end = cutMono === null ? r.leaseEnd : Math.min(r.leaseEnd, cutMono);
+    if (end <= r.mono) continue;
+    out.push({ node: r.node, run: r.run ?? 0, term: r.term ?? 0, start: r.mono, end });
   }
   return out;
 }
 
-/** Sweep by start: an interval that starts before another node's latest end intersects it. */
+/** Where a cleanly stopped process gave its lease up: its first serve-end at or after the SIGTERM,
+ * else the SIGTERM itself (it was not serving); null for a process never sent SIGTERM. */
+export function leaseCut(records: readonly AuditRecord[], termMono: number | null): number | null {
+  if (termMono === null) return null;
+  const end = records.find((r) => r.evt === 'serve-end' && r.mono >= termMono);
+  return end === undefined ? termMono : end.mono;
+}
+
+const sameProcess = (a: { node: number; run?: number }, b: { node: number; run?: number }): boolean => a.node === b.node && (a.run ?? 0) === (b.run ?? 0);
+
+/** Sweep by start: an interval that starts before another process's latest end intersects it. */
 export function checkLeaseOverlap(intervals: readonly LeaseInterval[], out: Violation[]): void {
   const sorted = [...intervals].sort((a, b) => a.start - b.start);
-  const latest = new Map<number, LeaseInterval>();
+  const latest = new Map<ProcessKey, LeaseInterval>();
   for (const iv of sorted) {
-    for (const [node, other] of latest) {
-      if (node !== iv.node && other.end > iv.start) out.push({ kind: 'lease-overlap', a: other, b: iv });
+    for (const other of latest.values()) {
+      if (!sameProcess(other, iv) && other.end > iv.start) out.push({ kind: 'lease-overlap', a: other, b: iv });
     }
-    const mine = latest.get(iv.node);
-    if (mine === undefined || iv.end > mine.end) latest.set(iv.node, iv);
+    const key = processKey(iv.node, iv.run);
+    const mine = latest.get(key);
+    if (mine === undefined || iv.end > mine.end) latest.set(key, iv);
   }
 }
 
-/** Each write within its own lease, and inside no other node's lease interval. */
+/** Each write of one process within its own lease, and inside no other process's lease interval. */
 export function checkWrites(records: readonly AuditRecord[], intervals: readonly LeaseInterval[], out: Violation[]): number {
-  const byNode = new Map<number, LeaseInterval[]>();
-  for (const iv of intervals) {
-    let l = byNode.get(iv.node);
-    if (l === undefined) {
-      l = [];
-      byNode.set(iv.node, l);
-    }
-    l.push(iv);
-  }
   let writes = 0;
   for (const r of records) {
     if (!WRITE_EVENTS.has(r.evt)) continue;
@@ -200,26 +230,26 @@ export function checkWrites(records: readonly AuditRecord[], intervals: readonly
       out.push({ kind: 'write-outside-lease', record: r, why: `${(r.mono - r.leaseEnd).toFixed(1)} ms after its lease ended` });
       continue;
     }
-    for (const [node, list] of byNode) {
-      if (node === r.node) continue;
-      const hit = list.find((iv) => iv.start <= r.mono && r.mono < iv.end);
-      if (hit !== undefined) out.push({ kind: 'write-outside-lease', record: r, why: `inside node ${node}'s lease (term ${hit.term})` });
-    }
+    const hit = intervals.find((iv) => !sameProcess(iv, r) && iv.start <= r.mono && r.mono < iv.end);
+    if (hit !== undefined) out.push({ kind: 'write-outside-lease', record: r, why: `inside node ${hit.node} run ${hit.run}'s lease (term ${hit.term})` });
   }
   return writes;
 }
 
-export function checkAll(h: History, audits: ReadonlyMap<number, string>): CheckResult {
+export function checkAll(h: History, audits: readonly AuditSource[]): CheckResult {
   const violations: Violation[] = [];
   const counts = checkHistory(h, violations);
-  const all: AuditRecord[] = [];
-  const audit: Record<number, AuditSummary> = {};
-  for (const [node, text] of audits) {
-    const { records, unparsable } = parseAudit(text);
-    for (const r of records) all.push(r);
+  const audit: Record<ProcessKey, AuditSummary> = {};
+  const parsed: AuditRecord[][] = [];
+  const intervals: LeaseInterval[] = [];
+  for (const src of audits) {
+    const { records, unparsable } = parseAudit(src.text);
+    for (const r of records) r.run = src.run;
+    parsed.push(records);
     const dropped = records.filter((r) => r.evt === 'audit-dropped').reduce((s, r) => s + (r.count ?? 0), 0);
-    if (dropped > 0) violations.push({ kind: 'audit-incomplete', node, dropped });
-    audit[node] = {
+    if (dropped > 0) violations.push({ kind: 'audit-incomplete', node: src.node, run: src.run, dropped });
+    for (const iv of leaseIntervals(records, leaseCut(records, src.termMono))) intervals.push(iv);
+    audit[processKey(src.node, src.run)] = {
       records: records.length,
       leaseRenewals: records.filter((r) => r.evt === 'lease').length,
       emptyRenewals: records.filter((r) => r.evt === 'lease' && typeof r.leaseEnd === 'number' && r.leaseEnd <= r.mono).length,
@@ -227,14 +257,11 @@ export function checkAll(h: History, audits: ReadonlyMap<number, string>): Check
       unparsable,
     };
   }
-  const intervals = leaseIntervals(all);
   checkLeaseOverlap(intervals, violations);
-  for (const [node] of audits) {
-    const v: Violation[] = [];
-    const s = audit[node];
-    if (s !== undefined) s.writes = checkWrites(all.filter((r) => r.node === node), intervals, v);
-    for (const x of v) violations.push(x);
-  }
+  audits.forEach((src, i) => {
+    const s = audit[processKey(src.node, src.run)]!;
+    s.writes = checkWrites(parsed[i]!, intervals, violations);
+  });
   return { violations: violations.slice(0, VIOLATIONS_LISTED_MAX), violationTotals: violationCounts(violations), counts, audit };
 }
 

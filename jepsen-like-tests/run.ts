@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Prng } from '../raft/core/prng.js';
 import { hostMonotonicMs } from '../src/cluster/audit-log.js';
-import { checkAll } from './checker.js';
+import { type AuditSource, checkAll } from './checker.js';
 import { JepsenCluster, livePids, type NodeProcess } from './cluster.js';
 import { type AppliedFault, type RunReport, writeReport } from './report.js';
 import { describeFault, type FaultClass, makeSchedule, parseClasses, type Window } from './schedule.js';
@@ -162,13 +162,15 @@ export async function runJepsen(o: RunOptions): Promise<RunReport> {
     await cluster.stop(STOP_TIMEOUT_MS);
   }
   failovers(applied, workload.history);
-  const audits = new Map<number, string>();
+  const audits: AuditSource[] = [];
   for (const n of cluster.nodes) {
+    let text = '';
     try {
-      audits.set(n.id, readFileSync(n.auditFile, 'utf8'));
+      text = readFileSync(n.auditFile, 'utf8');
     } catch {
-      audits.set(n.id, '');
+      // A process that died before opening its audit file wrote nothing.
     }
+    audits.push({ node: n.id, run: 0, text, termMono: null });
   }
   const result = checkAll(workload.history, audits);
   const report: RunReport = {
