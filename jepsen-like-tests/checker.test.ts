@@ -5,7 +5,6 @@
 // cleanly stopped leader's serve-end.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { makeSchedule } from './schedule.js';
 import { type AuditRecord, type AuditSource, checkAll, checkLeaseOverlap, checkWrites, leaseCut, leaseIntervals, parseAudit, type Violation } from './checker.js';
 import type { History } from './workload.js';
 
@@ -111,13 +110,5 @@ describe('jepsen checkers', { timeout: 10_000 }, () => {
     assert.deepEqual(kinds(before.violations).sort(), ['lease-overlap', 'write-outside-lease']);
     const killed = checkAll(history(), [source(1, 0, stopped, null), source(2, 0, [lease(2, 110, 600), write(2, 115, 600)])]);
     assert.ok(kinds(killed.violations).includes('lease-overlap'), 'a lease that was not given up stands to its end');
-  });
-  it('make the same schedule from the same seed, each class once with kill last when asked', () => {
-    const o = { seed: 7, durationMs: 60_000, classes: ['kill', 'pause', 'partition', 'oneway', 'delay', 'drop'] as const, electionTimeoutMs: 500, eachOnce: true };
-    const a = makeSchedule({ ...o, classes: [...o.classes] });
-    assert.deepEqual(a, makeSchedule({ ...o, classes: [...o.classes] }));
-    assert.deepEqual(a.map((w) => w.fault.kind).sort(), [...o.classes].sort());
-    assert.equal(a[a.length - 1]?.fault.kind, 'kill');
-    for (let i = 1; i < a.length; i++) assert.ok(a[i]!.atMs >= a[i - 1]!.atMs + a[i - 1]!.forMs);
   });
 });

@@ -7,6 +7,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { createWriteStream, type WriteStream } from 'node:fs';
 import { join } from 'node:path';
 import { Prng } from '../raft/core/prng.js';
+import { hostMonotonicMs } from '../src/cluster/audit-log.js';
 import { freePort, httpGet, LOOPBACK } from './net.js';
 import { Relay } from './relay.js';
 
@@ -23,38 +24,81 @@ export interface ClusterOptions {
   startTimeoutMs: number;
 }
 
-
-
 /** PIDs this process spawned and has not seen exit, for a last-resort SIGKILL when the run overruns. */
 export const livePids = new Set<number>();
 
 export type NodeState = 'running' | 'paused' | 'killed' | 'exited';
 
+/** How a process ended: SIGKILL by a fault (its memory is lost), SIGTERM (it wrote its state file,
+ * if it exited 0), or still running. */
+export type RunEnd = 'kill' | 'term' | null;
+
+/** One process of a node id, from spawn to exit. Each has its own audit file, so the checkers can
+ * tell the lease of an old process from a new one of the same node id. */
+export interface ProcessRun {
+  /** 0 for the first start of this node id, +1 per restart. */
+  index: number;
+  pid: number;
+  auditFile: string;
+  startMono: number;
+  /** When the harness sent the signal that ended it; null while running or for the final stop. */
+  signalMono: number | null;
+  end: RunEnd;
+  exitCode: number | null;
+}
+
+/** The /health fields the harness reads. */
+export interface HealthBody {
+  serving: boolean;
+  role: string;
+  redundant: boolean;
+  needsForceStart: boolean;
+  membership: string;
+}
+
 export class NodeProcess {
   readonly id: number;
-  readonly auditFile: string;
+  readonly runs: ProcessRun[] = [];
   healthPort = 0;
   /** MQTT port of the latest serving period; 0 before the first. */
   mqttPort = 0;
   paused = false;
-  killed = false;
   stderr = '';
-  private readonly proc: ChildProcess;
+  private proc: ChildProcess | null = null;
   private readonly logFile: WriteStream;
-  private readonly lineWaiters: { pred: (l: Record<string, unknown>) => boolean; resolve: (l: Record<string, unknown>) => void }[] = [];
+  private lineWaiters: { pred: (l: Record<string, unknown>) => boolean; resolve: (l: Record<string, unknown>) => void }[] = [];
 
-  constructor(id: number, cli: string, args: string[], dir: string) {
+  constructor(
+    id: number,
+    private readonly cli: string,
+    private readonly args: readonly string[],
+    private readonly dir: string,
+  ) {
     this.id = id;
-    this.auditFile = join(dir, `audit-${id}.jsonl`);
-    this.logFile = createWriteStream(join(dir, `node-${id}.log`));
-    this.proc = spawn(process.execPath, [cli, ...args, '--audit-log', this.auditFile], { stdio: ['ignore', 'pipe', 'pipe'] });
-    const pid = this.proc.pid;
-    if (pid !== undefined) {
-      livePids.add(pid);
-      this.proc.once('exit', () => livePids.delete(pid));
-    }
+    this.logFile = createWriteStream(join(dir, `node-${id}.log`), { flags: 'a' });
+  }
+
+  /** Spawns a process of this node id with the same flags (a new audit file) and waits until its
+   * health port answers. */
+  async start(timeoutMs: number): Promise<void> {
+    if (this.alive) throw new Error(`node ${this.id}: already running`);
+    const index = this.runs.length;
+    const auditFile = join(this.dir, `audit-${this.id}-${index}.jsonl`);
+    this.healthPort = 0;
+    this.mqttPort = 0;
+    this.paused = false;
+    this.lineWaiters = [];
+    const proc = spawn(process.execPath, [this.cli, ...this.args, '--audit-log', auditFile], { stdio: ['ignore', 'pipe', 'pipe'] });
+    this.proc = proc;
+    const run: ProcessRun = { index, pid: proc.pid ?? 0, auditFile, startMono: hostMonotonicMs(), signalMono: null, end: null, exitCode: null };
+    this.runs.push(run);
+    if (run.pid !== 0) livePids.add(run.pid);
+    proc.once('exit', (code) => {
+      livePids.delete(run.pid);
+      run.exitCode = code;
+    });
     let buf = '';
-    this.proc.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
+    proc.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
       this.logFile.write(chunk);
       buf += chunk;
       for (let nl = buf.indexOf('\n'); nl >= 0; nl = buf.indexOf('\n')) {
@@ -62,23 +106,27 @@ export class NodeProcess {
         buf = buf.slice(nl + 1);
       }
     });
-    this.proc.stderr?.setEncoding('utf8').on('data', (chunk: string) => {
+    proc.stderr?.setEncoding('utf8').on('data', (chunk: string) => {
       if (this.stderr.length < 64 * 1024) this.stderr += chunk;
     });
+    await this.waitForLine((l) => l.msg === 'health listening', timeoutMs);
   }
 
   get pid(): number {
-    return this.proc.pid ?? 0;
+    return this.proc?.pid ?? 0;
+  }
+
+  get run(): ProcessRun | undefined {
+    return this.runs[this.runs.length - 1];
   }
 
   get state(): NodeState {
-    if (this.killed) return 'killed';
-    if (this.proc.exitCode !== null || this.proc.signalCode !== null) return 'exited';
+    if (!this.alive) return this.run?.end === 'kill' ? 'killed' : 'exited';
     return this.paused ? 'paused' : 'running';
   }
 
   get alive(): boolean {
-    return this.proc.exitCode === null && this.proc.signalCode === null;
+    return this.proc !== null && this.proc.exitCode === null && this.proc.signalCode === null;
   }
 
   private onLine(text: string): void {
@@ -122,10 +170,50 @@ export class NodeProcess {
     }
   }
 
-  kill9(): void {
+  /** The /health body, or null while the node does not answer. */
+  async health(timeoutMs: number): Promise<HealthBody | null> {
+    if (!this.alive || this.paused || this.healthPort === 0) return null;
+    try {
+      return JSON.parse((await httpGet(this.healthPort, '/health', timeoutMs)).text) as HealthBody;
+    } catch {
+      return null;
+    }
+  }
+
+  /** Resolves with the exit code (null: ended by a signal) once the current process has exited, or
+   * rejects after timeoutMs. */
+  private exited(timeoutMs: number): Promise<number | null> {
+    const proc = this.proc;
+    if (proc === null || !this.alive) return Promise.resolve(proc?.exitCode ?? null);
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`node ${this.id}: pid ${proc.pid} still running after ${timeoutMs} ms`)), timeoutMs);
+      proc.once('exit', (code) => {
+        clearTimeout(timer);
+        resolve(code);
+      });
+    });
+  }
+
+  /** SIGKILL: the process loses its memory and writes no state file. */
+  async kill9(timeoutMs: number): Promise<void> {
     if (!this.alive) return;
-    this.killed = true;
+    const run = this.run!;
+    run.end = 'kill';
+    run.signalMono = hostMonotonicMs();
     process.kill(this.pid, 'SIGKILL');
+    await this.exited(timeoutMs);
+  }
+
+  /** SIGCONT then SIGTERM (the clean stop: serve-end, handover, state file); the exit code. */
+  async terminate(timeoutMs: number): Promise<number | null> {
+    if (!this.alive) return this.proc?.exitCode ?? null;
+    const run = this.run!;
+    const exited = this.exited(timeoutMs);
+    this.resume();
+    run.end = 'term';
+    run.signalMono = hostMonotonicMs();
+    process.kill(this.pid, 'SIGTERM');
+    return exited;
   }
 
   pause(): void {
@@ -140,12 +228,14 @@ export class NodeProcess {
     process.kill(this.pid, 'SIGCONT');
   }
 
-  /** SIGCONT, SIGTERM, then SIGKILL after `timeoutMs`; resolves once the process has exited. */
+  /** The final stop: SIGCONT, SIGTERM, then SIGKILL after `timeoutMs`; resolves once the process has
+   * exited and the log is closed. */
   async stop(timeoutMs: number): Promise<void> {
     if (this.alive) {
-      const exited = new Promise<void>((resolve) => this.proc.once('exit', () => resolve()));
-      process.kill(this.pid, 'SIGCONT');
-      this.paused = false;
+      const exited = this.exited(timeoutMs + 5_000).catch(() => null);
+      this.resume();
+      this.run!.end = 'term';
+      this.run!.signalMono = hostMonotonicMs();
       process.kill(this.pid, 'SIGTERM');
       const timer = setTimeout(() => {
         if (this.alive) process.kill(this.pid, 'SIGKILL');
@@ -210,7 +300,7 @@ export class JepsenCluster {
     });
     const cluster = new JepsenCluster(nodes, relays);
     try {
-      await Promise.all(nodes.map((n) => n.waitForLine((l) => l.msg === 'health listening', o.startTimeoutMs)));
+      await Promise.all(nodes.map((n) => n.start(o.startTimeoutMs)));
     } catch (err) {
       await cluster.stop(5_000);
       throw err;
@@ -237,6 +327,12 @@ export class JepsenCluster {
     const up = this.nodes.filter((n, i) => codes[i] === 200 && n.mqttPort !== 0);
     const downPorts = this.nodes.filter((n, i) => codes[i] !== 200 && n.mqttPort !== 0).map((n) => n.mqttPort);
     return { serving: up.length === 1 ? up[0]! : null, downPorts };
+  }
+
+  /** Whether a live node leads and says `redundant` on /health (only the leader knows). */
+  async redundant(timeoutMs: number): Promise<boolean> {
+    const bodies = await Promise.all(this.nodes.map((n) => n.health(timeoutMs)));
+    return bodies.some((b) => b !== null && b.role === 'leader' && b.redundant);
   }
 
   relay(from: number, to: number): Relay {

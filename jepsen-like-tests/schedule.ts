@@ -1,18 +1,27 @@
 // Fault schedules: a seed and a duration in, a list of fault windows out (pure, so a seed always
 // names the same schedule). Each window injects one fault at `atMs` (from the start of the workload)
 // and heals it `forMs` later; windows never overlap, and a quiet gap follows each so the cluster can
-// recover. Killed nodes cannot rejoin until raft parts 3/4 (amnesia, state files), so a run kills at
-// most one node, in its last window, and never restarts it.
+// recover. A kill is healed by starting the process again with the same flags (it comes back
+// amnesiac, DESIGN.md "Fresh, amnesiac, bootstrap"); a restart stops a node with SIGTERM and starts it
+// again from its state file. The model allows one memory loss at a time, the next only after /health
+// says `redundant` (DESIGN.md "What the cluster guarantees and how"): that wait depends on the
+// cluster, so the runner does it before each fault that stops a process, and shifts the rest of the
+// schedule by what it waited.
 import { Prng } from '../raft/core/prng.js';
 
-export const FAULT_CLASSES = ['kill', 'pause', 'partition', 'oneway', 'delay', 'drop'] as const;
+export const FAULT_CLASSES = ['kill', 'restart', 'restart-all', 'pause', 'partition', 'oneway', 'delay', 'drop'] as const;
 export type FaultClass = (typeof FAULT_CLASSES)[number];
 
 /** Whom a fault hits, resolved when it starts: the serving leader, or a node that does not serve. */
 export type Target = 'leader' | 'follower';
 
 export type Fault =
+  /** SIGKILL (memory lost), started again forMs later. */
   | { kind: 'kill'; target: Target }
+  /** SIGTERM, wait for exit 0, started again forMs later (resumes its state file). */
+  | { kind: 'restart'; target: Target }
+  /** SIGTERM to all three, wait for every exit 0, all started again forMs later. */
+  | { kind: 'restart-all' }
   /** SIGSTOP for forMs, then SIGCONT. */
   | { kind: 'pause'; target: Target }
   /** The target's links to and from both others are cut. */
@@ -26,7 +35,7 @@ export type Fault =
 
 export interface Window {
   atMs: number;
-  /** 0 for kill: it is never healed. */
+  /** How long the fault lasts; for kill and restarts, the time between exit and the new start. */
   forMs: number;
   fault: Fault;
 }
@@ -35,14 +44,25 @@ export interface ScheduleOptions {
   seed: number;
   durationMs: number;
   classes: readonly FaultClass[];
-  /** E: pause and partition lengths are drawn around it. */
+  /** E: fault lengths and gaps are drawn around it. */
   electionTimeoutMs: number;
-  /** Each class exactly once (in a seeded order, kill last) instead of drawn at random. */
-  eachOnce?: boolean;
+  /** Exactly these faults (a class listed twice runs twice), in a seeded order, instead of drawn at
+   * random from `classes`; every one must fit in durationMs or makeSchedule throws. */
+  plan?: readonly FaultClass[];
 }
 
 /** Quiet time before the first fault, so every subscriber is in and publishing has begun. */
-const LEAD_IN_MS = 3_000;
+export const LEAD_IN_MS = 3_000;
+
+/** The faults that stop a process: each may cost (or, while a node is out, risk) a memory loss,
+ * so each waits for `redundant`. */
+export function stopsProcesses(kind: FaultClass): boolean {
+  return kind === 'kill' || kind === 'restart' || kind === 'restart-all';
+}
+
+/** Room left at the end of the workload, in units of E, for the last fault to heal and the
+ * cluster to recover before publishing stops. */
+const TAIL_E = 4;
 
 export function parseClasses(text: string): FaultClass[] {
   const out: FaultClass[] = [];
@@ -61,7 +81,12 @@ function draw(kind: FaultClass, r: Prng, e: number): { fault: Fault; forMs: numb
   const target: Target = r.chance(0.7) ? 'leader' : 'follower';
   switch (kind) {
     case 'kill':
-      return { fault: { kind, target }, forMs: 0 };
+      // Down from one E (the survivors have barely noticed) to several (a replacement is under way).
+      return { fault: { kind, target }, forMs: r.range(e, 6 * e) };
+    case 'restart':
+      return { fault: { kind, target }, forMs: r.range(0, 2 * e) };
+    case 'restart-all':
+      return { fault: { kind }, forMs: r.range(0, 2 * e) };
     case 'pause':
       // From well inside the lease (nothing should happen) to several E (a failover).
       return { fault: { kind, target }, forMs: r.range(Math.floor(e / 5), 6 * e) };
@@ -79,30 +104,36 @@ function draw(kind: FaultClass, r: Prng, e: number): { fault: Fault; forMs: numb
   }
 }
 
+/** Quiet time after a window. A stop and start takes real time beyond forMs (the handover, the
+ * state file, a new election); the runner shifts the schedule by that, so the gap stays quiet. */
+function gap(r: Prng, e: number): number {
+  return r.range(3 * e, 8 * e);
+}
+
 export function makeSchedule(o: ScheduleOptions): Window[] {
   const r = new Prng(o.seed);
   const e = o.electionTimeoutMs;
-  const gap = (): number => r.range(4 * e, 10 * e);
-  const others = o.classes.filter((c) => c !== 'kill');
-  const kinds: FaultClass[] = [];
-  if (o.eachOnce === true) {
-    const pool = [...others];
-    while (pool.length > 0) kinds.push(pool.splice(r.int(pool.length), 1)[0]!);
-  }
+  const end = o.durationMs - TAIL_E * e;
   const out: Window[] = [];
   let t = LEAD_IN_MS;
-  // Leave room after the last window for the kill and for recovery before the workload ends.
-  const end = o.durationMs - 6 * e;
-  for (let i = 0; ; i++) {
-    const kind = o.eachOnce === true ? kinds[i] : others.length > 0 ? others[r.int(others.length)] : undefined;
-    if (kind === undefined) break;
-    const { fault, forMs } = draw(kind, r, e);
-    if (t + forMs + gap() > end) break;
-    out.push({ atMs: t, forMs, fault });
-    t += forMs + gap();
+  if (o.plan !== undefined) {
+    const pool = [...o.plan];
+    while (pool.length > 0) {
+      const kind = pool.splice(r.int(pool.length), 1)[0]!;
+      const { fault, forMs } = draw(kind, r, e);
+      out.push({ atMs: t, forMs, fault });
+      t += forMs + gap(r, e);
+    }
+    if (t > end) throw new Error(`a schedule of ${o.plan.length} faults needs ${Math.ceil((t + TAIL_E * e) / 1000)} s, not ${o.durationMs / 1000} s`);
+    return out;
   }
-  if (o.classes.includes('kill') && t < o.durationMs - 4 * e) {
-    out.push({ atMs: t, forMs: 0, fault: draw('kill', r, e).fault });
+  if (o.classes.length === 0) return out;
+  for (;;) {
+    const { fault, forMs } = draw(o.classes[r.int(o.classes.length)]!, r, e);
+    const next = t + forMs + gap(r, e);
+    if (next > end) break;
+    out.push({ atMs: t, forMs, fault });
+    t = next;
   }
   return out;
 }
@@ -110,10 +141,13 @@ export function makeSchedule(o: ScheduleOptions): Window[] {
 export function describeFault(f: Fault): string {
   switch (f.kind) {
     case 'kill':
+    case 'restart':
     case 'pause':
     case 'partition':
     case 'oneway':
       return `${f.kind} ${f.target}`;
+    case 'restart-all':
+      return f.kind;
     case 'delay':
       return `delay ${f.target} ${f.delayMs} ms`;
     case 'drop':

@@ -19,7 +19,7 @@ describe('jepsen-like schedule', { timeout: 240_000 }, () => {
       faults: [...FAULT_CLASSES],
       electionTimeoutMs: 500,
       dir,
-      eachOnce: true,
+      plan: [...FAULT_CLASSES],
       log: (l) => console.log(`jepsen: ${l}`),
     });
     assert.deepEqual(
