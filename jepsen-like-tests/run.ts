@@ -251,7 +251,7 @@ async function runSchedule(ctx: FaultContext, schedule: readonly Window[], durat
       continue;
     }
     applied.push(f);
-    const waited = waitedMs === null ? '' : ` (redundant after ${Math.round(waitedMs)} ms)`;
+    const waited = waitedMs === null ? '' : ` (waited ${Math.round(waitedMs)} ms for redundant)`;
     ctx.log(`${label(w)}${node === null ? '' : ` → node ${node.id}${serving ? ' (serving)' : ''}`} for ${w.forMs} ms${waited}`);
     await apply(ctx, f, node);
     shift = Math.max(shift, performance.now() - t0 - w.atMs - w.forMs);
