@@ -15,6 +15,9 @@ export interface AppliedFault {
   /** Fault start → the first CONNACK from another node, when the serving node was hit (from any
    * node after restart-all). */
   failoverMs: number | null;
+  /** How much later than `window.atMs` the fault began: earlier waits for `redundant`, and stops
+   * and starts that took longer than their window. */
+  lateMs: number;
   /** For faults that stop a process: how long the runner waited for `redundant` before it. */
   waitedMs: number | null;
   /** For kill and restarts: spawn of the new process(es) → the leader's /health `redundant`; null
@@ -60,15 +63,15 @@ function markdown(r: RunReport): string {
     lines.push(`Fixed fault list (runJepsen's plan): ${r.plan.join(', ')}.`, '');
   }
   lines.push(
-    'Times: "waited" for `redundant` before a fault that stops a process; "redundant" from the new process(es) spawned to the leader\'s `redundant`; "failover" from the fault to the first CONNACK on another node.',
+    'Times: "late", how much later than planned the fault began (earlier waits and restarts shift the schedule); "waited" for `redundant` before a fault that stops a process; "redundant" from the new process(es) spawned to the leader\'s `redundant`; "failover" from the fault to the first CONNACK on another node.',
     '',
-    '| at (s) | fault | node | was serving | for (ms) | waited (ms) | exit codes | redundant (ms) | failover (ms) |',
-    '|---|---|---|---|---|---|---|---|---|',
+    '| at (s) | late (ms) | fault | node | was serving | for (ms) | waited (ms) | exit codes | redundant (ms) | failover (ms) |',
+    '|---|---|---|---|---|---|---|---|---|---|',
   );
   const ms = (x: number | null): string => (x === null ? '-' : String(Math.round(x)));
   for (const f of r.schedule) {
     lines.push(
-      `| ${(f.window.atMs / 1000).toFixed(1)} | ${describeFault(f.window.fault)} | ${f.node || '-'} | ${f.wasServing ? 'yes' : 'no'} | ${f.window.forMs} | ${ms(f.waitedMs)} | ${f.exitCodes.join(', ') || '-'} | ${ms(f.redundantMs)} | ${ms(f.failoverMs)} |`,
+      `| ${(f.window.atMs / 1000).toFixed(1)} | ${Math.round(f.lateMs)} | ${describeFault(f.window.fault)} | ${f.node || '-'} | ${f.wasServing ? 'yes' : 'no'} | ${f.window.forMs} | ${ms(f.waitedMs)} | ${f.exitCodes.join(', ') || '-'} | ${ms(f.redundantMs)} | ${ms(f.failoverMs)} |`,
     );
   }
   lines.push('', '## Counts', '', '| | |', '|---|---|');

@@ -233,12 +233,14 @@ async function runSchedule(ctx: FaultContext, schedule: readonly Window[], durat
       }
     }
     shift = Math.max(shift, performance.now() - t0 - w.atMs);
+    const lateMs = performance.now() - t0 - w.atMs;
     const target = w.fault.kind === 'restart-all' ? null : w.fault.target;
     const { node, serving } = target === null ? { node: null, serving: true } : await pickTarget(ctx.cluster, target, r);
     const f: AppliedFault = {
       window: w,
       node: node?.id ?? 0,
       wasServing: serving,
+      lateMs,
       startMono: hostMonotonicMs(),
       healMono: null,
       failoverMs: null,
