@@ -1,8 +1,10 @@
 // Three raftmq processes with a relay on every directed peer link. Peer ports are picked up front
 // (bind port 0, close: a small race with other programs on the host); MQTT and health ports are 0
 // and read back from each node's log. Node i listens for peers on L_i; its --cluster-peers names
-// every other node j by the relay i→j, which forwards to L_j. Every signal goes to a PID this module
-// spawned; every wait is bounded.
+// every other node j by the relay i→j, which forwards to L_j. A node id may be started again with the
+// same flags after a kill or a SIGTERM (its ports come back from its new log; L_i and the state file
+// stay), each process with its own audit file. Every signal goes to a PID this module spawned; every
+// wait is bounded.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { createWriteStream, type WriteStream } from 'node:fs';
 import { join } from 'node:path';
