@@ -232,8 +232,8 @@ async function runSchedule(ctx: FaultContext, schedule: readonly Window[], durat
         continue;
       }
     }
-    shift = Math.max(shift, performance.now() - t0 - w.atMs);
     const lateMs = performance.now() - t0 - w.atMs;
+    shift = Math.max(shift, lateMs);
     const target = w.fault.kind === 'restart-all' ? null : w.fault.target;
     const { node, serving } = target === null ? { node: null, serving: true } : await pickTarget(ctx.cluster, target, r);
     const f: AppliedFault = {
