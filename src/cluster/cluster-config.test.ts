@@ -45,6 +45,9 @@ describe('cluster settings', { timeout: 10_000 }, () => {
     assert.equal(forced?.forceStart, true);
     assert.equal(forced?.forceStartTimeoutMs, 30_000);
     assert.equal(forced?.maxClockOffsetMs, 250);
+    assert.equal(plain?.handoverTimeoutMs, 1000, 'a stopping leader waits 2E for its handover');
+    const short = clusterSettings(configOf([...base, '--shutdown-timeout-ms', '600']));
+    assert.equal(short?.handoverTimeoutMs, 300, 'but at most half the shutdown timeout, so the state file is written in time');
     refusal(['--cluster-force-start'], CONFIG_ERROR.MISSING_VALUE, /--cluster-force-start needs --cluster-node/);
     refusal([...base, '--cluster-force-start-timeout-s', '0'], CONFIG_ERROR.BAD_VALUE, /--cluster-force-start-timeout-s/);
   });

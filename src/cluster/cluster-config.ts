@@ -24,6 +24,9 @@ export interface ClusterSettings {
   forceStart: boolean;
   forceStartTimeoutMs: number;
   maxClockOffsetMs: number;
+  /** How long a stopping leader waits for its handover: 2E, but at most half of
+   * --shutdown-timeout-ms, so the state file is written before the stop times out. */
+  handoverTimeoutMs: number;
   /** --audit-log; undefined: off. */
   auditLog: string | undefined;
   /** The password and ACL files, whose bytes go into this node's configuration hash. */
@@ -65,6 +68,7 @@ export function clusterSettings(config: Config): ClusterSettings | null {
     forceStart: config['cluster-force-start'],
     forceStartTimeoutMs: config['cluster-force-start-timeout-s'] * 1000,
     maxClockOffsetMs: config['cluster-max-clock-offset-ms'],
+    handoverTimeoutMs: Math.min(2 * config['cluster-election-timeout-ms'], Math.floor(config['shutdown-timeout-ms'] / 2)),
     auditLog: config['audit-log'] === '' ? undefined : config['audit-log'],
     configFiles: [config['password-file'], config['acl-file']].filter((f) => f !== ''),
   };

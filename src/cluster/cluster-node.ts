@@ -52,6 +52,7 @@ export async function startClusterNode(
     forceStart: cs.forceStart,
     forceStartTimeoutMs: cs.forceStartTimeoutMs,
     maxClockOffsetMs: cs.maxClockOffsetMs,
+    handoverTimeoutMs: cs.handoverTimeoutMs,
     onForceStartFailed: (err) => onExit(EXIT_FORCE_START_FAILED, err),
   });
   let audit: AuditLog | null = null;

@@ -163,6 +163,8 @@ export interface TcpClusterOptions {
   forceStart?: boolean;
   forceStartTimeoutMs?: number;
   maxClockOffsetMs?: number;
+  /** Default 2E. */
+  handoverTimeoutMs?: number;
   /** The force-start was refused or timed out; raft has stopped and the process must exit. */
   onForceStartFailed?: (err: DriverError) => void;
 }
@@ -249,7 +251,7 @@ export class RaftLog implements BrokerLog, LeaseView {
       check: o.check,
       ...(o.configHashOf === undefined ? {} : { configHashOf: o.configHashOf }),
       pollIntervalMs: Math.max(1, Math.floor(o.electionTimeoutMs / 10)),
-      handoverTimeoutMs: 2 * o.electionTimeoutMs,
+      handoverTimeoutMs: o.handoverTimeoutMs ?? 2 * o.electionTimeoutMs,
       peerConnected: (peer) => transport?.stats().peers.find((p) => p.nodeId === peer)?.connected ?? false,
       driver: (hooks) =>
         new RaftDriver({
