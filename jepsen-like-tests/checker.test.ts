@@ -111,4 +111,14 @@ describe('jepsen checkers', { timeout: 10_000 }, () => {
     const killed = checkAll(history(), [source(1, 0, stopped, null), source(2, 0, [lease(2, 110, 600), write(2, 115, 600)])]);
     assert.ok(kinds(killed.violations).includes('lease-overlap'), 'a lease that was not given up stands to its end');
   });
+
+  it('cut a stopped leader\'s lease where it recorded giving it up at the handover, later than its serve-end', () => {
+    const released: AuditRecord = { evt: 'lease-released', mono: 130, leaseEnd: null, node: 1, term: 1 };
+    const stopped = [lease(1, 0, 300), serveEnd(1, 105, 300), lease(1, 120, 400), released];
+    assert.equal(leaseCut(stopped, 100), 130);
+    const successorAfter = checkAll(history(), [source(1, 0, stopped, 100), source(2, 0, [lease(2, 140, 600), write(2, 145, 600)])]);
+    assert.deepEqual(successorAfter.violations, []);
+    const successorInside = checkAll(history(), [source(1, 0, stopped, 100), source(2, 0, [lease(2, 110, 600), write(2, 115, 600)])]);
+    assert.ok(kinds(successorInside.violations).includes('lease-overlap'), 'a successor leased before the release is reported');
+  });
 });

@@ -192,10 +192,14 @@ export function leaseIntervals(records: readonly AuditRecord[], cutMono: number 
   return out;
 }
 
-/** Where a cleanly stopped process gave its lease up: its first serve-end at or after the SIGTERM,
- * else the SIGTERM itself (it was not serving); null for a process never sent SIGTERM. */
+/** Where a cleanly stopped process gave its lease up: its `lease-released` record (written when it
+ * hands leadership over), else its first serve-end at or after the SIGTERM, else the SIGTERM itself
+ * (it was not serving); null for a process never sent SIGTERM. */
 export function leaseCut(records: readonly AuditRecord[], termMono: number | null): number | null {
   if (termMono === null) return null;
+  // The process recorded where it gave its lease up (a handover): exact.
+  const released = records.find((r) => r.evt === 'lease-released' && r.mono >= termMono);
+  if (released !== undefined) return released.mono;
   const end = records.find((r) => r.evt === 'serve-end' && r.mono >= termMono);
   return end === undefined ? termMono : end.mono;
 }

@@ -54,12 +54,15 @@ describe('audit log', { timeout: 10_000 }, () => {
     assert.equal(r[3]?.qos, 2);
   });
 
-  it('puts leaseEnd null on records made without a lease', async () => {
+  it('puts leaseEnd null on records made without a lease, such as the lease given up at a handover', async () => {
     const file = join(dir, `a${++seq}.jsonl`);
     const audit = new AuditLog({ file, node: 1, lease: leaseFor(3, 0) });
     audit.packet({ type: 'suback', pid: 1, codes: [1] }, 'c');
+    audit.leaseReleased();
     await audit.close();
-    assert.equal(records(file)[0]?.leaseEnd, null);
+    const r = records(file);
+    assert.equal(r[0]?.leaseEnd, null);
+    assert.deepEqual([r[1]?.evt, r[1]?.term, r[1]?.leaseEnd], ['lease-released', 3, null]);
   });
 
   it('drops records beyond its buffer, counts them, and says so in the stream', async () => {

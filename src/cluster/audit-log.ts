@@ -92,6 +92,12 @@ export class AuditLog implements AuditSink {
     this.push(`{"evt":"lease","mono":${hostMonotonicMs()},"term":${term},"leaseEnd":${perfToHost(leaseEnd)},"node":${this.opts.node}}`);
   }
 
+  /** A leader handing over gave its lease up before TimeoutNow (thesis §3.10): no write of this
+   * process is covered by a lease from here until a later renewal. */
+  leaseReleased(): void {
+    this.record('lease-released', '');
+  }
+
   /** Serving began (period > 0) or ended (period 0). */
   serving(period: number): void {
     this.record(period === 0 ? 'serve-end' : 'serve-start', `,"period":${period}`);

@@ -465,6 +465,7 @@ export class RaftLog implements BrokerLog, LeaseView {
       this.opts.logger.warn({ node: this.node, to, err: err.message }, 'leadership handover not started');
       return;
     }
+    this.audit?.leaseReleased();
     const limit = this.opts.handoverTimeoutMs ?? 0;
     const started = performance.now();
     while (d.currentRole === 'leader' && performance.now() - started < limit) {
