@@ -6,6 +6,7 @@ import { Broker } from '../broker/broker.js';
 import type { AclRule, Command, ConnId, Effect, Entry, Message, OutPacket, ProtocolLevel, Settings } from '../broker/commands.js';
 import type { AuditSink } from '../cluster/audit-log.js';
 import type { BrokerLog, LogListener } from '../log/broker-log.js';
+import { Fifo } from '../broker/fifo.js';
 import { LocalLog } from '../log/local-log.js';
 import { encode } from '../protocol/encoder.js';
 import { RC } from '../protocol/reason-codes.js';
@@ -69,6 +70,13 @@ const STOP_GRACE_MS = 1_000;
 const TIMER_MAX_MS = 0x7fffffff;
 /** Back-off when the state reports a deadline it should already have processed. */
 const STALE_DEADLINE_RETRY_MS = 1_000;
+/** Sockets ended after their peer's FIN in one event-loop turn. Ending and closing one costs
+ * about 30–40 µs (Node's stream teardown, the close() system call, the disconnect proposal and
+ * its apply), so 64 keep a turn near 2 ms however many clients leave at once (DESIGN.md
+ * "Performance principles": no turn beyond E/10). Measured with bench/disconnect-storm.ts, 10,000
+ * clients: event-loop delay max 20–65 ms at 64 per turn, 43–175 ms at 256, 120–490 ms with every
+ * socket closed in the poll phase that read its FIN. */
+export const PEER_ENDS_PER_TURN_MAX = 64;
 
 /** The Settings that apply() consults, from the node's options. */
 export function settingsFrom(o: NodeOptions): Settings {
@@ -169,6 +177,10 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
    * first pick). */
   private readonly boundPorts: number[];
   private dirty: Connection[] = [];
+  /** Connections whose peer sent FIN, ended PEER_ENDS_PER_TURN_MAX per turn in arrival order. */
+  private readonly peerEnds = new Fifo<Connection>();
+  private peerEndsScheduled = false;
+  private readonly peerEndsBound = (): void => this.endPeers();
   private flushScheduled = false;
   private readonly flushBound = (): void => this.flushAll();
   /** The last QoS 0 PUBLISH encoded per protocol level, shared by the rest of its fan-out; cleared
@@ -480,6 +492,31 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
       this.flushScheduled = true;
       setImmediate(this.flushBound);
     }
+  }
+
+  peerEnded(c: Connection): void {
+    this.peerEnds.push(c);
+    this.schedulePeerEnds();
+  }
+
+  private schedulePeerEnds(): void {
+    if (this.peerEndsScheduled) return;
+    this.peerEndsScheduled = true;
+    setImmediate(this.peerEndsBound);
+  }
+
+  private endPeers(): void {
+    this.peerEndsScheduled = false;
+    for (let n = 0; n < PEER_ENDS_PER_TURN_MAX; n++) {
+      const c = this.peerEnds.shift();
+      if (c === undefined) return;
+      try {
+        c.endAfterPeer();
+      } catch (err) {
+        c.internalError(err);
+      }
+    }
+    if (this.peerEnds.length > 0) this.schedulePeerEnds();
   }
 
   closed(c: Connection): void {

@@ -57,6 +57,9 @@ export interface ConnectionHost {
   routeQos0(from: ConnId, msg: Message): void;
   /** The connection has buffered output; the host flushes it once this turn. */
   markDirty(c: Connection): void;
+  /** The peer ended its side of the socket (TCP FIN); the host calls `endAfterPeer()` in a later
+   * turn, a bounded number per turn. */
+  peerEnded(c: Connection): void;
   /** The socket has closed; the host forgets the connection. */
   closed(c: Connection): void;
   /** Encodes a PUBLISH, sharing the bytes across one fan-out where they are identical. */
@@ -177,6 +180,7 @@ export class Connection implements WheelMember {
     socket.on('error', socketError);
     socket.on('close', socketClose);
     socket.on('drain', socketDrain);
+    socket.on('end', socketEnd);
     this.lastRxMs = performance.now();
     this.armTimer(l.connectTimeoutMs);
     if (host.readsPaused) socket.pause();
@@ -1026,6 +1030,23 @@ export class Connection implements WheelMember {
     this.socket.destroy();
   }
 
+  /** The socket's 'end', through the shared listener: the client closed the network connection.
+   * A plain TCP listener allows half-open sockets, so Node does not end and close this socket in
+   * the same poll phase as its FIN: when thousands of clients leave at once, libuv delivers every
+   * FIN in one poll phase, and closing them all there stalled the event loop for hundreds of ms. */
+  onPeerEnd(): void {
+    this.host.peerEnded(this);
+  }
+
+  /** Ends the socket after the peer's FIN, in a turn the host chose: what was already decided for
+   * this client goes out first, then the socket closes and 'close' proposes the disconnect. */
+  endAfterPeer(): void {
+    if (this.socket.destroyed) return;
+    this.flush();
+    if (this.socket.writableLength === 0) this.socket.destroy();
+    else this.socket.end();
+  }
+
   /** The socket's 'close', through the shared listener. */
   onSocketClose(): void {
     this.clearTimer();
@@ -1057,6 +1078,10 @@ function socketError(this: OwnedStream, err: Error): void {
 
 function socketClose(this: OwnedStream): void {
   this[OWNER]?.onSocketClose();
+}
+
+function socketEnd(this: OwnedStream): void {
+  this[OWNER]?.onPeerEnd();
 }
 
 function socketDrain(this: OwnedStream): void {

@@ -8,6 +8,9 @@ export interface ByteStream {
   on(event: 'data', listener: (chunk: Buffer) => void): unknown;
   on(event: 'error', listener: (err: Error) => void): unknown;
   on(event: 'close', listener: () => void): unknown;
+  /** The peer ended its side (TCP FIN); a stream that does not allow half-open connections ends
+   * and closes by itself after it. */
+  on(event: 'end', listener: () => void): unknown;
   /** After a write() that returned false: the output has drained and writing may go on. */
   on(event: 'drain', listener: () => void): unknown;
   pause(): unknown;

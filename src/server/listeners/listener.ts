@@ -72,7 +72,11 @@ export class Listener {
     const handshakeTimeout = limits.handshakeTimeoutMs;
     if (isTlsKind(spec.kind) && tls === null) throw new Error(`${spec.kind} listener without TLS material`);
     this.tls = tls;
-    this.raw = createNetServer({ noDelay: true, pauseOnConnect: spec.proxy !== null }, (s) => this.onRaw(s));
+    // A plain MQTT socket stays half-open after the peer's FIN until its connection ends it, so
+    // that a mass disconnect is closed over several turns (Connection.onPeerEnd). TLS, HTTP and
+    // WebSocket layers above the raw socket keep Node's default and close by themselves.
+    const allowHalfOpen = spec.kind === 'mqtt';
+    this.raw = createNetServer({ noDelay: true, allowHalfOpen, pauseOnConnect: spec.proxy !== null }, (s) => this.onRaw(s));
     switch (spec.kind) {
       case 'mqtt':
         break;
@@ -211,6 +215,7 @@ export class Listener {
         }
       }
     };
+    // The listener allows half-open sockets: a peer that leaves inside its header is closed here.
     const onError = (): void => {
       cleanup();
       socket.destroy();
@@ -220,9 +225,11 @@ export class Listener {
       clearTimeout(timer);
       socket.off('data', onData);
       socket.off('error', onError);
+      socket.off('end', onError);
     };
     socket.on('data', onData);
     socket.on('error', onError);
+    socket.on('end', onError);
     socket.resume();
   }
 
@@ -285,7 +292,8 @@ export class Listener {
     if (cert === null || Object.keys(cert).length === 0) return { ok: true, id: null };
     if (!s.authorized) return { ok: false, reason: String(s.authorizationError) };
     const id = certIdentity(cert, tls.settings.identity);
-    if (id === null) return { ok: false, reason: `certificate has no ${tls.settings.identity === 'cn' ? 'subject CN' : 'DNS, email or URI SAN'}` };
+    if (id === null)
+      return { ok: false, reason: `certificate has no ${tls.settings.identity === 'cn' ? 'subject CN' : 'DNS, email or URI SAN'}` };
     return { ok: true, id };
   }
 
