@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { RC } from '../protocol/reason-codes.js';
 import { events, Harness, msg, published, sent, testSettings, text } from './broker-harness.js';
-import { Broker } from './broker.js';
+import { Broker, DEADLINES_PER_ENTRY_MAX } from './broker.js';
 import type { Command, Effect } from './commands.js';
 
 // The MQTT 3.1.1 behaviour of the state machine, driven by entries only.
@@ -538,5 +538,67 @@ describe('broker: failover and robustness', { timeout: 30_000 }, () => {
     );
     assert.deepEqual(published(out, b), []);
     assert.equal(h.broker.digest(), before);
+  });
+});
+
+describe('broker: many deadlines due at once', { timeout: 30_000 }, () => {
+  /** `n` MQTT 5 sessions with a 1 s expiry and a will delayed 1 s, all disconnected at one time;
+   * a watcher subscribed to their wills. */
+  function offlineSessions(n: number): { h: Harness; watcher: string; ids: string[] } {
+    const h = new Harness();
+    const watcher = h.conn(1);
+    h.connect(watcher, 'watcher');
+    h.subscribe(watcher, 1, [{ filter: 'will/+', qos: 0 }]);
+    const ids = Array.from({ length: n }, (_, i) => `c${String(i).padStart(4, '0')}`);
+    ids.forEach((id, i) => {
+      const conn = h.conn(2 + i);
+      h.connect(conn, id, { protocol: 5, clean: true, expiryS: 1, will: { msg: msg(`will/${id}`, id), delayS: 1 } });
+    });
+    ids.forEach((_, i) => {
+      h.apply({ t: 'disconnect', conn: h.conn(2 + i), reason: RC.UNSPECIFIED_ERROR, publishWill: true });
+    });
+    return { h, watcher, ids };
+  }
+
+  it('fires at most DEADLINES_PER_ENTRY_MAX per entry, the rest at the next entries in (time, client id) order', () => {
+    const { h, watcher, ids } = offlineSessions(DEADLINES_PER_ENTRY_MAX + 7);
+    const willsOrder: string[] = [];
+    let expired = 0;
+    let entries = 0;
+    for (let advance = 1000; entries < 10; advance = 0) {
+      const out = h.apply({ t: 'tick' }, advance);
+      entries++;
+      const fired = published(out, watcher).length + events(out, 'session-expired').length;
+      assert.ok(fired <= DEADLINES_PER_ENTRY_MAX, `entry ${entries} fired ${fired}`);
+      willsOrder.push(...published(out, watcher).map((p) => text(p.msg)));
+      expired += events(out, 'session-expired').length;
+      if (!h.broker.deadlinesBacklogged) break;
+    }
+    // A will and a session end per client: 2 × 39 deadlines over three entries of at most 32.
+    assert.equal(entries, Math.ceil((2 * ids.length) / DEADLINES_PER_ENTRY_MAX));
+    assert.deepEqual(willsOrder, ids, 'every will once, in client id order');
+    assert.equal(expired, ids.length);
+    assert.equal(h.broker.nextDeadline(), undefined);
+    assert.equal(h.broker.verify(), null);
+  });
+
+  it('judges a connect as if every due deadline had fired: the due will goes out, the expired session is gone', () => {
+    const { h, watcher, ids } = offlineSessions(DEADLINES_PER_ENTRY_MAX * 2);
+    h.apply({ t: 'tick' }, 1000);
+    assert.ok(h.broker.deadlinesBacklogged, 'deadlines are left for later entries');
+    const last = ids[ids.length - 1] as string;
+    const conn = h.conn(10_000);
+    const out = h.connect(conn, last, { protocol: 5, clean: false, expiryS: 60 });
+    assert.deepEqual(sent(out, conn)[0], { type: 'connack', sessionPresent: false, code: RC.SUCCESS });
+    assert.ok(
+      published(out, watcher).some((p) => text(p.msg) === last),
+      'the due will is published, not cancelled by the resume [MQTT-3.1.3-9]',
+    );
+    // Draining the rest fires no second will for that client.
+    const later: string[] = [];
+    for (let i = 0; i < 10 && h.broker.deadlinesBacklogged; i++)
+      later.push(...published(h.apply({ t: 'tick' }), watcher).map((p) => text(p.msg)));
+    assert.ok(!later.includes(last));
+    assert.equal(h.broker.verify(), null);
   });
 });

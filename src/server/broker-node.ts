@@ -678,7 +678,11 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     if (deadline === this.tickDeadline && this.tickTimer !== null) return;
     this.clearTick();
     let delay = deadline - this.log.now();
-    if (deadline <= this.broker.appliedTime) {
+    if (deadline <= this.broker.appliedTime && this.broker.deadlinesBacklogged) {
+      // The last entry fired its share of due deadlines (DEADLINES_PER_ENTRY_MAX): the next tick
+      // fires more, in a later turn.
+      delay = 0;
+    } else if (deadline <= this.broker.appliedTime) {
       // Apply processes every deadline ≤ the entry's time; one still pending is a state bug,
       // and ticking at once would spin.
       this.event('stale-deadline', { deadline, appliedTime: this.broker.appliedTime });
