@@ -16,7 +16,7 @@ import { encode } from '../src/protocol/encoder.js';
 import type { Packet } from '../src/protocol/packets.js';
 
 const REPO = resolve(dirname(new URL(import.meta.url).pathname), '..', '..');
-const CLI = join(REPO, 'build', 'src', 'cli.js');
+const DEFAULT_CLI = join(REPO, 'build', 'src', 'cli.js');
 const HOST = '127.0.0.1';
 /** Clients spread over this many loopback source addresses, so TIME_WAIT ports never run out. */
 const SOURCE_ADDRESSES = 16;
@@ -36,6 +36,8 @@ const HELP = `node build/bench/disconnect-storm.js [options]
   --connect-window N   CONNECTs in setup at once, also in the reconnect storm (default 1000)
   --cluster            three raftmq processes on loopback; the storm goes to the serving leader
   --cpu-prof           run raftmq under node --cpu-prof (profiles in --out)
+  --cli FILE           the raftmq build to run (default build/src/cli.js of this checkout), e.g.
+                       another checkout's, to compare before and after
   --out DIR            folder for CPU profiles (default bench/results)`;
 
 interface Options {
@@ -44,6 +46,7 @@ interface Options {
   window: number;
   cluster: boolean;
   cpuProf: boolean;
+  cli: string;
   outDir: string;
 }
 
@@ -73,6 +76,7 @@ function parseOptions(argv: string[]): Options {
       'connect-window': { type: 'string' },
       cluster: { type: 'boolean' },
       'cpu-prof': { type: 'boolean' },
+      cli: { type: 'string' },
       out: { type: 'string' },
       help: { type: 'boolean' },
     },
@@ -92,6 +96,7 @@ function parseOptions(argv: string[]): Options {
     window: int(v['connect-window'], '--connect-window', 1000, 1),
     cluster: v.cluster === true,
     cpuProf: v['cpu-prof'] === true,
+    cli: resolve(v.cli ?? DEFAULT_CLI),
     outDir: resolve(v.out ?? join(REPO, 'bench', 'results')),
   };
 }
@@ -114,9 +119,9 @@ class Node {
   stdout = '';
   readonly proc: ChildProcess;
 
-  constructor(args: string[], profDir: string | null) {
+  constructor(cli: string, args: string[], profDir: string | null) {
     const prof = profDir === null ? [] : ['--cpu-prof', '--cpu-prof-dir', profDir];
-    this.proc = spawn(process.execPath, [...prof, CLI, ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
+    this.proc = spawn(process.execPath, [...prof, cli, ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
     started.push(this.proc);
     this.proc.stdout?.setEncoding('utf8').on('data', (c: string) => {
       this.stdout += c;
@@ -198,7 +203,7 @@ async function startBrokers(o: Options): Promise<Brokers> {
   const deadline = Date.now() + START_WAIT_MS;
   if (!o.cluster) {
     const port = await freePort();
-    const node = new Node(brokerFlags(o, port), profDir);
+    const node = new Node(o.cli, brokerFlags(o, port), profDir);
     while (!(await portOpen(port))) {
       if (Date.now() > deadline || node.proc.exitCode !== null) fail('raftmq did not listen');
       await sleep(POLL_MS);
@@ -213,6 +218,7 @@ async function startBrokers(o: Options): Promise<Brokers> {
   const nodes = [0, 1, 2].map(
     (i) =>
       new Node(
+        o.cli,
         [
           ...brokerFlags(o, mqtt[i] as number),
           '--health-port',
@@ -528,6 +534,11 @@ async function main(): Promise<void> {
       }),
     );
     watcher.socket.write(subscribeBytes(4, 'storm/will/#', 0));
+    let finished = false;
+    // A serving node that stalls past its lease stops serving and closes every connection.
+    watcher.socket.on('close', () => {
+      if (!finished) fail('the broker closed the watcher connection (did the node stop serving?)');
+    });
     const probe = new Probe(b.port);
 
     const t0 = performance.now();
@@ -576,12 +587,13 @@ async function main(): Promise<void> {
     const drop2 = performance.now() - t3;
     await sleep(SETTLE_MS);
     rows.push(row(`disconnect ${o.clients} again`, await b.serving.report(), await probe.worst(), drop2));
+    finished = true;
     watcher.socket.destroy();
     probe.stop();
   } finally {
     for (const n of b.nodes) await n.stop();
   }
-  const mode = o.cluster ? 'three nodes on loopback (the serving leader)' : 'one node, in memory';
+  const mode = `${o.cluster ? 'three nodes on loopback (the serving leader)' : 'one node, in memory'}, ${o.cli}`;
   process.stdout.write(
     [
       `raftmq ${mode}, ${o.clients} clients (¼ 3.1.1 clean, ¼ 3.1.1 persistent, ¼ 5.0 persistent with will, ¼ 5.0 clean with will), Node ${process.version}`,
