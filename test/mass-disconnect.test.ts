@@ -6,7 +6,9 @@ import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { connect, type Socket } from 'node:net';
 import { afterEach, describe, it } from 'node:test';
+import { DEADLINES_PER_ENTRY_MAX } from '../src/broker/broker.js';
 import { encode } from '../src/protocol/encoder.js';
+import { RC } from '../src/protocol/reason-codes.js';
 import type { BrokerNode } from '../src/server/broker-node.js';
 import { PEER_ENDS_PER_TURN_MAX } from '../src/server/broker-node.js';
 import { connectClient, connectPacket, sleep, startNode, subscribe, type TestClient, WAIT_MS, withTimeout } from './helpers.js';
@@ -15,15 +17,16 @@ import { connectClient, connectPacket, sleep, startNode, subscribe, type TestCli
 const CLIENTS = PEER_ENDS_PER_TURN_MAX * 5 + 7;
 const POLL_MS = 20;
 
-/** A raw client past its CONNACK, with a QoS 0 will on `will/<id>`. */
-async function clientWithWill(port: number, id: string): Promise<Socket> {
+/** A raw client past its CONNACK, with a QoS 0 will on `will/<id>`; MQTT 5 with will delay and
+ * session expiry `delayS` when given. */
+async function clientWithWill(port: number, id: string, delayS?: number): Promise<Socket> {
   const socket = connect({ host: '127.0.0.1', port });
   socket.on('error', () => {});
   await withTimeout(once(socket, 'connect'), WAIT_MS, 'TCP connect');
   const connack = withTimeout(once(socket, 'data'), WAIT_MS, 'CONNACK');
-  socket.write(
-    encode(connectPacket({ clientId: id, will: { topic: `will/${id}`, payload: Buffer.from(id), qos: 0, retain: false, props: {} } }), 4),
-  );
+  const v5 = delayS !== undefined;
+  const will = { topic: `will/${id}`, payload: Buffer.from(id), qos: 0 as const, retain: false, props: v5 ? { willDelay: delayS } : {} };
+  socket.write(encode(connectPacket({ level: v5 ? 5 : 4, clientId: id, will, props: v5 ? { sessionExpiry: delayS } : {} }), v5 ? 5 : 4));
   const [chunk] = (await connack) as [Buffer];
   assert.equal(chunk[0], 0x20, `${id}: CONNACK`);
   assert.equal(chunk[3], 0, `${id}: accepted`);
@@ -79,5 +82,21 @@ describe('clients that close the network connection', { timeout: 60_000 }, () =>
     await until(`${CLIENTS} sockets closed by the broker`, () => closed === CLIENTS);
     await until('the node to hold only the watcher', () => node?.connectionCount === 1);
     for (let i = 0; i < CLIENTS; i++) assert.ok(wills.has(`c${i}`), `will of c${i}`);
+  });
+
+  it('publishes every will when more fall due at one time than one entry fires, without a stale deadline', async () => {
+    node = await startNode();
+    watcher = await connectClient(node.port);
+    await subscribe(watcher, 'will/#');
+    const wills = new Set<string>();
+    watcher.client.on('message', (_topic: string, payload: Buffer) => wills.add(payload.toString()));
+    // A will and a session end per client, all due at the time of the one commit turn that
+    // applies the DISCONNECTs: more than DEADLINES_PER_ENTRY_MAX, so ticks follow at once.
+    const n = DEADLINES_PER_ENTRY_MAX + 5;
+    for (let i = 0; i < n; i++) sockets.push(await clientWithWill(node.port, `d${i}`, 1));
+    const bye = encode({ type: 'disconnect', code: RC.DISCONNECT_WITH_WILL, props: {} }, 5);
+    for (const s of sockets) s.write(bye);
+    await until(`${n} wills`, () => wills.size === n);
+    assert.equal(node.counters.get('stale-deadline'), undefined);
   });
 });
