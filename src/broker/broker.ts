@@ -593,6 +593,7 @@ export class Broker implements BrokerState {
     const s = this.sessions.get(clientId);
     if (s === undefined || s.conn !== null || s.expiresAt === null || s.expiresAt > now) return;
     event(out, 'session-expired', { clientId });
+    this.cow(s);
     this.endSession(s, now, out);
   }
 
