@@ -601,4 +601,21 @@ describe('broker: many deadlines due at once', { timeout: 30_000 }, () => {
     assert.ok(!later.includes(last));
     assert.equal(h.broker.verify(), null);
   });
+
+  it('a snapshot cursor opened before such a connect streams the session as it was', () => {
+    const make = (): Harness => {
+      const { h } = offlineSessions(DEADLINES_PER_ENTRY_MAX * 2);
+      h.apply({ t: 'tick' }, 1000);
+      return h;
+    };
+    const h = make();
+    const twin = make();
+    const cursor = h.broker.snapshotCursor({ chunkBytes: 64, sortMovesPerPull: 1 });
+    const chunks: Uint8Array[] = [];
+    const first = cursor.next();
+    if (first.done !== true) chunks.push(first.value);
+    h.connect(h.conn(10_000), `c${String(DEADLINES_PER_ENTRY_MAX * 2 - 1).padStart(4, '0')}`, { protocol: 5, clean: false, expiryS: 60 });
+    for (let r = cursor.next(); r.done !== true; r = cursor.next()) chunks.push(r.value);
+    assert.equal(Buffer.concat(chunks).toString('hex'), Buffer.concat([...twin.broker.snapshot()]).toString('hex'));
+  });
 });
