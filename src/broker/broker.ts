@@ -19,13 +19,14 @@ import type {
   Will,
 } from './commands.js';
 import { type Deadline, DeadlineHeap, SESSION_DEADLINE, WILL_DEADLINE } from './deadlines.js';
-import { applyAck, canTake, deliver, event, fillInflight, inflightLimit, resendInflight, takeShared } from './deliver.js';
+import { applyAck, canTake, deliver, event, fillInflight, inflightLimit, openFence, resendInflight, takeShared } from './deliver.js';
 import { RetainedTrie } from './retained-trie.js';
 import {
   connPeriod,
   type Delivery,
   EXPIRY_NEVER,
   newSession,
+  PID_MAX,
   type PendingWill,
   type RetainedMessage,
   type Session,
@@ -95,6 +96,8 @@ export class Broker implements BrokerState {
   private settings: Settings = DEFAULT_SETTINGS;
   /** Log index of the latest serve-start; connections of older periods have ended. */
   private servePeriod = 0;
+  /** Highest raft epoch generation a serve-start carried; 0 before any. */
+  private generation = 0;
   private index = 0;
   private time = 0;
   private failReason: string | null = null;
@@ -218,6 +221,7 @@ export class Broker implements BrokerState {
       appliedIndex: this.index,
       appliedTime: this.time,
       servePeriod: this.servePeriod,
+      generation: this.generation,
       settings: this.settings,
       failed: this.failReason,
       sessions: this.sessions.values(),
@@ -289,6 +293,7 @@ export class Broker implements BrokerState {
     }
     if (s.queue.toArray().reduce((n, q) => n + q.size, 0) !== s.queueBytes) return 'queue bytes out of step';
     if (s.conn !== null && s.queue.length > 0 && s.inflight.length < inflightLimit(s, this.settings)) return 'queued with a free slot';
+    if (s.fenceLeft < 0 || s.fenceLeft > PID_MAX || s.fenceOwed?.size === 0) return 'fence out of range';
     for (const sub of s.subs?.values() ?? []) if (this.subsTrie.get(sub.topicFilter, trieKey(sub)) !== sub) return `${sub.filter} not in the trie`;
     return null;
   }
@@ -298,7 +303,7 @@ export class Broker implements BrokerState {
   private dispatch(cmd: Command, index: number, now: number, out: Effect[]): void {
     switch (cmd.t) {
       case 'serve-start':
-        this.serveStart(cmd.settings, index, now, out);
+        this.serveStart(cmd.settings, cmd.generation, index, now, out);
         return;
       case 'settings':
         this.changeSettings(cmd.settings, now, out);
@@ -349,11 +354,20 @@ export class Broker implements BrokerState {
   // ---- serving periods and settings ----
 
   /** A node begins serving: every connection of an older period ended without DISCONNECT at this
-   * time (DESIGN.md "Failover"). */
-  private serveStart(settings: Settings, index: number, now: number, out: Effect[]): void {
+   * time (DESIGN.md "Failover"). The first serve-start of a higher epoch generation than one seen
+   * before is a forced epoch's: clients may hold packet ids of flows its file lacks, so every
+   * session's ids are fenced (deliver.ts "Fence"). */
+  private serveStart(settings: Settings, generation: number | undefined, index: number, now: number, out: Effect[]): void {
     this.settings = settings;
     this.servePeriod = index;
+    const fence = generation !== undefined && generation > this.generation && this.generation !== 0;
+    if (generation !== undefined && generation > this.generation) this.generation = generation;
+    if (fence) event(out, 'packet-id-fence', { generation: this.generation, sessions: this.sessions.size });
     for (const s of this.sortedSessions()) {
+      if (fence) {
+        this.cow(s);
+        openFence(s);
+      }
       if (s.conn !== null && (connPeriod(s.conn) ?? 0) < index) this.endByFailover(s, now, out);
     }
   }
@@ -976,7 +990,7 @@ export class Broker implements BrokerState {
       return;
     }
     this.cow(s);
-    if (!applyAck(s, pid, kind, out)) {
+    if (!applyAck(s, pid, kind, now, out)) {
       this.noop(out, 'ack', conn, `${kind} for unknown packet id ${pid}`);
       return;
     }
@@ -1010,6 +1024,7 @@ export class Broker implements BrokerState {
       appliedIndex: this.index,
       appliedTime: this.time,
       servePeriod: this.servePeriod,
+      generation: this.generation,
       settings: this.settings,
       failed: this.failReason,
       sessions: this.sortedSessions(),
@@ -1037,6 +1052,7 @@ export class Broker implements BrokerState {
     for (const [topic, r] of img.retained) retained.set(topic, r);
     this.settings = img.settings;
     this.servePeriod = img.servePeriod;
+    this.generation = img.generation;
     this.index = img.appliedIndex;
     this.time = img.appliedTime;
     this.failReason = img.failed;

@@ -90,8 +90,10 @@ export interface AclRule {
 export type Command =
   /** A node begins serving; ends every connection of an older serving period. configHash: the
    * serving node's configuration (src/cluster/config-hash.ts), compared by every replica; apply
-   * ignores it. */
-  | { t: 'serve-start'; node: number; settings: Settings; configHash?: string }
+   * ignores it. generation: the raft epoch generation of the proposing leader (absent from
+   * LocalLog); one above the last seen fences every session's packet ids (DESIGN.md
+   * "Force-start"; src/broker/deliver.ts). */
+  | { t: 'serve-start'; node: number; settings: Settings; configHash?: string; generation?: number }
   /** Configuration reload; configHash as for serve-start. */
   | { t: 'settings'; settings: Settings; configHash?: string }
   | ConnectCommand

@@ -46,13 +46,49 @@ function sendPublish(s: Session, d: Delivery, pid: number | undefined, dup: bool
   out.push({ t: 'send', conn: s.conn, packet });
 }
 
-/** The next packet id not in use, counting 1..65535 and wrapping. Returns 0 only when all are in
- * use, which inflightLimit (<= 65535) rules out. */
+// Fence (DESIGN.md "Force-start"). A forced epoch's state is its file's: the client may still hold
+// an inbound QoS 2 id X from a later flow of the old epoch (PUBREC sent, PUBREL never came). A
+// receiver that delivers on PUBLISH and holds the id until PUBREL ([MQTT-4.3.3], Method B) would
+// take a new PUBLISH X for that flow's duplicate and drop it. So after a serve-start of a higher
+// epoch generation, the first use of each id sends PUBREL X first: a receiver answers any PUBREL
+// with PUBCOMP and releases X [MQTT-4.3.3-11]. This never harms: within one lineage the client
+// holds X only while the broker has X in flight, so a PUBREL for a free X releases only a stale
+// flow. A QoS 2 PUBLISH waits for the PUBCOMP, to be committed: after a reconnect the broker cannot
+// tell whether the client took PUBREL and PUBLISH (then a second PUBREL would make the PUBLISH's
+// DUP a new message) or neither (then the PUBLISH without PUBREL would be dropped). A QoS 1 PUBLISH
+// goes right after the PUBREL, and again after it on every resend: a client never holds an id in
+// QoS 2 state while the broker has it in flight at QoS 1, so that PUBREL is always safe.
+// Which ids: every id the scan passes in the next 65535 positions (fenceLeft), plus fenceOwed. An id
+// in flight when the fence opens is fenced by its own flow if QoS 2 (its PUBREL comes before it is
+// completed); a QoS 1 id is owed. An id whose fence is released unanswered is owed again.
+
+/** Set in assignPid's result when the id must be fenced; above every packet id. */
+const PID_FENCED = 0x1_0000;
+
+/** Opens the fence over every id of `s` (a serve-start of a higher epoch generation). O(inflight). */
+export function openFence(s: Session): void {
+  s.fenceLeft = PID_MAX;
+  for (const f of s.inflight) if (f.qos === 1) owe(s, f.pid);
+}
+
+function owe(s: Session, pid: number): void {
+  s.fenceOwed ??= new Set();
+  s.fenceOwed.add(pid);
+}
+
+/** The next packet id not in use, counting 1..65535 and wrapping, with PID_FENCED set when it is
+ * fenced. Returns 0 only when all are in use, which inflightLimit (<= 65535) rules out. */
 function assignPid(s: Session): number {
   for (let i = 0; i < PID_MAX; i++) {
     const pid = s.nextPid;
     s.nextPid = pid === PID_MAX ? 1 : pid + 1;
-    if (s.pidsInUse === null || !s.pidsInUse.has(pid)) return pid;
+    const inRound = s.fenceLeft > 0;
+    if (inRound) s.fenceLeft--;
+    if (s.pidsInUse?.has(pid) === true) continue;
+    if (s.fenceOwed === null) return inRound ? pid | PID_FENCED : pid;
+    const owed = s.fenceOwed.delete(pid);
+    if (s.fenceOwed.size === 0) s.fenceOwed = null;
+    return inRound || owed ? pid | PID_FENCED : pid;
   }
   return 0;
 }
@@ -60,8 +96,10 @@ function assignPid(s: Session): number {
 /** Puts a QoS 1/2 delivery in flight and sends it; false on a broken pid invariant. The record
  * is built field by field, once: a spread copy costs a generic clone on the hot path. */
 function startInflight(s: Session, d: Delivery, now: number, out: Effect[]): boolean {
-  const pid = assignPid(s);
-  if (pid === 0) return false;
+  const assigned = assignPid(s);
+  if (assigned === 0) return false;
+  const pid = assigned & PID_MAX;
+  const fenced = assigned !== pid;
   const item: Inflight = {
     msg: d.msg,
     qos: d.qos,
@@ -70,13 +108,18 @@ function startInflight(s: Session, d: Delivery, now: number, out: Effect[]): boo
     expiresAt: d.expiresAt,
     share: d.share,
     pid,
-    state: 'publish',
+    state: fenced ? 'fence' : 'publish',
   };
   s.inflight.push(item);
   s.pidsInUse ??= new Set();
   s.pidsInUse.add(pid);
-  sendPublish(s, d, pid, false, now, out);
+  if (fenced) sendPubrel(s, pid, out);
+  if (!fenced || d.qos === 1) sendPublish(s, d, pid, false, now, out);
   return true;
+}
+
+function sendPubrel(s: Session, pid: number, out: Effect[]): void {
+  if (s.conn !== null) out.push({ t: 'send', conn: s.conn, packet: { type: 'pubrel', pid } });
 }
 
 export function queueSize(d: Delivery): number {
@@ -143,12 +186,17 @@ export function resendInflight(s: Session, settings: Settings, now: number, out:
   const kept: Inflight[] = [];
   for (const item of s.inflight) {
     if (item.state === 'pubrel') {
-      if (s.conn !== null) out.push({ t: 'send', conn: s.conn, packet: { type: 'pubrel', pid: item.pid } });
+      sendPubrel(s, item.pid, out);
       kept.push(item);
     } else if (isExpired(item, now) || tooLarge(s, item, settings, now)) {
       // A client that reconnects with a smaller Maximum Packet Size cannot take it either.
       event(out, isExpired(item, now) ? 'expired' : 'too-large', { clientId: s.clientId, pid: item.pid });
-      s.pidsInUse?.delete(item.pid);
+      release(s, item);
+    } else if (item.state === 'fence') {
+      // The fence again, since the client may not have had it; a QoS 2 PUBLISH still waits.
+      sendPubrel(s, item.pid, out);
+      if (item.qos === 1) sendPublish(s, item, item.pid, true, now, out);
+      kept.push(item);
     } else {
       sendPublish(s, item, item.pid, true, now, out);
       kept.push(item);
@@ -164,9 +212,17 @@ function inflightIndex(inflight: readonly Inflight[], pid: number): number {
   return -1;
 }
 
+/** Frees the id of an item that leaves the window unacknowledged; one whose fence was not yet
+ * answered is owed the fence at its next use. */
+function release(s: Session, item: Inflight): void {
+  s.pidsInUse?.delete(item.pid);
+  if (item.state === 'fence') owe(s, item.pid);
+}
+
 /** Delivery progress from the subscriber (§4.3.2, §4.3.3). Returns false for an unknown pid or a
- * step that does not fit the entry's state. */
-export function applyAck(s: Session, pid: number, kind: 'puback' | 'pubrec' | 'pubcomp', out: Effect[]): boolean {
+ * step that does not fit the entry's state. `now` times a QoS 2 PUBLISH sent once its fence is
+ * answered. */
+export function applyAck(s: Session, pid: number, kind: 'puback' | 'pubrec' | 'pubcomp', now: number, out: Effect[]): boolean {
   const i = inflightIndex(s.inflight, pid);
   if (i < 0) return false;
   const item = s.inflight[i] as Inflight;
@@ -175,12 +231,19 @@ export function applyAck(s: Session, pid: number, kind: 'puback' | 'pubrec' | 'p
       if (item.qos !== 1) return false;
       break;
     case 'pubrec':
-      if (item.qos !== 2) return false;
+      // A PUBREC for a fenced QoS 2 id answers a PUBLISH the broker has not sent: a stale flow's.
+      if (item.qos !== 2 || item.state === 'fence') return false;
       // A repeated PUBREC while awaiting PUBCOMP is answered with the PUBREL again.
       item.state = 'pubrel';
-      if (s.conn !== null) out.push({ t: 'send', conn: s.conn, packet: { type: 'pubrel', pid } });
+      sendPubrel(s, pid, out);
       return true;
     case 'pubcomp':
+      if (item.state === 'fence') {
+        // The fence is answered: the client holds nothing under pid; the flow itself begins.
+        item.state = 'publish';
+        if (item.qos === 2) sendPublish(s, item, pid, false, now, out);
+        return true;
+      }
       if (item.qos !== 2 || item.state !== 'pubrel') return false;
       break;
     default: {
@@ -199,16 +262,16 @@ const givenBy = (d: Delivery, share: string | null): boolean => d.share !== null
 
 /** Removes and returns, in the order held, what shared subscriptions (`share`, or any when null)
  * gave to this session and it has not acknowledged: its queue, and with `sent` its PUBLISHes
- * awaiting PUBACK/PUBREC too. A PUBREL awaiting PUBCOMP stays: that message was received. */
+ * awaiting PUBACK/PUBREC (or their fence) too. A PUBREL awaiting PUBCOMP stays: that message was received. */
 export function takeShared(s: Session, share: string | null, sent: boolean): Delivery[] {
   const taken: Delivery[] = [];
-  if (sent && s.inflight.some((f) => f.state === 'publish' && givenBy(f, share))) {
+  if (sent && s.inflight.some((f) => f.state !== 'pubrel' && givenBy(f, share))) {
     const kept: Inflight[] = [];
     for (const f of s.inflight) {
-      if (f.state !== 'publish' || !givenBy(f, share)) kept.push(f);
+      if (f.state === 'pubrel' || !givenBy(f, share)) kept.push(f);
       else {
         taken.push(f);
-        s.pidsInUse?.delete(f.pid);
+        release(s, f);
       }
     }
     s.inflight = kept;

@@ -35,10 +35,13 @@ export interface Delivery {
   share: string | null;
 }
 
-/** Sent and not yet completed: state 'publish' awaits PUBACK/PUBREC, 'pubrel' awaits PUBCOMP. */
+/** Sent and not yet completed: state 'publish' awaits PUBACK/PUBREC, 'pubrel' awaits PUBCOMP.
+ * 'fence': the client may still hold this id from a flow of an older epoch, so a PUBREL went
+ * first and its PUBCOMP is awaited; a QoS 2 PUBLISH waits for it, a QoS 1 PUBLISH went right after
+ * the PUBREL (see deliver.ts "Fence"). */
 export interface Inflight extends Delivery {
   pid: number;
-  state: 'publish' | 'pubrel';
+  state: 'publish' | 'pubrel' | 'fence';
 }
 
 export interface Queued extends Delivery {
@@ -71,6 +74,12 @@ export interface Session {
   queueBytes: number;
   /** Next candidate outbound packet id, 1..65535. */
   nextPid: number;
+  /** Fence after a force-start: positions of the packet id scan, from nextPid on, whose free id is
+   * fenced when taken; 0..65535, 0 when no fence is open. */
+  fenceLeft: number;
+  /** Ids fenced when next taken, outside the scan's round: QoS 1 ids in flight when the fence
+   * opened, and ids released before their fence completed. Null when none. */
+  fenceOwed: Set<number> | null;
   /** Derived: pids of `inflight`. Null until the first outbound QoS 1/2 message. */
   pidsInUse: Set<number> | null;
   /** Session expiry deadline (cluster ms) while offline; null: online or never. */
@@ -114,6 +123,8 @@ export function newSession(clientId: string): Session {
     queue: new Fifo(),
     queueBytes: 0,
     nextPid: 1,
+    fenceLeft: 0,
+    fenceOwed: null,
     pidsInUse: null,
     expiresAt: null,
     snapshotMark: 0,
@@ -145,6 +156,8 @@ export function sessionPreimage(s: Session): Session {
     queue: s.queue.copy(),
     queueBytes: s.queueBytes,
     nextPid: s.nextPid,
+    fenceLeft: s.fenceLeft,
+    fenceOwed: s.fenceOwed === null ? null : new Set(s.fenceOwed),
     pidsInUse: null,
     expiresAt: s.expiresAt,
     snapshotMark: 0,

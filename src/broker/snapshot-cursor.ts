@@ -35,6 +35,7 @@ export interface CursorCapture {
   appliedIndex: number;
   appliedTime: number;
   servePeriod: number;
+  generation: number;
   settings: Settings;
   failed: string | null;
   sessions: Iterable<Session>;
@@ -96,7 +97,7 @@ export class SnapshotCursor implements IterableIterator<Uint8Array> {
     this.epoch = epoch;
     this.opts = opts;
     this.release = release;
-    this.head = [SNAPSHOT_VERSION, cap.appliedIndex, cap.appliedTime, cap.servePeriod, encodeSettings(cap.settings), cap.failed];
+    this.head = [SNAPSHOT_VERSION, cap.appliedIndex, cap.appliedTime, cap.servePeriod, encodeSettings(cap.settings), cap.failed, cap.generation];
     this.checks = cap.checks;
     const sessions = new Array<Session>(cap.sessionCount);
     let n = 0;
@@ -177,7 +178,7 @@ export class SnapshotCursor implements IterableIterator<Uint8Array> {
     const retained = (this.retainedSort as IncrementalSort<[string, RetainedMessage]>).sorted;
     const cursors = (this.cursorSort as IncrementalSort<[string, string]>).sorted;
     this.sessionSort = this.willSort = this.retainedSort = this.cursorSort = null;
-    // The root array's elements are the head's six values, then one array per other section.
+    // The root array's elements are the head's seven values, then one array per other section.
     this.sections = [
       { count: IMAGE_FIELDS, items: this.head, encode: same },
       { count: sessions.length, items: sessions, encode: this.encodeSession as (x: unknown) => unknown },

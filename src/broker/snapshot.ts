@@ -6,6 +6,7 @@ import {
   type Delivery,
   type Inflight,
   newSession,
+  PID_MAX,
   type PendingWill,
   type RetainedMessage,
   type Session,
@@ -21,7 +22,8 @@ import { isMessage, isSettings } from './validate.js';
 
 const packr = new Packr({ useRecords: false, mapsAsObjects: true, variableMapSize: true });
 
-export const SNAPSHOT_VERSION = 2;
+/** 3: the epoch generation, and per session the packet id fence (deliver.ts "Fence"). */
+export const SNAPSHOT_VERSION = 3;
 /** Snapshot chunks are at most this many bytes. */
 export const SNAPSHOT_CHUNK_BYTES = 64 * 1024;
 
@@ -31,6 +33,8 @@ export interface StateImage {
   servePeriod: number;
   settings: Settings;
   failed: string | null;
+  /** Highest raft epoch generation a serve-start carried. */
+  generation: number;
   /** Sorted by client id. */
   sessions: Session[];
   /** Sorted by client id. */
@@ -72,7 +76,7 @@ export function arrayHeader(n: number): Uint8Array {
 }
 
 /** Elements of the image's root array. */
-export const IMAGE_FIELDS = 11;
+export const IMAGE_FIELDS = 12;
 
 const orNull = <T>(v: T | undefined): T | null => (v === undefined ? null : v);
 
@@ -128,6 +132,8 @@ export function encodeSession(s: Session): unknown[] {
     s.queue.toArray().map(encodeDelivery),
     s.nextPid,
     s.expiresAt,
+    s.fenceLeft,
+    [...(s.fenceOwed ?? [])].sort((a, b) => a - b),
   ];
 }
 
@@ -143,6 +149,7 @@ export function encodeImage(img: StateImage): Uint8Array {
     img.servePeriod,
     encodeSettings(img.settings),
     img.failed,
+    img.generation,
     img.sessions.map(encodeSession),
     img.wills.map(encodeWill),
     img.retained.map(encodeRetained),
@@ -269,7 +276,7 @@ function decodeSubscription(
 }
 
 function decodeSession(v: unknown, parseShare: (f: string) => { group: string; filter: string } | null): Session {
-  const f = arr(v, 'session', 14);
+  const f = arr(v, 'session', 16);
   const s = newSession(str(f[0], 'clientId'));
   s.conn = f[1] === null ? null : str(f[1], 'conn');
   const protocol = int(f[2], 'protocol');
@@ -294,7 +301,7 @@ function decodeSession(v: unknown, parseShare: (f: string) => { group: string; f
   }
   s.inflight = arr(f[10], 'inflight').map((x): Inflight => {
     const [pid, state, d] = arr(x, 'inflight entry', 3);
-    if (state !== 'publish' && state !== 'pubrel') fail('inflight state');
+    if (state !== 'publish' && state !== 'pubrel' && state !== 'fence') fail('inflight state');
     const item: Inflight = { ...decodeDelivery(d), pid: int(pid, 'pid'), state };
     s.pidsInUse ??= new Set();
     s.pidsInUse.add(item.pid);
@@ -309,6 +316,14 @@ function decodeSession(v: unknown, parseShare: (f: string) => { group: string; f
   }
   s.nextPid = int(f[12], 'nextPid');
   s.expiresAt = intOrNull(f[13], 'session expiresAt');
+  s.fenceLeft = int(f[14], 'fenceLeft');
+  if (s.fenceLeft < 0 || s.fenceLeft > PID_MAX) fail('fenceLeft');
+  for (const pid of arr(f[15], 'fenceOwed')) {
+    const x = int(pid, 'fenced pid');
+    if (x < 1 || x > PID_MAX) fail('fenced pid');
+    s.fenceOwed ??= new Set();
+    s.fenceOwed.add(x);
+  }
   return s;
 }
 
@@ -329,8 +344,9 @@ export function decodeImage(data: Uint8Array, parseShare: (f: string) => { group
     servePeriod: int(f[3], 'servePeriod'),
     settings: decodeSettings(f[4]),
     failed: f[5] === null ? null : str(f[5], 'failed'),
-    sessions: arr(f[6], 'sessions').map((s) => decodeSession(s, parseShare)),
-    wills: arr(f[7], 'wills').map((w): PendingWill => {
+    generation: int(f[6], 'generation'),
+    sessions: arr(f[7], 'sessions').map((s) => decodeSession(s, parseShare)),
+    wills: arr(f[8], 'wills').map((w): PendingWill => {
       const [clientId, msg, at, failover] = arr(w, 'pending will', 4);
       return {
         clientId: str(clientId, 'will clientId'),
@@ -339,15 +355,15 @@ export function decodeImage(data: Uint8Array, parseShare: (f: string) => { group
         failover: bool(failover, 'failover'),
       };
     }),
-    retained: arr(f[8], 'retained').map((r): [string, RetainedMessage] => {
+    retained: arr(f[9], 'retained').map((r): [string, RetainedMessage] => {
       const [topic, msg, expiresAt] = arr(r, 'retained entry', 3);
       return [str(topic, 'retained topic'), { msg: decodeMsg(msg), expiresAt: intOrNull(expiresAt, 'retained expiresAt') }];
     }),
-    cursors: arr(f[9], 'cursors').map((c): [string, string] => {
+    cursors: arr(f[10], 'cursors').map((c): [string, string] => {
       const [id, clientId] = arr(c, 'cursor', 2);
       return [str(id, 'cursor id'), str(clientId, 'cursor client')];
     }),
-    checks: arr(f[10], 'checks').map((c): [number, string] => {
+    checks: arr(f[11], 'checks').map((c): [number, string] => {
       const [index, digest] = arr(c, 'check', 2);
       return [int(index, 'check index'), str(digest, 'check digest')];
     }),

@@ -80,7 +80,10 @@ export function commandProblem(cmd: unknown): string | null {
   const c = cmd as Record<string, unknown> & { t: Command['t'] };
   switch (c.t) {
     case 'serve-start':
-      return isInt(c.node, 0, U32) && isSettings(c.settings) && (c.configHash === undefined || isStr(c.configHash))
+      return isInt(c.node, 0, U32) &&
+        isSettings(c.settings) &&
+        (c.configHash === undefined || isStr(c.configHash)) &&
+        (c.generation === undefined || isInt(c.generation, 0, U32))
         ? null
         : 'bad serve-start';
     case 'settings':

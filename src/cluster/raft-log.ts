@@ -673,7 +673,9 @@ export class RaftLog implements BrokerLog, LeaseView {
       // on time that follows the voters' clocks. The poll re-judges this every E/10.
       if (!this.driver.clusterTimeReady()) return;
       const hash = this.configHash;
-      const cmd: Command = { t: 'serve-start', node: this.node, settings: this.settings };
+      // The generation lets apply see a forced epoch's first serve-start (DESIGN.md "Force-start").
+      const generation = this.driver.status().epoch.generation;
+      const cmd: Command = { t: 'serve-start', node: this.node, settings: this.settings, generation };
       if (hash !== undefined) cmd.configHash = hash;
       this.startTicket = this.proposeInternal(cmd);
       return;

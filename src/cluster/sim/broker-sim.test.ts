@@ -2,7 +2,8 @@
 // and a few seeds of each force-start scenario that makes a new epoch serve (DESIGN.md "Testing
 // layers" 2, "Force-start"). Each seed checks, per epoch, equal digests at equal applied index, no
 // acknowledged publish lost and no QoS 2 duplicate, and across a force-start that the new epoch
-// starts from the forced file and that no older epoch serves again (see broker-sim.ts); more seeds
+// starts from the forced file, that no older epoch serves again and that no QoS 2 message is
+// dropped for a packet id an older epoch's flow still holds (see broker-sim.ts); more seeds
 // run in broker-sim.slow.test.ts.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
@@ -73,5 +74,22 @@ describe('broker over the raft simulator', { timeout: 120_000 }, () => {
 
   it('a forced epoch that drops the sessions its file holds loses acknowledged publishes, and is caught', () => {
     assert.equal(caughtInForceStarts('clean-after-force', 20), 'acknowledged publish lost');
+  });
+
+  it('a forced epoch fences the QoS 2 packet ids its subscriber still holds from the old epoch; without the fence a message is lost to a stale id, and is caught', () => {
+    // The seeds where the subscriber held a stale id that the forced epoch used again.
+    const cases: { seed: number; faults: ReadonlySet<Fault> }[] = [
+      { seed: 13, faults: new Set<Fault>(['partition']) },
+      { seed: 7010, faults: new Set<Fault>(['drop', 'dup', 'reorder']) },
+    ];
+    const stats: BrokerSimStats = { last: null };
+    for (const { seed, faults } of cases) {
+      const scenario = 'bootstrap-two-fresh-one-member';
+      const r = runBrokerSeed(seed, faults, { stats, scenario });
+      assert.ok(r.ok, r.ok ? '' : `seed ${seed}: ${r.property}: ${r.violation}\n${r.trace.slice(-40).join('\n')}`);
+      assert.ok((stats.last?.staleReleases ?? 0) > 0, `seed ${seed}: no stale packet id was released`);
+      const m = runBrokerSeed(seed, faults, { scenario, mutant: 'no-fence' });
+      assert.equal(m.ok ? '' : m.property, 'stale qos2 pid', `seed ${seed} without the fence`);
+    }
   });
 });

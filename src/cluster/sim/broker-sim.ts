@@ -25,13 +25,14 @@
 //   to a client, no node of an epoch that served earlier, or of an epoch of no newer generation,
 //   ever sends anything again (so the old epoch acknowledges nothing once the new one serves);
 // - what does not hold across epochs, by design: equal digests at an index (each epoch has its own
-//   log) and QoS 2 exactly once (a flow whose end the file lacks is run again).
-// Known gap, counted in `staleQos2Drops` rather than failed: the subscriber keeps its QoS 2 receive
-// state from the old epoch, as a real client does; a forced epoch whose file lacks such a flow may
-// send another message under that packet id, which the subscriber takes for the duplicate and
-// drops [MQTT-4.3.3], so a message the new epoch acknowledged is lost (bootstrap-two-fresh-one-member
-// with the partition fault, seed 13; with drop, dup and reorder, seed 7010). Within one epoch the
-// same reuse fails the seed ('qos2 pid reuse').
+//   log) and QoS 2 exactly once (a flow whose end the file lacks is run again);
+// - no QoS 2 message dropped for a stale packet id ('stale qos2 pid'): the subscriber keeps its QoS 2
+//   receive state from the old epoch, as a real client does, and drops a QoS 2 PUBLISH whose id it
+//   still holds [MQTT-4.3.3]; a forced epoch whose file lacks that flow may use the id again for
+//   another message, so it fences every id (PUBREL first, src/broker/deliver.ts "Fence"). Before the
+//   fence this lost a message the new epoch acknowledged (bootstrap-two-fresh-one-member with the
+//   partition fault, seed 13; with drop, dup and reorder, seed 7010); the 'no-fence' mutant still
+//   does. Within one epoch the same reuse fails the seed ('qos2 pid reuse').
 // The serving rule is RaftLog's: leader, its own serve-start (proposed once its cluster time
 // follows the clocks) applied in its term, an entry of its term applied last, and a lease.
 import { Broker } from '../../broker/broker.js';
@@ -116,8 +117,9 @@ const decoder = new TextDecoder();
  * keeps a node's Broker when it switches to a newer epoch, which then re-delivers its log from
  * index 1 (RaftLog's reset() drops it); 'clean-after-force' starts the subscriber's session afresh
  * in a forced epoch (a clean-start takeover through the log), so the acknowledged messages its file
- * held for it are dropped. */
-export type BrokerMutant = 'ack-on-propose' | 'keep-state-on-reset' | 'clean-after-force';
+ * held for it are dropped; 'no-fence' proposes serve-start without the epoch generation, so a
+ * forced epoch never fences the packet ids its subscribers may still hold. */
+export type BrokerMutant = 'ack-on-propose' | 'keep-state-on-reset' | 'clean-after-force' | 'no-fence';
 
 export class BrokerSimApp implements SimApp {
   private readonly mutant: BrokerMutant | null;
@@ -154,9 +156,9 @@ export class BrokerSimApp implements SimApp {
    * first, acknowledged payloads carried into a forced epoch, and acknowledged payloads that the
    * final epoch neither delivered nor holds (lost by a force-start, as the design allows). */
   forcedEpochs = 0;
-  /** QoS 2 payloads the subscriber dropped as a duplicate because their pid was still held by a
-   * flow that an older epoch began (see the header: a gap across force-start). */
-  readonly staleQos2Drops = new Set<string>();
+  /** PUBRELs that released a packet id the subscriber held for a flow of an older epoch (a forced
+   * epoch's fence, or the flow's own PUBREL when the forced file holds it too). */
+  staleReleases = 0;
   laterEpochAcks = 0;
   carriedAcks = 0;
   lostByForce = 0;
@@ -190,7 +192,9 @@ export class BrokerSimApp implements SimApp {
     if (!this.serving(n, view)) {
       if (view.role !== 'leader' || !view.clusterTimeReady || n.startProposedTerm === view.term) return [];
       n.startProposedTerm = view.term;
-      return [encodeCommand({ t: 'serve-start', node: leader, settings: simSettings })];
+      const cmd: Command = { t: 'serve-start', node: leader, settings: simSettings };
+      if (this.mutant !== 'no-fence') cmd.generation = generationOf(view.epoch);
+      return [encodeCommand(cmd)];
     }
     const cmds: Command[] = [];
     for (const c of [this.sub, this.pub]) this.drive(c, n, cmds);
@@ -371,7 +375,7 @@ export class BrokerSimApp implements SimApp {
         if (p.qos === 2) {
           // QoS 2 receiver [MQTT-4.3.3]: a pid seen and not yet released is the same message.
           if (this.holdsPid(this.inbound, pid, text, epoch)) {
-            if (this.inbound.get(pid)?.text !== text) this.staleQos2Drops.add(text);
+            this.checkStale(this.inbound, pid, text, epoch);
           } else {
             this.deliverToApp(text, epoch);
             this.inbound.set(pid, { text, epoch });
@@ -387,6 +391,7 @@ export class BrokerSimApp implements SimApp {
         this.subscribed = true;
         return;
       case 'pubrel':
+        this.noteRelease(this.inbound, p.pid, epoch);
         this.inbound.delete(p.pid);
         c.outbox.push({ t: 'ack', conn: c.conn, pid: p.pid, kind: 'pubcomp' });
         return;
@@ -444,6 +449,20 @@ export class BrokerSimApp implements SimApp {
     return true;
   }
 
+  /** A QoS 2 publish dropped as the duplicate of the flow held under its pid is a loss when that
+   * flow was an older epoch's and carried another message: a forced epoch fences every id it may
+   * reuse (src/broker/deliver.ts "Fence"), so this must never happen. */
+  private checkStale(inbound: ReadonlyMap<number, Inbound>, pid: number, text: string, epoch: string): void {
+    const held = inbound.get(pid);
+    if (held === undefined || held.text === text) return;
+    throw new Violation('stale qos2 pid', `epoch ${epoch} sent ${text} with pid ${pid}, which ${held.text} of epoch ${held.epoch} still holds: dropped as a duplicate`);
+  }
+
+  private noteRelease(inbound: ReadonlyMap<number, Inbound>, pid: number, epoch: string): void {
+    const held = inbound.get(pid);
+    if (held !== undefined && held.epoch !== epoch) this.staleReleases++;
+  }
+
   private deliverToApp(text: string, epoch: string): void {
     this.received.set(text, (this.received.get(text) ?? 0) + 1);
     let mine = this.receivedIn.get(epoch);
@@ -495,7 +514,7 @@ export class BrokerSimApp implements SimApp {
         if (p.type === 'publish' && p.pid !== undefined) {
           const text = decoder.decode(p.msg.payload);
           const held = p.qos === 2 && this.holdsPid(inbound, p.pid, text, epoch);
-          if (held && inbound.get(p.pid)?.text !== text) this.staleQos2Drops.add(text);
+          if (held) this.checkStale(inbound, p.pid, text, epoch);
           if (!held) {
             got.set(text, (got.get(text) ?? 0) + 1);
             if (p.qos === 2 && (got.get(text) ?? 0) > 1) {
@@ -505,6 +524,7 @@ export class BrokerSimApp implements SimApp {
           if (p.qos === 2 && !held) inbound.set(p.pid, { text, epoch });
           acks.push({ t: 'ack', conn, pid: p.pid, kind: p.qos === 2 ? 'pubrec' : 'puback' });
         } else if (p.type === 'pubrel') {
+          this.noteRelease(inbound, p.pid, epoch);
           inbound.delete(p.pid);
           acks.push({ t: 'ack', conn, pid: p.pid, kind: 'pubcomp' });
         }
@@ -519,7 +539,7 @@ export class BrokerSimApp implements SimApp {
       out.push(...effects);
     }
     for (const text of must.keys()) {
-      if (!got.has(text) && !this.received.has(text) && !this.staleQos2Drops.has(text)) {
+      if (!got.has(text) && !this.received.has(text)) {
         throw new Violation('acknowledged publish lost', `node ${node}'s state of epoch ${epoch} does not route acknowledged ${text}`);
       }
     }
