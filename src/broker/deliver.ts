@@ -51,16 +51,16 @@ function sendPublish(s: Session, d: Delivery, pid: number | undefined, dup: bool
 // receiver that delivers on PUBLISH and holds the id until PUBREL ([MQTT-4.3.3], Method B) would
 // take a new PUBLISH X for that flow's duplicate and drop it. So after a serve-start of a higher
 // epoch generation, the first use of each id sends PUBREL X first: a receiver answers any PUBREL
-// with PUBCOMP and releases X [MQTT-4.3.3-11]. This never harms: within one lineage the client
-// holds X only while the broker has X in flight, so a PUBREL for a free X releases only a stale
-// flow. A QoS 2 PUBLISH waits for the PUBCOMP, to be committed: after a reconnect the broker cannot
-// tell whether the client took PUBREL and PUBLISH (then a second PUBREL would make the PUBLISH's
-// DUP a new message) or neither (then the PUBLISH without PUBREL would be dropped). A QoS 1 PUBLISH
-// goes right after the PUBREL, and again after it on every resend: a client never holds an id in
-// QoS 2 state while the broker has it in flight at QoS 1, so that PUBREL is always safe.
-// Which ids: every id the scan passes in the next 65535 positions (fenceLeft), plus fenceOwed. An id
-// in flight when the fence opens is fenced by its own flow if QoS 2 (its PUBREL comes before it is
-// completed); a QoS 1 id is owed. An id whose fence is released unanswered is owed again.
+// with PUBCOMP and releases X (§4.3.3, the receiver's rules). This never harms: within one lineage
+// the client holds X only while the broker has X in flight, so a PUBREL for a free X releases only
+// a stale flow. A QoS 2 PUBLISH waits for the PUBCOMP, to be committed: after a reconnect the
+// broker cannot tell whether the client took PUBREL and PUBLISH (then a second PUBREL would make
+// the PUBLISH's DUP a new message) or neither (then the PUBLISH without PUBREL would be dropped).
+// A QoS 1 PUBLISH goes right after the PUBREL, and again after it on every resend: a client never
+// holds an id in QoS 2 state while the broker has it in flight at QoS 1, so that PUBREL is safe.
+// Which ids: every id the scan passes in the next 65535 positions (fenceLeft), plus fenceOwed. An
+// id in flight when the fence opens is fenced by its own flow if QoS 2 (its PUBREL comes before it
+// is completed); a QoS 1 id is owed. An id whose fence is released unanswered is owed again.
 
 /** Set in assignPid's result when the id must be fenced; above every packet id. */
 const PID_FENCED = 0x1_0000;
