@@ -213,6 +213,18 @@ describe('RaftLog serving rule', { timeout: 10_000 }, () => {
     }
   });
 
+  it('carries the epoch generation in serve-start, so apply sees the first serve-start of a forced epoch', async () => {
+    const { log, driver } = await setup();
+    try {
+      driver.membership = { ...driver.membership, epoch: { generation: 3, id: 'e3' } };
+      driver.lead(2);
+      const start = driver.commandAt(driver.lastIndex);
+      assert.equal(start?.t === 'serve-start' ? start.generation : undefined, 3);
+    } finally {
+      await log.stop();
+    }
+  });
+
   it('stops serving when the lease lapses, and serves again only under a new serve-start', async () => {
     const { log, driver, listener } = await setup();
     try {
