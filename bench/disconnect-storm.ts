@@ -8,12 +8,13 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdirSync, mkdtempSync } from 'node:fs';
 import { request } from 'node:http';
-import { connect, createServer, type Socket } from 'node:net';
+import { connect, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { encode } from '../src/protocol/encoder.js';
 import type { Packet } from '../src/protocol/packets.js';
+import { freePort } from '../jepsen-like-tests/net.js';
 
 const REPO = resolve(dirname(new URL(import.meta.url).pathname), '..', '..');
 const DEFAULT_CLI = join(REPO, 'build', 'src', 'cli.js');
@@ -103,14 +104,6 @@ function parseOptions(argv: string[]): Options {
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
-async function freePort(): Promise<number> {
-  const srv = createServer().listen(0, HOST);
-  await once(srv, 'listening');
-  const port = (srv.address() as { port: number }).port;
-  srv.close();
-  await once(srv, 'close');
-  return port;
-}
 
 // ---- the broker processes ----
 

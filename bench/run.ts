@@ -5,10 +5,11 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { connect, createServer } from 'node:net';
+import { connect } from 'node:net';
 import { cpus, tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
+import { freePort } from '../jepsen-like-tests/net.js';
 
 const REPO = resolve(dirname(new URL(import.meta.url).pathname), '..', '..');
 const CLI = join(REPO, 'build', 'src', 'cli.js');
@@ -172,14 +173,6 @@ function buildMqttload(src: string, tmp: string): string {
   return bin;
 }
 
-async function freePort(): Promise<number> {
-  const srv = createServer().listen(0, HOST);
-  await once(srv, 'listening');
-  const port = (srv.address() as { port: number }).port;
-  srv.close();
-  await once(srv, 'close');
-  return port;
-}
 
 function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));

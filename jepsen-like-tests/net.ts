@@ -5,9 +5,26 @@ import { createServer } from 'node:net';
 
 export const LOOPBACK = '127.0.0.1';
 
+/** Ports this process has handed out: the OS may give a just-closed port 0 binding again, and two
+ * nodes of one test must never be given the same port. */
+const handedOut = new Set<number>();
+/** Attempts to find a port not handed out before. */
+const FREE_PORT_TRIES_MAX = 50;
+
 /** A port that was free a moment ago (bind port 0, read it, close): peers must know each other's
  * ports before they start, so a small race with other processes is accepted. */
 export async function freePort(): Promise<number> {
+  for (let i = 0; i < FREE_PORT_TRIES_MAX; i++) {
+    const port = await bindAndRelease();
+    if (port !== 0 && !handedOut.has(port)) {
+      handedOut.add(port);
+      return port;
+    }
+  }
+  throw new Error(`no fresh loopback port in ${FREE_PORT_TRIES_MAX} tries`);
+}
+
+async function bindAndRelease(): Promise<number> {
   const server = createServer();
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);

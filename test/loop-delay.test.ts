@@ -3,22 +3,15 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { connect, createServer } from 'node:net';
+import { connect } from 'node:net';
 import { describe, it } from 'node:test';
 import { CLI } from './broker-process.js';
 import { sleep } from './helpers.js';
+import { freePort } from '../jepsen-like-tests/net.js';
 
 const START_WAIT_MS = 10_000;
 const POLL_MS = 50;
 
-async function freePort(): Promise<number> {
-  const srv = createServer().listen(0, '127.0.0.1');
-  await once(srv, 'listening');
-  const port = (srv.address() as { port: number }).port;
-  srv.close();
-  await once(srv, 'close');
-  return port;
-}
 
 /** Under --log-level warn the 'listening' line is not written: wait until the port accepts. */
 async function waitForPort(port: number): Promise<void> {
