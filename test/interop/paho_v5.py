@@ -37,6 +37,7 @@ SUCCESS = 0x00
 NO_MATCHING_SUBSCRIBERS = 0x10
 NO_SUBSCRIPTION_EXISTED = 0x11
 NOT_AUTHORIZED = 0x87
+PROTOCOL_ERROR = 0x82
 TOPIC_FILTER_INVALID = 0x8F
 PAYLOAD_FORMAT_INVALID = 0x99
 
@@ -195,8 +196,9 @@ class Peer:
         self.wait(lambda: mid in self.subacks, "SUBACK")
         return self.subacks[mid]
 
-    def unsubscribe(self, topics):
-        rc, mid = self.c.unsubscribe(topics)
+    def unsubscribe(self, topics, **unsub_props):
+        p = props(PacketTypes.UNSUBSCRIBE, **unsub_props) if unsub_props else None
+        rc, mid = self.c.unsubscribe(topics, properties=p)
         check(rc == mqtt.MQTT_ERR_SUCCESS, "unsubscribe not sent: %d" % rc)
         self.wait(lambda: mid in self.unsubacks, "UNSUBACK")
         return self.unsubacks[mid]
@@ -343,10 +345,14 @@ def scenario_assigned_client_identifier():
     check(present == 1, "reconnect with the assigned id %r: session present 0" % assigned)
     check(prop(p2, "AssignedClientIdentifier") is None, "an id was assigned to a client that gave one")
     again.disconnect()
+    resume = Peer("")
+    rc, present, p4 = resume.connect(clean_start=False)
+    check(rc == SUCCESS and prop(p4, "AssignedClientIdentifier") and present == 0,
+          "empty client id with Clean Start 0: CONNACK %s, present %s, assigned %r" % (rc, present, prop(p4, "AssignedClientIdentifier")))
     given = Peer("pv5-given-id")
     _, _, p3 = given.connect()
     check(prop(p3, "AssignedClientIdentifier") is None, "an id was assigned to a client that gave one")
-    return "empty client id assigned %r, which resumes its session; a given id gets none" % assigned
+    return "empty client id assigned %r, which resumes its session; also with Clean Start 0; a given id gets none" % assigned
 
 
 def scenario_offline_queueing():
@@ -403,14 +409,14 @@ def scenario_unsubscribe():
     sub.connect()
     sub.subscribe(t + "a", qos=1)
     sub.subscribe(t + "fence", qos=1)
-    codes = sub.unsubscribe([t + "a", t + "never"])
+    codes = sub.unsubscribe([t + "a", t + "never"], UserProperty=[("a", "2"), ("c", "3")])
     check(codes == [SUCCESS, NO_SUBSCRIPTION_EXISTED], "UNSUBACK %r, want [0x00, 0x11]" % [hex(c) for c in codes])
     pub = Peer("pv5-unsub-pub")
     pub.connect()
     pub.publish(t + "a", b"after", qos=1)
     rest = fence(sub, pub, t + "fence")
     check(rest == [], "received after unsubscribing: %r" % [m["payload"] for m in rest])
-    return "UNSUBACK 0x00 and 0x11 per filter; nothing delivered after unsubscribing"
+    return "UNSUBACK (with user properties) 0x00 and 0x11 per filter; nothing delivered after unsubscribing"
 
 
 def scenario_session_expiry():
@@ -427,7 +433,26 @@ def scenario_session_expiry():
     c = Peer(cid)
     _, present, _ = c.connect(clean_start=False, SessionExpiryInterval=0)
     check(present == 0, "session still present 3 s after disconnecting with a 1 s expiry")
-    return "session present within its 1 s expiry interval, gone 3 s after the disconnect"
+    c.disconnect()
+    # Session Expiry 0 at CONNECT: the session ends with the connection.
+    d = Peer(cid)
+    d.connect(SessionExpiryInterval=0)
+    d.disconnect()
+    e = Peer(cid)
+    _, present, _ = e.connect(clean_start=False, SessionExpiryInterval=1)
+    check(present == 0, "session present after a connection with Session Expiry 0")
+    # DISCONNECT raises the interval (1 s to 5 s): still present 2 s later; DISCONNECT 0 ends it.
+    e.subscribe("pv5/expiry/x", qos=1)
+    e.disconnect(SessionExpiryInterval=5)
+    time.sleep(2)
+    f = Peer(cid)
+    _, present, _ = f.connect(clean_start=False, SessionExpiryInterval=1)
+    check(present == 1, "session gone 2 s after a DISCONNECT that set its expiry to 5 s")
+    f.disconnect(SessionExpiryInterval=0)
+    g = Peer(cid)
+    _, present, _ = g.connect(clean_start=False)
+    check(present == 0, "session present after a DISCONNECT with Session Expiry 0")
+    return "expiry 1 s: present at once, gone after 3 s; expiry 0 ends with the connection; DISCONNECT raises it to 5 s and lowers it to 0"
 
 
 def scenario_shared_round_robin():
@@ -513,12 +538,14 @@ def scenario_message_expiry():
     cid = "pv5-expire-sub"
     sub = Peer(cid)
     sub.connect(SessionExpiryInterval=60)
-    sub.subscribe(t + "q", qos=1)
+    sub.subscribe(t + "q", qos=2)
     sub.disconnect()
     pub = Peer("pv5-expire-pub")
     pub.connect()
     pub.publish(t + "q", b"short", qos=1, MessageExpiryInterval=1)
+    pub.publish(t + "q", b"short2", qos=2, MessageExpiryInterval=1)
     pub.publish(t + "q", b"long", qos=1, MessageExpiryInterval=60)
+    pub.publish(t + "q", b"long2", qos=2, MessageExpiryInterval=60)
     pub.publish(t + "ret", b"ret-short", qos=1, retain=True, MessageExpiryInterval=1)
     published = time.monotonic()
     time.sleep(2.5)
@@ -526,15 +553,17 @@ def scenario_message_expiry():
     back.connect(clean_start=False)
     rest = fence(back, pub, t + "q")
     elapsed = time.monotonic() - published
-    check([m["payload"] for m in rest] == [b"long"], "after 2.5 s offline received %r, want only long" % [m["payload"] for m in rest])
-    left = prop(rest[0]["props"], "MessageExpiryInterval")
-    check(left is not None and 1 <= left <= 60 - int(elapsed), "long arrived with %r s left after %.1f s" % (left, elapsed))
+    got = [m["payload"] for m in rest]
+    check(got == [b"long", b"long2"], "after 2.5 s offline received %r, want long and long2" % got)
+    lefts = [prop(m["props"], "MessageExpiryInterval") for m in rest]
+    check(all(x is not None and 1 <= x <= 60 - int(elapsed) for x in lefts), "arrived with %r s left after %.1f s" % (lefts, elapsed))
+    left = lefts[0]
     late = Peer("pv5-expire-late")
     late.connect()
     late.subscribe(t + "ret", qos=1)
     rest = fence(late, pub, t + "ret")
     check(rest == [], "expired retained message sent: %r" % rest)
-    return "expired messages not delivered (queued and retained); remaining expiry %d s after %.1f s" % (left, elapsed)
+    return "expired QoS 1/2 messages not delivered (queued and retained); remaining expiry %d s after %.1f s" % (left, elapsed)
 
 
 def scenario_subscription_identifiers():
@@ -620,7 +649,13 @@ def scenario_client_topic_alias():
     got = [(m["topic"], m["payload"]) for m in sub.msgs]
     want = [(t + "ca", b"one"), (t + "ca", b"two"), (t + "cb", b"three"), (t + "cb", b"four")]
     check(got == want, "received %r" % got)
-    return "client topic alias set, used and remapped (broker maximum %d)" % maximum
+    pub.disconnect()
+    again = Peer("pv5-calias-pub")
+    again.connect()
+    again.c.publish("", b"stale", qos=1, properties=props(PacketTypes.PUBLISH, TopicAlias=1))
+    again.wait(lambda: again.disconnected is not None, "DISCONNECT for an alias of the previous connection")
+    check(again.disconnected == PROTOCOL_ERROR, "alias unknown on this connection: DISCONNECT %r, want 0x82" % again.disconnected)
+    return "client topic alias set, used and remapped (broker maximum %d); aliases do not outlive the connection (0x82)" % maximum
 
 
 def scenario_maximum_packet_size():
