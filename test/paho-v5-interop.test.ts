@@ -39,6 +39,8 @@ const SCENARIOS: Record<string, string> = {
   maximum_packet_size: 'drops for a client a PUBLISH larger than its Maximum Packet Size, keeping the connection',
   server_keep_alive: 'answers a keep-alive above --max-keepalive with Server Keep Alive',
   flow_control: 'never has more unacknowledged QoS 1 PUBLISHes out than the client Receive Maximum 2',
+  will_on_disconnect_with_will: 'publishes the will on DISCONNECT 0x04 and discards it on DISCONNECT 0x00',
+  redelivery_on_reconnect: 'sends an unacknowledged QoS 1 PUBLISH again with DUP when the session resumes',
   will_delay: 'publishes a will after its Will Delay Interval and cancels it on a reconnect within the delay',
 };
 

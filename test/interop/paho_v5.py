@@ -142,7 +142,7 @@ class Peer:
         with self.cond:
             self.msgs.append({
                 "topic": topic, "wire_topic": wire_topic, "payload": m.payload, "qos": m.qos,
-                "retain": m.retain, "props": m.properties,
+                "retain": m.retain, "dup": m.dup, "props": m.properties,
             })
             self.cond.notify_all()
 
@@ -712,6 +712,50 @@ def scenario_flow_control():
     while sub.c.held:
         sub.c.release_one()
     return "Receive Maximum 2: at most %d unacknowledged QoS 1 PUBLISHes out, the next one per PUBACK" % most
+
+
+def scenario_will_on_disconnect_with_will():
+    t = "pv5/will-04/"
+    watch = Peer("pv5-will04-watch")
+    watch.connect()
+    watch.subscribe(t + "#", qos=1)
+    keep = Peer("pv5-will04-keep")
+    keep.c.will_set(t + "keep", b"kept-will", qos=1)
+    keep.connect()
+    keep.disconnect(reason=0x04)
+    m = watch.wait_payload(b"kept-will", "the will after DISCONNECT 0x04")
+    quiet = Peer("pv5-will04-quiet")
+    quiet.c.will_set(t + "quiet", b"discarded-will", qos=1)
+    quiet.connect()
+    quiet.disconnect(reason=SUCCESS)
+    pub = Peer("pv5-will04-pub")
+    pub.connect()
+    rest = fence(watch, pub, t + "fence")
+    check([x["payload"] for x in rest] == [b"kept-will"], "received %r, want only the 0x04 will" % [x["payload"] for x in rest])
+    return "DISCONNECT 0x04 publishes the will (on %s), DISCONNECT 0x00 discards it" % m["topic"]
+
+
+def scenario_redelivery_on_reconnect():
+    t = "pv5/redeliver/"
+    cid = "pv5-redeliver-sub"
+    sub = Peer(cid)
+    sub.connect(SessionExpiryInterval=60)
+    sub.subscribe(t + "#", qos=1)
+    sub.c.hold_pubacks = True
+    pub = Peer("pv5-redeliver-pub")
+    pub.connect()
+    pub.publish(t + "m", b"unacked", qos=1)
+    first = sub.wait_payload(b"unacked")
+    check(first["dup"] == 0, "first delivery marked DUP")
+    sub.drop()
+    back = Peer(cid)
+    _, present, _ = back.connect(clean_start=False)
+    check(present == 1, "session not present on reconnect")
+    again = back.wait_payload(b"unacked", "the unacknowledged PUBLISH again")
+    check(again["dup"] == 1, "re-sent PUBLISH without DUP")
+    rest = fence(back, pub, t + "fence")
+    check([m["payload"] for m in rest] == [b"unacked"], "after the PUBACK received %r" % [m["payload"] for m in rest])
+    return "an unacknowledged QoS 1 PUBLISH is re-sent once with DUP on resume"
 
 
 def scenario_will_delay():
