@@ -52,6 +52,27 @@ describe('server over MQTT 5', { timeout: 60_000 }, () => {
     assert.ok((ack.props.assignedClientId ?? '').length > 0, '[MQTT-3.2.2-16]');
   });
 
+  it('assigns a client id to an empty one with Clean Start 0, naming a new session it can resume', async () => {
+    // MQTT 5 has no 3.1.1 rule refusing an empty id without a clean session [MQTT-3.1.3-6, -7];
+    // paho-mqtt's MQTT 5 suite connects so and expects success.
+    await start();
+    const r = await f.rawOpen();
+    r.send(connectPacket({ level: 5, clientId: '', clean: false, props: { sessionExpiry: 60 } }));
+    const ack = await r.waitFor('connack');
+    assert.equal(ack.code, RC.SUCCESS);
+    assert.equal(ack.sessionPresent, false, 'an assigned id names a new session');
+    const assigned = ack.props.assignedClientId ?? '';
+    assert.ok(assigned.length > 0, '[MQTT-3.2.2-16]');
+    r.send({ type: 'disconnect', code: RC.SUCCESS, props: {} });
+    await r.waitClosed();
+    const again = await f.rawOpen();
+    again.send(connectPacket({ level: 5, clientId: assigned, clean: false }));
+    const resumed = await again.waitFor('connack');
+    assert.equal(resumed.code, RC.SUCCESS);
+    assert.equal(resumed.sessionPresent, true);
+    assert.equal(resumed.props.assignedClientId, undefined);
+  });
+
   it('refuses a CONNECT naming an authentication method with CONNACK 0x8C, then closes', async () => {
     // Enhanced authentication is not offered [MQTT-4.12.0-1].
     await start();

@@ -347,8 +347,9 @@ export class Connection implements WheelMember {
   /** The MQTT 5 reason code for refusing this CONNECT before proposing it, or null. */
   private connectRefusal(c: ConnectPacket): number | null {
     const l = this.host.limits;
-    // [MQTT-3.1.3-8]: a persistent session needs a client id to find it again.
-    if (c.clientId === '' && !c.clean) return RC.CLIENT_IDENTIFIER_NOT_VALID;
+    // 3.1.1 [MQTT-3.1.3-8]: a persistent session needs a client id to find it again. MQTT 5 drops
+    // that rule: an empty id is assigned one whatever Clean Start says [MQTT-3.1.3-6].
+    if (c.clientId === '' && !c.clean && c.level !== 5) return RC.CLIENT_IDENTIFIER_NOT_VALID;
     // --tls-require-client-id-match: a device may only claim the session of its own certificate.
     if (this.transport.clientIdMustMatchIdentity && c.clientId !== this.transport.certIdentity) return RC.CLIENT_IDENTIFIER_NOT_VALID;
     // 3.1.1 cannot tell the client a shorter keep-alive; like Mosquitto, refuse the identifier.
@@ -400,7 +401,9 @@ export class Connection implements WheelMember {
       conn: this.id,
       clientId: c.clientId === '' ? null : c.clientId,
       protocol: c.level,
-      clean: c.clean,
+      // An assigned id names a new session: Clean Start 0 must not resume one a client that chose
+      // the same name may hold.
+      clean: c.clean || c.clientId === '',
       expiryS: this.connectExpiry,
       will: willFromConnect(c),
       username: user,
