@@ -125,8 +125,10 @@ export interface RaftDriverOptions {
   /** The application's state as chunks, consistent at the last index handed to onCommitted (the
    * broker's snapshot() cursor). The driver calls it when the log passes its bounds (CoreTuning
    * logEntriesMax, logBytesMax), reads the chunks a few ms per event-loop turn, and then compacts
-   * the log up to that index. Without it the log is never compacted. */
-  readonly snapshotSource?: () => Iterable<Uint8Array>;
+   * the log up to that index. Without it the log is never compacted. It returns null when the
+   * application cannot take a snapshot now (its one cursor is busy): the driver asks again at its
+   * next event. */
+  readonly snapshotSource?: () => Iterable<Uint8Array> | null;
   /** Replace the application's state with a snapshot's (from the leader, §7); the committed
    * entries that follow continue from snapshot.index + 1. Required if any peer compacts. */
   readonly onSnapshot?: (snapshot: Snapshot) => void;
@@ -552,13 +554,14 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
   private maybeSnapshot(): void {
     const source = this.opts.snapshotSource;
     if (source === undefined || this.snapshots.busy || this.state !== 'started' || !this.core.snapshotWanted()) return;
-    let chunks: Iterable<Uint8Array>;
+    let chunks: Iterable<Uint8Array> | null;
     try {
       chunks = source();
     } catch (err) {
       this.opts.logger.error({ err: (err as Error).message }, 'application snapshot failed');
       return;
     }
+    if (chunks === null) return;
     void this.snapshots.take(this.applied, chunks);
   }
 

@@ -55,8 +55,6 @@ export const DEFAULT_SETTINGS: Settings = {
   acl: null,
 };
 
-/** Digests recorded at `check` entries and kept for the next check to compare against. */
-export const CHECKS_KEPT = 16;
 /** Due will and session deadlines that one entry fires at most; the rest fire at the next entries
  * (the serving node proposes a tick at once while some are left). Ending a session costs up to
  * about 30 µs (its subscriptions, its will's fan-out), so an entry stays near 1 ms even when
@@ -107,8 +105,6 @@ export class Broker implements BrokerState {
   private retained = new RetainedTrie<RetainedMessage>();
   /** Shared subscription round robin: share id → the member chosen last. */
   private cursors = new Map<string, string>();
-  /** Digests recorded at `check` entries, ascending by index. */
-  private checks = new Map<number, string>();
 
   // ---- derived state, rebuilt on restore ----
   private subsTrie = new TopicTrie<Subscription>();
@@ -229,10 +225,15 @@ export class Broker implements BrokerState {
       wills: [...this.wills.values()],
       retained: [...this.retained.entries()],
       cursors: [...this.cursors.entries()],
-      checks: [...this.checks.entries()],
     };
     this.cursor = new SnapshotCursor(capture, ++this.cursorEpoch, opts, this.releaseCursor);
     return this.cursor;
+  }
+
+  /** A snapshot cursor is open and not yet read to its end or cancelled: opening another would
+   * cancel it. */
+  get cursorOpen(): boolean {
+    return this.cursor !== null;
   }
 
   /** Copy-on-write: called before apply mutates a session in place. One branch while no
@@ -252,11 +253,12 @@ export class Broker implements BrokerState {
     this.load(decodeImage(bytes, parseSharedFilter));
   }
 
-  /** sha256 of the canonical image. Hashes the whole state: fine for now, an incremental digest
-   * is a later optimisation. */
+  /** sha256 of the canonical image, computed in one go: for tests and the simulator. A node hashes
+   * a snapshot cursor's chunks a slice per turn instead (src/server/digest-runner.ts); both hash
+   * the same bytes. */
   digest(): string {
     this.digestCache ??= createHash('sha256')
-      .update(encodeImage(this.image(false)))
+      .update(encodeImage(this.image()))
       .digest('hex');
     return this.digestCache;
   }
@@ -332,8 +334,7 @@ export class Broker implements BrokerState {
       case 'tick':
         return;
       case 'check':
-        this.check(cmd.atIndex, cmd.digest, out);
-        this.recordCheck(index);
+        // Replicas compare digests outside apply (BrokerNode), so that no apply hashes the state.
         return;
       default: {
         const _: never = cmd;
@@ -997,25 +998,9 @@ export class Broker implements BrokerState {
     if (kind !== 'pubrec' && !fillInflight(s, this.settings, now, out)) this.breakInvariant('no free packet id', out);
   }
 
-  // ---- digests ----
-
-  private recordCheck(index: number): void {
-    this.checks.set(index, this.digest());
-    for (const old of this.checks.keys()) {
-      if (this.checks.size <= CHECKS_KEPT) break;
-      this.checks.delete(old);
-    }
-  }
-
-  private check(atIndex: number, digest: string, out: Effect[]): void {
-    const mine = this.checks.get(atIndex);
-    if (mine === undefined) event(out, 'check-unknown', { atIndex });
-    else if (mine !== digest) this.breakInvariant(`digest mismatch at ${atIndex}`, out);
-  }
-
   // ---- snapshot image ----
 
-  private image(withChecks: boolean): StateImage {
+  private image(): StateImage {
     const retained: [string, RetainedMessage][] = [...this.retained.entries()];
     retained.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
     const cursors: [string, string][] = [...this.cursors.entries()];
@@ -1031,7 +1016,6 @@ export class Broker implements BrokerState {
       wills: [...this.wills.values()].sort(byClientId),
       retained,
       cursors,
-      checks: withChecks ? [...this.checks.entries()] : [],
     };
   }
 
@@ -1061,7 +1045,6 @@ export class Broker implements BrokerState {
     this.wills = new Map(img.wills.map((w) => [w.clientId, w]));
     this.retained = retained;
     this.cursors = new Map(img.cursors);
-    this.checks = new Map(img.checks);
     this.qos0Cursors = new Map();
     this.digestCache = null;
     // An open cursor holds the replaced objects, which nothing mutates any more: it stays

@@ -21,7 +21,7 @@ import {
 // headers.
 //
 // What is captured at open, and why that is enough:
-// - scalars, settings, shared-subscription cursors and checks: copied (small);
+// - scalars, settings and shared-subscription cursors: copied (small);
 // - pending wills and retained messages: arrays of their records, which apply never mutates in
 //   place (it replaces or deletes them), so holding the old records holds the old state;
 // - sessions: an array of the live objects, each marked with the cursor's epoch. Apply mutates a
@@ -43,7 +43,6 @@ export interface CursorCapture {
   wills: PendingWill[];
   retained: [string, RetainedMessage][];
   cursors: [string, string][];
-  checks: [number, string][];
 }
 
 export interface SnapshotCursorOptions {
@@ -75,7 +74,6 @@ export class SnapshotCursor implements IterableIterator<Uint8Array> {
   private readonly opts: SnapshotCursorOptions;
   private readonly release: (c: SnapshotCursor) => void;
   private readonly head: unknown[];
-  private readonly checks: [number, string][];
   private sessionSort: IncrementalSort<Session> | null;
   private willSort: IncrementalSort<PendingWill> | null;
   private retainedSort: IncrementalSort<[string, RetainedMessage]> | null;
@@ -98,7 +96,6 @@ export class SnapshotCursor implements IterableIterator<Uint8Array> {
     this.opts = opts;
     this.release = release;
     this.head = [SNAPSHOT_VERSION, cap.appliedIndex, cap.appliedTime, cap.servePeriod, encodeSettings(cap.settings), cap.failed, cap.generation];
-    this.checks = cap.checks;
     const sessions = new Array<Session>(cap.sessionCount);
     let n = 0;
     for (const s of cap.sessions) {
@@ -185,7 +182,6 @@ export class SnapshotCursor implements IterableIterator<Uint8Array> {
       { count: wills.length, items: wills, encode: encodeWill as (x: unknown) => unknown },
       { count: retained.length, items: retained, encode: encodeRetained as (x: unknown) => unknown },
       { count: cursors.length, items: cursors, encode: same },
-      { count: this.checks.length, items: this.checks, encode: same },
     ];
   }
 

@@ -22,8 +22,9 @@ import { isMessage, isSettings } from './validate.js';
 
 const packr = new Packr({ useRecords: false, mapsAsObjects: true, variableMapSize: true });
 
-/** 3: the epoch generation, and per session the packet id fence (deliver.ts "Fence"). */
-export const SNAPSHOT_VERSION = 3;
+/** 3: the epoch generation, and per session the packet id fence (deliver.ts "Fence"). 4: the
+ * `check` digests left the image (each node computes and compares them locally). */
+export const SNAPSHOT_VERSION = 4;
 /** Snapshot chunks are at most this many bytes. */
 export const SNAPSHOT_CHUNK_BYTES = 64 * 1024;
 
@@ -43,8 +44,6 @@ export interface StateImage {
   retained: [string, RetainedMessage][];
   /** Shared subscription round-robin cursors (share id, last chosen client id), sorted by id. */
   cursors: [string, string][];
-  /** Recorded digests (index, digest) for `check`; empty in the image that the digest hashes. */
-  checks: [number, string][];
 }
 
 export const SNAPSHOT_ERROR = {
@@ -76,7 +75,7 @@ export function arrayHeader(n: number): Uint8Array {
 }
 
 /** Elements of the image's root array. */
-export const IMAGE_FIELDS = 12;
+export const IMAGE_FIELDS = 11;
 
 const orNull = <T>(v: T | undefined): T | null => (v === undefined ? null : v);
 
@@ -154,7 +153,6 @@ export function encodeImage(img: StateImage): Uint8Array {
     img.wills.map(encodeWill),
     img.retained.map(encodeRetained),
     img.cursors,
-    img.checks,
   ]);
 }
 
@@ -362,10 +360,6 @@ export function decodeImage(data: Uint8Array, parseShare: (f: string) => { group
     cursors: arr(f[10], 'cursors').map((c): [string, string] => {
       const [id, clientId] = arr(c, 'cursor', 2);
       return [str(id, 'cursor id'), str(clientId, 'cursor client')];
-    }),
-    checks: arr(f[11], 'checks').map((c): [number, string] => {
-      const [index, digest] = arr(c, 'check', 2);
-      return [int(index, 'check index'), str(digest, 'check digest')];
     }),
   };
 }

@@ -66,8 +66,9 @@ export interface MembershipStatus {
 /** The driver's callbacks, which RaftLog owns. */
 export interface DriverHooks {
   onCommitted(entries: readonly LogEntry[]): void;
-  /** The log passed its bounds: the application's state at the last delivered entry, as chunks. */
-  snapshotSource(): Iterable<Uint8Array>;
+  /** The log passed its bounds: the application's state at the last delivered entry, as chunks;
+   * null: not now (its one snapshot cursor is in use), ask again later. */
+  snapshotSource(): Iterable<Uint8Array> | null;
   /** A snapshot from the leader replaces the application's state (§7). */
   onSnapshot(s: Snapshot): void;
   onStateChange(s: SoftState): void;
@@ -84,8 +85,9 @@ export interface ReplicaSource {
   lastCheck(): { index: number; digest: string } | null;
   /** Why the state machine stopped (a digest mismatch, a broken invariant); null while sound. */
   failure(): string | null;
-  /** The state machine's snapshot, consistent at the last entry it applied. */
-  snapshot(): Iterable<Uint8Array>;
+  /** The state machine's snapshot, consistent at the last entry it applied; null while its one
+   * cursor is in use for a digest (a bounded number of turns). */
+  snapshot(): Iterable<Uint8Array> | null;
   /** Replaces the state machine's state with a snapshot's chunks; throws on a corrupt one. */
   restore(chunks: Iterable<Uint8Array>): void;
   /** Drops the state machine's state: the empty state a fresh node starts from. */
@@ -310,7 +312,7 @@ export class RaftLog implements BrokerLog, LeaseView {
    * the snapshot older than the index raft records, so the driver is told to try again later. The
    * broker's cursor is lazy: the driver pulls its chunks a slice per turn and logs the bytes, the
    * time and the longest slice. */
-  private snapshotSource(): Iterable<Uint8Array> {
+  private snapshotSource(): Iterable<Uint8Array> | null {
     const source = this.source;
     if (source === null || this.listener === null || this.earlyPending || this.early.length > 0) {
       throw new Error('the broker has not applied every delivered entry yet');

@@ -17,6 +17,7 @@ import { type ListenerSpec, listenerUrl } from './listeners/listen-url.js';
 import { Listener, type ListenerHost } from './listeners/listener.js';
 import type { TlsMaterial } from './listeners/tls-material.js';
 import { ConnectRateLimiter, DEFAULT_NODE_LIMITS, type NodeLimits, WRITE_BUFFER_BYTES_DEFAULT } from './limits.js';
+import { DigestRunner, type RunStats, type Verdict } from './digest-runner.js';
 import { type ConnackLimits, toWire } from './outbound.js';
 import { RateLimitedLog } from './rate-limited-log.js';
 import type { ByteStream, Transport } from './transport.js';
@@ -77,6 +78,9 @@ const STALE_DEADLINE_RETRY_MS = 1_000;
  * clients: event-loop delay max 20–65 ms at 64 per turn, 43–175 ms at 256, 120–490 ms with every
  * socket closed in the poll phase that read its FIN. */
 export const PEER_ENDS_PER_TURN_MAX = 64;
+/** Most ms one turn spends hashing the state for a `check` (src/server/digest-runner.ts): well
+ * under E/20 for any election timeout the configuration allows. */
+const DIGEST_SLICE_MS = 5;
 
 /** The Settings that apply() consults, from the node's options. */
 export function settingsFrom(o: NodeOptions): Settings {
@@ -100,10 +104,16 @@ interface SharedPublish {
 }
 
 /** Broken invariants are errors; refused or dropped work is a warning; the rest is routine. */
-function eventLevel(kind: string): 'info' | 'warn' | 'error' {
+function eventLevel(kind: string): 'debug' | 'info' | 'warn' | 'error' {
   switch (kind) {
     case 'invariant':
+    case 'digest-mismatch':
       return 'error';
+    case 'check-unknown':
+    case 'check-match':
+    case 'digest-run':
+    case 'snapshot-deferred':
+      return 'debug';
     case 'no-op':
     case 'queue-full':
     case 'shared-dropped':
@@ -203,7 +213,10 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
   private halted = false;
   private stopped = false;
   private firstListen: { resolve: () => void; reject: (e: Error) => void } | null = null;
-  private checkApplied: { index: number; digest: string } | null = null;
+  /** The state digests at `check` entries, hashed a slice per turn after the entry is applied. */
+  private readonly digests: DigestRunner;
+  /** A digest mismatch found here; local, since the other replicas found none. */
+  private digestFailure: string | null = null;
 
   constructor(opts: NodeOptions, log?: BrokerLog) {
     this.opts = opts;
@@ -211,6 +224,12 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     this.limited = new RateLimitedLog(opts.logger, LOG_WINDOW_MS, () => performance.now());
     this.settings = settingsFrom(opts);
     this.log = log ?? new LocalLog({ node: 1, settings: this.settings });
+    this.digests = new DigestRunner({
+      sliceMs: DIGEST_SLICE_MS,
+      clock: () => performance.now(),
+      onRun: (stats) => this.digestRun(stats),
+      onVerdict: (atIndex, verdict, expected, mine) => this.checkVerdict(atIndex, verdict, expected, mine),
+    });
     this.authenticator = opts.authenticator ?? allowAll;
     this.specs = opts.listeners?.length ? opts.listeners : [{ kind: 'mqtt', host: opts.host, port: opts.port, path: '', proxy: null }];
     this.boundPorts = this.specs.map(() => 0);
@@ -262,25 +281,38 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     return this.conns.size;
   }
 
-  /** Why the state machine stopped this node serving (digest mismatch, broken invariant); null
-   * while sound. */
+  /** Why this node stopped serving (a broken invariant in apply, a digest mismatch); null while
+   * sound. */
   get failure(): string | null {
-    return this.broker.failed;
+    return this.broker.failed ?? this.digestFailure;
   }
 
-  /** Index and digest of the last `check` entry applied here; the leader's next check carries it. */
+  /** Index and digest of the newest `check` whose digest run finished here; the leader's next
+   * check carries it. */
   get lastCheck(): { index: number; digest: string } | null {
-    return this.checkApplied;
+    return this.digests.latest();
   }
 
-  /** The replicated state, consistent at the last applied entry (for raft log compaction). */
-  snapshot(): Iterable<Uint8Array> {
+  /** The index of the open digest run, or null. */
+  get digestRunning(): number | null {
+    return this.digests.running;
+  }
+
+  /** The replicated state, consistent at the last applied entry (for raft log compaction); null
+   * while a digest run holds the one snapshot cursor: the driver asks again in a later turn, and a
+   * run lasts a bounded number of turns, so compaction waits but never starves. */
+  snapshot(): Iterable<Uint8Array> | null {
+    if (this.digests.running !== null) {
+      this.event('snapshot-deferred', { digestRun: this.digests.running });
+      return null;
+    }
     return this.broker.snapshot();
   }
 
   /** Replaces the replicated state with a snapshot's (installed from the raft leader on a node that
    * does not serve); the deadline timer follows the new state. */
   restore(chunks: Iterable<Uint8Array>): void {
+    // An open digest run goes on reading the replaced state, consistent at its own index.
     this.broker.restore(chunks);
     this.armTick();
   }
@@ -288,8 +320,8 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
   /** Drops the replicated state (raft joined a newer epoch made by a force-start elsewhere: its log
    * follows from the start). This node does not serve while that happens. */
   reset(): void {
+    this.digests.reset();
     this.broker.restore(new Broker().snapshot());
-    this.checkApplied = null;
     this.armTick();
   }
 
@@ -362,8 +394,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     const out = this.applyOut;
     out.length = 0;
     this.broker.apply(e, out);
-    // apply() recorded this digest at the check entry and cached it, so reading it costs nothing.
-    if (e.cmd.t === 'check') this.checkApplied = { index: e.index, digest: this.broker.digest() };
+    if (e.cmd.t === 'check') this.checkApplied(e.index, e.cmd.atIndex, e.cmd.digest);
     // Effects only while serving, only for this period's open connections (the map holds no
     // others); a follower applies the same entry and drops them all.
     if (this.log.serving) this.execute(out);
@@ -408,6 +439,46 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
         return;
       default: {
         const _: never = e;
+        void _;
+      }
+    }
+  }
+
+  /** A `check` entry at `index` was applied: compare the digest it carries, then hash the state at
+   * `index` over the next turns, before any later entry is applied. One snapshot cursor at a time:
+   * while a digest run or a compaction snapshot is open this check's run is skipped (the other
+   * cursor is never cancelled, so compaction never starves). */
+  private checkApplied(index: number, atIndex: number, digest: string): void {
+    // atIndex 0: the leader had no completed digest yet, so there is nothing to compare.
+    if (atIndex !== 0) this.digests.expect(atIndex, digest);
+    const busy = this.digests.running !== null ? 'digest' : this.broker.cursorOpen ? 'snapshot' : null;
+    if (busy !== null) {
+      this.event('digest-skipped', { index, busy });
+      return;
+    }
+    this.digests.open(index, this.broker.snapshotCursor());
+  }
+
+  private digestRun(stats: RunStats): void {
+    this.event('digest-run', { ...stats, ms: Math.round(stats.ms), longestSliceMs: Math.round(stats.longestSliceMs) });
+  }
+
+  private checkVerdict(atIndex: number, verdict: Verdict, expected: string, mine: string | null): void {
+    switch (verdict) {
+      case 'match':
+        this.event('check-match', { atIndex });
+        return;
+      case 'unknown':
+        this.event('check-unknown', { atIndex });
+        return;
+      case 'mismatch':
+        this.event('digest-mismatch', { atIndex, expected, mine });
+        if (this.digestFailure !== null || this.stopped) return;
+        this.digestFailure = `digest mismatch at ${atIndex}`;
+        if (!this.halted) this.halt(this.digestFailure);
+        return;
+      default: {
+        const _: never = verdict;
         void _;
       }
     }

@@ -15,7 +15,7 @@ export class RateLimitedLog {
     this.log('warn', key, fields, msg);
   }
 
-  log(level: 'info' | 'warn' | 'error', key: string, fields: Record<string, unknown>, msg: string): void {
+  log(level: 'debug' | 'info' | 'warn' | 'error', key: string, fields: Record<string, unknown>, msg: string): void {
     const now = this.monotonicMs();
     const seen = this.last.get(key);
     if (seen !== undefined && now - seen.atMs < this.windowMs) {
