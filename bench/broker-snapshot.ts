@@ -4,11 +4,16 @@
 // - sliced: the cursor read the way raft/driver/snapshot-taker.ts reads it, chunks for at most
 //   sliceMs per turn (E/20 = 25 ms by default), with the longest single pull and slice;
 // - cow: `publishes` QoS 1 publishes, one per session, applied with no cursor and with a cursor
-//   open and not yet read (each publish then takes its session's pre-image), in alternating rounds.
+//   open and not yet read (each publish then takes its session's pre-image), in alternating rounds;
+// - digestRun: the digest of a `check` as a node computes it (src/server/digest-runner.ts): the
+//   cursor opened in the apply turn, then hashed DIGEST_SLICE_MS per turn while `publishes`
+//   publishes keep being applied between turns, 100 per turn; the longest turn is what the event
+//   loop stalls for, against digestMs for the one-go digest that apply used to compute.
 //   node build/bench/broker-snapshot.js [sessions=10000] [queuedPerSession=10] [sliceMs=25] [publishes=10000]
 import { performance } from 'node:perf_hooks';
 import { Broker } from '../src/broker/broker.js';
 import type { Command, Effect, Settings } from '../src/broker/commands.js';
+import { DIGEST_CURSOR, DIGEST_SLICE_MS, DigestRunner, type RunStats } from '../src/server/digest-runner.js';
 
 const sessions = Number(process.argv[2] ?? 10_000);
 const queued = Number(process.argv[3] ?? 10);
@@ -105,6 +110,66 @@ function applyCost(withCursor: boolean): { usPerPublish: number; consistent: boo
   return { usPerPublish, consistent: copy.digest() === before };
 }
 
+/** Publishes applied between two turns of the digest run, as entries keep committing. */
+const PUBLISHES_PER_TURN = 100;
+
+function digestRun(): Promise<Record<string, number | boolean>> {
+  const expected = broker.digest();
+  const at = broker.appliedIndex;
+  return new Promise((resolve) => {
+    let applied = 0;
+    let openMs = 0;
+    // Each turn of the run, in wall time and in the process's CPU time: on a loaded machine the
+    // wall time of a turn includes the time the OS ran other processes.
+    const wallMs: number[] = [];
+    const cpuMs: number[] = [];
+    const schedule = (step: () => void): void => {
+      setImmediate(() => {
+        const t = performance.now();
+        const c = process.cpuUsage();
+        step();
+        const dc = process.cpuUsage(c);
+        wallMs.push(performance.now() - t);
+        cpuMs.push((dc.user + dc.system) / 1000);
+      });
+    };
+    const done = (stats: RunStats, digest: string): void => {
+      const r2 = (x: number): number => Math.round(x * 100) / 100;
+      const sorted = (xs: number[]): number[] => [...xs].sort((a, b) => a - b);
+      const p90 = (xs: number[]): number => sorted(xs)[Math.floor(xs.length * 0.9)] ?? 0;
+      resolve({
+        sliceMs: DIGEST_SLICE_MS,
+        openMs: r2(openMs),
+        longestSliceMs: r2(stats.longestSliceMs),
+        longestTurnMs: r2(Math.max(openMs, stats.longestSliceMs)),
+        p90TurnMs: r2(p90(wallMs)),
+        longestTurnCpuMs: r2(Math.max(0, ...cpuMs)),
+        p90TurnCpuMs: r2(p90(cpuMs)),
+        turns: stats.turns,
+        ms: Math.round(stats.ms),
+        bytes: stats.bytes,
+        publishesBetween: applied,
+        equalsDigestAtIndex: digest === expected,
+      });
+    };
+    const runner = new DigestRunner({ sliceMs: DIGEST_SLICE_MS, clock: () => performance.now(), schedule, onRun: done, onVerdict: () => {} });
+    const load = (): void => {
+      if (runner.running === null || applied >= publishes) return;
+      for (let k = 0; k < PUBLISHES_PER_TURN && applied < publishes; k++) publish(applied++);
+      setImmediate(load);
+    };
+    const start = performance.now();
+    runner.open(at, broker.snapshotCursor(process.env.REUSE === '0' ? undefined : DIGEST_CURSOR));
+    openMs = performance.now() - start;
+    setImmediate(load);
+  });
+}
+
+// First, while the heap holds only the state: later phases leave copies whose major collections
+// would land in the run's turns.
+const run = await digestRun();
+// A tick, so that digest() below hashes instead of returning the value cached in digestRun().
+apply({ t: 'tick' });
 const whole = drain();
 let start = performance.now();
 const digest = broker.digest();
@@ -139,5 +204,6 @@ console.log(
     publishes,
     applyUsPerPublish: { noCursor: median(plain), cursorOpen: median(cow), rounds },
     cursorRestoresOpeningDigest: consistent,
+    digestRun: run,
   }),
 );

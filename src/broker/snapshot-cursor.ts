@@ -50,6 +50,9 @@ export interface SnapshotCursorOptions {
   readonly chunkBytes: number;
   /** Element moves of the canonical-order sort per pull: about 20 ns each. */
   readonly sortMovesPerPull: number;
+  /** Each chunk is a view of one buffer that the next pull overwrites: for a reader that consumes
+   * a chunk before it pulls again (a digest), so no 64 KiB buffer is allocated per pull. */
+  readonly reuseChunk?: boolean;
 }
 
 export const SNAPSHOT_CURSOR_DEFAULTS: SnapshotCursorOptions = { chunkBytes: SNAPSHOT_CHUNK_BYTES, sortMovesPerPull: 50_000 };
@@ -87,6 +90,8 @@ export class SnapshotCursor implements IterableIterator<Uint8Array> {
   private item = -1;
   /** Bytes of the part being copied into chunks, and how far. */
   private part: Uint8Array = EMPTY;
+  /** The buffer of every chunk when opts.reuseChunk. */
+  private reused: Uint8Array | null = null;
   private partOffset = 0;
   private state: 'open' | 'done' | 'cancelled' = 'open';
 
@@ -138,7 +143,7 @@ export class SnapshotCursor implements IterableIterator<Uint8Array> {
     if (this.state === 'done') return { done: true, value: undefined };
     if (!this.sortStep()) return { done: false, value: EMPTY };
     const size = this.opts.chunkBytes;
-    const chunk = new Uint8Array(size);
+    const chunk = this.chunkBuffer(size);
     let n = 0;
     while (n < size) {
       if (this.partOffset === this.part.length && !this.nextPart()) break;
@@ -153,6 +158,12 @@ export class SnapshotCursor implements IterableIterator<Uint8Array> {
       return { done: true, value: undefined };
     }
     return { done: false, value: n === size ? chunk : chunk.subarray(0, n) };
+  }
+
+  private chunkBuffer(size: number): Uint8Array {
+    if (this.opts.reuseChunk !== true) return new Uint8Array(size);
+    if (this.reused === null) this.reused = new Uint8Array(size);
+    return this.reused;
   }
 
   /** Sorts for at most sortMovesPerPull moves; true once every section is in canonical order. */
@@ -228,6 +239,7 @@ export class SnapshotCursor implements IterableIterator<Uint8Array> {
     this.sessionSort = this.willSort = this.retainedSort = this.cursorSort = null;
     this.part = EMPTY;
     this.partOffset = 0;
+    this.reused = null;
     this.release(this);
   }
 }

@@ -17,7 +17,7 @@ import { type ListenerSpec, listenerUrl } from './listeners/listen-url.js';
 import { Listener, type ListenerHost } from './listeners/listener.js';
 import type { TlsMaterial } from './listeners/tls-material.js';
 import { ConnectRateLimiter, DEFAULT_NODE_LIMITS, type NodeLimits, WRITE_BUFFER_BYTES_DEFAULT } from './limits.js';
-import { DigestRunner, type RunStats, type Verdict } from './digest-runner.js';
+import { DIGEST_CURSOR, DIGEST_SLICE_MS, DigestRunner, type RunStats, type Verdict } from './digest-runner.js';
 import { type ConnackLimits, toWire } from './outbound.js';
 import { RateLimitedLog } from './rate-limited-log.js';
 import type { ByteStream, Transport } from './transport.js';
@@ -78,9 +78,6 @@ const STALE_DEADLINE_RETRY_MS = 1_000;
  * clients: event-loop delay max 20–65 ms at 64 per turn, 43–175 ms at 256, 120–490 ms with every
  * socket closed in the poll phase that read its FIN. */
 export const PEER_ENDS_PER_TURN_MAX = 64;
-/** Most ms one turn spends hashing the state for a `check` (src/server/digest-runner.ts): well
- * under E/20 for any election timeout the configuration allows. */
-const DIGEST_SLICE_MS = 5;
 
 /** The Settings that apply() consults, from the node's options. */
 export function settingsFrom(o: NodeOptions): Settings {
@@ -456,7 +453,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
       this.event('digest-skipped', { index, busy });
       return;
     }
-    this.digests.open(index, this.broker.snapshotCursor());
+    this.digests.open(index, this.broker.snapshotCursor(DIGEST_CURSOR));
   }
 
   private digestRun(stats: RunStats): void {

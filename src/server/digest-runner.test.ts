@@ -96,7 +96,8 @@ describe('digest runner', { timeout: 60_000 }, () => {
         fc.array(fc.nat({ max: 3 }), { minLength: 1, maxLength: 20 }),
         fc.integer({ min: 1, max: 64 }),
         fc.integer({ min: 1, max: 4 }),
-        (before, after, slicesPerEntry, chunkBytes, sliceMs) => {
+        fc.boolean(),
+        (before, after, slicesPerEntry, chunkBytes, sliceMs, reuseChunk) => {
           const h = new Harness();
           for (const f of before) h.apply(f(h), 100);
           const index = h.index;
@@ -104,7 +105,7 @@ describe('digest runner', { timeout: 60_000 }, () => {
           const m = new Manual();
           const { r } = runner(m, sliceMs);
           // Tiny chunks and sort steps, so the run straddles many applies.
-          r.open(index, h.broker.snapshotCursor({ chunkBytes, sortMovesPerPull: 1 }));
+          r.open(index, h.broker.snapshotCursor({ chunkBytes, sortMovesPerPull: 1, reuseChunk }));
           for (const [i, f] of after.entries()) {
             for (let s = slicesPerEntry[i % slicesPerEntry.length] as number; s > 0; s--) m.step();
             h.apply(f(h), 100);

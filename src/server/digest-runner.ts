@@ -10,10 +10,19 @@
 // is still open, or not at all if this node never computed it (restarted since, or the run was
 // skipped or cancelled): a verdict of 'unknown'.
 import { createHash, type Hash } from 'node:crypto';
+import { SNAPSHOT_CURSOR_DEFAULTS, type SnapshotCursorOptions } from '../broker/snapshot-cursor.js';
 
 /** Digests kept for later checks to compare against: the leader carries its newest completed one,
  * which a follower has too unless it is far behind. */
 export const DIGESTS_KEPT = 8;
+
+/** Most ms one turn spends hashing (a node's setting): well under E/20 for any election timeout
+ * the configuration allows, so a run never costs the leader its lease. */
+export const DIGEST_SLICE_MS = 5;
+
+/** The cursor a run reads: chunks of the raft snapshot size, hashed as soon as pulled, so one
+ * buffer serves them all. */
+export const DIGEST_CURSOR: SnapshotCursorOptions = { ...SNAPSHOT_CURSOR_DEFAULTS, reuseChunk: true };
 
 export type Verdict = 'match' | 'mismatch' | 'unknown';
 
