@@ -1,7 +1,7 @@
-// When the serving leader proposes a `check` (DESIGN.md "The seam": replicas compare state). Each
-// check makes every replica record its digest at that index and carries the leader's digest of the
-// previous check, which every replica compares with its own. The digest hashes the whole state, so
-// checks are rare: one per CHECK_ENTRIES_DEFAULT committed entries or CHECK_INTERVAL_MS_DEFAULT of
+// When the serving leader proposes a `check` (DESIGN.md "The seam": replicas compare state). After
+// each check every replica hashes its state at that index, a slice per turn (src/server/
+// digest-runner.ts), and the check carries the leader's newest finished digest, which every replica
+// compares with its own. A digest hashes the whole state, so checks are rare: one per CHECK_ENTRIES_DEFAULT committed entries or CHECK_INTERVAL_MS_DEFAULT of
 // cluster time, whichever comes first, and none while nothing is committed. Pure: time is passed in.
 
 /** A check after this many committed entries since the last one. */
