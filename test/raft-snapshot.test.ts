@@ -22,6 +22,15 @@ class App {
   state: string[] = [];
   restored: Snapshot[] = [];
   cursorTurns = 0;
+  /** The application's one cursor is in use elsewhere: it answers "not now". */
+  busy = false;
+  refused = 0;
+
+  source(): Iterable<Uint8Array> | null {
+    if (!this.busy) return this.snapshot();
+    this.refused++;
+    return null;
+  }
 
   *snapshot(): Generator<Uint8Array> {
     const bytes = Buffer.from(JSON.stringify(this.state));
@@ -64,7 +73,7 @@ function makeNode(id: number, generation: number): Node {
     onCommitted: (entries) => {
       for (const e of entries) if (e.data !== null) app.state.push(Buffer.from(e.data).toString());
     },
-    snapshotSource: () => app.snapshot(),
+    snapshotSource: () => app.source(),
     onSnapshot: (s) => app.restore(s),
     transport: (validate) => {
       node.transport = new Transport<Message>({
@@ -132,6 +141,19 @@ describe('RaftDriver snapshots over loopback TCP', { timeout: 60_000 }, () => {
       10_000,
     );
     for (const n of nodes) assert.ok(n.app.cursorTurns > 1, 'the cursor handed over several chunks');
+  });
+
+  test('compaction waits while the application says not now, asks again at later events, and then compacts', async () => {
+    const nodes = IDS.map((id) => makeNode(id, 0));
+    for (const n of nodes) n.app.busy = true;
+    for (const n of nodes) await n.driver.start();
+    connect(nodes);
+    const leader = await leaderOf(nodes);
+    await proposeMany(leader, 0, 3 * LOG_ENTRIES_MAX);
+    await waitFor('the request to be repeated', () => nodes.every((n) => n.app.refused > 1), 10_000);
+    for (const n of nodes) assert.equal(n.driver.status().snapshotIndex, 0, 'no compaction without the application');
+    for (const n of nodes) n.app.busy = false;
+    await waitFor('every node to compact', () => nodes.every((n) => n.driver.status().snapshotIndex > 0), 10_000);
   });
 
   test('a follower that comes back after the leader compacted past it installs the snapshot in chunks and reaches the same state', async () => {

@@ -4,7 +4,8 @@ import fc from 'fast-check';
 import { Harness, msg, testSettings, T0 } from './broker-harness.js';
 import { Broker } from './broker.js';
 import type { Command, Effect, Entry, Message, Settings, SubscriptionRequest } from './commands.js';
-import { decodeImage, encodeImage } from './snapshot.js';
+import { unpack } from 'msgpackr';
+import { decodeImage, encodeImage, packValue } from './snapshot.js';
 import { parseSharedFilter } from '../protocol/topic.js';
 
 // Replicas must agree: the same entries give the same effects and the same digest, whether a
@@ -297,6 +298,11 @@ describe('broker: replicas agree', { timeout: 120_000 }, () => {
     const bytes = Buffer.concat([...b.snapshot()]);
     assert.throws(() => b.restore([bytes.subarray(0, bytes.length - 3)]), { code: 'ERR_SNAPSHOT_CORRUPT' });
     assert.throws(() => b.restore([new Uint8Array([0x93, 1, 2, 3])]), { code: 'ERR_SNAPSHOT_CORRUPT' });
+    // Version 2 images had an eleventh field, the recorded check digests: refused, not misread.
+    const fields = unpack(bytes) as unknown[];
+    assert.throws(() => b.restore([packValue([...fields, [[5, 'ab']]])]), { code: 'ERR_SNAPSHOT_CORRUPT' });
+    assert.throws(() => b.restore([packValue([2, ...fields.slice(1), []])]), { code: 'ERR_SNAPSHOT_CORRUPT' });
+    assert.throws(() => b.restore([packValue([2, ...fields.slice(1)])]), { code: 'ERR_SNAPSHOT_CORRUPT' });
     assert.equal(b.digest(), before);
   });
 });
