@@ -343,6 +343,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     if (this.stopped) return;
     this.stopped = true;
     this.clearTick();
+    this.digests.cancel();
     this.opts.tls?.close();
     if (this.statsTimer !== null) clearInterval(this.statsTimer);
     const closing = this.stopServing(RC.SERVER_SHUTTING_DOWN, !this.log.serving);
