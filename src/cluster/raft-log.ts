@@ -81,7 +81,8 @@ export interface DriverHooks {
 
 /** What RaftLog asks of the broker node above it, for checks and for a failed state machine. */
 export interface ReplicaSource {
-  /** Index and digest of the last check entry this replica applied; null before the first. */
+  /** Index and digest of the newest check entry whose state digest this replica has finished
+   * computing (a few turns after applying it); null before the first. */
   lastCheck(): { index: number; digest: string } | null;
   /** Why the state machine stopped (a digest mismatch, a broken invariant); null while sound. */
   failure(): string | null;
