@@ -85,7 +85,8 @@ describe('raft core: leases, transfer and cluster time', { timeout: 10_000 }, ()
     }
     const leader = c.leader();
     assert.ok(sawUnready, 'the bootstrapped leader started without a target');
-    assert.ok(leader !== undefined && leader.clusterTimeReady(), 'ready once heartbeats brought clock samples');
+    assert.ok(leader !== undefined, 'a leader');
+    assert.ok(leader.clusterTimeReady(), 'ready once heartbeats brought clock samples');
     assert.ok(Math.abs(leader.clusterTime(c.now) - c.now) <= E / 2, 'and its time jumped to the clocks');
     for (const n of c.running()) if (n !== leader) assert.equal(n.clusterTimeReady(), false, 'a follower is never ready');
   });
