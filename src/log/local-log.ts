@@ -10,7 +10,8 @@ export interface LocalLogOptions {
   clock?: () => number;
   /** Bound on proposed but not yet committed bytes; over it, accepting turns false. */
   pendingBytesMax?: number;
-  /** Entries committed in one turn at most (default ENTRIES_PER_TURN_MAX). */
+  /** Work committed in one turn at most, in entries, a connect counting CONNECT_COST (default
+   * ENTRIES_PER_TURN_MAX); a turn commits at least one entry. */
   entriesPerTurnMax?: number;
 }
 
@@ -19,6 +20,17 @@ export interface LocalLogOptions {
  * well under E/10 = 50 ms (DESIGN.md "Performance principles"); measured: 10,000 clients
  * disconnecting at once were one 10,000-entry turn and stalled the event loop for 340 ms. */
 export const ENTRIES_PER_TURN_MAX = 1024;
+
+/** What a connect counts against ENTRIES_PER_TURN_MAX: applying it may resume a session and send
+ * its CONNACK with up to maxInflight queued messages, each encoded and written, several times the
+ * cost of other entries. Measured with bench/disconnect-storm.ts (10,000 clients reconnecting, 5
+ * messages queued per persistent session): 1,024 connects were one commit turn. */
+export const CONNECT_COST = 8;
+
+/** What an entry counts against a commit turn's budget. */
+export function entryCost(cmd: Command): number {
+  return cmd.t === 'connect' ? CONNECT_COST : 1;
+}
 
 /** The single-node log: commits what was proposed in one event-loop turn in the next turn, at
  * most entriesPerTurnMax entries per turn and the rest in the turns after, in order. Time is
@@ -107,19 +119,23 @@ export class LocalLog implements BrokerLog {
     const listener = this.listener;
     const pending = this.pending;
     if (this.stopped || listener === null || pending.length === 0) return;
-    const count = Math.min(pending.length, this.entriesPerTurnMax);
     // One time per commit turn: every entry of this slice carries the same stamp.
     const time = this.now();
     this.lastTime = time;
-    const entries: Entry[] = new Array(count);
+    const entries: Entry[] = [];
     let serveStart = 0;
-    for (let i = 0; i < count; i++) {
-      const bytes = pending[i] as Uint8Array;
+    let cost = 0;
+    let count = 0;
+    while (count < pending.length) {
+      const bytes = pending[count] as Uint8Array;
+      const cmd = decodeCommand(bytes);
+      cost += entryCost(cmd);
+      if (cost > this.entriesPerTurnMax && count > 0) break;
+      count++;
       this.pendingBytes -= bytes.length;
       const index = ++this.lastIndex;
-      const cmd = decodeCommand(bytes);
       if (cmd.t === 'serve-start') serveStart = index;
-      entries[i] = { index, time, cmd };
+      entries.push({ index, time, cmd });
     }
     // Proposals made by the listener below go after the ones left for the next turn.
     this.pending = count === pending.length ? [] : pending.slice(count);

@@ -924,21 +924,24 @@ export class Connection implements WheelMember {
     }
   }
 
-  /** One socket write for everything buffered this turn (DESIGN.md "Performance principles"). */
-  flush(): void {
+  /** One socket write for everything buffered so far (DESIGN.md "Performance principles");
+   * returns the bytes handed to the socket. */
+  flush(): number {
     this.dirty = false;
-    if (this.out.length === 0) return;
+    if (this.out.length === 0) return 0;
     this.connackWritten = this.connackOk;
     const buf = this.out.length === 1 ? (this.out[0] as Buffer) : Buffer.concat(this.out, this.outBytes);
     this.out = [];
     this.outBytes = 0;
-    if (this.socket.destroyed || this.socket.write(buf) || this.outputFull) return;
+    if (this.socket.destroyed) return 0;
+    if (this.socket.write(buf) || this.outputFull) return buf.length;
     if (this.socket.writableLength > this.host.limits.maxWriteBufferBytes) {
       // A client that publishes but does not read must not grow our memory: its own input waits.
       this.outputFull = true;
       this.socket.pause();
       this.host.event('reads-paused-slow-consumer', { conn: this.id, bytes: this.socket.writableLength });
     }
+    return buf.length;
   }
 
   /** The socket's 'drain', through the shared listener. */
