@@ -82,9 +82,11 @@ export const PEER_ENDS_PER_TURN_MAX = 64;
  * bytes after which a turn stops early; the rest are written in the next turns, in the order they
  * became dirty. A write costs about 10–20 µs in the kernel, so 256 keep the flush of a turn near
  * 4 ms when thousands of clients reconnect at once and each gets its CONNACK and queued messages
- * (DESIGN.md "Performance principles": no turn beyond E/10). */
+ * (DESIGN.md "Performance principles": no turn beyond E/10). The byte bound is high (copying
+ * 4 MiB into socket buffers is about a millisecond) so that a turn writing many messages to a few
+ * subscribers is not split. */
 export const FLUSHES_PER_TURN_MAX = 256;
-export const FLUSH_BYTES_PER_TURN_MAX = 1024 * 1024;
+export const FLUSH_BYTES_PER_TURN_MAX = 4 * 1024 * 1024;
 
 /** The Settings that apply() consults, from the node's options. */
 export function settingsFrom(o: NodeOptions): Settings {
