@@ -117,6 +117,19 @@ async function leaderOf(nodes: readonly Node[]): Promise<Node> {
   return leader!;
 }
 
+/** Three nodes; a follower stops, the leader commits `count` entries and compacts past it. */
+async function compactedPastAFollower(count: number): Promise<{ nodes: Node[]; leader: Node; gone: Node }> {
+  const nodes = IDS.map((id) => makeNode(id, 0));
+  for (const n of nodes) await n.driver.start();
+  connect(nodes);
+  const leader = await leaderOf(nodes);
+  const gone = nodes.find((n) => n !== leader)!;
+  await gone.driver.stop();
+  await proposeMany(leader, 0, count);
+  await waitFor('the leader to compact', () => leader.driver.status().snapshotIndex > 0, 10_000);
+  return { nodes, leader, gone };
+}
+
 async function proposeMany(leader: Node, from: number, count: number): Promise<void> {
   for (let k = from; k < from + count; k++) {
     const r = leader.driver.propose(Buffer.from(`entry-${k}`));
@@ -157,15 +170,8 @@ describe('RaftDriver snapshots over loopback TCP', { timeout: 60_000 }, () => {
   });
 
   test('a follower that comes back after the leader compacted past it installs the snapshot in chunks and reaches the same state', async () => {
-    const nodes = IDS.map((id) => makeNode(id, 0));
-    for (const n of nodes) await n.driver.start();
-    connect(nodes);
-    const leader = await leaderOf(nodes);
-    const gone = nodes.find((n) => n !== leader)!;
-    await gone.driver.stop();
     // Enough state that the snapshot needs several chunks of CHUNK_BYTES.
-    await proposeMany(leader, 0, 300);
-    await waitFor('the leader to compact', () => leader.driver.status().snapshotIndex > 0, 10_000);
+    const { nodes, leader, gone } = await compactedPastAFollower(300);
     const back = makeNode(gone.id, 1);
     await back.driver.start();
     connect([...nodes.filter((n) => n !== gone), back]);
@@ -180,14 +186,7 @@ describe('RaftDriver snapshots over loopback TCP', { timeout: 60_000 }, () => {
   });
 
   test('a snapshot from the leader without onSnapshot stops the driver and reports it, never applying past the gap', async () => {
-    const nodes = IDS.map((id) => makeNode(id, 0));
-    for (const n of nodes) await n.driver.start();
-    connect(nodes);
-    const leader = await leaderOf(nodes);
-    const gone = nodes.find((n) => n !== leader)!;
-    await gone.driver.stop();
-    await proposeMany(leader, 0, 60);
-    await waitFor('the leader to compact', () => leader.driver.status().snapshotIndex > 0, 10_000);
+    const { nodes, gone } = await compactedPastAFollower(60);
     let fatal: Error | undefined;
     let transport: Transport<Message> | undefined;
     const applied: number[] = [];

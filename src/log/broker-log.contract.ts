@@ -4,18 +4,10 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { Command, Entry, Settings } from '../broker/commands.js';
 import type { BrokerLog, LogListener } from './broker-log.js';
+import { testSettings } from '../broker/broker-harness.js';
 
-export const contractSettings: Settings = {
-  maxQueuedMessages: 10,
-  maxQueuedBytes: 1 << 20,
-  maxInflight: 4,
-  maxQos: 2,
-  retainAvailable: true,
-  maxPacketSize: 1 << 20,
-  willGraceS: 30,
-  maxSubscriptions: 0,
-  acl: null,
-};
+/** The tests' settings with a queue bound of its own. */
+export const contractSettings: Settings = { ...testSettings, maxQueuedMessages: 10 };
 
 /** A harness makes a started-able log and disposes of it. */
 export interface LogHarness {

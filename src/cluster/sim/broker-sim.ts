@@ -48,18 +48,10 @@ import {
   type SimResult,
 } from '../../../raft/sim/sim.js';
 import { decodeCommand, encodeCommand } from '../../log/command-codec.js';
+import { testSettings } from '../../broker/broker-harness.js';
 
-export const simSettings: Settings = {
-  maxQueuedMessages: 1_000,
-  maxQueuedBytes: 1 << 20,
-  maxInflight: 4,
-  maxQos: 2,
-  retainAvailable: true,
-  maxPacketSize: 1 << 20,
-  willGraceS: 30,
-  maxSubscriptions: 0,
-  acl: null,
-};
+/** The tests' settings with a queue bound of its own. */
+export const simSettings: Settings = { ...testSettings, maxQueuedMessages: 1_000 };
 
 /** Messages the publisher sends per run (pids 1..N, so no pid is reused). */
 const MESSAGES_MAX = 60;
