@@ -47,7 +47,19 @@ const publish = (i: number): void =>
 apply({ t: 'serve-start', node: 1, settings });
 for (let i = 0; i < sessions; i++) {
   const conn = `1.${i + 1}`;
-  apply({ t: 'connect', conn, clientId: `c${i}`, protocol: 4, clean: false, expiryS: 0xffffffff, will: null, username: null, receiveMax: 65_535, maxPacketSize: 0, problemInfo: true });
+  apply({
+    t: 'connect',
+    conn,
+    clientId: `c${i}`,
+    protocol: 4,
+    clean: false,
+    expiryS: 0xffffffff,
+    will: null,
+    username: null,
+    receiveMax: 65_535,
+    maxPacketSize: 0,
+    problemInfo: true,
+  });
   apply({ t: 'subscribe', conn, pid: 1, subs: [{ filter: `dev/${i}/#`, qos: 1, nl: false, rap: false, rh: 0 }] });
   apply({ t: 'disconnect', conn, reason: 0, publishWill: false });
 }
@@ -152,7 +164,13 @@ function digestRun(): Promise<Record<string, number | boolean>> {
         equalsDigestAtIndex: digest === expected,
       });
     };
-    const runner = new DigestRunner({ sliceMs: DIGEST_SLICE_MS, clock: () => performance.now(), schedule, onRun: done, onVerdict: () => {} });
+    const runner = new DigestRunner({
+      sliceMs: DIGEST_SLICE_MS,
+      clock: () => performance.now(),
+      schedule,
+      onRun: done,
+      onVerdict: () => {},
+    });
     const load = (): void => {
       if (runner.running === null || applied >= publishes) return;
       for (let k = 0; k < PUBLISHES_PER_TURN && applied < publishes; k++) publish(applied++);

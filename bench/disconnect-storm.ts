@@ -12,9 +12,9 @@ import { connect, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
+import { freePort } from '../jepsen-like-tests/net.js';
 import { encode } from '../src/protocol/encoder.js';
 import type { Packet } from '../src/protocol/packets.js';
-import { freePort } from '../jepsen-like-tests/net.js';
 
 const REPO = resolve(dirname(new URL(import.meta.url).pathname), '..', '..');
 const DEFAULT_CLI = join(REPO, 'build', 'src', 'cli.js');
@@ -103,7 +103,6 @@ function parseOptions(argv: string[]): Options {
 }
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
-
 
 // ---- the broker processes ----
 

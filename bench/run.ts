@@ -173,7 +173,6 @@ function buildMqttload(src: string, tmp: string): string {
   return bin;
 }
 
-
 function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
 }

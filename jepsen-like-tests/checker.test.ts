@@ -5,7 +5,17 @@
 // cleanly stopped leader's serve-end.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { type AuditRecord, type AuditSource, checkAll, checkLeaseOverlap, checkWrites, leaseCut, leaseIntervals, parseAudit, type Violation } from './checker.js';
+import {
+  type AuditRecord,
+  type AuditSource,
+  checkAll,
+  checkLeaseOverlap,
+  checkWrites,
+  leaseCut,
+  leaseIntervals,
+  parseAudit,
+  type Violation,
+} from './checker.js';
 import type { History } from './workload.js';
 
 function history(): History {
@@ -26,11 +36,24 @@ function history(): History {
 }
 
 const lease = (node: number, mono: number, leaseEnd: number, term = 1): AuditRecord => ({ evt: 'lease', mono, leaseEnd, node, term });
-const write = (node: number, mono: number, leaseEnd: number | null): AuditRecord => ({ evt: 'puback', mono, leaseEnd, node, term: 1, clientId: 'c', pid: 1 });
+const write = (node: number, mono: number, leaseEnd: number | null): AuditRecord => ({
+  evt: 'puback',
+  mono,
+  leaseEnd,
+  node,
+  term: 1,
+  clientId: 'c',
+  pid: 1,
+});
 const serveEnd = (node: number, mono: number, leaseEnd: number): AuditRecord => ({ evt: 'serve-end', mono, leaseEnd, node, term: 1 });
 const kinds = (v: Violation[]) => v.map((x) => x.kind);
 const jsonl = (records: AuditRecord[]): string => records.map((r) => `${JSON.stringify(r)}\n`).join('');
-const source = (node: number, run: number, records: AuditRecord[], termMono: number | null = null): AuditSource => ({ node, run, text: jsonl(records), termMono });
+const source = (node: number, run: number, records: AuditRecord[], termMono: number | null = null): AuditSource => ({
+  node,
+  run,
+  text: jsonl(records),
+  termMono,
+});
 
 describe('jepsen checkers', { timeout: 10_000 }, () => {
   it('pass a clean history with QoS 1 duplicates and an unacknowledged publish never delivered', () => {
@@ -98,7 +121,7 @@ describe('jepsen checkers', { timeout: 10_000 }, () => {
     assert.deepEqual(Object.keys(late.audit).sort(), ['2.0', '2.1']);
   });
 
-  it('cut a cleanly stopped leader\'s lease at its serve-end, so only a successor serving before it is reported', () => {
+  it("cut a cleanly stopped leader's lease at its serve-end, so only a successor serving before it is reported", () => {
     // SIGTERM at 100: node 1 ends serving at 105, then hands over, giving up a lease that ran to 400.
     const stopped = [lease(1, 0, 300), serveEnd(1, 105, 300), lease(1, 120, 400)];
     assert.equal(leaseCut(stopped, 100), 105);
@@ -112,7 +135,7 @@ describe('jepsen checkers', { timeout: 10_000 }, () => {
     assert.ok(kinds(killed.violations).includes('lease-overlap'), 'a lease that was not given up stands to its end');
   });
 
-  it('cut a stopped leader\'s lease where it recorded giving it up at the handover, later than its serve-end', () => {
+  it("cut a stopped leader's lease where it recorded giving it up at the handover, later than its serve-end", () => {
     const released: AuditRecord = { evt: 'lease-released', mono: 130, leaseEnd: null, node: 1, term: 1 };
     const stopped = [lease(1, 0, 300), serveEnd(1, 105, 300), lease(1, 120, 400), released];
     assert.equal(leaseCut(stopped, 100), 130);

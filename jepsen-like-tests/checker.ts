@@ -204,7 +204,8 @@ export function leaseCut(records: readonly AuditRecord[], termMono: number | nul
   return end === undefined ? termMono : end.mono;
 }
 
-const sameProcess = (a: { node: number; run?: number }, b: { node: number; run?: number }): boolean => a.node === b.node && (a.run ?? 0) === (b.run ?? 0);
+const sameProcess = (a: { node: number; run?: number }, b: { node: number; run?: number }): boolean =>
+  a.node === b.node && (a.run ?? 0) === (b.run ?? 0);
 
 /** Sweep by start: an interval that starts before another process's latest end intersects it. */
 export function checkLeaseOverlap(intervals: readonly LeaseInterval[], out: Violation[]): void {
@@ -235,7 +236,8 @@ export function checkWrites(records: readonly AuditRecord[], intervals: readonly
       continue;
     }
     const hit = intervals.find((iv) => !sameProcess(iv, r) && iv.start <= r.mono && r.mono < iv.end);
-    if (hit !== undefined) out.push({ kind: 'write-outside-lease', record: r, why: `inside node ${hit.node} run ${hit.run}'s lease (term ${hit.term})` });
+    if (hit !== undefined)
+      out.push({ kind: 'write-outside-lease', record: r, why: `inside node ${hit.node} run ${hit.run}'s lease (term ${hit.term})` });
   }
   return writes;
 }

@@ -92,7 +92,15 @@ export class NodeProcess {
     this.lineWaiters = [];
     const proc = spawn(process.execPath, [this.cli, ...this.args, '--audit-log', auditFile], { stdio: ['ignore', 'pipe', 'pipe'] });
     this.proc = proc;
-    const run: ProcessRun = { index, pid: proc.pid ?? 0, auditFile, startMono: hostMonotonicMs(), signalMono: null, end: null, exitCode: null };
+    const run: ProcessRun = {
+      index,
+      pid: proc.pid ?? 0,
+      auditFile,
+      startMono: hostMonotonicMs(),
+      signalMono: null,
+      end: null,
+      exitCode: null,
+    };
     this.runs.push(run);
     if (run.pid !== 0) livePids.add(run.pid);
     proc.once('exit', (code) => {
@@ -151,7 +159,10 @@ export class NodeProcess {
 
   waitForLine(pred: (l: Record<string, unknown>) => boolean, timeoutMs: number): Promise<Record<string, unknown>> {
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`node ${this.id}: no matching log line within ${timeoutMs} ms; stderr: ${this.stderr}`)), timeoutMs);
+      const timer = setTimeout(
+        () => reject(new Error(`node ${this.id}: no matching log line within ${timeoutMs} ms; stderr: ${this.stderr}`)),
+        timeoutMs,
+      );
       this.lineWaiters.push({
         pred,
         resolve: (l) => {

@@ -9,7 +9,7 @@
 //   drop       each chunk cuts its connection with probability `dropRate` (frames in flight are lost,
 //              as a link that breaks loses them; bytes are never dropped from inside a stream,
 //              which would only corrupt the framing).
-import { createServer, connect, type Server, type Socket } from 'node:net';
+import { connect, createServer, type Server, type Socket } from 'node:net';
 import type { Prng } from '../raft/core/prng.js';
 
 export type RelayMode = 'pass' | 'blackhole' | 'drop';

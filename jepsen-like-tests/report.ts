@@ -58,7 +58,10 @@ function markdown(r: RunReport): string {
   lines.push(`# jepsen-like run, seed ${r.seed}: ${r.ok ? 'no violation' : 'VIOLATIONS'}`, '');
   lines.push(`Started ${r.startedAt}; ${r.durationS} s of workload; faults ${r.faults.join(', ')}; E = ${r.electionTimeoutMs} ms.`);
   if (r.plan === null) {
-    lines.push(`Reproduce: \`node build/jepsen-like-tests/run.js --seed ${r.seed} --duration-s ${r.durationS} --faults ${r.faults.join(',')}\``, '');
+    lines.push(
+      `Reproduce: \`node build/jepsen-like-tests/run.js --seed ${r.seed} --duration-s ${r.durationS} --faults ${r.faults.join(',')}\``,
+      '',
+    );
   } else {
     lines.push(`Fixed fault list (runJepsen's plan): ${r.plan.join(', ')}.`, '');
   }
@@ -76,7 +79,15 @@ function markdown(r: RunReport): string {
   }
   lines.push('', '## Counts', '', '| | |', '|---|---|');
   for (const [k, v] of Object.entries(c)) lines.push(`| ${k} | ${v} |`);
-  lines.push('', '## Audit logs', '', 'One file per process: node.run (run 0 is the first start, +1 per restart).', '', '| process | records | lease renewals | empty renewals | writes | unparsable |', '|---|---|---|---|---|---|');
+  lines.push(
+    '',
+    '## Audit logs',
+    '',
+    'One file per process: node.run (run 0 is the first start, +1 per restart).',
+    '',
+    '| process | records | lease renewals | empty renewals | writes | unparsable |',
+    '|---|---|---|---|---|---|',
+  );
   for (const [key, a] of Object.entries(r.result.audit)) {
     lines.push(`| ${key} | ${a.records} | ${a.leaseRenewals} | ${a.emptyRenewals} | ${a.writes} | ${a.unparsable} |`);
   }

@@ -15,7 +15,16 @@ import { hostMonotonicMs } from '../src/cluster/audit-log.js';
 import { type AuditSource, checkAll } from './checker.js';
 import { JepsenCluster, livePids, type NodeProcess } from './cluster.js';
 import { type AppliedFault, type RunReport, writeReport } from './report.js';
-import { describeFault, FAULT_CLASSES, type FaultClass, makeSchedule, parseClasses, stopsProcesses, type Target, type Window } from './schedule.js';
+import {
+  describeFault,
+  FAULT_CLASSES,
+  type FaultClass,
+  makeSchedule,
+  parseClasses,
+  stopsProcesses,
+  type Target,
+  type Window,
+} from './schedule.js';
 import type { History } from './workload.js';
 import { Workload } from './workload.js';
 
@@ -265,10 +274,22 @@ async function runSchedule(ctx: FaultContext, schedule: readonly Window[], durat
 export async function runJepsen(o: RunOptions): Promise<RunReport> {
   const log = o.log ?? ((l: string) => process.stdout.write(`${l}\n`));
   mkdirSync(o.dir, { recursive: true });
-  const schedule = makeSchedule({ seed: o.seed, durationMs: o.durationS * 1000, classes: o.faults, electionTimeoutMs: o.electionTimeoutMs, plan: o.plan });
+  const schedule = makeSchedule({
+    seed: o.seed,
+    durationMs: o.durationS * 1000,
+    classes: o.faults,
+    electionTimeoutMs: o.electionTimeoutMs,
+    plan: o.plan,
+  });
   log(`seed ${o.seed}: ${schedule.length} faults; output in ${o.dir}`);
   const r = new Prng(o.seed ^ 0x7a46e7);
-  const cluster = await JepsenCluster.start({ cli: CLI, dir: o.dir, electionTimeoutMs: o.electionTimeoutMs, seed: o.seed, startTimeoutMs: START_TIMEOUT_MS });
+  const cluster = await JepsenCluster.start({
+    cli: CLI,
+    dir: o.dir,
+    electionTimeoutMs: o.electionTimeoutMs,
+    seed: o.seed,
+    startTimeoutMs: START_TIMEOUT_MS,
+  });
   const workload = new Workload(cluster, { subscribers: 3, qos1Publishers: 2, qos2Publishers: 2, ratePerS: 20, outstandingMax: 8 });
   const ctx: FaultContext = { cluster, log, anomalies: [], measuring: [], done: false };
   let applied: AppliedFault[] = [];
@@ -317,16 +338,21 @@ export async function runJepsen(o: RunOptions): Promise<RunReport> {
   const files = writeReport(report);
   for (const f of applied) {
     if (f.redundantMs !== null) log(`${label(f.window)}: started again to redundant in ${Math.round(f.redundantMs)} ms`);
-    if (f.failoverMs !== null) log(`${label(f.window)}: first CONNACK on ${f.node === 0 ? 'any' : 'another'} node after ${Math.round(f.failoverMs)} ms`);
+    if (f.failoverMs !== null)
+      log(`${label(f.window)}: first CONNACK on ${f.node === 0 ? 'any' : 'another'} node after ${Math.round(f.failoverMs)} ms`);
   }
-  log(`acknowledged ${result.counts.acknowledged} of ${result.counts.published}; delivered ${result.counts.delivered} of ${result.counts.expectedDeliveries}; QoS 1 duplicates ${result.counts.qos1Duplicates}`);
+  log(
+    `acknowledged ${result.counts.acknowledged} of ${result.counts.published}; delivered ${result.counts.delivered} of ${result.counts.expectedDeliveries}; QoS 1 duplicates ${result.counts.qos1Duplicates}`,
+  );
   log(`violations: ${JSON.stringify(result.violationTotals)}; anomalies: ${ctx.anomalies.length}; report ${files.md}`);
   for (const a of ctx.anomalies) log(`anomaly: ${a}`);
   return report;
 }
 
 function usage(message: string): never {
-  process.stderr.write(`run: ${message}\nusage: node build/jepsen-like-tests/run.js --seed S --duration-s N --faults ${FAULT_CLASSES.join(',')} [--election-timeout-ms E] [--out DIR]\n`);
+  process.stderr.write(
+    `run: ${message}\nusage: node build/jepsen-like-tests/run.js --seed S --duration-s N --faults ${FAULT_CLASSES.join(',')} [--election-timeout-ms E] [--out DIR]\n`,
+  );
   process.exit(2);
 }
 

@@ -124,7 +124,8 @@ export function makeSchedule(o: ScheduleOptions): Window[] {
       out.push({ atMs: t, forMs, fault });
       t += forMs + gap(r, e);
     }
-    if (t > end) throw new Error(`a schedule of ${o.plan.length} faults needs ${Math.ceil((t + TAIL_E * e) / 1000)} s, not ${o.durationMs / 1000} s`);
+    if (t > end)
+      throw new Error(`a schedule of ${o.plan.length} faults needs ${Math.ceil((t + TAIL_E * e) / 1000)} s, not ${o.durationMs / 1000} s`);
     return out;
   }
   if (o.classes.length === 0) return out;

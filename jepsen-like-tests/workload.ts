@@ -194,7 +194,13 @@ export class Workload {
   private subscriber(clientId: string, timeoutMs: number): Promise<void> {
     const c = this.client(clientId);
     c.on('message', (_topic, payload, packet) => {
-      this.history.receipts.push({ client: clientId, payload: payload.toString(), qos: packet.qos, dup: packet.dup, mono: hostMonotonicMs() });
+      this.history.receipts.push({
+        client: clientId,
+        payload: payload.toString(),
+        qos: packet.qos,
+        dup: packet.dup,
+        mono: hostMonotonicMs(),
+      });
     });
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`${clientId}: no SUBACK within ${timeoutMs} ms`)), timeoutMs);

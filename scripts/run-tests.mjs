@@ -33,7 +33,11 @@ function find(dir, accept) {
 const isFast = (n) => n.endsWith('.test.js') && !n.endsWith('.slow.test.js');
 const isSlow = (n) => n.endsWith('.slow.test.js');
 const layers = [
-  { name: 'unit', files: [...find('build/src', isFast), ...find('build/raft', isFast), ...find('build/jepsen-like-tests', isFast)], concurrency: 2 },
+  {
+    name: 'unit',
+    files: [...find('build/src', isFast), ...find('build/raft', isFast), ...find('build/jepsen-like-tests', isFast)],
+    concurrency: 2,
+  },
   { name: 'integration', files: find('build/test', isFast), concurrency: 1 },
 ];
 if (mode === 'full') {
@@ -46,11 +50,9 @@ for (const layer of layers) {
   if (layer.files.length === 0) continue;
   total += layer.files.length;
   console.log(`\n== ${layer.name}: ${layer.files.length} files ==`);
-  const r = spawnSync(
-    process.execPath,
-    ['--test', `--test-concurrency=${layer.concurrency}`, '--test-timeout=600000', ...layer.files],
-    { stdio: 'inherit' },
-  );
+  const r = spawnSync(process.execPath, ['--test', `--test-concurrency=${layer.concurrency}`, '--test-timeout=600000', ...layer.files], {
+    stdio: 'inherit',
+  });
   if (r.status !== 0) {
     console.error(`run-tests: layer ${layer.name} failed (exit ${r.status ?? r.signal})`);
     process.exit(1);

@@ -5,11 +5,11 @@
 import { readFileSync } from 'node:fs';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { pino } from 'pino';
+import { DriverError } from '../raft/driver/errors.js';
 import type { AclRule } from './broker/commands.js';
 import { clusterSettings } from './cluster/cluster-config.js';
 import { EXIT_STATE_FILE_REFUSED, healthSource, type RunningCluster, singleNodeStatus, startClusterNode } from './cluster/cluster-node.js';
 import { HealthServer } from './cluster/health.js';
-import { DriverError } from '../raft/driver/errors.js';
 import { type Config, helpText, listenerSpecs, parseCli } from './config.js';
 import { CONFIG_ERROR, ConfigError, RaftmqError } from './errors.js';
 import { readAclFile } from './server/auth/acl-file.js';
@@ -17,8 +17,8 @@ import { runPasswd } from './server/auth/passwd-command.js';
 import { PasswordFileAuthenticator } from './server/auth/password-authenticator.js';
 import { BrokerNode, type NodeOptions } from './server/broker-node.js';
 import { isTlsKind } from './server/listeners/listen-url.js';
-import { ScramSha256 } from './server/scram.js';
 import { type ClientAuth, type IdentityField, TlsMaterial } from './server/listeners/tls-material.js';
+import { ScramSha256 } from './server/scram.js';
 
 function version(): string {
   const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
@@ -160,12 +160,7 @@ interface Running {
 
 /** A single node serves once it listens; a cluster node is started once raft runs, and serves only
  * while it is the leader with a lease, so its start does not wait for serving. */
-async function startNode(
-  config: Config,
-  opts: NodeOptions,
-  logger: pino.Logger,
-  created: (node: BrokerNode) => void,
-): Promise<Running> {
+async function startNode(config: Config, opts: NodeOptions, logger: pino.Logger, created: (node: BrokerNode) => void): Promise<Running> {
   const health = { host: config.host, port: config['health-port'] };
   const cs = clusterSettings(config);
   if (cs !== null) {

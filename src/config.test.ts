@@ -93,7 +93,18 @@ describe('configuration', { timeout: 10_000 }, () => {
   });
 
   it('reads --listen repeated on the command line and as a YAML list, with defaults for path and port', () => {
-    const c = run(['--listen', 'mqtt://0.0.0.0:1883?proxy=v2', '--listen', 'ws://127.0.0.1:8080', '--listen', 'wss://[::1]:8084/broker', '--tls-cert', 'c.pem', '--tls-key', 'k.pem']);
+    const c = run([
+      '--listen',
+      'mqtt://0.0.0.0:1883?proxy=v2',
+      '--listen',
+      'ws://127.0.0.1:8080',
+      '--listen',
+      'wss://[::1]:8084/broker',
+      '--tls-cert',
+      'c.pem',
+      '--tls-key',
+      'k.pem',
+    ]);
     assert.deepEqual(listenerSpecs(c), [
       { kind: 'mqtt', host: '0.0.0.0', port: 1883, path: '', proxy: 2 },
       { kind: 'ws', host: '127.0.0.1', port: 8080, path: '/mqtt', proxy: null },
@@ -101,11 +112,20 @@ describe('configuration', { timeout: 10_000 }, () => {
     ]);
     const yaml = file('l.yaml', 'listen:\n  - mqtt://127.0.0.1\n  - ws://127.0.0.1:9001/mqtt?proxy=v1\n');
     assert.deepEqual(run(['--config', yaml]).listen, ['mqtt://127.0.0.1', 'ws://127.0.0.1:9001/mqtt?proxy=v1']);
-    assert.deepEqual(listenerSpecs(run(['--port', '0', '--host', '127.0.0.1'])), [{ kind: 'mqtt', host: '127.0.0.1', port: 0, path: '', proxy: null }]);
+    assert.deepEqual(listenerSpecs(run(['--port', '0', '--host', '127.0.0.1'])), [
+      { kind: 'mqtt', host: '127.0.0.1', port: 0, path: '', proxy: null },
+    ]);
   });
 
   it('refuses a bad listener URL naming --listen, and TLS settings without what they need', () => {
-    for (const url of ['tcp://0.0.0.0:1883', 'mqtt://0.0.0.0:1883/path', 'ws://0.0.0.0/mqtt', 'mqtt://0.0.0.0:1883?proxy=v3', 'mqtt://0.0.0.0:1883?tls=1', 'not a url']) {
+    for (const url of [
+      'tcp://0.0.0.0:1883',
+      'mqtt://0.0.0.0:1883/path',
+      'ws://0.0.0.0/mqtt',
+      'mqtt://0.0.0.0:1883?proxy=v3',
+      'mqtt://0.0.0.0:1883?tls=1',
+      'not a url',
+    ]) {
       const e = refusal(['--listen', url]);
       assert.equal(e.code, CONFIG_ERROR.BAD_VALUE, url);
       assert.match(e.message, /--listen/);

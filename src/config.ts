@@ -38,10 +38,18 @@ export const SCHEMA = {
     default: [],
     help: 'a listener, repeatable: mqtt://HOST:PORT, mqtts://HOST:PORT, ws://HOST:PORT/PATH or wss://HOST:PORT/PATH (path default /mqtt), each optionally ?proxy=v1 or ?proxy=v2; when none is given, --host and --port make one mqtt:// listener',
   },
-  'tls-cert': { kind: 'string', default: '', help: 'PEM certificate of mqtts:// and wss:// listeners, followed by its intermediate CAs; re-read on change and on SIGHUP' },
+  'tls-cert': {
+    kind: 'string',
+    default: '',
+    help: 'PEM certificate of mqtts:// and wss:// listeners, followed by its intermediate CAs; re-read on change and on SIGHUP',
+  },
   'tls-key': { kind: 'string', default: '', help: 'PEM private key of --tls-cert' },
   'tls-ca': { kind: 'string', default: '', help: 'PEM CA certificates that client certificates must chain to' },
-  'tls-crl': { kind: 'string', default: '', help: 'PEM certificate revocation list of --tls-ca; a revoked client certificate fails the handshake' },
+  'tls-crl': {
+    kind: 'string',
+    default: '',
+    help: 'PEM certificate revocation list of --tls-ca; a revoked client certificate fails the handshake',
+  },
   'tls-client-auth': {
     kind: 'enum',
     default: 'none',
@@ -52,7 +60,7 @@ export const SCHEMA = {
     kind: 'enum',
     default: 'cn',
     values: ['cn', 'san'],
-    help: "the client certificate field that becomes the username: subject CN, or the first DNS, email or URI subject alternative name",
+    help: 'the client certificate field that becomes the username: subject CN, or the first DNS, email or URI subject alternative name',
   },
   'tls-require-client-id-match': {
     kind: 'bool',
@@ -255,7 +263,7 @@ export const SCHEMA = {
     kind: 'bool',
     default: false,
     bare: true,
-    help: 'make a new epoch from this node\'s state file (FILE, else FILE.prev) after two nodes lost their memory; refused while a peer shows a leader or a newer log (see docs/operations.md)',
+    help: "make a new epoch from this node's state file (FILE, else FILE.prev) after two nodes lost their memory; refused while a peer shows a leader or a newer log (see docs/operations.md)",
   },
   'cluster-force-start-timeout-s': {
     kind: 'int',
@@ -269,7 +277,7 @@ export const SCHEMA = {
     default: 1000,
     min: 1,
     max: 3_600_000,
-    help: 'a voter\'s wall clock farther than this from the median of the voters\' clocks is left out of cluster time, and reported',
+    help: "a voter's wall clock farther than this from the median of the voters' clocks is left out of cluster time, and reported",
   },
   'audit-log': {
     kind: 'string',
@@ -340,7 +348,8 @@ function parseValue(key: SettingKey, raw: unknown, where: string): unknown {
     }
     case 'list': {
       const items = typeof raw === 'string' ? [raw] : raw;
-      if (!Array.isArray(items) || items.some((v) => typeof v !== 'string' || v.length === 0)) throw bad('expected a list of non-empty strings');
+      if (!Array.isArray(items) || items.some((v) => typeof v !== 'string' || v.length === 0))
+        throw bad('expected a list of non-empty strings');
       return [...(items as string[])];
     }
     default: {
@@ -366,7 +375,10 @@ export function readConfigFile(path: string): Partial<Config> {
   try {
     doc = extname(path) === '.json' ? JSON.parse(text) : parseYaml(text);
   } catch (err) {
-    throw new ConfigError(CONFIG_ERROR.BAD_FILE, `--config ${path}: not valid ${extname(path) === '.json' ? 'JSON' : 'YAML'}: ${(err as Error).message}`);
+    throw new ConfigError(
+      CONFIG_ERROR.BAD_FILE,
+      `--config ${path}: not valid ${extname(path) === '.json' ? 'JSON' : 'YAML'}: ${(err as Error).message}`,
+    );
   }
   if (doc === null || doc === undefined) return {};
   if (typeof doc !== 'object' || Array.isArray(doc)) {
@@ -382,10 +394,7 @@ export function readConfigFile(path: string): Partial<Config> {
   return out as Partial<Config>;
 }
 
-export type CliRequest =
-  | { action: 'run'; config: Config }
-  | { action: 'help' }
-  | { action: 'version' };
+export type CliRequest = { action: 'run'; config: Config } | { action: 'help' } | { action: 'version' };
 
 /** Parses command-line arguments (without node and script) into a resolved configuration. */
 export function parseCli(argv: readonly string[]): CliRequest {

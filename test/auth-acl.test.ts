@@ -10,8 +10,8 @@ import mqtt, { type IClientOptions, type Packet } from 'mqtt';
 import { parseAcl } from '../src/broker/acl.js';
 import type { AclRule } from '../src/broker/commands.js';
 import { RC } from '../src/protocol/reason-codes.js';
-import { formatScram, hashPassword, SCRYPT_DEFAULT } from '../src/server/auth/password-file.js';
 import { PasswordFileAuthenticator } from '../src/server/auth/password-authenticator.js';
+import { formatScram, hashPassword, SCRYPT_DEFAULT } from '../src/server/auth/password-file.js';
 import type { BrokerNode } from '../src/server/broker-node.js';
 import { SCRAM_SHA_256, ScramClient, ScramSha256, scramCredential } from '../src/server/scram.js';
 import {
@@ -170,7 +170,10 @@ describe('SCRAM-SHA-256 over the password file, under the same failed-login back
     assert.equal(counter(node, 'protocol-error:enhanced-auth'), 0);
     // The clock has not moved: the right password is refused at CONNECT, without an exchange.
     assert.deepEqual(await scramLogin('secret', 's2'), { code: RC.BAD_USER_NAME_OR_PASSWORD, challenged: false });
-    assert.equal(await refusal(node.port, { protocolVersion: 5, username: 'dave', password: 'secret', clientId: 'p1' }), RC.BAD_USER_NAME_OR_PASSWORD);
+    assert.equal(
+      await refusal(node.port, { protocolVersion: 5, username: 'dave', password: 'secret', clientId: 'p1' }),
+      RC.BAD_USER_NAME_OR_PASSWORD,
+    );
     assert.equal(counter(node, 'auth-throttled'), 2);
     clockMs += 60_000;
     assert.deepEqual(await scramLogin('secret', 's3'), { code: RC.SUCCESS, challenged: true });

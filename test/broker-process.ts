@@ -44,10 +44,12 @@ export class BrokerProcess {
     proc.stderr?.setEncoding('utf8').on('data', (chunk: string) => {
       bp.stderr += chunk;
     });
-    const line = await bp.waitForLog((l) => l.msg === 'listening', timeoutMs).catch((err: Error) => {
-      proc.kill('SIGKILL');
-      throw new Error(`${err.message}; stderr: ${bp.stderr}`);
-    });
+    const line = await bp
+      .waitForLog((l) => l.msg === 'listening', timeoutMs)
+      .catch((err: Error) => {
+        proc.kill('SIGKILL');
+        throw new Error(`${err.message}; stderr: ${bp.stderr}`);
+      });
     bp.port = line.port as number;
     return bp;
   }

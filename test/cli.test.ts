@@ -17,7 +17,16 @@ describe('raftmq command', { timeout: 60_000 }, () => {
   it('prints help with every flag and the version from package.json', () => {
     const help = cli(['--help']);
     assert.equal(help.status, 0);
-    for (const flag of ['--port', '--host', '--log-level', '--config', '--max-packet-size', '--max-queued-messages', '--max-queued-bytes', '--max-inflight']) {
+    for (const flag of [
+      '--port',
+      '--host',
+      '--log-level',
+      '--config',
+      '--max-packet-size',
+      '--max-queued-messages',
+      '--max-queued-bytes',
+      '--max-inflight',
+    ]) {
       assert.ok(help.stdout.includes(flag), `help mentions ${flag}`);
     }
     const version = cli(['--version']);
@@ -61,7 +70,14 @@ describe('raftmq command', { timeout: 60_000 }, () => {
   });
 
   it('starts every --listen listener and logs each bound url', async () => {
-    const broker = await BrokerProcess.start(['--log-level', 'info', '--listen', 'mqtt://127.0.0.1:0', '--listen', 'ws://127.0.0.1:0/mqtt?proxy=v1']);
+    const broker = await BrokerProcess.start([
+      '--log-level',
+      'info',
+      '--listen',
+      'mqtt://127.0.0.1:0',
+      '--listen',
+      'ws://127.0.0.1:0/mqtt?proxy=v1',
+    ]);
     try {
       await broker.waitForLog((l) => l.msg === 'listening' && /^ws:\/\/127\.0\.0\.1:\d+\/mqtt\?proxy=v1$/.test(String(l.url)));
       const tcp = await broker.waitForLog((l) => l.msg === 'listening' && String(l.url).startsWith('mqtt://'));
@@ -91,7 +107,10 @@ describe('raftmq command', { timeout: 60_000 }, () => {
       const code = await broker.stop(signal);
       assert.equal(code, 0);
       await closed;
-      assert.ok(broker.logs.some((l) => l.msg === 'stopped'), 'logs that it stopped');
+      assert.ok(
+        broker.logs.some((l) => l.msg === 'stopped'),
+        'logs that it stopped',
+      );
     });
   }
 });

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { CLI } from './broker-process.js';
-import { ClusterNodeProcess, freePort, httpGet, LocalCluster, LOOPBACK } from './cluster-processes.js';
+import { ClusterNodeProcess, freePort, httpGet, LOOPBACK, LocalCluster } from './cluster-processes.js';
 
 const ELECTION_WAIT_MS = 10_000;
 
@@ -70,7 +70,19 @@ describe('raftmq cluster mode', { timeout: 60_000 }, () => {
   it('refuses a second process of the same node id at once, naming the peer port', () => {
     const r = spawnSync(
       process.execPath,
-      [CLI, '--host', LOOPBACK, '--port', '0', '--cluster-node', '2', '--cluster-peers', cluster.peers, '--state-file', cluster.stateFile(2)],
+      [
+        CLI,
+        '--host',
+        LOOPBACK,
+        '--port',
+        '0',
+        '--cluster-node',
+        '2',
+        '--cluster-peers',
+        cluster.peers,
+        '--state-file',
+        cluster.stateFile(2),
+      ],
       { encoding: 'utf8', timeout: 10_000 },
     );
     assert.equal(r.status, 1);

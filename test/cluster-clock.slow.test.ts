@@ -8,7 +8,7 @@ import { existsSync } from 'node:fs';
 import { after, describe, it } from 'node:test';
 import mqtt, { type IClientOptions, type MqttClient } from 'mqtt';
 import { collect, until } from './cluster-mqtt.js';
-import { type ClusterNodeProcess, freePort, LocalCluster, LOOPBACK } from './cluster-processes.js';
+import { type ClusterNodeProcess, freePort, LOOPBACK, LocalCluster } from './cluster-processes.js';
 
 const LIBFAKETIME = '/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1';
 const SKEW_S = 600;
@@ -57,12 +57,16 @@ describe('one wall clock ten minutes ahead', { timeout: 180_000 }, () => {
       });
     /** Connects a client with a will of `delayS`, then drops its socket without DISCONNECT. */
     const dies = async (name: string, delayS: number, port: number): Promise<void> => {
-      const c = v5(name, {
-        clean: true,
-        reconnectPeriod: 0,
-        properties: { sessionExpiryInterval: 300 },
-        will: { topic: `will/${name}`, payload: Buffer.from(name), qos: 1, retain: false, properties: { willDelayInterval: delayS } },
-      }, port);
+      const c = v5(
+        name,
+        {
+          clean: true,
+          reconnectPeriod: 0,
+          properties: { sessionExpiryInterval: 300 },
+          will: { topic: `will/${name}`, payload: Buffer.from(name), qos: 1, retain: false, properties: { willDelayInterval: delayS } },
+        },
+        port,
+      );
       await connected(c);
       c.stream.destroy();
       c.end(true);
@@ -104,14 +108,20 @@ describe('one wall clock ten minutes ahead', { timeout: 180_000 }, () => {
         excluded = (await leader.health()).body.excludedClocks;
       }
       assert.deepEqual(excluded, [1], `leader ${leader.id} leaves node 1's clock out of cluster time`);
-      await leader.waitForLog((l) => String(l.msg).startsWith('voter wall clock too far') && (l.excluded as number[])?.includes(1), WAIT_MS);
+      await leader.waitForLog(
+        (l) => String(l.msg).startsWith('voter wall clock too far') && (l.excluded as number[])?.includes(1),
+        WAIT_MS,
+      );
       await checkNothingEarly(`control-${round}`, leader);
       seen.add(leader.id === 1 ? 'leads' : 'follows');
       if (seen.size === 2) break;
       const stopping = leader;
       stopping.signal('SIGTERM');
       assert.equal(await stopping.exited(EXIT_WAIT_MS), 0);
-      leader = await cluster.serving(SERVE_WAIT_MS, cluster.nodes.filter((n) => n !== stopping));
+      leader = await cluster.serving(
+        SERVE_WAIT_MS,
+        cluster.nodes.filter((n) => n !== stopping),
+      );
       await cluster.restart(stopping.id);
     }
     console.log(`# wall clock +${SKEW_S} s on node 1: no early will or expiry with node 1 leading and following`);

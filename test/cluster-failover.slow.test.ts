@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import mqtt, { type IClientOptions, type MqttClient } from 'mqtt';
 import { collect, connect, killLeader as killLeaderWithin, until } from './cluster-mqtt.js';
-import { type ClusterNodeProcess, freePort, LocalCluster, LOOPBACK } from './cluster-processes.js';
+import { type ClusterNodeProcess, freePort, LOOPBACK, LocalCluster } from './cluster-processes.js';
 
 const ELECTION_TIMEOUT_MS = 500;
 const SERVE_WAIT_MS = 15_000;
@@ -130,7 +130,10 @@ describe('three-node cluster with MQTT.js clients', { timeout: 120_000 }, () => 
     // Fixed MQTT ports, so every client can list all three nodes (MQTT.js `servers`) and reconnect
     // with its session to whichever serves; an in-flight QoS 2 publish is re-sent with its packet id.
     const mqttPorts = [await freePort(), await freePort(), await freePort()];
-    const cluster = await LocalCluster.start({ electionTimeoutMs: ELECTION_TIMEOUT_MS, extra: (id) => ['--port', String(mqttPorts[id - 1])] });
+    const cluster = await LocalCluster.start({
+      electionTimeoutMs: ELECTION_TIMEOUT_MS,
+      extra: (id) => ['--port', String(mqttPorts[id - 1])],
+    });
     clusters.push(cluster);
     const leader = await cluster.serving(SERVE_WAIT_MS);
     const servers = mqttPorts.map((port) => ({ host: LOOPBACK, port }));
@@ -173,7 +176,11 @@ describe('three-node cluster with MQTT.js clients', { timeout: 120_000 }, () => 
     await until('messages streaming', () => acked1.length >= 50 && acked2.length >= 50, DELIVERY_WAIT_MS);
     const atKill = [acked1.length, acked2.length];
     const { next, ms } = await killLeader(cluster, leader);
-    await until('acknowledgements from the new leader', () => acked1.length > atKill[0]! + 50 && acked2.length > atKill[1]! + 50, FAILOVER_WAIT_MS);
+    await until(
+      'acknowledgements from the new leader',
+      () => acked1.length > atKill[0]! + 50 && acked2.length > atKill[1]! + 50,
+      FAILOVER_WAIT_MS,
+    );
     streaming = false;
     await Promise.all(streams);
     console.log(

@@ -1,7 +1,7 @@
 // MQTT.js clients against a LocalCluster: connect without automatic reconnects, collect what
 // arrives, wait for a condition, and kill the serving leader while timing the failover.
 import mqtt, { type IClientOptions, type MqttClient } from 'mqtt';
-import { type ClusterNodeProcess, type LocalCluster, LOOPBACK } from './cluster-processes.js';
+import { type ClusterNodeProcess, LOOPBACK, type LocalCluster } from './cluster-processes.js';
 
 /** Connects without automatic reconnects; resolves on CONNACK with the session-present flag. */
 export function connect(port: number, opts: IClientOptions, timeoutMs = 5_000): Promise<{ client: MqttClient; sessionPresent: boolean }> {
@@ -39,7 +39,11 @@ export async function until(what: string, cond: () => boolean, timeoutMs: number
 }
 
 /** Kills the leader with SIGKILL and measures until a client's CONNACK on the new serving leader. */
-export async function killLeader(cluster: LocalCluster, leader: ClusterNodeProcess, waitMs: number): Promise<{ next: ClusterNodeProcess; ms: number }> {
+export async function killLeader(
+  cluster: LocalCluster,
+  leader: ClusterNodeProcess,
+  waitMs: number,
+): Promise<{ next: ClusterNodeProcess; ms: number }> {
   const survivors = cluster.nodes.filter((n) => n !== leader);
   const t0 = performance.now();
   leader.signal('SIGKILL');
@@ -57,4 +61,3 @@ export async function killLeader(cluster: LocalCluster, leader: ClusterNodeProce
     }
   }
 }
-

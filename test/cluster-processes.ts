@@ -8,12 +8,10 @@ import { once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { freePort, httpGet, LOOPBACK } from '../jepsen-like-tests/net.js';
 import { CLI, type LogLine } from './broker-process.js';
 
-import { freePort, httpGet, LOOPBACK } from '../jepsen-like-tests/net.js';
-
 export { freePort, httpGet, LOOPBACK };
-
 
 export interface Health {
   code: number;
@@ -39,7 +37,6 @@ export interface Health {
   };
 }
 
-
 export class ClusterNodeProcess {
   readonly logs: LogLine[] = [];
   stderr = '';
@@ -50,7 +47,10 @@ export class ClusterNodeProcess {
   ) {}
 
   static spawn(id: number, args: string[], env?: Record<string, string>): ClusterNodeProcess {
-    const proc = spawn(process.execPath, [CLI, ...args], { stdio: ['ignore', 'pipe', 'pipe'], ...(env === undefined ? {} : { env: { ...process.env, ...env } }) });
+    const proc = spawn(process.execPath, [CLI, ...args], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      ...(env === undefined ? {} : { env: { ...process.env, ...env } }),
+    });
     const n = new ClusterNodeProcess(id, proc);
     let buf = '';
     proc.stdout?.setEncoding('utf8').on('data', (chunk: string) => {

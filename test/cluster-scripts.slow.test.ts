@@ -95,13 +95,21 @@ describe('cluster-scripts/start-local and stop-local', { timeout: 90_000 }, () =
     const health = await httpGet(Number(env.BASE_HEALTH) + id - 1, '/health');
     assert.equal(health.code, 200);
     assert.equal((JSON.parse(health.text) as { node: number }).node, id, 'the named node answers on its health port');
-    const client = await mqtt.connectAsync({ host: LOOPBACK, port: Number(env.BASE_MQTT) + id - 1, reconnectPeriod: 0, connectTimeout: 5_000 });
+    const client = await mqtt.connectAsync({
+      host: LOOPBACK,
+      port: Number(env.BASE_MQTT) + id - 1,
+      reconnectPeriod: 0,
+      connectTimeout: 5_000,
+    });
     await client.endAsync();
 
     const stopped = await run('stop-local', [dir], {});
     assert.equal(stopped.code, 0, `stop-local failed: ${stopped.stderr}`);
     assert.deepEqual(recorded.filter(running), [], 'every recorded node stopped');
-    assert.ok([1, 2, 3].every((n) => !existsSync(join(dir, `node${n}.pid`))), 'the PID files are removed');
+    assert.ok(
+      [1, 2, 3].every((n) => !existsSync(join(dir, `node${n}.pid`))),
+      'the PID files are removed',
+    );
     assert.equal(other.proc.exitCode, null, 'another raftmq process still runs');
     assert.ok(running(other.proc.pid!), 'another raftmq process still runs');
   });

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { describe, it } from 'node:test';
 import mqtt from 'mqtt';
-import { LocalCluster, LOOPBACK } from './cluster-processes.js';
+import { LOOPBACK, LocalCluster } from './cluster-processes.js';
 
 const ELECTION_TIMEOUT_MS = 500;
 const SHUTDOWN_TIMEOUT_MS = 3_000;
@@ -51,7 +51,9 @@ describe('SIGTERM of the cluster leader', { timeout: 60_000 }, () => {
       }
       const code = await leader.exited(SHUTDOWN_TIMEOUT_MS + 2_000);
       const exitMs = Math.round(performance.now() - t0);
-      console.log(`# SIGTERM of leader ${leader.id} to first CONNACK on node ${next.id}: ${ms} ms; process exited after ${exitMs} ms (E = ${ELECTION_TIMEOUT_MS} ms)`);
+      console.log(
+        `# SIGTERM of leader ${leader.id} to first CONNACK on node ${next.id}: ${ms} ms; process exited after ${exitMs} ms (E = ${ELECTION_TIMEOUT_MS} ms)`,
+      );
       assert.equal(code, 0, 'a clean exit');
       const handed = leader.logs.find((l) => l.msg === 'leadership handed over');
       assert.ok(handed !== undefined, `the leader logged the handover: ${leader.logs.map((l) => l.msg).join(' | ')}`);
@@ -62,7 +64,10 @@ describe('SIGTERM of the cluster leader', { timeout: 60_000 }, () => {
       );
       const order = ['serving ended', 'leadership handed over', 'state file written'];
       const at = order.map((m) => leader.logs.findIndex((l) => l.msg === m));
-      assert.ok(at.every((i, k) => i >= 0 && (k === 0 || i > (at[k - 1] as number))), `stop order ${at.join(', ')}`);
+      assert.ok(
+        at.every((i, k) => i >= 0 && (k === 0 || i > (at[k - 1] as number))),
+        `stop order ${at.join(', ')}`,
+      );
       const written = leader.logs[at[2]!]!;
       assert.equal(written.file, cluster.stateFile(leader.id), 'the file of --state-file');
       assert.ok(existsSync(cluster.stateFile(leader.id)), 'and it is on disk');

@@ -8,12 +8,12 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
 import { after, describe, it } from 'node:test';
+import { fileURLToPath } from 'node:url';
 import mqtt from 'mqtt';
 import { CLI } from './broker-process.js';
 import { collect, connect, killLeader, until } from './cluster-mqtt.js';
-import { type ClusterNodeProcess, type Health, LocalCluster, LOOPBACK } from './cluster-processes.js';
+import { type ClusterNodeProcess, type Health, LOOPBACK, LocalCluster } from './cluster-processes.js';
 
 const ELECTION_TIMEOUT_MS = 300;
 const SERVE_WAIT_MS = 20_000;
@@ -81,9 +81,11 @@ async function drain(port: number, clientId: string, expected: readonly string[]
       client.once('error', reject);
     });
     assert.equal(ack.sessionPresent, true, `${clientId}: the session is there`);
-    await until(`${clientId}: ${expected.length} messages`, () => expected.every((m) => got.includes(m)), DELIVERY_WAIT_MS).catch((err: Error) => {
-      throw new Error(`${err.message}; missing ${expected.filter((m) => !got.includes(m)).join(' ')}`);
-    });
+    await until(`${clientId}: ${expected.length} messages`, () => expected.every((m) => got.includes(m)), DELIVERY_WAIT_MS).catch(
+      (err: Error) => {
+        throw new Error(`${err.message}; missing ${expected.filter((m) => !got.includes(m)).join(' ')}`);
+      },
+    );
     return got;
   } finally {
     client.end(true);
@@ -128,7 +130,9 @@ describe('cluster memory loss, clean stop and force-start', { timeout: 240_000 }
     const redundantMs = Math.round(performance.now() - t0);
     const rejoined = await untilHealth(back, 'member again', (h) => h.body.membership === 'member', 5_000);
     assert.equal(rejoined.body.needsForceStart, false);
-    console.log(`# amnesiac node ${back.id} restarted to redundant on leader ${first.next.id}: ${redundantMs} ms (E = ${ELECTION_TIMEOUT_MS} ms)`);
+    console.log(
+      `# amnesiac node ${back.id} restarted to redundant on leader ${first.next.id}: ${redundantMs} ms (E = ${ELECTION_TIMEOUT_MS} ms)`,
+    );
 
     acked.push(...(await publish(first.next.mqttPort, 'r/x', 'two-', 20)));
     const second = await killLeader(cluster, first.next, SERVE_WAIT_MS);
@@ -145,22 +149,41 @@ describe('cluster memory loss, clean stop and force-start', { timeout: 240_000 }
     for (const n of cluster.nodes) {
       assert.ok(
         n.logs.some((l) => l.msg === 'state file written'),
-        `node ${n.id} wrote its state file: ${n.logs.slice(-8).map((l) => JSON.stringify(l)).join('\n')}`,
+        `node ${n.id} wrote its state file: ${n.logs
+          .slice(-8)
+          .map((l) => JSON.stringify(l))
+          .join('\n')}`,
       );
       assert.ok(existsSync(cluster.stateFile(n.id)));
     }
 
     // A file of another node or cluster is refused without being consumed.
     const peers = cluster.peers;
-    const other = spawnSync(process.execPath, [CLI, '--port', '0', '--cluster-node', '1', '--cluster-peers', peers, '--state-file', cluster.stateFile(2)], {
-      encoding: 'utf8',
-      timeout: EXIT_WAIT_MS,
-    });
+    const other = spawnSync(
+      process.execPath,
+      [CLI, '--port', '0', '--cluster-node', '1', '--cluster-peers', peers, '--state-file', cluster.stateFile(2)],
+      {
+        encoding: 'utf8',
+        timeout: EXIT_WAIT_MS,
+      },
+    );
     assert.equal(other.status, EXIT_STATE_FILE_REFUSED, other.stderr);
     assert.match(other.stderr, new RegExp(cluster.stateFile(2)), 'the message names the file');
     const foreign = spawnSync(
       process.execPath,
-      [CLI, '--port', '0', '--cluster-node', '2', '--cluster-peers', peers, '--cluster-id', 'another', '--state-file', cluster.stateFile(2)],
+      [
+        CLI,
+        '--port',
+        '0',
+        '--cluster-node',
+        '2',
+        '--cluster-peers',
+        peers,
+        '--cluster-id',
+        'another',
+        '--state-file',
+        cluster.stateFile(2),
+      ],
       { encoding: 'utf8', timeout: EXIT_WAIT_MS },
     );
     assert.equal(foreign.status, EXIT_STATE_FILE_REFUSED, foreign.stderr);
@@ -224,11 +247,20 @@ describe('cluster memory loss, clean stop and force-start', { timeout: 240_000 }
     assert.equal(stuck.code, 503, 'the survivor alone does not serve');
     survivor.signal('SIGTERM');
     assert.equal(await survivor.exited(EXIT_WAIT_MS), 0);
-    assert.ok(survivor.logs.some((l) => l.msg === 'state file written'), 'written although it did not serve');
+    assert.ok(
+      survivor.logs.some((l) => l.msg === 'state file written'),
+      'written although it did not serve',
+    );
     // The operator's helper picks the survivor's file and prints the force-start for its node.
-    const ranked = spawnSync('bash', [NEWEST_STATE, '--json', ...[1, 2, 3].map((id) => cluster.stateFile(id))], { encoding: 'utf8', timeout: EXIT_WAIT_MS });
+    const ranked = spawnSync('bash', [NEWEST_STATE, '--json', ...[1, 2, 3].map((id) => cluster.stateFile(id))], {
+      encoding: 'utf8',
+      timeout: EXIT_WAIT_MS,
+    });
     assert.equal(ranked.status, 0, ranked.stderr);
-    const report = JSON.parse(ranked.stdout) as { ranking: { node: number; path: string }[]; forceStart: { node: number; command: string } | null };
+    const report = JSON.parse(ranked.stdout) as {
+      ranking: { node: number; path: string }[];
+      forceStart: { node: number; command: string } | null;
+    };
     assert.equal(report.ranking[0]?.path, cluster.stateFile(survivor.id), ranked.stdout);
     assert.equal(report.forceStart?.node, survivor.id);
     assert.match(report.forceStart?.command ?? '', /--cluster-force-start/);

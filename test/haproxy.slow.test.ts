@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import mqtt, { type IClientOptions, type MqttClient } from 'mqtt';
 import { requireCommand } from './broker-process.js';
-import { type ClusterNodeProcess, freePort, httpGet, LocalCluster, LOOPBACK } from './cluster-processes.js';
+import { type ClusterNodeProcess, freePort, httpGet, LOOPBACK, LocalCluster } from './cluster-processes.js';
 
 const SHIPPED_CFG = join(process.cwd(), 'cluster-scripts', 'haproxy.cfg');
 const ELECTION_TIMEOUT_MS = 500;

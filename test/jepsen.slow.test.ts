@@ -27,15 +27,18 @@ describe('jepsen-like schedule', { timeout: 240_000 }, () => {
       plan: PLAN,
       log: (l) => console.log(`jepsen: ${l}`),
     });
-    assert.deepEqual(
-      report.schedule.map((f) => f.window.fault.kind).sort(),
-      [...PLAN].sort(),
-      'every planned fault ran, kill twice',
-    );
+    assert.deepEqual(report.schedule.map((f) => f.window.fault.kind).sort(), [...PLAN].sort(), 'every planned fault ran, kill twice');
     assert.ok(report.result.counts.acknowledged > 0, 'publishers were acknowledged');
-    assert.ok(Object.values(report.result.audit).some((a) => a.leaseRenewals > 0 && a.writes > 0), 'audit logs hold renewals and writes');
+    assert.ok(
+      Object.values(report.result.audit).some((a) => a.leaseRenewals > 0 && a.writes > 0),
+      'audit logs hold renewals and writes',
+    );
     assert.ok(Object.keys(report.result.audit).length >= 3 + 2 + 1 + 3, 'every restarted process wrote its own audit file');
     assert.deepEqual(report.anomalies, [], 'every SIGTERM exited 0, every node started again, the cluster became redundant after each');
-    assert.deepEqual(report.result.violationTotals, {}, `violations (report in ${dir}): ${JSON.stringify(report.result.violations.slice(0, 5))}`);
+    assert.deepEqual(
+      report.result.violationTotals,
+      {},
+      `violations (report in ${dir}): ${JSON.stringify(report.result.violations.slice(0, 5))}`,
+    );
   });
 });

@@ -2,11 +2,11 @@
 // (or is a close where 3.1.1 has none) and is counted.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import { encode } from '../src/protocol/encoder.js';
+import type { Packet } from '../src/protocol/packets.js';
 import { RC } from '../src/protocol/reason-codes.js';
 import type { BrokerNode } from '../src/server/broker-node.js';
 import type { NodeLimits } from '../src/server/limits.js';
-import { encode } from '../src/protocol/encoder.js';
-import type { Packet } from '../src/protocol/packets.js';
 import { connectClient, connectPacket, disconnect, publish, RawClient, sleep, startNode, subscribe } from './helpers.js';
 
 async function withNode(limits: Partial<NodeLimits>, body: (node: BrokerNode) => Promise<void>): Promise<void> {
@@ -29,8 +29,26 @@ const acksOf = (c: RawClient, type: 'puback' | 'pubrec'): [number, number][] =>
 const counter = (node: BrokerNode, kind: string): number => node.counters.get(kind) ?? 0;
 const EMPTY = new Uint8Array(0);
 const qos0 = (topic: string): Packet => ({ type: 'publish', topic, payload: EMPTY, qos: 0, retain: false, dup: false, props: {} });
-const qos1 = (topic: string, pid: number): Packet => ({ type: 'publish', topic, pid, payload: EMPTY, qos: 1, retain: false, dup: false, props: {} });
-const qos2 = (pid: number, dup: boolean): Packet => ({ type: 'publish', topic: 'q2', pid, payload: EMPTY, qos: 2, retain: false, dup, props: {} });
+const qos1 = (topic: string, pid: number): Packet => ({
+  type: 'publish',
+  topic,
+  pid,
+  payload: EMPTY,
+  qos: 1,
+  retain: false,
+  dup: false,
+  props: {},
+});
+const qos2 = (pid: number, dup: boolean): Packet => ({
+  type: 'publish',
+  topic: 'q2',
+  pid,
+  payload: EMPTY,
+  qos: 2,
+  retain: false,
+  dup,
+  props: {},
+});
 
 describe('node limits', { timeout: 60_000 }, () => {
   it('refuses the CONNECT beyond max-connections with 0x97 (3.1.1: code 3) and counts it', async () => {

@@ -5,13 +5,12 @@ import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { connect } from 'node:net';
 import { describe, it } from 'node:test';
+import { freePort } from '../jepsen-like-tests/net.js';
 import { CLI } from './broker-process.js';
 import { sleep } from './helpers.js';
-import { freePort } from '../jepsen-like-tests/net.js';
 
 const START_WAIT_MS = 10_000;
 const POLL_MS = 50;
-
 
 /** Under --log-level warn the 'listening' line is not written: wait until the port accepts. */
 async function waitForPort(port: number): Promise<void> {

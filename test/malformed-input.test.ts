@@ -2,7 +2,7 @@
 // logs one line per reason (rate-limited, with a count of suppressed lines later), and a well
 // behaved MQTT.js client on the same broker is unaffected throughout.
 import assert from 'node:assert/strict';
-import { connect as tcpConnect, type Socket } from 'node:net';
+import { type Socket, connect as tcpConnect } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import mqtt from 'mqtt';
 import { BrokerProcess, type LogLine } from './broker-process.js';
@@ -64,13 +64,33 @@ const cases: { name: string; key: string; bytes: () => Buffer[] }[] = [
   { name: 'a remaining length of five bytes', key: 'remaining-length', bytes: () => [Buffer.from([0x10, 0xff, 0xff, 0xff, 0xff, 0x01])] },
   { name: 'a wrong protocol name', key: 'protocol-name', bytes: () => [connectPacket({ name: 'MQTX' })] },
   { name: 'the reserved CONNECT flag set', key: 'connect-reserved', bytes: () => [connectPacket({ flags: 0x03 })] },
-  { name: 'reserved fixed-header bits on SUBSCRIBE', key: 'header-flags', bytes: () => [goodConnect('r1'), packet(0x80, Buffer.concat([Buffer.from([0, 1]), str('a'), Buffer.from([0])]))] },
-  { name: 'a PUBLISH with a wildcard topic', key: 'topic-wildcard', bytes: () => [goodConnect('r2'), packet(0x30, Buffer.concat([str('a/#'), Buffer.from('x')]))] },
-  { name: 'invalid UTF-8 in a topic', key: 'utf8', bytes: () => [goodConnect('r3'), packet(0x30, Buffer.concat([str(Buffer.from([0x61, 0xc3, 0x28])), Buffer.from('x')]))] },
+  {
+    name: 'reserved fixed-header bits on SUBSCRIBE',
+    key: 'header-flags',
+    bytes: () => [goodConnect('r1'), packet(0x80, Buffer.concat([Buffer.from([0, 1]), str('a'), Buffer.from([0])]))],
+  },
+  {
+    name: 'a PUBLISH with a wildcard topic',
+    key: 'topic-wildcard',
+    bytes: () => [goodConnect('r2'), packet(0x30, Buffer.concat([str('a/#'), Buffer.from('x')]))],
+  },
+  {
+    name: 'invalid UTF-8 in a topic',
+    key: 'utf8',
+    bytes: () => [goodConnect('r3'), packet(0x30, Buffer.concat([str(Buffer.from([0x61, 0xc3, 0x28])), Buffer.from('x')]))],
+  },
   { name: 'U+0000 in a client id', key: 'utf8', bytes: () => [connectPacket({ clientId: Buffer.from([0x61, 0x00]) })] },
-  { name: 'a PUBLISH at QoS 3', key: 'qos3', bytes: () => [goodConnect('r4'), packet(0x36, Buffer.concat([str('a'), Buffer.from([0, 1]), Buffer.from('x')]))] },
+  {
+    name: 'a PUBLISH at QoS 3',
+    key: 'qos3',
+    bytes: () => [goodConnect('r4'), packet(0x36, Buffer.concat([str('a'), Buffer.from([0, 1]), Buffer.from('x')]))],
+  },
   { name: 'a SUBSCRIBE with no filters', key: 'no-filters', bytes: () => [goodConnect('r5'), packet(0x82, Buffer.from([0, 1]))] },
-  { name: 'a packet larger than the maximum packet size', key: 'packet-too-large', bytes: () => [goodConnect('r6'), Buffer.from([0x30, 0xc0, 0x84, 0x3d])] },
+  {
+    name: 'a packet larger than the maximum packet size',
+    key: 'packet-too-large',
+    bytes: () => [goodConnect('r6'), Buffer.from([0x30, 0xc0, 0x84, 0x3d])],
+  },
   { name: 'a packet before CONNECT', key: 'first-packet', bytes: () => [Buffer.from([0xc0, 0x00])] },
   { name: 'a second CONNECT', key: 'second-connect', bytes: () => [goodConnect('r7'), goodConnect('r7')] },
 ];

@@ -50,7 +50,8 @@ describe('MQTT 3.1.1 flows', { timeout: 90_000 }, () => {
     r.send({ type: 'subscribe', pid, subs: [{ filter, qos, nl: false, rap: false, rh: 0 }], props: {} });
     await r.waitFor('suback', (p) => p.pid === pid);
   }
-  const publishes = (r: RawClient) => r.packets.filter((p) => p.type === 'publish') as Extract<typeof r.packets[number], { type: 'publish' }>[];
+  const publishes = (r: RawClient) =>
+    r.packets.filter((p) => p.type === 'publish') as Extract<(typeof r.packets)[number], { type: 'publish' }>[];
 
   afterEach(async () => {
     for (const c of clients.splice(0)) c.client.end(true);
@@ -112,7 +113,11 @@ describe('MQTT 3.1.1 flows', { timeout: 90_000 }, () => {
       'two messages in flight',
     );
     await sleep(50);
-    assert.deepEqual(publishes(s1).map((p) => text(p.payload)), ['m1', 'm2'], 'the inflight window holds two');
+    assert.deepEqual(
+      publishes(s1).map((p) => text(p.payload)),
+      ['m1', 'm2'],
+      'the inflight window holds two',
+    );
     s1.destroy();
     await s1.waitClosed();
     const { r: s2, sessionPresent } = await raw('order', false);
@@ -125,7 +130,13 @@ describe('MQTT 3.1.1 flows', { timeout: 90_000 }, () => {
       'redelivery',
     );
     const again = publishes(s2);
-    assert.deepEqual(again.map((p) => [text(p.payload), p.dup]), [['m1', true], ['m2', true]]);
+    assert.deepEqual(
+      again.map((p) => [text(p.payload), p.dup]),
+      [
+        ['m1', true],
+        ['m2', true],
+      ],
+    );
     assert.deepEqual(
       again.map((p) => p.pid),
       publishes(s1).map((p) => p.pid),
@@ -140,7 +151,15 @@ describe('MQTT 3.1.1 flows', { timeout: 90_000 }, () => {
       WAIT_MS,
       'queued messages',
     );
-    assert.deepEqual(publishes(s2).slice(2).map((p) => [text(p.payload), p.dup]), [['m3', false], ['m4', false]]);
+    assert.deepEqual(
+      publishes(s2)
+        .slice(2)
+        .map((p) => [text(p.payload), p.dup]),
+      [
+        ['m3', false],
+        ['m4', false],
+      ],
+    );
   });
 
   it('re-sends a pending PUBREL on reconnect and completes the outbound QoS 2 flow once', async () => {

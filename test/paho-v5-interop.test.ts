@@ -20,9 +20,11 @@ const ACL = 'topic deny pv5/denied/#\ntopic readwrite #\n';
 /** The scenarios of the script, in its order; a scenario it did not report fails here. */
 const SCENARIOS: Record<string, string> = {
   qos_round_trip: 'delivers QoS 0, 1 and 2 at their QoS with PUBACK/PUBREC 0x00, and 0x10 when nobody subscribes',
-  retained_user_properties: 'keeps retained messages with their user properties in order, capped at the granted QoS, cleared by an empty payload',
+  retained_user_properties:
+    'keeps retained messages with their user properties in order, capped at the granted QoS, cleared by an empty payload',
   will_on_keepalive_expiry: 'publishes the will of a client silent past 1.5 x its keep-alive, user properties in order',
-  assigned_client_identifier: 'assigns an id to an empty client id (also with Clean Start 0) that resumes its session, and none to a given id',
+  assigned_client_identifier:
+    'assigns an id to an empty client id (also with Clean Start 0) that resumes its session, and none to a given id',
   offline_queueing: 'queues QoS 1 and 2 for an offline session and delivers them on resume, not QoS 0',
   overlapping_subscriptions: 'sends one message at the highest QoS with both Subscription Identifiers for overlapping subscriptions',
   subscribe_failure: 'answers SUBSCRIBE per filter: granted, 0x87 for an ACL-denied filter, 0x8F for an empty share name',
@@ -30,7 +32,8 @@ const SCENARIOS: Record<string, string> = {
   session_expiry: 'keeps a session for its expiry interval, ends it after, and follows the interval a DISCONNECT sets',
   shared_round_robin: 'splits a shared subscription round robin between two members, each message once, no retained',
   subscribe_options: 'honours No Local, Retain As Published and Retain Handling 0, 1 and 2',
-  payload_format_and_content_type: 'passes Payload Format Indicator and Content Type through and refuses non-UTF-8 under indicator 1 with 0x99',
+  payload_format_and_content_type:
+    'passes Payload Format Indicator and Content Type through and refuses non-UTF-8 under indicator 1 with 0x99',
   message_expiry: 'never delivers an expired message and sends the remaining expiry of the others',
   subscription_identifiers: 'adds the Subscription Identifier of the subscription to deliveries, replaced with it',
   request_response: 'gives Response Information when asked and passes response topic and correlation data',

@@ -10,8 +10,8 @@ import type { LogEntry, Message } from '../raft/core/messages.js';
 import { type DriverLogger, RaftDriver } from '../raft/driver/driver.js';
 import { DriverError } from '../raft/driver/errors.js';
 import { readRecord } from '../raft/driver/state-file.js';
-import { LOOPBACK, waitFor } from '../raft/transport/transport-harness.js';
 import { Transport } from '../raft/transport/transport.js';
+import { LOOPBACK, waitFor } from '../raft/transport/transport-harness.js';
 
 const E = 200;
 const IDS = [1, 2, 3];

@@ -5,8 +5,8 @@ import { afterEach, describe, test } from 'node:test';
 import type { LogEntry, Message } from '../raft/core/messages.js';
 import { staticEnvelope } from '../raft/core/test-cluster.js';
 import { type DriverLogger, RaftDriver } from '../raft/driver/driver.js';
-import { frameOf, LOOPBACK, RawPeer, settle, waitFor } from '../raft/transport/transport-harness.js';
 import { Transport } from '../raft/transport/transport.js';
+import { frameOf, LOOPBACK, RawPeer, settle, waitFor } from '../raft/transport/transport-harness.js';
 
 const E = 200;
 const IDS = [1, 2, 3];

@@ -7,8 +7,8 @@ import { afterEach, describe, test } from 'node:test';
 import type { Message } from '../raft/core/messages.js';
 import type { Snapshot } from '../raft/core/snapshot.js';
 import { type DriverLogger, RaftDriver } from '../raft/driver/driver.js';
-import { LOOPBACK, waitFor } from '../raft/transport/transport-harness.js';
 import { Transport } from '../raft/transport/transport.js';
+import { LOOPBACK, waitFor } from '../raft/transport/transport-harness.js';
 
 const E = 200;
 const IDS = [1, 2, 3];

@@ -37,7 +37,17 @@ function sample(overrides: Partial<StateFile> = {}): StateFile {
     configuration: null,
     snapshot: null,
     log: [
-      { index: 1, term: 1, time: 1000, data: null, config: [{ node: 1, inc: 'a1' }, { node: 2, inc: 'b7' }, { node: 3, inc: 'c1' }] },
+      {
+        index: 1,
+        term: 1,
+        time: 1000,
+        data: null,
+        config: [
+          { node: 1, inc: 'a1' },
+          { node: 2, inc: 'b7' },
+          { node: 3, inc: 'c1' },
+        ],
+      },
       { index: 2, term: 1, time: 1000, data: null },
       { index: 3, term: 4, time: 1500, data: new Uint8Array([0, 255, 7]) },
     ],
@@ -63,21 +73,36 @@ describe('raft state file', { timeout: 20_000 }, () => {
     const s = sample();
     writeStateFile(path, s);
     const back = decodeStateFile(readFileSync(path), path, expected);
-    assert.deepEqual({ ...back, log: back.log.map((e) => ({ ...e, data: e.data === null ? null : [...e.data] })) }, {
-      ...s,
-      log: s.log.map((e) => ({ ...e, data: e.data === null ? null : [...e.data] })),
-    });
+    assert.deepEqual(
+      { ...back, log: back.log.map((e) => ({ ...e, data: e.data === null ? null : [...e.data] })) },
+      {
+        ...s,
+        log: s.log.map((e) => ({ ...e, data: e.data === null ? null : [...e.data] })),
+      },
+    );
     assert.equal(existsSync(`${path}.tmp-${process.pid}`), false, 'no temporary file left behind');
   });
 
   it('a snapshot reads back with its chunks, and the log after it starts at its index + 1', () => {
     const path = freshPath();
-    const config = [{ node: 1, inc: 'a1' }, { node: 2, inc: 'b7' }, { node: 3, inc: 'c1' }];
+    const config = [
+      { node: 1, inc: 'a1' },
+      { node: 2, inc: 'b7' },
+      { node: 3, inc: 'c1' },
+    ];
     const snapshot = { index: 2, term: 1, time: 1000, config, chunks: [new Uint8Array([1, 2]), new Uint8Array([3])], bytes: 3 };
-    const s = sample({ snapshot, configuration: config, log: [{ index: 3, term: 4, time: 1500, data: new Uint8Array([9]) }], commitIndex: 3 });
+    const s = sample({
+      snapshot,
+      configuration: config,
+      log: [{ index: 3, term: 4, time: 1500, data: new Uint8Array([9]) }],
+      commitIndex: 3,
+    });
     writeStateFile(path, s);
     const back = decodeStateFile(readFileSync(path), path, expected);
-    assert.deepEqual(back.snapshot?.chunks.map((c) => [...c]), [[1, 2], [3]]);
+    assert.deepEqual(
+      back.snapshot?.chunks.map((c) => [...c]),
+      [[1, 2], [3]],
+    );
     assert.deepEqual({ ...back.snapshot, chunks: [] }, { ...snapshot, chunks: [] });
     assert.equal(back.log[0]?.index, 3);
   });

@@ -105,7 +105,11 @@ describe('output buffered when serving ends', { timeout: 20_000 }, () => {
         [],
         'no PUBLISH written after the lease lapsed',
       );
-      assert.equal(sub.packets.find((p) => p.type === 'puback'), undefined, 'nor the PUBACK');
+      assert.equal(
+        sub.packets.find((p) => p.type === 'puback'),
+        undefined,
+        'nor the PUBACK',
+      );
       const disconnect = sub.packets.find((p) => p.type === 'disconnect');
       assert.equal(disconnect?.type === 'disconnect' ? disconnect.code : undefined, RC.SERVER_SHUTTING_DOWN);
     } finally {

@@ -6,15 +6,7 @@ import assert from 'node:assert/strict';
 import { afterEach, describe, it } from 'node:test';
 import type { Packet } from '../src/protocol/packets.js';
 import { RC } from '../src/protocol/reason-codes.js';
-import {
-  connectPacket,
-  dropConnection,
-  publish,
-  NodeFixture,
-  subscribe,
-  WAIT_MS,
-  withTimeout,
-} from './helpers.js';
+import { connectPacket, dropConnection, NodeFixture, publish, subscribe, WAIT_MS, withTimeout } from './helpers.js';
 
 function publishPacket(over: Partial<Extract<Packet, { type: 'publish' }>>): Packet {
   return { type: 'publish', dup: false, qos: 0, retain: false, topic: 't', payload: Buffer.from('x'), props: {}, ...over };

@@ -5,16 +5,7 @@ import { afterEach, describe, it } from 'node:test';
 import { encode } from '../src/protocol/encoder.js';
 import type { Packet } from '../src/protocol/packets.js';
 import { RC } from '../src/protocol/reason-codes.js';
-import {
-  connectClient,
-  connectPacket,
-  publish,
-  NodeFixture,
-  type RawClient,
-  subscribe,
-  WAIT_MS,
-  withTimeout,
-} from './helpers.js';
+import { connectClient, connectPacket, NodeFixture, publish, type RawClient, subscribe, WAIT_MS, withTimeout } from './helpers.js';
 
 function publishPacket(over: Partial<Extract<Packet, { type: 'publish' }>>): Packet {
   return { type: 'publish', dup: false, qos: 0, retain: false, topic: 't', payload: Buffer.from('x'), props: {}, ...over };

@@ -4,9 +4,9 @@ import assert from 'node:assert/strict';
 import { Writable } from 'node:stream';
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import pino from 'pino';
+import { LocalLog } from '../src/log/local-log.js';
 import { encode } from '../src/protocol/encoder.js';
 import type { Packet } from '../src/protocol/packets.js';
-import { LocalLog } from '../src/log/local-log.js';
 import { BrokerNode, settingsFrom } from '../src/server/broker-node.js';
 import {
   connectClient,

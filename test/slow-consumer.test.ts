@@ -46,7 +46,7 @@ async function floodWithoutReading(port: number): Promise<Socket> {
   return socket;
 }
 
-const counter = (l: LogLine, kind: string): number => ((l.counters as Record<string, number> | undefined)?.[kind] ?? 0);
+const counter = (l: LogLine, kind: string): number => (l.counters as Record<string, number> | undefined)?.[kind] ?? 0;
 
 describe('slow consumer', { timeout: 90_000 }, () => {
   it('drops QoS 0 to a client that does not read and pauses its input, other clients unaffected', async (t) => {

@@ -44,13 +44,20 @@ describe('third-party clients', { timeout: 90_000 }, () => {
         return got.out().includes('probe p');
       }, 'the subscription to be live');
       for (const qos of [0, 1, 2]) {
-        const r = spawnSync('mosquitto_pub', ['-h', '127.0.0.1', '-p', String(broker.port), '-t', `sensors/${qos}/temp`, '-m', `t=${qos}`, '-q', String(qos)], {
-          encoding: 'utf8',
-          timeout: 10_000,
-        });
+        const r = spawnSync(
+          'mosquitto_pub',
+          ['-h', '127.0.0.1', '-p', String(broker.port), '-t', `sensors/${qos}/temp`, '-m', `t=${qos}`, '-q', String(qos)],
+          {
+            encoding: 'utf8',
+            timeout: 10_000,
+          },
+        );
         assert.equal(r.status, 0, r.stderr);
       }
-      await waitFor(() => ['sensors/0/temp t=0', 'sensors/1/temp t=1', 'sensors/2/temp t=2'].every((l) => got.out().includes(l)), 'three messages');
+      await waitFor(
+        () => ['sensors/0/temp t=0', 'sensors/1/temp t=1', 'sensors/2/temp t=2'].every((l) => got.out().includes(l)),
+        'three messages',
+      );
     } finally {
       sub.kill('SIGTERM');
     }
@@ -58,10 +65,14 @@ describe('third-party clients', { timeout: 90_000 }, () => {
 
   it('mosquitto_sub receives a retained message set by mosquitto_pub -r', async () => {
     requireCommand('mosquitto_pub', 'mosquitto-clients');
-    const pub = spawnSync('mosquitto_pub', ['-h', '127.0.0.1', '-p', String(broker.port), '-t', 'status/door', '-m', 'open', '-r', '-q', '1'], {
-      encoding: 'utf8',
-      timeout: 10_000,
-    });
+    const pub = spawnSync(
+      'mosquitto_pub',
+      ['-h', '127.0.0.1', '-p', String(broker.port), '-t', 'status/door', '-m', 'open', '-r', '-q', '1'],
+      {
+        encoding: 'utf8',
+        timeout: 10_000,
+      },
+    );
     assert.equal(pub.status, 0, pub.stderr);
     const sub = spawnSync('mosquitto_sub', ['-h', '127.0.0.1', '-p', String(broker.port), '-t', 'status/#', '-v', '-C', '1', '-W', '10'], {
       encoding: 'utf8',
@@ -73,7 +84,10 @@ describe('third-party clients', { timeout: 90_000 }, () => {
 
   it('Python paho-mqtt 1.6 subscribes, publishes at QoS 1 and receives its message (MQTT 3.1.1)', () => {
     const probe = spawnSync('/usr/bin/python3', ['-c', 'import paho.mqtt.client'], { encoding: 'utf8' });
-    if (probe.status !== 0) throw new Error('paho-mqtt is not importable by /usr/bin/python3: install the Debian package python3-paho-mqtt (bash .ci/run does this)');
+    if (probe.status !== 0)
+      throw new Error(
+        'paho-mqtt is not importable by /usr/bin/python3: install the Debian package python3-paho-mqtt (bash .ci/run does this)',
+      );
     const script = `
 import sys, threading
 import paho.mqtt.client as mqtt

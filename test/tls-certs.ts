@@ -70,7 +70,24 @@ export function makePki(label = 'ca'): Pki {
       '',
     ].join('\n'),
   );
-  openssl(['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'ca.key', '-out', 'ca.crt', '-days', '30', '-subj', `/CN=raftmq test ${label}`], dir);
+  openssl(
+    [
+      'req',
+      '-x509',
+      '-newkey',
+      'rsa:2048',
+      '-nodes',
+      '-keyout',
+      'ca.key',
+      '-out',
+      'ca.crt',
+      '-days',
+      '30',
+      '-subj',
+      `/CN=raftmq test ${label}`,
+    ],
+    dir,
+  );
   const pki: Pki = {
     dir,
     caCert: join(dir, 'ca.crt'),
@@ -83,7 +100,19 @@ export function makePki(label = 'ca'): Pki {
       const req = ['req', '-new', '-newkey', 'rsa:2048', '-nodes', '-keyout', key, '-out', csr, '-subj', `/CN=${o.cn}`];
       if (o.san !== undefined) req.push('-addext', `subjectAltName=${o.san}`);
       openssl(req, dir);
-      const sign = ['ca', '-batch', '-notext', '-config', 'ca.cnf', '-extensions', o.server ? 'server_ext' : 'client_ext', '-in', csr, '-out', cert];
+      const sign = [
+        'ca',
+        '-batch',
+        '-notext',
+        '-config',
+        'ca.cnf',
+        '-extensions',
+        o.server ? 'server_ext' : 'client_ext',
+        '-in',
+        csr,
+        '-out',
+        cert,
+      ];
       if (o.startDate !== undefined) sign.push('-startdate', o.startDate);
       if (o.endDate !== undefined) sign.push('-enddate', o.endDate);
       openssl(sign, dir);

@@ -16,7 +16,7 @@ import { CONNACK_V4, RC } from '../src/protocol/reason-codes.js';
 import type { Authenticator } from '../src/server/authenticator.js';
 import type { BrokerNode } from '../src/server/broker-node.js';
 import type { ListenerSpec } from '../src/server/listeners/listen-url.js';
-import { type TlsSettings, TlsMaterial } from '../src/server/listeners/tls-material.js';
+import { TlsMaterial, type TlsSettings } from '../src/server/listeners/tls-material.js';
 import type { Transport } from '../src/server/transport.js';
 import { connectClient, connectPacket, disconnect, publish, RawClient, startNode, subscribe, WAIT_MS, withTimeout } from './helpers.js';
 import { makePki, type Pki } from './tls-certs.js';
@@ -87,7 +87,16 @@ function readPem(p: string): Buffer {
 }
 
 function tlsSettings(pki: Pki, server: { cert: string; key: string }, over: Partial<TlsSettings> = {}): TlsSettings {
-  return { cert: server.cert, key: server.key, ca: pki.caCert, crl: null, clientAuth: 'none', identity: 'cn', requireClientIdMatch: false, ...over };
+  return {
+    cert: server.cert,
+    key: server.key,
+    ca: pki.caCert,
+    crl: null,
+    clientAuth: 'none',
+    identity: 'cn',
+    requireClientIdMatch: false,
+    ...over,
+  };
 }
 
 describe('listeners and transport security', { timeout: 120_000 }, () => {
@@ -118,7 +127,11 @@ describe('listeners and transport security', { timeout: 120_000 }, () => {
   });
 
   async function node(listeners: ListenerSpec[], tls: TlsSettings | null, seen?: Seen[]): Promise<BrokerNode> {
-    const n = await startNode({ listeners, tls: tls === null ? null : TlsMaterial.load(tls), ...(seen ? { authenticator: recordingAuth(seen) } : {}) });
+    const n = await startNode({
+      listeners,
+      tls: tls === null ? null : TlsMaterial.load(tls),
+      ...(seen ? { authenticator: recordingAuth(seen) } : {}),
+    });
     nodes.push(n);
     return n;
   }
@@ -135,7 +148,8 @@ describe('listeners and transport security', { timeout: 120_000 }, () => {
       await connectClient(`ws://127.0.0.1:${p2}/mqtt`, { clientId: 'ws', protocolVersion: 5 }),
     ];
     for (const [i, p] of pubs.entries()) await publish(p, `all/${i}`, `from ${i}`, { qos: 1 });
-    for (let i = 0; i < pubs.length; i++) await sub.waitFor((m) => m.topic === `all/${i}` && m.payload === `from ${i}`, `all/${i} over wss`);
+    for (let i = 0; i < pubs.length; i++)
+      await sub.waitFor((m) => m.topic === `all/${i}` && m.payload === `from ${i}`, `all/${i} over wss`);
     for (const c of [sub, ...pubs]) await disconnect(c);
   });
 
@@ -144,7 +158,13 @@ describe('listeners and transport security', { timeout: 120_000 }, () => {
     const n = await node([L('mqtts')], tlsSettings(pki, server, { clientAuth: 'required', crl: pki.crl }), seen);
     const url = `mqtts://127.0.0.1:${n.port}`;
     const ca = readPem(pki.caCert);
-    const good = await connectClient(url, { ca, cert: readPem(device.cert), key: readPem(device.key), clientId: 'anything', username: 'claimed' });
+    const good = await connectClient(url, {
+      ca,
+      cert: readPem(device.cert),
+      key: readPem(device.key),
+      clientId: 'anything',
+      username: 'claimed',
+    });
     assert.equal(seen.at(-1)?.username, 'device-1', 'the certificate CN replaces the username sent');
     assert.equal(seen.at(-1)?.transport.certIdentity, 'device-1');
     assert.equal(seen.at(-1)?.transport.kind, 'mqtts');
@@ -215,7 +235,11 @@ describe('listeners and transport security', { timeout: 120_000 }, () => {
 
   it('takes the device address from PROXY v1 and v2 headers, on TCP, TLS and WebSocket listeners', async () => {
     const seen: Seen[] = [];
-    const n = await node([L('mqtt', { proxy: 1 }), L('mqtt', { proxy: 2 }), L('mqtts', { proxy: 2 }), L('ws', { proxy: 1 })], tlsSettings(pki, server), seen);
+    const n = await node(
+      [L('mqtt', { proxy: 1 }), L('mqtt', { proxy: 2 }), L('mqtts', { proxy: 2 }), L('ws', { proxy: 1 })],
+      tlsSettings(pki, server),
+      seen,
+    );
     const [v1Port, v2Port, tlsPort, wsPort] = n.ports as [number, number, number, number];
     const connect = encode(connectPacket({ clientId: 'proxied-v1' }), 4);
     const raw1 = await RawClient.open(v1Port, 4);
@@ -226,7 +250,33 @@ describe('listeners and transport security', { timeout: 120_000 }, () => {
     raw1.destroy();
 
     const v2 = (a: number[], port: number): Buffer =>
-      Buffer.from([0x0d, 0x0a, 0x0d, 0x0a, 0x00, 0x0d, 0x0a, 0x51, 0x55, 0x49, 0x54, 0x0a, 0x21, 0x11, 0, 12, ...a, 192, 0, 2, 1, port >> 8, port & 0xff, 0x07, 0x5b]);
+      Buffer.from([
+        0x0d,
+        0x0a,
+        0x0d,
+        0x0a,
+        0x00,
+        0x0d,
+        0x0a,
+        0x51,
+        0x55,
+        0x49,
+        0x54,
+        0x0a,
+        0x21,
+        0x11,
+        0,
+        12,
+        ...a,
+        192,
+        0,
+        2,
+        1,
+        port >> 8,
+        port & 0xff,
+        0x07,
+        0x5b,
+      ]);
     const raw2 = await RawClient.open(v2Port, 4);
     raw2.sendBytes(Buffer.concat([v2([198, 51, 100, 9], 50000), encode(connectPacket({ clientId: 'proxied-v2' }), 4)]));
     await raw2.waitFor('connack');
@@ -302,11 +352,12 @@ describe('listeners and transport security', { timeout: 120_000 }, () => {
     const ca = readPem(pki.caCert);
     const urls = [`mqtt://127.0.0.1:${p0}`, `mqtts://127.0.0.1:${p1}`, `ws://127.0.0.1:${p2}/mqtt`, `wss://127.0.0.1:${p3}/mqtt`];
     const clients = await Promise.all(urls.map((u, i) => connectClient(u, { ca, protocolVersion: 5, clientId: `drain-${i}` })));
-    const reasons = clients.map(
-      (c) => new Promise<number | undefined>((r) => c.client.once('disconnect', (p) => r(p.reasonCode))),
-    );
+    const reasons = clients.map((c) => new Promise<number | undefined>((r) => c.client.once('disconnect', (p) => r(p.reasonCode))));
     await n.stop();
-    assert.deepEqual(await withTimeout(Promise.all(reasons), WAIT_MS, 'DISCONNECT on all'), urls.map(() => RC.SERVER_SHUTTING_DOWN));
+    assert.deepEqual(
+      await withTimeout(Promise.all(reasons), WAIT_MS, 'DISCONNECT on all'),
+      urls.map(() => RC.SERVER_SHUTTING_DOWN),
+    );
     for (const c of clients) c.client.end(true);
   });
 });

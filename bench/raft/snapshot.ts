@@ -56,7 +56,11 @@ function* stateChunks(state: Uint8Array): Generator<Uint8Array> {
   for (let at = 0; at < state.length; at += APP_CHUNK_BYTES) yield state.subarray(at, Math.min(state.length, at + APP_CHUNK_BYTES));
 }
 
-function makeDriver(setup: NodeSetup, logger: DriverLogger, onSnapshot: (s: Snapshot) => void): { driver: RaftDriver; transport: () => Transport<Message> } {
+function makeDriver(
+  setup: NodeSetup,
+  logger: DriverLogger,
+  onSnapshot: (s: Snapshot) => void,
+): { driver: RaftDriver; transport: () => Transport<Message> } {
   let transport: Transport<Message> | undefined;
   const state = new Uint8Array(setup.stateBytes).fill(setup.id);
   const driver = new RaftDriver({
@@ -198,7 +202,9 @@ async function runMain(opts: Options): Promise<void> {
   f2.worker.postMessage(peers([[1, leader.transport().address()]]));
   // Nodes 1 and 2 alone; node 1 must lead, so a node 2 that won hands leadership over.
   const handOver = setInterval(() => f2.worker.postMessage({ t: 'hand-over' } satisfies ToWorker), 4 * opts.electionTimeoutMs);
-  await until('node 1 to lead', () => leader.driver.currentRole === 'leader' && leader.driver.hasLease()).finally(() => clearInterval(handOver));
+  await until('node 1 to lead', () => leader.driver.currentRole === 'leader' && leader.driver.hasLease()).finally(() =>
+    clearInterval(handOver),
+  );
   const stopLoad = load(leader.driver);
   let f3: Follower | undefined;
   try {
@@ -207,7 +213,12 @@ async function runMain(opts: Options): Promise<void> {
     const follower = f3;
     const catchUp = await measured(async () => {
       leader.transport().setPeerAddress(3, follower.address);
-      follower.worker.postMessage(peers([[1, leader.transport().address()], [2, f2.address]]));
+      follower.worker.postMessage(
+        peers([
+          [1, leader.transport().address()],
+          [2, f2.address],
+        ]),
+      );
       f2.worker.postMessage(peers([[3, follower.address]]));
       const target = leader.driver.commitIndex;
       await until('node 3 to catch up', () => (follower.last?.index ?? 0) >= target && (follower.last?.restored ?? 0) > 0);
@@ -237,12 +248,19 @@ async function runMain(opts: Options): Promise<void> {
   }
 }
 
-function printSummary(r: { stateBytes: number; catchUpMs: number; leaderLoopDelay: Record<string, Delay>; snapshotTaken: Record<string, unknown> | null }): void {
+function printSummary(r: {
+  stateBytes: number;
+  catchUpMs: number;
+  leaderLoopDelay: Record<string, Delay>;
+  snapshotTaken: Record<string, unknown> | null;
+}): void {
   console.log(`state ${(r.stateBytes / 1048576).toFixed(0)} MiB; snapshot taken: ${JSON.stringify(r.snapshotTaken)}`);
   console.log(`follower caught up by snapshot in ${r.catchUpMs} ms`);
   console.log('leader event-loop delay   p50 ms  p99 ms  max ms');
   for (const [phase, d] of Object.entries(r.leaderLoopDelay)) {
-    console.log(`${phase.padEnd(24)} ${d.p50Ms.toFixed(2).padStart(7)} ${d.p99Ms.toFixed(2).padStart(7)} ${d.maxMs.toFixed(2).padStart(7)}`);
+    console.log(
+      `${phase.padEnd(24)} ${d.p50Ms.toFixed(2).padStart(7)} ${d.p99Ms.toFixed(2).padStart(7)} ${d.maxMs.toFixed(2).padStart(7)}`,
+    );
   }
 }
 

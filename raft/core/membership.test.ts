@@ -74,8 +74,16 @@ describe('raft identity and membership (DESIGN.md "Identity", "Configuration")',
     const history = configsOf(c.node(1));
     assert.deepEqual(history, ['1.a1,2.b1,3.c1', '1.a1,2.b1', '1.a1,2.b1,3.c2']);
     for (let k = 1; k < history.length; k++) {
-      const before = c.node(1).entries().filter((e) => e.config !== undefined)[k - 1]?.config ?? [];
-      const after = c.node(1).entries().filter((e) => e.config !== undefined)[k]?.config ?? [];
+      const before =
+        c
+          .node(1)
+          .entries()
+          .filter((e) => e.config !== undefined)[k - 1]?.config ?? [];
+      const after =
+        c
+          .node(1)
+          .entries()
+          .filter((e) => e.config !== undefined)[k]?.config ?? [];
       assert.ok(majoritiesOverlap(before, after), `change ${k} keeps overlapping majorities`);
     }
     assert.equal(c.node(3).voter, true, 'the new member is a voter again');

@@ -130,7 +130,12 @@ export class Progress {
   /** Another chunk may go out: some are left and fewer than `chunksInflightMax` are unanswered. */
   snapshotChunkDue(chunksInflightMax: number): boolean {
     const s = this.snapshot;
-    return this.state === 'snapshot' && s !== null && this.snapshotNext < s.chunks.length && this.snapshotNext - this.snapshotAcked < chunksInflightMax;
+    return (
+      this.state === 'snapshot' &&
+      s !== null &&
+      this.snapshotNext < s.chunks.length &&
+      this.snapshotNext - this.snapshotAcked < chunksInflightMax
+    );
   }
 
   /** The follower holds `received` chunks of the snapshot at `index`, and, once it has installed it

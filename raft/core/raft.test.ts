@@ -81,7 +81,17 @@ describe('raft core: the paper, section by section', { timeout: 30_000 }, () => 
     c.node(1).campaign();
     c.stabilize();
     assert.equal(c.node(3).durableState().vote, 1);
-    const request: Message = { ...staticEnvelope, type: 'vote-request', from: 2, to: 3, term: 1, lastIndex: 9, lastTerm: 1, transfer: false, sentAt: 0 };
+    const request: Message = {
+      ...staticEnvelope,
+      type: 'vote-request',
+      from: 2,
+      to: 3,
+      term: 1,
+      lastIndex: 9,
+      lastTerm: 1,
+      transfer: false,
+      sentAt: 0,
+    };
     const n3 = new RaftCore({
       id: 3,
       voters: [1, 2, 3],
@@ -253,7 +263,17 @@ describe('raft core: pre-vote, check-quorum and the vote-ignoring rule', { timeo
     c.stabilize();
     const n2 = c.node(2);
     const term = n2.currentTerm;
-    n2.step({ ...staticEnvelope, type: 'vote-request', from: 3, to: 2, term: term + 5, lastIndex: 99, lastTerm: term + 4, transfer: false, sentAt: 0 });
+    n2.step({
+      ...staticEnvelope,
+      type: 'vote-request',
+      from: 3,
+      to: 2,
+      term: term + 5,
+      lastIndex: 99,
+      lastTerm: term + 4,
+      transfer: false,
+      sentAt: 0,
+    });
     assert.equal(n2.currentTerm, term);
     assert.equal(n2.takeReady().messages.length, 0, 'no answer at all');
   });
@@ -382,9 +402,16 @@ describe('raft core: replication flow control and input checks', { timeout: 30_0
       { type: 'vote-request', from: 1, to: 2, term: 1, lastIndex: 0, lastTerm: 0, transfer: 'yes', sentAt: 0 },
       { type: 'heartbeat-response', from: 1, to: 2, term: 1, sentAt: 0 },
     ];
-    for (const m of bad) assert.equal(n.step((m === null ? m : { ...staticEnvelope, ...m }) as Message)?.code, 'RAFT_BAD_MESSAGE', JSON.stringify(m));
-    assert.equal(n.step({ ...staticEnvelope, type: 'heartbeat', from: 7, to: 2, term: 1, commit: 0, sentAt: 0 })?.code, 'RAFT_UNKNOWN_PEER');
-    assert.equal(n.step({ ...staticEnvelope, type: 'heartbeat', from: 1, to: 3, term: 1, commit: 0, sentAt: 0 })?.code, 'RAFT_UNKNOWN_PEER');
+    for (const m of bad)
+      assert.equal(n.step((m === null ? m : { ...staticEnvelope, ...m }) as Message)?.code, 'RAFT_BAD_MESSAGE', JSON.stringify(m));
+    assert.equal(
+      n.step({ ...staticEnvelope, type: 'heartbeat', from: 7, to: 2, term: 1, commit: 0, sentAt: 0 })?.code,
+      'RAFT_UNKNOWN_PEER',
+    );
+    assert.equal(
+      n.step({ ...staticEnvelope, type: 'heartbeat', from: 1, to: 3, term: 1, commit: 0, sentAt: 0 })?.code,
+      'RAFT_UNKNOWN_PEER',
+    );
     assert.equal(n.currentTerm, 0);
     assert.equal(n.hasReady(), false);
   });

@@ -23,13 +23,7 @@ import { isVoteRequest } from './messages.js';
 import type { RandomSource } from './prng.js';
 import { Progress } from './progress.js';
 import type { Snapshot } from './snapshot.js';
-import {
-  logBytesMaxDefault,
-  logEntriesMaxDefault,
-  rechunk,
-  SnapshotAssembly,
-  snapshotChunkBytesMaxDefault,
-} from './snapshot.js';
+import { logBytesMaxDefault, logEntriesMaxDefault, rechunk, SnapshotAssembly, snapshotChunkBytesMaxDefault } from './snapshot.js';
 import { validateMessage } from './validate.js';
 
 export type Role = 'follower' | 'pre-candidate' | 'candidate' | 'leader';
@@ -405,7 +399,12 @@ export class RaftCore {
   /** Feeds one message from a peer. A malformed or misaddressed message returns its error and
    * changes nothing. */
   step(m: Message): RaftError | null {
-    const ctx = { self: this.id, nodes: this.nodes, entriesPerAppendMax: this.entriesPerAppendMax, snapshotChunkBytesMax: this.snapshotChunkBytesMax };
+    const ctx = {
+      self: this.id,
+      nodes: this.nodes,
+      entriesPerAppendMax: this.entriesPerAppendMax,
+      snapshotChunkBytesMax: this.snapshotChunkBytesMax,
+    };
     const error = validateMessage(m, ctx);
     if (error !== null) return error;
     if (m.type === 'announce' && this.otherEpochAnnounce(m)) return null;
@@ -469,7 +468,8 @@ export class RaftCore {
     if (m.type === 'snapshot-response' && m.match > this.log.lastIndex()) {
       return new RaftError('RAFT_BAD_MESSAGE', `snapshot ack of index ${m.match} beyond last ${this.log.lastIndex()}`);
     }
-    const echoes = m.type === 'append-response' || m.type === 'heartbeat-response' || m.type === 'vote-response' || m.type === 'snapshot-response';
+    const echoes =
+      m.type === 'append-response' || m.type === 'heartbeat-response' || m.type === 'vote-response' || m.type === 'snapshot-response';
     if (echoes && m.sentAt > this.now) {
       return new RaftError('RAFT_BAD_MESSAGE', `${m.type} echoes send time ${m.sentAt}, after now ${this.now}`);
     }
@@ -813,7 +813,16 @@ export class RaftCore {
     if (m.type === 'pre-vote-request') {
       this.send({ type: 'pre-vote-response', from: this.id, to: m.from, term: this.term, granted: false }, m.fromInc);
     } else if (m.type === 'append' || m.type === 'heartbeat' || m.type === 'snapshot') {
-      const stale: Outgoing = { type: 'append-response', from: this.id, to: m.from, term: this.term, success: false, index: 0, hint: 0, sentAt: 0 };
+      const stale: Outgoing = {
+        type: 'append-response',
+        from: this.id,
+        to: m.from,
+        term: this.term,
+        success: false,
+        index: 0,
+        hint: 0,
+        sentAt: 0,
+      };
       this.send(stale, m.fromInc);
     }
   }
@@ -1577,7 +1586,10 @@ export class RaftCore {
     if (pr.isPaused(this.inflightAppendsMax)) return false;
     const to = pr.node;
     const last = this.log.lastIndex();
-    assert(pr.next > this.log.snapshotIndex && pr.next <= last + 1, `next ${pr.next} for ${to} outside (${this.log.snapshotIndex}, ${last + 1}]`);
+    assert(
+      pr.next > this.log.snapshotIndex && pr.next <= last + 1,
+      `next ${pr.next} for ${to} outside (${this.log.snapshotIndex}, ${last + 1}]`,
+    );
     const hi = this.appendEnd(pr.next, Math.min(last + 1, pr.next + this.entriesPerAppendMax));
     if (hi === pr.next && !evenIfEmpty) return false;
     const prevIndex = pr.next - 1;
@@ -1751,7 +1763,16 @@ export class RaftCore {
   }
 
   private replySnapshot(m: InstallSnapshot, received: number, match: number): void {
-    const r: Outgoing = { type: 'snapshot-response', from: this.id, to: m.from, term: this.term, index: m.index, received, match, sentAt: m.sentAt };
+    const r: Outgoing = {
+      type: 'snapshot-response',
+      from: this.id,
+      to: m.from,
+      term: this.term,
+      index: m.index,
+      received,
+      match,
+      sentAt: m.sentAt,
+    };
     this.send(r, m.fromInc);
   }
 

@@ -49,7 +49,10 @@ describe('raft core: snapshots and compaction (§7)', { timeout: 30_000 }, () =>
     assert.equal(n.latestSnapshot?.index, last - 1);
     assert.equal(n.latestSnapshot?.term, 1);
     assert.equal(n.latestSnapshot?.time, time);
-    assert.deepEqual(n.latestSnapshot?.config, [1, 2, 3].map((node) => ({ node, inc: '0' })));
+    assert.deepEqual(
+      n.latestSnapshot?.config,
+      [1, 2, 3].map((node) => ({ node, inc: '0' })),
+    );
     assert.equal(n.compact(last - 1, [])?.code, 'RAFT_SNAPSHOT_STALE', 'the same index again');
     assert.equal(n.compact(last + 1, [])?.code, 'RAFT_SNAPSHOT_STALE', 'beyond what was applied');
   });
@@ -131,7 +134,10 @@ describe('raft core: snapshots and compaction (§7)', { timeout: 30_000 }, () =>
     c.drainOutput();
     c.run(2 * E);
     const out = c.drainOutput();
-    assert.ok(out.some((l) => l.startsWith('1->3 snapshot') && l.includes('chunk 1/')), out.join('\n'));
+    assert.ok(
+      out.some((l) => l.startsWith('1->3 snapshot') && l.includes('chunk 1/')),
+      out.join('\n'),
+    );
     assert.equal(c.node(3).commitIndex, c.node(1).commitIndex);
     assert.equal(c.restored.get(3)?.index, c.node(1).latestSnapshot?.index);
   });
@@ -155,7 +161,10 @@ describe('raft core: snapshots and compaction (§7)', { timeout: 30_000 }, () =>
     const c = electedCluster({ appendBytesMax: 10 });
     c.drainOutput();
     assert.ok(c.node(1).propose([new Uint8Array(6), new Uint8Array(6), new Uint8Array(30)]).ok);
-    const appends = c.node(1).takeReady().messages.filter((m) => m.type === 'append' && m.to === 2);
+    const appends = c
+      .node(1)
+      .takeReady()
+      .messages.filter((m) => m.type === 'append' && m.to === 2);
     assert.deepEqual(
       appends.map((m) => (m.type === 'append' ? m.entries.length : -1)),
       [1, 1, 1],
@@ -164,7 +173,18 @@ describe('raft core: snapshots and compaction (§7)', { timeout: 30_000 }, () =>
 
   it('a snapshot chunk over the chunk bound, or with seq past its count, is refused and changes nothing', () => {
     const c = electedCluster({ snapshotChunkBytesMax: 8 });
-    const base = { ...staticEnvelope, type: 'snapshot', from: 1, to: 2, term: 1, index: 5, lastTerm: 1, time: 0, config: null, sentAt: 0 } as const;
+    const base = {
+      ...staticEnvelope,
+      type: 'snapshot',
+      from: 1,
+      to: 2,
+      term: 1,
+      index: 5,
+      lastTerm: 1,
+      time: 0,
+      config: null,
+      sentAt: 0,
+    } as const;
     const big: Message = { ...base, seq: 0, chunks: 1, data: new Uint8Array(9) };
     const past: Message = { ...base, seq: 2, chunks: 2, data: new Uint8Array(1) };
     assert.equal(c.node(2).step(big)?.code, 'RAFT_BAD_MESSAGE');
@@ -174,7 +194,13 @@ describe('raft core: snapshots and compaction (§7)', { timeout: 30_000 }, () =>
   });
 
   it('bounds of zero, fractions, or a restored log that does not start right after its snapshot are refused as options', () => {
-    for (const bad of [{ logEntriesMax: 0 }, { snapshotChunkBytesMax: 1.5 }, { snapshotChunksInflightMax: -1 }, { appendBytesMax: 0 }, { logBytesMax: Number.NaN }]) {
+    for (const bad of [
+      { logEntriesMax: 0 },
+      { snapshotChunkBytesMax: 1.5 },
+      { snapshotChunksInflightMax: -1 },
+      { appendBytesMax: 0 },
+      { logBytesMax: Number.NaN },
+    ]) {
       assert.throws(() => new TestCluster({ electionTimeoutMs: E, node: bad }), { code: 'RAFT_BAD_OPTIONS' }, JSON.stringify(bad));
     }
     const snapshot = { index: 5, term: 1, time: 0, config: null, chunks: [new Uint8Array(0)], bytes: 0 };
@@ -192,6 +218,9 @@ describe('raft core: snapshots and compaction (§7)', { timeout: 30_000 }, () =>
     );
     assert.equal(r.bytes, 6);
     assert.equal(r.chunks[0]?.buffer, src.buffer);
-    assert.deepEqual(rechunk([], 2).chunks.map((x) => x.length), [0]);
+    assert.deepEqual(
+      rechunk([], 2).chunks.map((x) => x.length),
+      [0],
+    );
   });
 });

@@ -103,9 +103,11 @@ function validateAppend(m: Message & { type: 'append' }, ctx: ValidationContext)
 }
 
 function validateSnapshot(m: Message & { type: 'snapshot' }, ctx: ValidationContext): RaftError | null {
-  if (!isIndex(m.index) || m.index < 1 || !isIndex(m.lastTerm) || m.lastTerm < 1 || m.lastTerm > m.term) return bad('snapshot index/lastTerm');
+  if (!isIndex(m.index) || m.index < 1 || !isIndex(m.lastTerm) || m.lastTerm < 1 || m.lastTerm > m.term)
+    return bad('snapshot index/lastTerm');
   if (!isIndex(m.time) || !isClock(m.sentAt)) return bad('snapshot time/sentAt');
-  if (!isIndex(m.chunks) || m.chunks < 1 || m.chunks > snapshotChunksMax || !isIndex(m.seq) || m.seq >= m.chunks) return bad('snapshot seq/chunks');
+  if (!isIndex(m.chunks) || m.chunks < 1 || m.chunks > snapshotChunksMax || !isIndex(m.seq) || m.seq >= m.chunks)
+    return bad('snapshot seq/chunks');
   const chunkMax = ctx.snapshotChunkBytesMax ?? snapshotChunkBytesMaxDefault;
   if (!(m.data instanceof Uint8Array) || m.data.length > chunkMax) return bad(`snapshot chunk data (at most ${chunkMax} bytes)`);
   if (m.config !== null && !validConfig(m.config, ctx)) return bad('snapshot configuration');

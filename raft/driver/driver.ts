@@ -1,12 +1,12 @@
 // Runs a RaftCore on real time and a real transport (DESIGN.md "Raft": Timing, Links). The core is a
 // pure step machine; this is the loop around it: clocks in, messages in and out, Ready batches
 // drained in order after every input, and the application's proposals batched per event-loop turn.
-import { EventEmitter } from 'node:events';
-import { performance } from 'node:perf_hooks';
+
 import { randomBytes, randomInt } from 'node:crypto';
+import { EventEmitter } from 'node:events';
 import { renameSync } from 'node:fs';
 import { dirname } from 'node:path';
-import { RaftError } from '../errors.js';
+import { performance } from 'node:perf_hooks';
 import type { Epoch, Membership } from '../core/membership.js';
 import { noEpoch, sameEpoch } from '../core/membership.js';
 import type { LogEntry, Message } from '../core/messages.js';
@@ -21,8 +21,11 @@ import {
   type SoftState,
 } from '../core/raft.js';
 import type { Snapshot } from '../core/snapshot.js';
-import { SnapshotTaker } from './snapshot-taker.js';
+import { RaftError } from '../errors.js';
 import { DriverError } from './errors.js';
+import { LogLimiter } from './log-limiter.js';
+import { type DriverLogger, MessageGate } from './message-gate.js';
+import { SnapshotTaker } from './snapshot-taker.js';
 import {
   acquirePidLock,
   consumeStateFile,
@@ -39,8 +42,6 @@ import {
   writeRecord,
   writeStateFile,
 } from './state-file.js';
-import { LogLimiter } from './log-limiter.js';
-import { type DriverLogger, MessageGate } from './message-gate.js';
 
 export type { DriverLogger } from './message-gate.js';
 
@@ -281,7 +282,12 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     this.core = this.makeCore();
     const entriesPerAppendMax = opts.core?.entriesPerAppendMax ?? 64;
     const chunkBytes = opts.core?.snapshotChunkBytesMax;
-    const ctx = { self: opts.id, nodes: this.nodes, entriesPerAppendMax, ...(chunkBytes === undefined ? {} : { snapshotChunkBytesMax: chunkBytes }) };
+    const ctx = {
+      self: opts.id,
+      nodes: this.nodes,
+      entriesPerAppendMax,
+      ...(chunkBytes === undefined ? {} : { snapshotChunkBytesMax: chunkBytes }),
+    };
     this.snapshots = new SnapshotTaker({
       sliceMs: Math.max(1, Math.floor(opts.electionTimeoutMs / 20)),
       clock: () => this.clock.monotonic(),
@@ -731,7 +737,10 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     }
     this.snapshots.cancel();
     this.applied = s.index;
-    this.opts.logger.info({ index: s.index, term: s.term, bytes: s.bytes, chunks: s.chunks.length, ms: Math.round(this.clock.monotonic() - started) }, 'raft snapshot restored');
+    this.opts.logger.info(
+      { index: s.index, term: s.term, bytes: s.bytes, chunks: s.chunks.length, ms: Math.round(this.clock.monotonic() - started) },
+      'raft snapshot restored',
+    );
   }
 
   private deliver(entries: readonly LogEntry[]): void {

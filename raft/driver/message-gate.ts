@@ -2,7 +2,7 @@
 // as its `validate` hook, so a message that fails closes the link it came on (the link is not
 // trusted further) and never reaches onMessage; the refusal is logged at a bounded rate.
 import type { Message } from '../core/messages.js';
-import { validateMessage, type ValidationContext } from '../core/validate.js';
+import { type ValidationContext, validateMessage } from '../core/validate.js';
 import type { LogLimiter } from './log-limiter.js';
 
 export interface DriverLogger {

@@ -4,8 +4,9 @@
 // message names the flag), 70 the core failed, 75 the force-start was refused or timed out, 78 a
 // state file, record or PID lock was refused (the message names the file), 1 any other start
 // failure (a port in use).
-import { DriverError } from './errors.js';
+
 import type { DriverLogger } from './driver.js';
+import { DriverError } from './errors.js';
 import { EXIT_STATE_FILE_REFUSED, NodeApp } from './node-app.js';
 import { parseNodeArgs } from './node-args.js';
 

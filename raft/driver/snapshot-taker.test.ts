@@ -61,7 +61,10 @@ describe('SnapshotTaker', { timeout: 10_000 }, () => {
       },
       logger,
     });
-    const p = taker.take(5, cursor(1000, () => (closed = true)));
+    const p = taker.take(
+      5,
+      cursor(1000, () => (closed = true)),
+    );
     await new Promise((r) => setImmediate(r));
     taker.cancel();
     assert.equal(await p, null);

@@ -45,7 +45,16 @@ export class SnapshotTaker {
   take(index: number, chunks: Iterable<Uint8Array>): Promise<number | null> {
     if (this.job !== null) return Promise.resolve(null);
     return new Promise((resolve) => {
-      this.job = { index, iterator: chunks[Symbol.iterator](), chunks: [], startedAt: this.opts.clock(), resolve, bytes: 0, turns: 0, longestMs: 0 };
+      this.job = {
+        index,
+        iterator: chunks[Symbol.iterator](),
+        chunks: [],
+        startedAt: this.opts.clock(),
+        resolve,
+        bytes: 0,
+        turns: 0,
+        longestMs: 0,
+      };
       this.immediate = setImmediate(this.step);
     });
   }
@@ -91,7 +100,14 @@ export class SnapshotTaker {
     }
     this.job = null;
     const ms = Math.round(this.opts.clock() - job.startedAt);
-    const fields = { index: job.index, bytes: job.bytes, chunks: job.chunks.length, turns: job.turns, ms, longestSliceMs: Math.round(job.longestMs) };
+    const fields = {
+      index: job.index,
+      bytes: job.bytes,
+      chunks: job.chunks.length,
+      turns: job.turns,
+      ms,
+      longestSliceMs: Math.round(job.longestMs),
+    };
     this.opts.logger.info(fields, 'raft snapshot taken');
     job.resolve(this.opts.compact(job.index, job.chunks));
   };

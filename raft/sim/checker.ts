@@ -1,9 +1,9 @@
-import { RaftError } from '../errors.js';
 import type { Configuration, Epoch } from '../core/membership.js';
 import { formatConfig, majoritiesOverlap } from '../core/membership.js';
 import type { LogEntry } from '../core/messages.js';
 import type { RaftCore, Ready } from '../core/raft.js';
 import type { SnapshotMeta } from '../core/snapshot.js';
+import { RaftError } from '../errors.js';
 
 /** A safety property broken in a run; the simulator stops at the first one. */
 export class Violation extends RaftError {
@@ -93,7 +93,10 @@ export class SafetyChecker {
     if (snap !== null) {
       const old = this.committedIn(from);
       if (old[snap.index - 1]?.term !== snap.term) {
-        throw new Violation('force-start', `node ${node.id} forced from a snapshot at ${snap.index}/${snap.term} its epoch never committed`);
+        throw new Violation(
+          'force-start',
+          `node ${node.id} forced from a snapshot at ${snap.index}/${snap.term} its epoch never committed`,
+        );
       }
       for (const c of old.slice(0, snap.index)) log.committed.push({ ...c, commitTerm: 0 });
     }
@@ -128,9 +131,15 @@ export class SafetyChecker {
   resumed(before: RaftCore, after: RaftCore): void {
     const a = before.durableState();
     const b = after.durableState();
-    const sameLog = before.lastIndex === after.lastIndex && before.snapshotIndex === after.snapshotIndex && termTimeAt(before, before.lastIndex)?.term === termTimeAt(after, after.lastIndex)?.term;
+    const sameLog =
+      before.lastIndex === after.lastIndex &&
+      before.snapshotIndex === after.snapshotIndex &&
+      termTimeAt(before, before.lastIndex)?.term === termTimeAt(after, after.lastIndex)?.term;
     if (b.term < a.term || b.vote !== a.vote || b.voteInc !== a.voteInc || !sameLog) {
-      throw new Violation('rollback', `member ${after.id}.${after.incarnation} resumed with term ${b.term} vote ${b.vote} and log to ${after.lastIndex}, had ${a.term} ${a.vote} ${before.lastIndex}`);
+      throw new Violation(
+        'rollback',
+        `member ${after.id}.${after.incarnation} resumed with term ${b.term} vote ${b.vote} and log to ${after.lastIndex}, had ${a.term} ${a.vote} ${before.lastIndex}`,
+      );
     }
   }
 
@@ -144,7 +153,8 @@ export class SafetyChecker {
     const key = `${member}/${node.epoch.generation}.${node.epoch.id}/${hs.term}`;
     const vote = `${hs.vote}.${hs.voteInc}`;
     const before = this.votes.get(key);
-    if (before !== undefined && before !== vote) throw new Violation('double vote', `member ${member} voted for ${before} and ${vote} in term ${hs.term}`);
+    if (before !== undefined && before !== vote)
+      throw new Violation('double vote', `member ${member} voted for ${before} and ${vote} in term ${hs.term}`);
     this.votes.set(key, vote);
   }
 
@@ -231,7 +241,10 @@ export class SafetyChecker {
       // §7: a snapshot holds only committed entries, so its last one is known to every checker.
       const known = committed[s.index - 1];
       if (known === undefined || known.term !== s.term || known.time !== s.time) {
-        throw new Violation('state machine safety', `node ${node.id} restored a snapshot at ${s.index}/${s.term} that is not the committed log's`);
+        throw new Violation(
+          'state machine safety',
+          `node ${node.id} restored a snapshot at ${s.index}/${s.term} that is not the committed log's`,
+        );
       }
       next = s.index + 1;
     }
@@ -247,10 +260,12 @@ export class SafetyChecker {
         // DESIGN.md "Force-start": an epoch serves only once two node ids vote in it, so no
         // proposal commits while its configuration lists one.
         if (e.data !== null && epoch.config !== null && epoch.config.length < 2) {
-          throw new Violation('lone epoch serves', `${e.index}/${e.term} "${data}" committed with the one voter ${formatConfig(epoch.config)}`);
+          throw new Violation(
+            'lone epoch serves',
+            `${e.index}/${e.term} "${data}" committed with the one voter ${formatConfig(epoch.config)}`,
+          );
         }
-      }
-      else if (known.term !== e.term || known.time !== e.time || known.data !== data) {
+      } else if (known.term !== e.term || known.time !== e.time || known.data !== data) {
         throw new Violation(
           'state machine safety',
           `node ${node.id} applied ${e.index}/${e.term} "${data}", ` + `another applied ${e.index}/${known.term} "${known.data}"`,

@@ -11,7 +11,13 @@ import { faultNames, runSeed } from './sim.js';
 const usage =
   'usage: sim --seeds N --first-seed S [--faults drop,dup,reorder,partition,crash,pause,clock,transfer,amnesia,restart,snapshot,force-start|all|none] ' +
   '[--break grant-every-vote|commit-old-terms|answer-every-vote|swap-member|install-any-chunk]';
-const unsafeRules: readonly UnsafeRule[] = ['grant-every-vote', 'commit-old-terms', 'answer-every-vote', 'swap-member', 'install-any-chunk'];
+const unsafeRules: readonly UnsafeRule[] = [
+  'grant-every-vote',
+  'commit-old-terms',
+  'answer-every-vote',
+  'swap-member',
+  'install-any-chunk',
+];
 
 export const exitOk = 0;
 export const exitViolation = 1;

@@ -45,10 +45,13 @@ describe('raft simulator', { timeout: 60_000 }, () => {
       restores += r.stats.restores;
       installCrashes += r.stats.installCrashes;
     }
-    assert.ok(compactions > 0 && restores > 0 && installCrashes > 0, `${compactions} compactions, ${restores} restores, ${installCrashes} crashes`);
+    assert.ok(
+      compactions > 0 && restores > 0 && installCrashes > 0,
+      `${compactions} compactions, ${restores} restores, ${installCrashes} crashes`,
+    );
   });
 
-  it('fault snapshot with an application: its own snapshot travels with the simulator\'s and restores the state it had at that index', () => {
+  it("fault snapshot with an application: its own snapshot travels with the simulator's and restores the state it had at that index", () => {
     let restores = 0;
     const app = (): SimApp => {
       const at = new Map<number, { index: number; count: number }>();

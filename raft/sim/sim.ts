@@ -1,12 +1,12 @@
-import { RaftError } from '../errors.js';
+import type { Epoch, Membership } from '../core/membership.js';
 import type { LogEntry, Message } from '../core/messages.js';
 import { Prng } from '../core/prng.js';
 import type { Role, UnsafeRule } from '../core/raft.js';
 import { clockDriftMax, forceStartProbeE, RaftCore } from '../core/raft.js';
-import { formatEntry, formatMessage } from '../core/test-cluster.js';
-import type { Epoch, Membership } from '../core/membership.js';
 import type { SnapshotMeta } from '../core/snapshot.js';
+import { formatEntry, formatMessage } from '../core/test-cluster.js';
 import { decodeStateFile, encodeStateFile, stateOfCore } from '../driver/state-file.js';
+import { RaftError } from '../errors.js';
 import { SafetyChecker, Violation } from './checker.js';
 import { SimClock, wallEpochMs } from './clocks.js';
 import { EventQueue } from './event-queue.js';
@@ -1271,12 +1271,16 @@ class Simulation {
     const decoded = decodeSimState(chunks);
     if (typeof decoded === 'string') throw new Violation('applied state', `node ${id} restored a corrupt snapshot at ${index}: ${decoded}`);
     const { st, rest } = decoded;
-    if (this.app === null && rest.length > 0) throw new Violation('applied state', `node ${id} restored ${rest.length} bytes too many at ${index}`);
+    if (this.app === null && rest.length > 0)
+      throw new Violation('applied state', `node ${id} restored ${rest.length} bytes too many at ${index}`);
     const hashes = this.hashesOf(id);
     // A forced epoch starts from its file's snapshot, which no node of it applied entry by entry.
     if (hashes[index] === undefined && this.node(id).forceStartPhase !== null) hashes[index] = st.hash;
     if (st.index !== index || hashes[index] !== st.hash) {
-      throw new Violation('applied state', `node ${id} restored state ${st.hash} of ${st.index} as the snapshot at ${index}, whose state is ${hashes[index]}`);
+      throw new Violation(
+        'applied state',
+        `node ${id} restored state ${st.hash} of ${st.index} as the snapshot at ${index}, whose state is ${hashes[index]}`,
+      );
     }
     this.states.set(id, st);
     this.app?.restore?.(id, [rest]);
@@ -1298,10 +1302,14 @@ class Simulation {
     }
     const held = node.entries().length;
     this.maxHeldEntries = Math.max(this.maxHeldEntries, held);
-    if (held !== node.lastIndex - node.firstIndex + 1) throw new Violation('bounded log', `node ${node.id} holds ${held} entries from ${node.firstIndex} to ${node.lastIndex}`);
+    if (held !== node.lastIndex - node.firstIndex + 1)
+      throw new Violation('bounded log', `node ${node.id} holds ${held} entries from ${node.firstIndex} to ${node.lastIndex}`);
     // Up to compactEntries applied since the newest snapshot, and as many before it for followers.
     if (this.compactEntries > 0 && node.commitIndex - node.firstIndex + 1 > 2 * this.compactEntries) {
-      throw new Violation('bounded log', `node ${node.id} holds ${node.commitIndex - node.firstIndex + 1} committed entries, bound 2 x ${this.compactEntries}`);
+      throw new Violation(
+        'bounded log',
+        `node ${node.id} holds ${node.commitIndex - node.firstIndex + 1} committed entries, bound 2 x ${this.compactEntries}`,
+      );
     }
   }
 

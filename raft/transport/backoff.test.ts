@@ -18,7 +18,13 @@ describe('reconnect backoff', { timeout: 10_000 }, () => {
   });
 
   it('treats a random source outside [0, 1) as zero instead of producing a bad delay', () => {
-    assert.equal(reconnectDelayMs(0, () => Number.NaN), 50);
-    assert.equal(reconnectDelayMs(0, () => 7), 50);
+    assert.equal(
+      reconnectDelayMs(0, () => Number.NaN),
+      50,
+    );
+    assert.equal(
+      reconnectDelayMs(0, () => 7),
+      50,
+    );
   });
 });

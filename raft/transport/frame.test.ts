@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
-import { encodeFrame, FRAME_VERSION, FrameReader, type FrameRead } from './frame.js';
+import { encodeFrame, FRAME_VERSION, type FrameRead, FrameReader } from './frame.js';
 
 /** Feeds the chunks in order and gathers every frame body, stopping at the first error. */
 function readAll(reader: FrameReader, chunks: Uint8Array[]): { bodies: Uint8Array[]; error?: FrameRead } {

@@ -13,10 +13,7 @@ export const FRAME_BYTES_LIMIT = 0xffff_ffff;
 
 export type FrameErrorCode = 'frame-oversize' | 'frame-empty' | 'frame-version';
 
-export type FrameRead =
-  | { t: 'frame'; body: Uint8Array }
-  | { t: 'more' }
-  | { t: 'error'; code: FrameErrorCode; detail: string };
+export type FrameRead = { t: 'frame'; body: Uint8Array } | { t: 'more' } | { t: 'error'; code: FrameErrorCode; detail: string };
 
 const MORE: FrameRead = { t: 'more' };
 

@@ -7,8 +7,8 @@ import type { LinkCloseCode } from './errors.js';
 import { encodeFrame, FrameReader } from './frame.js';
 import {
   HANDSHAKE_FRAME_BYTES_MAX,
-  type HelloExpectations,
   type Hello,
+  type HelloExpectations,
   judgeHello,
   makeHello,
   NONCE_BYTES,

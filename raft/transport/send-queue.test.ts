@@ -30,6 +30,9 @@ describe('peer send queue', { timeout: 10_000 }, () => {
       if (i % 3 !== 0) out.push(q.shift()![0]);
     }
     while (q.length > 0) out.push(q.shift()![0]);
-    assert.deepEqual(out, Array.from({ length: 5000 }, (_, i) => i & 0xff));
+    assert.deepEqual(
+      out,
+      Array.from({ length: 5000 }, (_, i) => i & 0xff),
+    );
   });
 });

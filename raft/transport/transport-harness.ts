@@ -3,9 +3,9 @@
 // bounded wait. Every wait has a deadline, so a broken transport fails a test instead of hanging it.
 import { connect, type Socket } from 'node:net';
 import { Packr } from 'msgpackr';
-import { encodeFrame, FrameReader } from './frame.js';
 import type { LinkCloseCode } from './errors.js';
-import { Transport, type PeerAddress, type TransportLogger, type TransportOptions } from './transport.js';
+import { encodeFrame, FrameReader } from './frame.js';
+import { type PeerAddress, Transport, type TransportLogger, type TransportOptions } from './transport.js';
 
 export interface TestMsg {
   n: number;

@@ -3,18 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { afterEach, describe, it } from 'node:test';
 import { type LinkCloseCode, TransportError } from './errors.js';
 import { encodeFrame } from './frame.js';
-import {
-  frameOf,
-  LOOPBACK,
-  makeNode,
-  type Node,
-  RawPeer,
-  settle,
-  stopAll,
-  type TestMsg,
-  waitFor,
-  wire,
-} from './transport-harness.js';
+import { frameOf, LOOPBACK, makeNode, type Node, RawPeer, settle, stopAll, type TestMsg, waitFor, wire } from './transport-harness.js';
 
 let running: Node[] = [];
 let raws: RawPeer[] = [];
@@ -62,7 +51,10 @@ describe('raft transport over loopback', { timeout: 60_000 }, () => {
     for (const to of all) {
       for (const from of ids.filter((i) => i !== to.id)) {
         const got = to.inbox.filter((e) => e.from === from).map((e) => e.msg);
-        assert.deepEqual(got, Array.from({ length: 50 }, (_, n) => ({ n, text: `${from}->${to.id}` })));
+        assert.deepEqual(
+          got,
+          Array.from({ length: 50 }, (_, n) => ({ n, text: `${from}->${to.id}` })),
+        );
       }
       const s = to.transport.stats();
       assert.equal(s.framesIn, 100);
@@ -177,7 +169,11 @@ describe('raft transport over loopback', { timeout: 60_000 }, () => {
     await waitFor('both links between 1 and 2', () => events.length === 2);
     assert.deepEqual(
       new Set(events.map((e) => JSON.stringify(e))),
-      new Set(['out', 'in'].map((direction) => JSON.stringify({ t: 'up', nodeId: 2, direction, incarnation: 'inc-2', epoch: { generation: 2, id: 'e2' } }))),
+      new Set(
+        ['out', 'in'].map((direction) =>
+          JSON.stringify({ t: 'up', nodeId: 2, direction, incarnation: 'inc-2', epoch: { generation: 2, id: 'e2' } }),
+        ),
+      ),
     );
   });
 
@@ -256,7 +252,10 @@ describe('raft transport over loopback', { timeout: 60_000 }, () => {
     nodes(b);
     await b.transport.start();
     await waitFor('the queued messages', () => b.inbox.length === 10, 8_000);
-    assert.deepEqual(b.inbox.map((e) => e.msg.n), [15, 16, 17, 18, 19, 20, 21, 22, 23, 24]);
+    assert.deepEqual(
+      b.inbox.map((e) => e.msg.n),
+      [15, 16, 17, 18, 19, 20, 21, 22, 23, 24],
+    );
   });
 
   it('fails start at once with a clear error when the listen port is taken', async () => {

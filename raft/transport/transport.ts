@@ -8,9 +8,9 @@
 //
 // Loss is allowed (raft retransmits): frames queued for a peer are bounded in bytes and the oldest
 // are dropped; frames written to a link that then breaks are lost; nothing is ever retried here.
-import { createServer, connect, type AddressInfo, type Server, type Socket } from 'node:net';
-import { type LinkCloseCode, TransportError } from './errors.js';
+import { type AddressInfo, connect, createServer, type Server, type Socket } from 'node:net';
 import { reconnectDelayMs } from './backoff.js';
+import { type LinkCloseCode, TransportError } from './errors.js';
 import { encodeFrame, FRAME_BYTES_LIMIT, FRAME_BYTES_MAX_DEFAULT, frameLength } from './frame.js';
 import type { HelloExpectations, Incarnation, LocalIdentity } from './handshake.js';
 import { encodeBody, Link, type LinkDirection, type LinkOwner } from './link.js';
@@ -426,7 +426,8 @@ function acceptEveryEpoch(): boolean {
 }
 
 function checkOptions<M>(opts: TransportOptions<M>): void {
-  if (!Number.isSafeInteger(opts.nodeId)) throw new TransportError('RAFT_TRANSPORT_BAD_OPTIONS', `node id ${opts.nodeId} is not an integer`);
+  if (!Number.isSafeInteger(opts.nodeId))
+    throw new TransportError('RAFT_TRANSPORT_BAD_OPTIONS', `node id ${opts.nodeId} is not an integer`);
   checkAddress(opts.listen, 'listen');
   for (const [id, address] of opts.peers) {
     if (!Number.isSafeInteger(id)) throw new TransportError('RAFT_TRANSPORT_BAD_OPTIONS', `peer id ${id} is not an integer`);

@@ -1,12 +1,12 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
-import { Harness, msg, testSettings, T0 } from './broker-harness.js';
-import { Broker } from './broker.js';
-import type { Command, Effect, Entry, Message, Settings, SubscriptionRequest } from './commands.js';
 import { unpack } from 'msgpackr';
-import { decodeImage, encodeImage, packValue } from './snapshot.js';
 import { parseSharedFilter } from '../protocol/topic.js';
+import { Broker } from './broker.js';
+import { Harness, msg, T0, testSettings } from './broker-harness.js';
+import type { Command, Effect, Entry, Message, Settings, SubscriptionRequest } from './commands.js';
+import { decodeImage, encodeImage, packValue } from './snapshot.js';
 
 // Replicas must agree: the same entries give the same effects and the same digest, whether a
 // replica applied them all or restored a snapshot midway. And apply never throws, whatever the

@@ -1,12 +1,12 @@
 import { createHash } from 'node:crypto';
+import { RC } from '../protocol/reason-codes.js';
 import { parseSharedFilter } from '../protocol/topic.js';
 import { aclAllows, aclAllowsSubscribe } from './acl.js';
-import { RC } from '../protocol/reason-codes.js';
 import type { BrokerState } from './broker-state.js';
 import type {
   Command,
-  ConnId,
   ConnectCommand,
+  ConnId,
   DisconnectCommand,
   Effect,
   Entry,
@@ -26,8 +26,8 @@ import {
   type Delivery,
   EXPIRY_NEVER,
   newSession,
-  PID_MAX,
   type PendingWill,
+  PID_MAX,
   type RetainedMessage,
   type Session,
   type Subscription,
@@ -257,9 +257,7 @@ export class Broker implements BrokerState {
    * a snapshot cursor's chunks a slice per turn instead (src/server/digest-runner.ts); both hash
    * the same bytes. */
   digest(): string {
-    this.digestCache ??= createHash('sha256')
-      .update(encodeImage(this.image()))
-      .digest('hex');
+    this.digestCache ??= createHash('sha256').update(encodeImage(this.image())).digest('hex');
     return this.digestCache;
   }
 
@@ -296,7 +294,8 @@ export class Broker implements BrokerState {
     if (s.queue.toArray().reduce((n, q) => n + q.size, 0) !== s.queueBytes) return 'queue bytes out of step';
     if (s.conn !== null && s.queue.length > 0 && s.inflight.length < inflightLimit(s, this.settings)) return 'queued with a free slot';
     if (s.fenceLeft < 0 || s.fenceLeft > PID_MAX || s.fenceOwed?.size === 0) return 'fence out of range';
-    for (const sub of s.subs?.values() ?? []) if (this.subsTrie.get(sub.topicFilter, trieKey(sub)) !== sub) return `${sub.filter} not in the trie`;
+    for (const sub of s.subs?.values() ?? [])
+      if (this.subsTrie.get(sub.topicFilter, trieKey(sub)) !== sub) return `${sub.filter} not in the trie`;
     return null;
   }
 
@@ -908,7 +907,8 @@ export class Broker implements BrokerState {
       t.subIds = subIds;
     }
     if (!this.routeMerging) return;
-    if (i === ROUTE_TARGETS_SCANNED) for (let j = 0; j < i; j++) this.routeTargetIndex.set((targets[j] as Target).s.clientId, targets[j] as Target);
+    if (i === ROUTE_TARGETS_SCANNED)
+      for (let j = 0; j < i; j++) this.routeTargetIndex.set((targets[j] as Target).s.clientId, targets[j] as Target);
     if (i >= ROUTE_TARGETS_SCANNED) this.routeTargetIndex.set(s.clientId, t);
   }
 

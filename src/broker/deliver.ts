@@ -1,7 +1,7 @@
 import { Buffer } from 'node:buffer';
 import type { Effect, Settings } from './commands.js';
-import { publishPacketSize } from './packet-size.js';
 import { Fifo } from './fifo.js';
+import { publishPacketSize } from './packet-size.js';
 import { type Delivery, type Inflight, PID_MAX, type Queued, type Session } from './session.js';
 
 // Outbound delivery to one session: inflight window, packet ids, queue admission, message expiry

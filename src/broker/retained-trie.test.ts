@@ -43,20 +43,43 @@ const arbFilter = fc
 describe('RetainedTrie', { timeout: 30_000 }, () => {
   it('finds retained topics for the filters of §4.7, in level order', () => {
     const trie = new RetainedTrie<number>();
-    const topics = ['sport/tennis/player1', 'sport/tennis/player1/ranking', 'sport/tennis/player1/score/wimbledon',
-      'sport', 'sport/', '/finance', '/', '$SYS/monitor/Clients', '$SYS', 'a//b', 'sport/tennis/player2'];
+    const topics = [
+      'sport/tennis/player1',
+      'sport/tennis/player1/ranking',
+      'sport/tennis/player1/score/wimbledon',
+      'sport',
+      'sport/',
+      '/finance',
+      '/',
+      '$SYS/monitor/Clients',
+      '$SYS',
+      'a//b',
+      'sport/tennis/player2',
+    ];
     topics.forEach((t, i) => {
       trie.set(t, i);
     });
-    assert.deepEqual(matched(trie, 'sport/tennis/player1/#'),
-      ['sport/tennis/player1', 'sport/tennis/player1/ranking', 'sport/tennis/player1/score/wimbledon']);
-    assert.deepEqual(matched(trie, 'sport/#'), ['sport', 'sport/', 'sport/tennis/player1',
-      'sport/tennis/player1/ranking', 'sport/tennis/player1/score/wimbledon', 'sport/tennis/player2']);
+    assert.deepEqual(matched(trie, 'sport/tennis/player1/#'), [
+      'sport/tennis/player1',
+      'sport/tennis/player1/ranking',
+      'sport/tennis/player1/score/wimbledon',
+    ]);
+    assert.deepEqual(matched(trie, 'sport/#'), [
+      'sport',
+      'sport/',
+      'sport/tennis/player1',
+      'sport/tennis/player1/ranking',
+      'sport/tennis/player1/score/wimbledon',
+      'sport/tennis/player2',
+    ]);
     assert.deepEqual(matched(trie, 'sport/+'), ['sport/']);
     assert.deepEqual(matched(trie, '+'), ['sport']);
     assert.deepEqual(matched(trie, '+/+'), ['/', '/finance', 'sport/']);
     assert.deepEqual(matched(trie, '/+'), ['/', '/finance']);
-    assert.deepEqual(matched(trie, '#').filter((t) => t.startsWith('$')), []);
+    assert.deepEqual(
+      matched(trie, '#').filter((t) => t.startsWith('$')),
+      [],
+    );
     assert.deepEqual(matched(trie, '#').length, topics.length - 2);
     assert.deepEqual(matched(trie, '+/monitor/Clients'), []);
     assert.deepEqual(matched(trie, '$SYS/#'), ['$SYS', '$SYS/monitor/Clients']);
@@ -84,52 +107,61 @@ describe('RetainedTrie', { timeout: 30_000 }, () => {
   });
 
   it('matches exactly what the reference matcher matches, in level order', () => {
-    fc.assert(fc.property(fc.array(arbTopic, { maxLength: 40, size: 'max' }), fc.array(arbFilter, { minLength: 1 }), (topics, filters) => {
-      const trie = new RetainedTrie<string>();
-      for (const t of topics) trie.set(t, `v:${t}`);
-      const stored = [...new Set(topics)];
-      assert.equal(trie.size, stored.length);
-      for (const filter of filters) {
-        const got: string[] = [];
-        trie.match(filter, (topic, value) => {
-          assert.equal(value, `v:${topic}`);
-          got.push(topic);
-        });
-        assert.deepEqual(got, stored.filter((t) => matches(filter, t)).sort(byLevels), filter);
-      }
-    }), { numRuns: 500 });
+    fc.assert(
+      fc.property(fc.array(arbTopic, { maxLength: 40, size: 'max' }), fc.array(arbFilter, { minLength: 1 }), (topics, filters) => {
+        const trie = new RetainedTrie<string>();
+        for (const t of topics) trie.set(t, `v:${t}`);
+        const stored = [...new Set(topics)];
+        assert.equal(trie.size, stored.length);
+        for (const filter of filters) {
+          const got: string[] = [];
+          trie.match(filter, (topic, value) => {
+            assert.equal(value, `v:${topic}`);
+            got.push(topic);
+          });
+          assert.deepEqual(got, stored.filter((t) => matches(filter, t)).sort(byLevels), filter);
+        }
+      }),
+      { numRuns: 500 },
+    );
   });
 
   it('stays equal to a plain map through random sets and deletes, and prunes to empty', () => {
     const op = fc.tuple(fc.boolean(), arbTopic, fc.integer());
-    fc.assert(fc.property(fc.array(op, { maxLength: 60, size: 'max' }), arbFilter, (ops, filter) => {
-      const trie = new RetainedTrie<number>();
-      const model = new Map<string, number>();
-      for (const [isSet, t, v] of ops) {
-        if (isSet) {
-          trie.set(t, v);
-          model.set(t, v);
-        } else {
-          assert.equal(trie.delete(t), model.delete(t));
+    fc.assert(
+      fc.property(fc.array(op, { maxLength: 60, size: 'max' }), arbFilter, (ops, filter) => {
+        const trie = new RetainedTrie<number>();
+        const model = new Map<string, number>();
+        for (const [isSet, t, v] of ops) {
+          if (isSet) {
+            trie.set(t, v);
+            model.set(t, v);
+          } else {
+            assert.equal(trie.delete(t), model.delete(t));
+          }
+          assert.equal(trie.size, model.size);
         }
-        assert.equal(trie.size, model.size);
-      }
-      for (const [t, v] of model) assert.equal(trie.get(t), v);
-      assert.deepEqual(new Map(trie.entries()), model);
-      assert.deepEqual(matched(trie, filter), [...model.keys()].filter((t) => matches(filter, t)).sort(byLevels));
-      for (const t of model.keys()) trie.delete(t);
-      assert.equal((trie as unknown as { root: { children: unknown } }).root.children, undefined);
-    }), { numRuns: 500 });
+        for (const [t, v] of model) assert.equal(trie.get(t), v);
+        assert.deepEqual(new Map(trie.entries()), model);
+        assert.deepEqual(matched(trie, filter), [...model.keys()].filter((t) => matches(filter, t)).sort(byLevels));
+        for (const t of model.keys()) trie.delete(t);
+        assert.equal((trie as unknown as { root: { children: unknown } }).root.children, undefined);
+      }),
+      { numRuns: 500 },
+    );
   });
 
   it('calls back in the same order whatever order the topics were set in', () => {
-    fc.assert(fc.property(fc.uniqueArray(arbTopic), arbFilter, (topics, filter) => {
-      const a = new RetainedTrie<number>();
-      for (const t of topics) a.set(t, 0);
-      const b = new RetainedTrie<number>();
-      for (const t of [...topics].reverse()) b.set(t, 0);
-      assert.deepEqual(matched(b, filter), matched(a, filter));
-    }), { numRuns: 300 });
+    fc.assert(
+      fc.property(fc.uniqueArray(arbTopic), arbFilter, (topics, filter) => {
+        const a = new RetainedTrie<number>();
+        for (const t of topics) a.set(t, 0);
+        const b = new RetainedTrie<number>();
+        for (const t of [...topics].reverse()) b.set(t, 0);
+        assert.deepEqual(matched(b, filter), matched(a, filter));
+      }),
+      { numRuns: 300 },
+    );
   });
 
   it('handles topics and filters of many thousands of levels without overflowing the stack', () => {

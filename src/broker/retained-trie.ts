@@ -116,13 +116,7 @@ export class RetainedTrie<V> {
 }
 
 /** Pushes the children in descending order, so that they pop in ascending order. */
-function pushChildren<V>(
-  node: TopicNode<V>,
-  depth: number,
-  skipDollar: boolean,
-  nodes: TopicNode<V>[],
-  depths: number[],
-): void {
+function pushChildren<V>(node: TopicNode<V>, depth: number, skipDollar: boolean, nodes: TopicNode<V>[], depths: number[]): void {
   if (node.children === undefined) return;
   const { keyChunks, valueChunks } = node.children;
   for (let c = keyChunks.length - 1; c >= 0; c--) {

@@ -139,7 +139,16 @@ export function sessionPreimage(s: Session): Session {
   const inflight = new Array<Inflight>(s.inflight.length);
   for (let i = 0; i < inflight.length; i++) {
     const f = s.inflight[i] as Inflight;
-    inflight[i] = { msg: f.msg, qos: f.qos, retain: f.retain, subIds: f.subIds, expiresAt: f.expiresAt, share: f.share, pid: f.pid, state: f.state };
+    inflight[i] = {
+      msg: f.msg,
+      qos: f.qos,
+      retain: f.retain,
+      subIds: f.subIds,
+      expiresAt: f.expiresAt,
+      share: f.share,
+      pid: f.pid,
+      state: f.state,
+    };
   }
   return {
     clientId: s.clientId,

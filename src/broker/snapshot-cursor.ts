@@ -100,7 +100,15 @@ export class SnapshotCursor implements IterableIterator<Uint8Array> {
     this.epoch = epoch;
     this.opts = opts;
     this.release = release;
-    this.head = [SNAPSHOT_VERSION, cap.appliedIndex, cap.appliedTime, cap.servePeriod, encodeSettings(cap.settings), cap.failed, cap.generation];
+    this.head = [
+      SNAPSHOT_VERSION,
+      cap.appliedIndex,
+      cap.appliedTime,
+      cap.servePeriod,
+      encodeSettings(cap.settings),
+      cap.failed,
+      cap.generation,
+    ];
     const sessions = new Array<Session>(cap.sessionCount);
     let n = 0;
     for (const s of cap.sessions) {
@@ -139,7 +147,8 @@ export class SnapshotCursor implements IterableIterator<Uint8Array> {
   }
 
   next(): IteratorResult<Uint8Array> {
-    if (this.state === 'cancelled') throw new SnapshotError(`snapshot cursor at ${this.index} was replaced by a newer one`, SNAPSHOT_ERROR.CANCELLED);
+    if (this.state === 'cancelled')
+      throw new SnapshotError(`snapshot cursor at ${this.index} was replaced by a newer one`, SNAPSHOT_ERROR.CANCELLED);
     if (this.state === 'done') return { done: true, value: undefined };
     if (!this.sortStep()) return { done: false, value: EMPTY };
     const size = this.opts.chunkBytes;

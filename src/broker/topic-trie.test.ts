@@ -35,11 +35,32 @@ const arbKey: fc.Arbitrary<string> = fc.constantFrom('c1', 'c2', 'c3', 'c10');
 describe('TopicTrie', { timeout: 30_000 }, () => {
   it('matches the examples of §4.7.1 and §4.7.2', () => {
     const trie = new TopicTrie<number>();
-    const filters = ['sport/tennis/player1/#', 'sport/#', '#', 'sport/+', '+/+', '/+', '+', 'sport/tennis/+',
-      '$SYS/#', '+/monitor/Clients', '$SYS/monitor/+', 'sport/+/player1', 'a//b', 'a/+/b', '/'];
+    const filters = [
+      'sport/tennis/player1/#',
+      'sport/#',
+      '#',
+      'sport/+',
+      '+/+',
+      '/+',
+      '+',
+      'sport/tennis/+',
+      '$SYS/#',
+      '+/monitor/Clients',
+      '$SYS/monitor/+',
+      'sport/+/player1',
+      'a//b',
+      'a/+/b',
+      '/',
+    ];
     for (const f of filters) trie.add(f, 'c', 0);
     const expect = (topic: string, want: string[]) =>
-      assert.deepEqual(matched(trie, topic).map((s) => s.slice(0, -2)).sort(), [...want].sort(), topic);
+      assert.deepEqual(
+        matched(trie, topic)
+          .map((s) => s.slice(0, -2))
+          .sort(),
+        [...want].sort(),
+        topic,
+      );
     expect('sport/tennis/player1', ['sport/tennis/player1/#', 'sport/#', '#', 'sport/tennis/+', 'sport/+/player1']);
     expect('sport/tennis/player1/ranking', ['sport/tennis/player1/#', 'sport/#', '#']);
     expect('sport/tennis/player1/score/wimbledon', ['sport/tennis/player1/#', 'sport/#', '#']);
@@ -92,8 +113,17 @@ describe('TopicTrie', { timeout: 30_000 }, () => {
   });
 
   it('calls back in an order that depends only on the entries, not on insertion order', () => {
-    const entries = [['#', 'z'], ['#', 'a'], ['a/#', 'm'], ['+/b', 'b'], ['a/b', 'c10'], ['a/b', 'c2'],
-      ['a/+', 'c1'], ['+/+', 'q'], ['a/b/#', 'k']] as const;
+    const entries = [
+      ['#', 'z'],
+      ['#', 'a'],
+      ['a/#', 'm'],
+      ['+/b', 'b'],
+      ['a/b', 'c10'],
+      ['a/b', 'c2'],
+      ['a/+', 'c1'],
+      ['+/+', 'q'],
+      ['a/b/#', 'k'],
+    ] as const;
     const forward = new TopicTrie<number>();
     for (const [f, k] of entries) forward.add(f, k, 0);
     const backward = new TopicTrie<number>();
@@ -106,88 +136,110 @@ describe('TopicTrie', { timeout: 30_000 }, () => {
   });
 
   it('matches exactly what the reference matcher matches, each entry once', () => {
-    fc.assert(fc.property(fc.array(fc.tuple(arbFilter, arbKey), { maxLength: 40, size: 'max' }), fc.array(arbTopic, { minLength: 1 }),
-      (entries, topics) => {
-        const trie = new TopicTrie<string>();
-        for (const [f, k] of entries) trie.add(f, k, `${f} ${k}`);
-        const distinct = new Set(entries.map(([f, k]) => `${f} ${k}`));
-        assert.equal(trie.size, distinct.size);
-        for (const topic of topics) {
-          const got: string[] = [];
-          trie.match(topic, (key, value, filter) => {
-            assert.equal(value, `${filter} ${key}`);
-            got.push(value);
-          });
-          const want = [...distinct].filter((e) => matches(e.slice(0, e.lastIndexOf(' ')), topic));
-          assert.deepEqual([...got].sort(), want.sort(), topic);
-        }
-      }), { numRuns: 500 });
+    fc.assert(
+      fc.property(
+        fc.array(fc.tuple(arbFilter, arbKey), { maxLength: 40, size: 'max' }),
+        fc.array(arbTopic, { minLength: 1 }),
+        (entries, topics) => {
+          const trie = new TopicTrie<string>();
+          for (const [f, k] of entries) trie.add(f, k, `${f} ${k}`);
+          const distinct = new Set(entries.map(([f, k]) => `${f} ${k}`));
+          assert.equal(trie.size, distinct.size);
+          for (const topic of topics) {
+            const got: string[] = [];
+            trie.match(topic, (key, value, filter) => {
+              assert.equal(value, `${filter} ${key}`);
+              got.push(value);
+            });
+            const want = [...distinct].filter((e) => matches(e.slice(0, e.lastIndexOf(' ')), topic));
+            assert.deepEqual([...got].sort(), want.sort(), topic);
+          }
+        },
+      ),
+      { numRuns: 500 },
+    );
   });
 
   it('matchValues writes the values match reports, in the same order, into a reused array, and counts the filters', () => {
-    fc.assert(fc.property(fc.array(fc.tuple(arbFilter, arbKey), { maxLength: 40, size: 'max' }), fc.array(arbTopic, { minLength: 1 }),
-      (entries, topics) => {
-        const trie = new TopicTrie<string>();
-        for (const [f, k] of entries) trie.add(f, k, `${f} ${k}`);
-        const out: string[] = [];
-        for (const topic of topics) {
-          const want: string[] = [];
-          const filters = new Set<string>();
-          trie.match(topic, (_key, value, filter) => {
-            want.push(value);
-            filters.add(filter);
-          });
-          const stale = out.slice(want.length);
-          assert.equal(trie.matchValues(topic, out), want.length);
-          assert.equal(trie.matchedFilters, filters.size, 'distinct filters matched');
-          assert.deepEqual(out.slice(0, want.length), want, topic);
-          assert.deepEqual(out.slice(want.length), stale, 'entries beyond the count are left alone');
-        }
-      }), { numRuns: 300 });
+    fc.assert(
+      fc.property(
+        fc.array(fc.tuple(arbFilter, arbKey), { maxLength: 40, size: 'max' }),
+        fc.array(arbTopic, { minLength: 1 }),
+        (entries, topics) => {
+          const trie = new TopicTrie<string>();
+          for (const [f, k] of entries) trie.add(f, k, `${f} ${k}`);
+          const out: string[] = [];
+          for (const topic of topics) {
+            const want: string[] = [];
+            const filters = new Set<string>();
+            trie.match(topic, (_key, value, filter) => {
+              want.push(value);
+              filters.add(filter);
+            });
+            const stale = out.slice(want.length);
+            assert.equal(trie.matchValues(topic, out), want.length);
+            assert.equal(trie.matchedFilters, filters.size, 'distinct filters matched');
+            assert.deepEqual(out.slice(0, want.length), want, topic);
+            assert.deepEqual(out.slice(want.length), stale, 'entries beyond the count are left alone');
+          }
+        },
+      ),
+      { numRuns: 300 },
+    );
   });
 
   it('stays equal to a plain map through random adds and removes, and prunes to empty', () => {
     const op = fc.tuple(fc.boolean(), arbFilter, arbKey, fc.integer());
-    fc.assert(fc.property(fc.array(op, { maxLength: 60, size: 'max' }), arbTopic, (ops, topic) => {
-      const trie = new TopicTrie<number>();
-      const model = new Map<string, number>();
-      for (const [isAdd, f, k, v] of ops) {
-        const id = `${f} ${k}`;
-        if (isAdd) {
-          assert.equal(trie.add(f, k, v), !model.has(id));
-          model.set(id, v);
-        } else {
-          assert.equal(trie.remove(f, k), model.get(id));
-          model.delete(id);
+    fc.assert(
+      fc.property(fc.array(op, { maxLength: 60, size: 'max' }), arbTopic, (ops, topic) => {
+        const trie = new TopicTrie<number>();
+        const model = new Map<string, number>();
+        for (const [isAdd, f, k, v] of ops) {
+          const id = `${f} ${k}`;
+          if (isAdd) {
+            assert.equal(trie.add(f, k, v), !model.has(id));
+            model.set(id, v);
+          } else {
+            assert.equal(trie.remove(f, k), model.get(id));
+            model.delete(id);
+          }
+          assert.equal(trie.size, model.size);
         }
-        assert.equal(trie.size, model.size);
-      }
-      for (const [id, v] of model) assert.equal(trie.get(id.slice(0, id.lastIndexOf(' ')), id.slice(id.lastIndexOf(' ') + 1)), v);
-      const want = [...model.keys()].filter((id) => matches(id.slice(0, id.lastIndexOf(' ')), topic)).sort();
-      assert.deepEqual(matched(trie, topic).sort(), want);
-      for (const id of model.keys()) trie.remove(id.slice(0, id.lastIndexOf(' ')), id.slice(id.lastIndexOf(' ') + 1));
-      assert.equal(trie.size, 0);
-      assert.equal((trie as unknown as { root: { isEmpty(): boolean } }).root.isEmpty(), true);
-    }), { numRuns: 500 });
+        for (const [id, v] of model) assert.equal(trie.get(id.slice(0, id.lastIndexOf(' ')), id.slice(id.lastIndexOf(' ') + 1)), v);
+        const want = [...model.keys()].filter((id) => matches(id.slice(0, id.lastIndexOf(' ')), topic)).sort();
+        assert.deepEqual(matched(trie, topic).sort(), want);
+        for (const id of model.keys()) trie.remove(id.slice(0, id.lastIndexOf(' ')), id.slice(id.lastIndexOf(' ') + 1));
+        assert.equal(trie.size, 0);
+        assert.equal((trie as unknown as { root: { isEmpty(): boolean } }).root.isEmpty(), true);
+      }),
+      { numRuns: 500 },
+    );
   });
 
   it('calls back in the same order for any insertion order of the same entries', () => {
-    fc.assert(fc.property(fc.uniqueArray(fc.tuple(arbFilter, arbKey), { selector: ([f, k]) => `${f} ${k}` }),
-      fc.array(fc.nat()), arbTopic, (entries, swaps, topic) => {
-        const shuffled = [...entries];
-        for (let i = 0; i + 1 < shuffled.length && i < swaps.length; i++) {
-          const j = i + (swaps[i] % (shuffled.length - i));
-          [shuffled[i], shuffled[j]] = [shuffled[j], shuffled[i]];
-        }
-        const a = new TopicTrie<number>();
-        for (const [f, k] of entries) a.add(f, k, 0);
-        // The second trie also sees, and then loses, an unrelated entry, so its maps have a history.
-        const b = new TopicTrie<number>();
-        b.add('a/b', 'zz', 0);
-        for (const [f, k] of shuffled) b.add(f, k, 0);
-        if (!entries.some(([f, k]) => f === 'a/b' && k === 'zz')) b.remove('a/b', 'zz');
-        assert.deepEqual(matched(b, topic), matched(a, topic));
-      }), { numRuns: 500 });
+    fc.assert(
+      fc.property(
+        fc.uniqueArray(fc.tuple(arbFilter, arbKey), { selector: ([f, k]) => `${f} ${k}` }),
+        fc.array(fc.nat()),
+        arbTopic,
+        (entries, swaps, topic) => {
+          const shuffled = [...entries];
+          for (let i = 0; i + 1 < shuffled.length && i < swaps.length; i++) {
+            const j = i + (swaps[i] % (shuffled.length - i));
+            [shuffled[i], shuffled[j]] = [shuffled[j], shuffled[i]];
+          }
+          const a = new TopicTrie<number>();
+          for (const [f, k] of entries) a.add(f, k, 0);
+          // The second trie also sees, and then loses, an unrelated entry, so its maps have a history.
+          const b = new TopicTrie<number>();
+          b.add('a/b', 'zz', 0);
+          for (const [f, k] of shuffled) b.add(f, k, 0);
+          if (!entries.some(([f, k]) => f === 'a/b' && k === 'zz')) b.remove('a/b', 'zz');
+          assert.deepEqual(matched(b, topic), matched(a, topic));
+        },
+      ),
+      { numRuns: 500 },
+    );
   });
 
   it('handles topics and filters of many thousands of levels without overflowing the stack', () => {
@@ -219,33 +271,36 @@ describe('TopicTrie', { timeout: 30_000 }, () => {
   it('keeps hundreds of keys under one filter in sorted order through splits and deletes', () => {
     // Enough keys to split the sorted chunks many times and empty some of them again.
     const op = fc.tuple(fc.integer({ min: 0, max: 9 }), fc.integer({ min: 0, max: 999 }));
-    fc.assert(fc.property(fc.array(op, { minLength: 500, maxLength: 3_000 }), (ops) => {
-      const trie = new TopicTrie<number>();
-      const model = new Map<string, number>();
-      for (const [kind, n] of ops) {
-        const key = `k${n}`;
-        if (kind < 7) {
-          assert.equal(trie.add('x/+', key, n), !model.has(key));
-          model.set(key, n);
-        } else {
-          assert.equal(trie.remove('x/+', key), model.get(key));
-          model.delete(key);
+    fc.assert(
+      fc.property(fc.array(op, { minLength: 500, maxLength: 3_000 }), (ops) => {
+        const trie = new TopicTrie<number>();
+        const model = new Map<string, number>();
+        for (const [kind, n] of ops) {
+          const key = `k${n}`;
+          if (kind < 7) {
+            assert.equal(trie.add('x/+', key, n), !model.has(key));
+            model.set(key, n);
+          } else {
+            assert.equal(trie.remove('x/+', key), model.get(key));
+            model.delete(key);
+          }
         }
-      }
-      const got: string[] = [];
-      trie.match('x/y', (key, value) => {
-        assert.equal(value, model.get(key));
-        got.push(key);
-      });
-      assert.deepEqual(got, [...model.keys()].sort());
-    }), { numRuns: 100 });
+        const got: string[] = [];
+        trie.match('x/y', (key, value) => {
+          assert.equal(value, model.get(key));
+          got.push(key);
+        });
+        assert.deepEqual(got, [...model.keys()].sort());
+      }),
+      { numRuns: 100 },
+    );
   });
 });
 
 describe('SortedStringMap', { timeout: 30_000 }, () => {
   it('holds no empty chunk and no chunk over its bound, whatever the order of changes', () => {
-    fc.assert(fc.property(fc.array(fc.tuple(fc.boolean(), fc.integer({ min: 0, max: 2_000 })), { minLength: 1_000, maxLength: 4_000 }),
-      (ops) => {
+    fc.assert(
+      fc.property(fc.array(fc.tuple(fc.boolean(), fc.integer({ min: 0, max: 2_000 })), { minLength: 1_000, maxLength: 4_000 }), (ops) => {
         const map = new SortedStringMap<number>();
         const model = new Map<string, number>();
         for (const [isSet, n] of ops) {
@@ -258,9 +313,14 @@ describe('SortedStringMap', { timeout: 30_000 }, () => {
         assert.equal(map.size, model.size);
         for (const chunk of map.keyChunks) assert.ok(chunk.length > 0 && chunk.length <= 128);
         assert.deepEqual(map.keyChunks.flat(), [...model.keys()].sort());
-        assert.deepEqual(map.valueChunks.flat(), [...model.keys()].sort().map((k) => model.get(k)));
+        assert.deepEqual(
+          map.valueChunks.flat(),
+          [...model.keys()].sort().map((k) => model.get(k)),
+        );
         for (const [k, v] of model) assert.equal(map.get(k), v);
         assert.equal(map.get('absent'), undefined);
-      }), { numRuns: 100 });
+      }),
+      { numRuns: 100 },
+    );
   });
 });

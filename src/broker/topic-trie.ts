@@ -17,8 +17,12 @@ class FilterNode<V> {
   filter = '';
 
   isEmpty(): boolean {
-    return this.entries.size === 0 && this.plus === undefined && this.hash === undefined &&
-      (this.children === undefined || this.children.size === 0);
+    return (
+      this.entries.size === 0 &&
+      this.plus === undefined &&
+      this.hash === undefined &&
+      (this.children === undefined || this.children.size === 0)
+    );
   }
 }
 

@@ -1,5 +1,5 @@
-import type { AclRule, Command, Message, MessageProps, Settings, SubscriptionRequest, Will } from './commands.js';
 import { validateTopicFilter, validateTopicName } from '../protocol/topic.js';
+import type { AclRule, Command, Message, MessageProps, Settings, SubscriptionRequest, Will } from './commands.js';
 import { connPeriod } from './session.js';
 
 // Shape checks of commands before apply acts on them. Commands are validated by the proposer, so a

@@ -107,7 +107,9 @@ export class AuditLog implements AuditSink {
     const l = this.opts.lease;
     const until = l.leaseUntil();
     const leaseEnd = until === 0 ? null : perfToHost(until);
-    this.push(`{"evt":"${evt}","mono":${hostMonotonicMs()},"term":${l.currentTerm},"leaseEnd":${leaseEnd},"node":${this.opts.node}${rest}}`);
+    this.push(
+      `{"evt":"${evt}","mono":${hostMonotonicMs()},"term":${l.currentTerm},"leaseEnd":${leaseEnd},"node":${this.opts.node}${rest}}`,
+    );
   }
 
   private push(line: string): void {

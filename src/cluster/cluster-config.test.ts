@@ -41,7 +41,9 @@ describe('cluster settings', { timeout: 10_000 }, () => {
     assert.equal(plain?.forceStart, false);
     assert.equal(plain?.forceStartTimeoutMs, 120_000, 'default 120 s');
     assert.equal(plain?.maxClockOffsetMs, 1000);
-    const forced = clusterSettings(configOf([...base, '--cluster-force-start', '--cluster-force-start-timeout-s', '30', '--cluster-max-clock-offset-ms', '250']));
+    const forced = clusterSettings(
+      configOf([...base, '--cluster-force-start', '--cluster-force-start-timeout-s', '30', '--cluster-max-clock-offset-ms', '250']),
+    );
     assert.equal(forced?.forceStart, true);
     assert.equal(forced?.forceStartTimeoutMs, 30_000);
     assert.equal(forced?.maxClockOffsetMs, 250);

@@ -3,8 +3,8 @@
 // once); the MQTT listeners open only while this node serves.
 import type { Logger } from 'pino';
 import { BrokerNode, type NodeOptions, settingsFrom } from '../server/broker-node.js';
-import type { ClusterSettings } from './cluster-config.js';
 import { AuditLog } from './audit-log.js';
+import type { ClusterSettings } from './cluster-config.js';
 import { configHash } from './config-hash.js';
 import { HealthServer, type HealthSource } from './health.js';
 import { type ClusterStatus, RaftLog } from './raft-log.js';
@@ -64,7 +64,8 @@ export async function startClusterNode(
       node: cs.node,
       lease: log,
       onError: (err) => {
-        if (failures++ === 0) logger.error({ err: err.message, file: cs.auditLog }, 'audit log write failed; records are dropped and counted');
+        if (failures++ === 0)
+          logger.error({ err: err.message, file: cs.auditLog }, 'audit log write failed; records are dropped and counted');
       },
     });
     log.attachAudit(audit);

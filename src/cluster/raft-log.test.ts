@@ -3,11 +3,11 @@
 // alone. The real driver over TCP runs the BrokerLog contract in test/cluster-raft-log.slow.test.ts.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { Broker } from '../broker/broker.js';
-import type { Command, Effect, Entry } from '../broker/commands.js';
 import type { LogEntry } from '../../raft/core/messages.js';
 import type { Role } from '../../raft/core/raft.js';
 import type { ProposeTicket } from '../../raft/driver/driver.js';
+import { Broker } from '../broker/broker.js';
+import type { Command, Effect, Entry } from '../broker/commands.js';
 import { contractSettings } from '../log/broker-log.contract.js';
 import type { LogListener } from '../log/broker-log.js';
 import { decodeCommand, encodeCommand } from '../log/command-codec.js';
@@ -95,7 +95,15 @@ class FakeDriver implements ClusterDriver {
   on(): unknown {
     return this;
   }
-  membership: MembershipStatus = { membership: 'member', epoch: { generation: 1, id: 'e1' }, voter: true, redundant: true, needsForceStart: false, forceStart: null, excludedClocks: [] };
+  membership: MembershipStatus = {
+    membership: 'member',
+    epoch: { generation: 1, id: 'e1' },
+    voter: true,
+    redundant: true,
+    needsForceStart: false,
+    forceStart: null,
+    excludedClocks: [],
+  };
   excludedClocks(): number[] {
     return this.membership.excludedClocks;
   }
@@ -332,7 +340,11 @@ describe('RaftLog serving rule', { timeout: 10_000 }, () => {
     assert.ok(start >= 0, 'the serve-start was delivered');
     assert.deepEqual(listener.servingCalls, [[true, listener.entries[start]!.index]]);
     const indexes = listener.entries.map((e) => e.index);
-    assert.deepEqual(indexes, [...indexes].sort((a, b) => a - b), 'entries in log order');
+    assert.deepEqual(
+      indexes,
+      [...indexes].sort((a, b) => a - b),
+      'entries in log order',
+    );
     await log.stop();
   });
 
@@ -386,7 +398,7 @@ describe('RaftLog serving rule', { timeout: 10_000 }, () => {
     }
   });
 
-  it('proposes serve-start only once the leader\'s cluster time follows the voters\' clocks', async () => {
+  it("proposes serve-start only once the leader's cluster time follows the voters' clocks", async () => {
     // A bootstrapped leader stamps time 0 until two clocks agree, then jumps (docs/raft.md); a
     // serving period must not straddle that jump, or apply would see time leap mid-period.
     const { log, driver } = fakeLog({ pollIntervalMs: 1 });
@@ -416,7 +428,7 @@ describe('RaftLog serving rule', { timeout: 10_000 }, () => {
     }
   });
 
-  it('reports configMatchesServing by comparing its own hash with the serving leader\'s serve-start', async () => {
+  it("reports configMatchesServing by comparing its own hash with the serving leader's serve-start", async () => {
     const { log, driver } = fakeLog({ configHashOf: () => 'aaaa' });
     await log.open();
     log.start(new Listener());
@@ -426,7 +438,7 @@ describe('RaftLog serving rule', { timeout: 10_000 }, () => {
       assert.equal(log.status().configMatchesServing, true, 'nothing applied yet: nothing differs');
       await serve(d, 2);
       const start = d.commandAt(d.lastIndex);
-      assert.equal(start?.t === 'serve-start' ? start.configHash : undefined, 'aaaa', 'the serve-start carries this node\'s hash');
+      assert.equal(start?.t === 'serve-start' ? start.configHash : undefined, 'aaaa', "the serve-start carries this node's hash");
       assert.equal(log.status().configMatchesServing, true);
       // Node 2 takes over with other files; this node, now a follower, applies its serve-start.
       d.role = 'follower';
@@ -466,7 +478,10 @@ describe('RaftLog serving rule', { timeout: 10_000 }, () => {
       d.lease = false;
       d.hooks.onStateChange({ role: 'follower', term: 3, leader: 2, commit: d.committed });
       await serve(d, 4);
-      const start = [...d.log].reverse().map((e) => (e.data === null ? null : decodeCommand(e.data))).find((c) => c?.t === 'serve-start');
+      const start = [...d.log]
+        .reverse()
+        .map((e) => (e.data === null ? null : decodeCommand(e.data)))
+        .find((c) => c?.t === 'serve-start');
       assert.equal(start?.t === 'serve-start' ? start.settings.willGraceS : undefined, 99);
       assert.equal(start?.t === 'serve-start' ? start.configHash : undefined, 'v2:99');
     } finally {
@@ -477,7 +492,13 @@ describe('RaftLog serving rule', { timeout: 10_000 }, () => {
   it('hands raft the broker state for compaction, and installs a snapshot from the leader into it', async () => {
     const { log, driver } = fakeLog();
     const listener = new ApplyingListener();
-    log.attach({ lastCheck: () => null, failure: () => null, snapshot: () => listener.broker.snapshot(), restore: (c) => listener.broker.restore(c), reset: () => assert.fail("no reset expected") });
+    log.attach({
+      lastCheck: () => null,
+      failure: () => null,
+      snapshot: () => listener.broker.snapshot(),
+      restore: (c) => listener.broker.restore(c),
+      reset: () => assert.fail('no reset expected'),
+    });
     await log.open();
     const d = driver!;
     assert.throws(() => d.hooks.snapshotSource(), /not applied/, 'no snapshot before the broker has the delivered entries');
@@ -485,8 +506,25 @@ describe('RaftLog serving rule', { timeout: 10_000 }, () => {
     await turn();
     try {
       await serve(d, 2);
-      log.propose({ t: 'connect', conn: `${log.servePeriod}.1`, clientId: 'keeper', protocol: 4, clean: false, expiryS: 0xffffffff, will: null, username: null, receiveMax: 65535, maxPacketSize: 0, problemInfo: true });
-      log.propose({ t: 'subscribe', conn: `${log.servePeriod}.1`, pid: 1, subs: [{ filter: 'k/#', qos: 1, nl: false, rap: false, rh: 0 }] });
+      log.propose({
+        t: 'connect',
+        conn: `${log.servePeriod}.1`,
+        clientId: 'keeper',
+        protocol: 4,
+        clean: false,
+        expiryS: 0xffffffff,
+        will: null,
+        username: null,
+        receiveMax: 65535,
+        maxPacketSize: 0,
+        problemInfo: true,
+      });
+      log.propose({
+        t: 'subscribe',
+        conn: `${log.servePeriod}.1`,
+        pid: 1,
+        subs: [{ filter: 'k/#', qos: 1, nl: false, rap: false, rh: 0 }],
+      });
       d.commitAll();
       const chunks = [...(d.hooks.snapshotSource() ?? assert.fail('the broker cursor is free'))];
       const copy = new Broker();
@@ -496,7 +534,13 @@ describe('RaftLog serving rule', { timeout: 10_000 }, () => {
       // A follower that fell behind gets the leader's snapshot: its broker becomes the leader's.
       const follower = new ApplyingListener();
       const sourceBytes = chunks.reduce((n, c) => n + c.length, 0);
-      log.attach({ lastCheck: () => null, failure: () => null, snapshot: () => follower.broker.snapshot(), restore: (c) => follower.broker.restore(c), reset: () => assert.fail("no reset expected") });
+      log.attach({
+        lastCheck: () => null,
+        failure: () => null,
+        snapshot: () => follower.broker.snapshot(),
+        restore: (c) => follower.broker.restore(c),
+        reset: () => assert.fail('no reset expected'),
+      });
       d.hooks.onSnapshot({ index: d.lastIndex, term: 2, time: d.time, config: null, chunks, bytes: sourceBytes });
       assert.equal(follower.broker.digest(), listener.broker.digest());
     } finally {
@@ -546,7 +590,15 @@ describe('RaftLog serving rule', { timeout: 10_000 }, () => {
   it('reports what raft says of membership and a needed force-start', async () => {
     const { log, driver } = await setup();
     try {
-      driver.membership = { membership: 'amnesiac', epoch: { generation: 0, id: '' }, voter: false, redundant: false, needsForceStart: true, forceStart: null, excludedClocks: [] };
+      driver.membership = {
+        membership: 'amnesiac',
+        epoch: { generation: 0, id: '' },
+        voter: false,
+        redundant: false,
+        needsForceStart: true,
+        forceStart: null,
+        excludedClocks: [],
+      };
       const s = log.status();
       assert.equal(s.membership, 'amnesiac');
       assert.equal(s.epoch, null, 'no epoch joined yet');
@@ -639,7 +691,19 @@ describe('RaftLog serving rule', { timeout: 10_000 }, () => {
     await turn();
     try {
       await serve(driver, 2);
-      log.propose({ t: 'connect', conn: `${log.servePeriod}.1`, clientId: 'old-epoch', protocol: 4, clean: false, expiryS: 0xffffffff, will: null, username: null, receiveMax: 65535, maxPacketSize: 0, problemInfo: true });
+      log.propose({
+        t: 'connect',
+        conn: `${log.servePeriod}.1`,
+        clientId: 'old-epoch',
+        protocol: 4,
+        clean: false,
+        expiryS: 0xffffffff,
+        will: null,
+        username: null,
+        receiveMax: 65535,
+        maxPacketSize: 0,
+        problemInfo: true,
+      });
       driver.commitAll();
       assert.notEqual(listener.broker.digest(), new Broker().digest());
       driver.role = 'follower';
@@ -647,11 +711,11 @@ describe('RaftLog serving rule', { timeout: 10_000 }, () => {
       driver.hooks.onStateChange({ role: 'follower', term: 2, leader: 2, commit: driver.committed });
       driver.hooks.onReset();
       assert.equal(resets, 1);
-      assert.equal(listener.broker.digest(), new Broker().digest(), 'the old epoch\'s state is gone');
+      assert.equal(listener.broker.digest(), new Broker().digest(), "the old epoch's state is gone");
       // The new epoch's log starts at index 1 with its own (earlier) times.
       const from = listener.entries.length;
       driver.hooks.onCommitted([{ index: 1, term: 1, time: 5, data: encodeCommand({ t: 'check', atIndex: 0, digest: '' }) }]);
-      assert.equal(listener.entries[from]?.time, 5, 'time starts over with the new epoch\'s log');
+      assert.equal(listener.entries[from]?.time, 5, "time starts over with the new epoch's log");
     } finally {
       await log.stop();
     }

@@ -5,18 +5,18 @@
 // lease serves; the rule is judged again at each accept and each write (the `serving` getter) and
 // every poll interval, and the moment it fails the node stops serving.
 import { performance } from 'node:perf_hooks';
-import type { Command, Entry, Settings } from '../broker/commands.js';
-import type { LogEntry, Message } from '../../raft/core/messages.js';
 import type { Epoch, Membership } from '../../raft/core/membership.js';
+import type { LogEntry, Message } from '../../raft/core/messages.js';
 import type { ForceStartPhase, Role, SoftState } from '../../raft/core/raft.js';
 import type { Snapshot } from '../../raft/core/snapshot.js';
 import { type DriverLogger, type ProposeTicket, RaftDriver } from '../../raft/driver/driver.js';
 import type { DriverError } from '../../raft/driver/errors.js';
 import { type PeerAddress, Transport } from '../../raft/transport/transport.js';
+import type { Command, Entry, Settings } from '../broker/commands.js';
 import type { BrokerLog, LogListener } from '../log/broker-log.js';
 import { decodeCommand, encodeCommand } from '../log/command-codec.js';
 import type { AuditLog, LeaseView } from './audit-log.js';
-import { CheckScheduler, type CheckPolicy, defaultCheckPolicy } from './check-scheduler.js';
+import { type CheckPolicy, CheckScheduler, defaultCheckPolicy } from './check-scheduler.js';
 
 /** What RaftLog needs of a RaftDriver; tests give a fake to drive the serving rule by hand. */
 export interface ClusterDriver {
@@ -331,7 +331,10 @@ export class RaftLog implements BrokerLog, LeaseView {
     this.early = [];
     this.lastAppliedTime = Math.max(this.lastAppliedTime, s.time);
     this.lastAppliedTerm = s.term;
-    this.opts.logger.info({ index: s.index, bytes: s.bytes, ms: Math.round(performance.now() - started) }, 'broker restored from a raft snapshot');
+    this.opts.logger.info(
+      { index: s.index, bytes: s.bytes, ms: Math.round(performance.now() - started) },
+      'broker restored from a raft snapshot',
+    );
   }
 
   /** DESIGN.md "Force-start": this node switched to a newer epoch made elsewhere. What it applied
@@ -347,7 +350,10 @@ export class RaftLog implements BrokerLog, LeaseView {
     this.servingConfigHash = null;
     this.startTicket = null;
     this.readyPeriod = 0;
-    this.opts.logger.info({ node: this.node, epoch: this.driver.status().epoch }, 'joined a newer epoch; broker state of the old epoch dropped');
+    this.opts.logger.info(
+      { node: this.node, epoch: this.driver.status().epoch },
+      'joined a newer epoch; broker state of the old epoch dropped',
+    );
   }
 
   /** The audit stream (--audit-log): lease renewals and serving periods go to it. */
@@ -449,9 +455,16 @@ export class RaftLog implements BrokerLog, LeaseView {
       const file = this.driver.writeStateFile();
       const ms = Math.round(performance.now() - started);
       if (file === null) this.opts.logger.info({ node: this.node }, 'no state file written: nothing to resume');
-      else this.opts.logger.info({ node: this.node, file, ms, index: this.driver.lastIndex, term: this.driver.currentTerm }, 'state file written');
+      else
+        this.opts.logger.info(
+          { node: this.node, file, ms, index: this.driver.lastIndex, term: this.driver.currentTerm },
+          'state file written',
+        );
     } catch (err) {
-      this.opts.logger.error({ node: this.node, err: (err as Error).message }, 'state file not written; the next start of this node is amnesiac');
+      this.opts.logger.error(
+        { node: this.node, err: (err as Error).message },
+        'state file not written; the next start of this node is amnesiac',
+      );
     }
   }
 
@@ -476,7 +489,10 @@ export class RaftLog implements BrokerLog, LeaseView {
     }
     const handed = d.currentRole !== 'leader';
     const ms = Math.round(performance.now() - started);
-    this.opts.logger.info({ node: this.node, to, ms, term: d.currentTerm }, handed ? 'leadership handed over' : 'leadership handover timed out');
+    this.opts.logger.info(
+      { node: this.node, to, ms, term: d.currentTerm },
+      handed ? 'leadership handed over' : 'leadership handover timed out',
+    );
   }
 
   /** The connected peer holding the most of the log; null if none is connected. */
@@ -632,7 +648,11 @@ export class RaftLog implements BrokerLog, LeaseView {
     const excluded = this.driver.currentRole === 'leader' ? this.driver.excludedClocks().join(',') : '';
     if (excluded === this.clocksLogged) return;
     if (excluded === '') this.opts.logger.info({ node: this.node }, 'every voter clock within --cluster-max-clock-offset-ms again');
-    else this.opts.logger.warn({ node: this.node, excluded: excluded.split(',').map(Number) }, 'voter wall clock too far from the median; left out of cluster time');
+    else
+      this.opts.logger.warn(
+        { node: this.node, excluded: excluded.split(',').map(Number) },
+        'voter wall clock too far from the median; left out of cluster time',
+      );
     this.clocksLogged = excluded;
   }
 

@@ -2,9 +2,9 @@
 // implementation: LocalLog here, RaftLog in the cluster work.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import { testSettings } from '../broker/broker-harness.js';
 import type { Command, Entry, Settings } from '../broker/commands.js';
 import type { BrokerLog, LogListener } from './broker-log.js';
-import { testSettings } from '../broker/broker-harness.js';
 
 /** The tests' settings with a queue bound of its own. */
 export const contractSettings: Settings = { ...testSettings, maxQueuedMessages: 10 };
@@ -135,7 +135,14 @@ export function brokerLogContract(name: string, make: () => Promise<LogHarness>)
             payload: Uint8Array.from([0, 1, 2, 0xfe, 0xff]),
             qos: 2,
             retain: true,
-            props: { userProps: [['k', 'v'], ['k', 'w']], expiryS: 4294967295, correlationData: new Uint8Array([9]) },
+            props: {
+              userProps: [
+                ['k', 'v'],
+                ['k', 'w'],
+              ],
+              expiryS: 4294967295,
+              correlationData: new Uint8Array([9]),
+            },
           },
         };
         h.log.propose(cmd);
@@ -144,7 +151,10 @@ export function brokerLogContract(name: string, make: () => Promise<LogHarness>)
         assert.notEqual(got, cmd, 'the committed command is a decoded copy');
         assert.equal(got.msg.topic, cmd.msg.topic);
         assert.deepEqual([...got.msg.payload], [...cmd.msg.payload]);
-        assert.deepEqual(got.msg.props?.userProps, [['k', 'v'], ['k', 'w']]);
+        assert.deepEqual(got.msg.props?.userProps, [
+          ['k', 'v'],
+          ['k', 'w'],
+        ]);
         assert.equal(got.msg.props?.expiryS, 4294967295);
         assert.deepEqual([...(got.msg.props?.correlationData ?? [])], [9]);
       } finally {

@@ -49,7 +49,11 @@ describe('command codec', { timeout: 30_000 }, () => {
 
   it('uses the hand-written layout for a publish without properties and for an ack, msgpack otherwise', () => {
     const plain: Command = { t: 'publish', conn: '3.9', pid: 7, msg: { topic: 't', payload: new Uint8Array([1]), qos: 1, retain: false } };
-    const withProps: Command = { t: 'publish', conn: '3.9', msg: { topic: 't', payload: new Uint8Array(), qos: 0, retain: true, props: { expiryS: 5 } } };
+    const withProps: Command = {
+      t: 'publish',
+      conn: '3.9',
+      msg: { topic: 't', payload: new Uint8Array(), qos: 0, retain: true, props: { expiryS: 5 } },
+    };
     assert.equal(encodeCommand(plain)[0], 0xc1);
     assert.equal(encodeCommand({ t: 'ack', conn: '3.9', pid: 1, kind: 'pubcomp' })[0], 0xc1);
     assert.notEqual(encodeCommand(withProps)[0], 0xc1);
@@ -78,7 +82,12 @@ describe('command codec', { timeout: 30_000 }, () => {
   });
 
   it('refuses truncated or out-of-range hand-written bytes with a decode error, never another throw', () => {
-    const publish = encodeCommand({ t: 'publish', conn: '1.2', pid: 9, msg: { topic: 'a/b', payload: new Uint8Array([5, 6]), qos: 2, retain: true } });
+    const publish = encodeCommand({
+      t: 'publish',
+      conn: '1.2',
+      pid: 9,
+      msg: { topic: 'a/b', payload: new Uint8Array([5, 6]), qos: 2, retain: true },
+    });
     const ack = encodeCommand({ t: 'ack', conn: '1.2', pid: 9, kind: 'puback' });
     for (const whole of [publish, ack]) {
       for (let cut = 1; cut < whole.length; cut++) {

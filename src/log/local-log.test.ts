@@ -35,7 +35,10 @@ describe('LocalLog', { timeout: 10_000 }, () => {
     wall = 5_000;
     log.propose({ t: 'tick' });
     await new Promise((r) => setImmediate(r));
-    assert.deepEqual(entries.map((e) => e.time), [10_000, 10_000]);
+    assert.deepEqual(
+      entries.map((e) => e.time),
+      [10_000, 10_000],
+    );
     await log.stop();
   });
 
@@ -70,9 +73,15 @@ describe('LocalLog', { timeout: 10_000 }, () => {
     batches.length = 0;
     for (let pid = 1; pid <= 8; pid++) log.propose({ t: 'ack', conn: '1.1', pid, kind: 'puback' });
     for (let turn = 0; turn < 5; turn++) await new Promise((r) => setImmediate(r));
-    assert.deepEqual(batches.map((b) => b.length), [3, 3, 3]);
+    assert.deepEqual(
+      batches.map((b) => b.length),
+      [3, 3, 3],
+    );
     const all = batches.flat();
-    assert.deepEqual(all.map((e) => (e.cmd as { pid: number }).pid), [1, 2, 3, 4, 5, 6, 7, 8, 99]);
+    assert.deepEqual(
+      all.map((e) => (e.cmd as { pid: number }).pid),
+      [1, 2, 3, 4, 5, 6, 7, 8, 99],
+    );
     for (let i = 1; i < all.length; i++) assert.equal(all[i]!.index, all[i - 1]!.index + 1);
     await log.stop();
   });

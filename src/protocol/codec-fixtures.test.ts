@@ -3,8 +3,8 @@
 // them, and the bytes decode alike however the stream is cut.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { encode } from './encoder.js';
 import { comparable, decoderFor, feedPieces, frame, fromMp, mpParse, str, u16, u32 } from './codec-testkit.js';
+import { encode } from './encoder.js';
 import type { Packet, ProtocolLevel } from './packets.js';
 import { RC } from './reason-codes.js';
 

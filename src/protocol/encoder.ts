@@ -1,7 +1,7 @@
 // Packets to bytes for MQTT 3.1, 3.1.1 and 5.0. PUBLISH and the short acks are written straight
 // into an exactly sized buffer (the fan-out path); the rest go through a growable Writer.
 import { PT } from './codec-rules.js';
-import { VBI_MAX, Writer, vbiSize, writeVbi } from './codec-writer.js';
+import { VBI_MAX, vbiSize, Writer, writeVbi } from './codec-writer.js';
 import type {
   AuthPacket,
   ConnackPacket,

@@ -32,8 +32,24 @@ describe('topic names', { timeout: 30_000 }, () => {
 
 describe('topic filters', { timeout: 30_000 }, () => {
   it('accepts the wildcard forms of §4.7.1 and empty levels', () => {
-    const filters = ['#', '+', '+/+', '/+', '+/', 'sport/#', 'sport/tennis/player1/#', 'sport/+', 'sport/+/player1',
-      '+/tennis/#', 'a//b', '/', '//', '$SYS/#', '$SYS/monitor/+', 'a/+/+/#'];
+    const filters = [
+      '#',
+      '+',
+      '+/+',
+      '/+',
+      '+/',
+      'sport/#',
+      'sport/tennis/player1/#',
+      'sport/+',
+      'sport/+/player1',
+      '+/tennis/#',
+      'a//b',
+      '/',
+      '//',
+      '$SYS/#',
+      '$SYS/monitor/+',
+      'a/+/+/#',
+    ];
     for (const f of filters) valid(validateTopicFilter(f), f);
   });
 
@@ -56,8 +72,18 @@ describe('topic filters', { timeout: 30_000 }, () => {
   });
 
   it('refuses shared subscriptions with an empty or wildcard share name, or no filter [MQTT-4.8.2-1] [MQTT-4.8.2-2]', () => {
-    for (const f of ['$share/', '$share//a', '$share/g', '$share/g/', '$share/+/a', '$share/#/a', '$share/g+/a',
-      '$share/g#/a', '$share/g/a#', '$share/g/a/#/b']) {
+    for (const f of [
+      '$share/',
+      '$share//a',
+      '$share/g',
+      '$share/g/',
+      '$share/+/a',
+      '$share/#/a',
+      '$share/g+/a',
+      '$share/g#/a',
+      '$share/g/a#',
+      '$share/g/a/#/b',
+    ]) {
       invalid(validateTopicFilter(f), f);
     }
   });
@@ -81,16 +107,18 @@ describe('topic filters', { timeout: 30_000 }, () => {
     // exactly `#` in the last position.
     const reference = (f: string) => {
       const levels = f.split('/');
-      return levels.every((l, i) =>
-        (!l.includes('+') && !l.includes('#')) || l === '+' || (l === '#' && i === levels.length - 1));
+      return levels.every((l, i) => (!l.includes('+') && !l.includes('#')) || l === '+' || (l === '#' && i === levels.length - 1));
     };
     const level = fc.constantFrom('a', 'b', '', '+', '#', 'a+', '#b', '$x', '++');
-    fc.assert(fc.property(fc.array(level, { minLength: 1, maxLength: 6 }), (levels) => {
-      const f = levels.join('/');
-      if (f.length === 0) return;
-      assert.equal(validateTopicFilter(f) === null, reference(f), f);
-      assert.equal(validateTopicFilter(`$share/g/${f}`) === null, reference(f), f);
-      assert.equal(validateTopicName(f) === null, !f.includes('+') && !f.includes('#'), f);
-    }), { numRuns: 2_000 });
+    fc.assert(
+      fc.property(fc.array(level, { minLength: 1, maxLength: 6 }), (levels) => {
+        const f = levels.join('/');
+        if (f.length === 0) return;
+        assert.equal(validateTopicFilter(f) === null, reference(f), f);
+        assert.equal(validateTopicFilter(`$share/g/${f}`) === null, reference(f), f);
+        assert.equal(validateTopicName(f) === null, !f.includes('+') && !f.includes('#'), f);
+      }),
+      { numRuns: 2_000 },
+    );
   });
 });

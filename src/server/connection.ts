@@ -24,9 +24,9 @@ import { type AuthAction, EnhancedAuthState, type FailedLogin } from './auth-exc
 import type { Authenticator, AuthResult } from './authenticator.js';
 import type { EnhancedAuthMethod } from './enhanced-auth.js';
 import { connectExpiryS, messageFromPublish, payloadFormatValid, RECEIVE_MAX_DEFAULT, willFromConnect } from './inbound.js';
+import { keepAliveWheel, type WheelMember } from './keepalive-wheel.js';
 import { type NodeLimits, TokenBucket, topicLimitProblem } from './limits.js';
 import { type ConnackLimits, publishWithAlias, reasonText, toWire, withoutProblemInfo } from './outbound.js';
-import { keepAliveWheel, type WheelMember } from './keepalive-wheel.js';
 import { OutboundAliases } from './topic-alias-out.js';
 import type { ByteStream, Transport } from './transport.js';
 

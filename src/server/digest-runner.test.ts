@@ -76,10 +76,12 @@ const op = (): fc.Arbitrary<(h: Harness) => Command> =>
       ([c, qos, pid, payload]) =>
         (h: Harness): Command => ({ t: 'publish', conn: h.conn(c + 1), pid, msg: msg('t/1', payload, qos) }),
     ),
-    fc.tuple(fc.nat({ max: 2 }), fc.integer({ min: 1, max: 9 }), fc.constantFrom('puback' as const, 'pubrec' as const, 'pubcomp' as const)).map(
-      ([c, pid, kind]) =>
-        (h: Harness): Command => ({ t: 'ack', conn: h.conn(c + 1), pid, kind }),
-    ),
+    fc
+      .tuple(fc.nat({ max: 2 }), fc.integer({ min: 1, max: 9 }), fc.constantFrom('puback' as const, 'pubrec' as const, 'pubcomp' as const))
+      .map(
+        ([c, pid, kind]) =>
+          (h: Harness): Command => ({ t: 'ack', conn: h.conn(c + 1), pid, kind }),
+      ),
     fc.nat({ max: 2 }).map(
       (c) =>
         (h: Harness): Command => ({ t: 'disconnect', conn: h.conn(c + 1), reason: 0, publishWill: false }),

@@ -168,7 +168,13 @@ export class DigestRunner {
     this.run = null;
     const digest = run.hash.digest('hex');
     this.record(run.index, digest);
-    const stats: RunStats = { index: run.index, bytes: run.bytes, turns: run.turns, ms: this.opts.clock() - run.startedAt, longestSliceMs: run.longestSliceMs };
+    const stats: RunStats = {
+      index: run.index,
+      bytes: run.bytes,
+      turns: run.turns,
+      ms: this.opts.clock() - run.startedAt,
+      longestSliceMs: run.longestSliceMs,
+    };
     this.opts.onRun?.(stats, digest);
     this.settle(run.index, digest);
   }

@@ -71,7 +71,10 @@ describe('KeepAliveWheel', { timeout: 30_000 }, () => {
     const members = Array.from({ length: 10 }, () => new Member());
     for (const [i, m] of members.entries()) wheel.schedule(m, 100 * i);
     wheel.advance(50_000);
-    assert.deepEqual(members.map((m) => m.fired), members.map(() => [50_000]));
+    assert.deepEqual(
+      members.map((m) => m.fired),
+      members.map(() => [50_000]),
+    );
   });
 
   it('fires each scheduled deadline exactly once, never early and at most one slot late', () => {

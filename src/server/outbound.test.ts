@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { Message } from '../broker/commands.js';
-import { RC, SUBACK_FAILURE_V4 } from '../protocol/reason-codes.js';
 import type { Packet } from '../protocol/packets.js';
+import { RC, SUBACK_FAILURE_V4 } from '../protocol/reason-codes.js';
 import { type ConnackLimits, publishWithAlias, responseInformation, toWire, withoutProblemInfo } from './outbound.js';
 
 const limits: ConnackLimits = {

@@ -11,10 +11,7 @@ export interface ProxySource {
   port: number;
 }
 
-export type ProxyParse =
-  | { k: 'more' }
-  | { k: 'done'; consumed: number; source: ProxySource | null }
-  | { k: 'error'; reason: string };
+export type ProxyParse = { k: 'more' } | { k: 'done'; consumed: number; source: ProxySource | null } | { k: 'error'; reason: string };
 
 /** v1: "PROXY" + up to 102 more bytes including CRLF (proxy-protocol.txt §2.1). */
 export const PROXY_V1_MAX_BYTES = 107;

@@ -10,8 +10,8 @@
 import { createHash, createHmac, pbkdf2Sync, randomBytes, timingSafeEqual } from 'node:crypto';
 import { SaslprepError } from '../errors.js';
 import { RC } from '../protocol/reason-codes.js';
-import { saslprep } from './saslprep.js';
 import type { AuthExchange, AuthStep, EnhancedAuthMethod } from './enhanced-auth.js';
+import { saslprep } from './saslprep.js';
 
 export const SCRAM_SHA_256 = 'SCRAM-SHA-256';
 /** RFC 7677 §4: at least 4096 iterations. */

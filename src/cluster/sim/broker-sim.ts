@@ -35,20 +35,14 @@
 //   does. Within one epoch the same reuse fails the seed ('qos2 pid reuse').
 // The serving rule is RaftLog's: leader, its own serve-start (proposed once its cluster time
 // follows the clocks) applied in its term, an entry of its term applied last, and a lease.
-import { Broker } from '../../broker/broker.js';
-import type { Command, Effect, OutPacket, Settings } from '../../broker/commands.js';
+
 import type { LogEntry } from '../../../raft/core/messages.js';
 import { Violation } from '../../../raft/sim/checker.js';
-import {
-  type Fault,
-  runSeed,
-  type Scenario,
-  type SimApp,
-  type SimNodeView,
-  type SimResult,
-} from '../../../raft/sim/sim.js';
-import { decodeCommand, encodeCommand } from '../../log/command-codec.js';
+import { type Fault, runSeed, type Scenario, type SimApp, type SimNodeView, type SimResult } from '../../../raft/sim/sim.js';
+import { Broker } from '../../broker/broker.js';
 import { testSettings } from '../../broker/broker-harness.js';
+import type { Command, Effect, OutPacket, Settings } from '../../broker/commands.js';
+import { decodeCommand, encodeCommand } from '../../log/command-codec.js';
 
 /** The tests' settings with a queue bound of its own. */
 export const simSettings: Settings = { ...testSettings, maxQueuedMessages: 1_000 };
@@ -217,7 +211,10 @@ export class BrokerSimApp implements SimApp {
     }
     if (n.broker.failed !== null) throw new Violation('broker invariant', `node ${node}: ${n.broker.failed}`);
     if (n.expect !== null) {
-      throw new Violation('forced file', `node ${node}'s forced epoch ${n.epoch} lacks index ${n.expect.index}, which it had applied in epoch ${n.expect.from}`);
+      throw new Violation(
+        'forced file',
+        `node ${node}'s forced epoch ${n.epoch} lacks index ${n.expect.index}, which it had applied in epoch ${n.expect.from}`,
+      );
     }
     this.checkDigest(node, n);
   }
@@ -280,7 +277,10 @@ export class BrokerSimApp implements SimApp {
     if (x === null) return;
     n.expect = null;
     if (n.broker.digest() !== x.digest) {
-      throw new Violation('forced file', `node ${node}'s forced epoch ${n.epoch} differs at ${x.index} from what it applied in epoch ${x.from}`);
+      throw new Violation(
+        'forced file',
+        `node ${node}'s forced epoch ${n.epoch} differs at ${x.index} from what it applied in epoch ${x.from}`,
+      );
     }
   }
 
@@ -359,7 +359,8 @@ export class BrokerSimApp implements SimApp {
     switch (p.type) {
       case 'connack':
         c.connected = true;
-        if (!p.sessionPresent) c.outbox.push({ t: 'subscribe', conn: c.conn, pid: 1, subs: [{ filter: 't/#', qos: 2, nl: false, rap: false, rh: 0 }] });
+        if (!p.sessionPresent)
+          c.outbox.push({ t: 'subscribe', conn: c.conn, pid: 1, subs: [{ filter: 't/#', qos: 2, nl: false, rap: false, rh: 0 }] });
         return;
       case 'publish': {
         const pid = p.pid ?? 0;
@@ -447,7 +448,10 @@ export class BrokerSimApp implements SimApp {
   private checkStale(inbound: ReadonlyMap<number, Inbound>, pid: number, text: string, epoch: string): void {
     const held = inbound.get(pid);
     if (held === undefined || held.text === text) return;
-    throw new Violation('stale qos2 pid', `epoch ${epoch} sent ${text} with pid ${pid}, which ${held.text} of epoch ${held.epoch} still holds: dropped as a duplicate`);
+    throw new Violation(
+      'stale qos2 pid',
+      `epoch ${epoch} sent ${text} with pid ${pid}, which ${held.text} of epoch ${held.epoch} still holds: dropped as a duplicate`,
+    );
   }
 
   private noteRelease(inbound: ReadonlyMap<number, Inbound>, pid: number, epoch: string): void {
@@ -464,7 +468,8 @@ export class BrokerSimApp implements SimApp {
     }
     const count = (mine.get(text) ?? 0) + 1;
     mine.set(text, count);
-    if (count > 1 && this.qos2.has(text)) throw new Violation('qos2 duplicate', `subscriber got QoS 2 message ${text} ${count} times in epoch ${epoch}`);
+    if (count > 1 && this.qos2.has(text))
+      throw new Violation('qos2 duplicate', `subscriber got QoS 2 message ${text} ${count} times in epoch ${epoch}`);
   }
 
   // ---- invariants ----
@@ -583,7 +588,11 @@ function publishCmd(conn: string, pid: number, qos: 1 | 2): Command {
 }
 
 /** The raft simulator's scenarios in which a force-started epoch serves. */
-export const servingForceStarts: readonly Scenario[] = ['force-start-after-two-losses', 'force-start-concurrent', 'bootstrap-two-fresh-one-member'];
+export const servingForceStarts: readonly Scenario[] = [
+  'force-start-after-two-losses',
+  'force-start-concurrent',
+  'bootstrap-two-fresh-one-member',
+];
 
 export interface BrokerSeedOptions {
   /** Receives the app of the run, so tests can check that the workload did something. */

@@ -9,7 +9,15 @@ import { describe, it } from 'node:test';
 import type { AuthStep } from '../enhanced-auth.js';
 import { ScramClient, ScramSha256, scramCredential } from '../scram.js';
 import { PasswordFileAuthenticator } from './password-authenticator.js';
-import { formatScram, hashPassword, type PasswordHash, parsePasswordFile, SCRYPT_DEFAULT, scramPassword, verifyPassword } from './password-file.js';
+import {
+  formatScram,
+  hashPassword,
+  type PasswordHash,
+  parsePasswordFile,
+  SCRYPT_DEFAULT,
+  scramPassword,
+  verifyPassword,
+} from './password-file.js';
 
 const utf8 = (s: string): Buffer => Buffer.from(s, 'utf8');
 const b64 = (n: number, fill = 7): string => Buffer.alloc(n, fill).toString('base64');
@@ -87,7 +95,9 @@ describe('password file', { timeout: 30_000 }, () => {
     writeFileSync(file, `user:${formatScram(scramCredential('pencil', undefined, 4096))}\n`);
     const saltOn = (auth: PasswordFileAuthenticator): string => {
       const method = new ScramSha256({ store: auth, nonce: () => 'n0nce' });
-      return Buffer.from(continued(method.start(utf8('n,,n=ghost,r=abc'))).data ?? []).toString('utf8').split(',')[1] as string;
+      return Buffer.from(continued(method.start(utf8('n,,n=ghost,r=abc'))).data ?? [])
+        .toString('utf8')
+        .split(',')[1] as string;
     };
     // Two nodes of a cluster: two processes, two authenticators, one file.
     const node1 = new PasswordFileAuthenticator(file, false, { event: () => {} });
@@ -105,7 +115,10 @@ describe('password file', { timeout: 30_000 }, () => {
     const auth = new PasswordFileAuthenticator(file, false, { event: () => {} });
     assert.equal(auth.lookup('bob'), undefined);
     // An unknown user is shown the count the file's SCRAM lines use most.
-    writeFileSync(file, `user:${formatScram(scramCredential('pencil', RFC_SALT, 4096))}\nx:${formatScram(scramCredential('a', undefined, 4100))}\ny:${formatScram(scramCredential('b', undefined, 4100))}\nbob:${cheap}\n`);
+    writeFileSync(
+      file,
+      `user:${formatScram(scramCredential('pencil', RFC_SALT, 4096))}\nx:${formatScram(scramCredential('a', undefined, 4100))}\ny:${formatScram(scramCredential('b', undefined, 4100))}\nbob:${cheap}\n`,
+    );
     auth.reload();
     assert.equal(auth.decoyIterations(), 4100);
     const method = new ScramSha256({ store: auth, nonce: () => '%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0' });
@@ -122,10 +135,7 @@ describe('password file', { timeout: 30_000 }, () => {
     const wrongDone = wrongFirst.next.step(wrong.final(wrongFirst.data));
     assert.equal(bobDone.k, 'failure');
     // Each names the user it claimed, for the backoff only; the client sees the reason code.
-    assert.deepEqual(
-      { ...bobDone, why: '', user: '' },
-      { ...wrongDone, why: '', user: '' },
-    );
+    assert.deepEqual({ ...bobDone, why: '', user: '' }, { ...wrongDone, why: '', user: '' });
   });
 });
 

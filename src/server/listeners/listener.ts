@@ -1,14 +1,14 @@
 // One MQTT listener of any kind. Every connection is accepted by a plain TCP server, so PROXY
 // protocol, socket tracking and draining are the same for all kinds; a TLS or HTTP server that
 // never listens itself is then handed the socket ('connection' injection, as node:tls documents).
-import { createServer as createHttpServer, type IncomingMessage, type Server as HttpServer, type ServerResponse } from 'node:http';
+import { createServer as createHttpServer, type Server as HttpServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import { createServer as createNetServer, type Server as NetServer, type Socket } from 'node:net';
-import { createServer as createTlsServer, type Server as TlsServer, type TLSSocket } from 'node:tls';
+import { createServer as createTlsServer, type TLSSocket, type Server as TlsServer } from 'node:tls';
 import { WebSocketServer } from 'ws';
 import { type ProxySource, parseProxyHeader } from '../proxy-protocol.js';
 import type { ByteStream, Transport } from '../transport.js';
-import { type ListenerSpec, isTlsKind } from './listen-url.js';
+import { isTlsKind, type ListenerSpec } from './listen-url.js';
 import { certIdentity, type TlsMaterial } from './tls-material.js';
 import { WsByteStream } from './ws-stream.js';
 
@@ -84,7 +84,10 @@ export class Listener {
         this.tlsServer = createTlsServer({ ...(tls as TlsMaterial).serverOptions(), handshakeTimeout }, (s) => this.onSecure(s));
         break;
       case 'ws':
-        this.httpServer = createHttpServer({ headersTimeout: HTTP_HEADERS_TIMEOUT_MS, requestTimeout: HTTP_HEADERS_TIMEOUT_MS }, notWebSocket);
+        this.httpServer = createHttpServer(
+          { headersTimeout: HTTP_HEADERS_TIMEOUT_MS, requestTimeout: HTTP_HEADERS_TIMEOUT_MS },
+          notWebSocket,
+        );
         break;
       case 'wss':
         this.httpServer = createHttpsServer(

@@ -2,7 +2,7 @@
 // unreadable file stops the command naming the flag and the file), re-read when a file changes or
 // on SIGHUP, and handed to every TLS server as a new secure context. Connections already open keep
 // the context they were made with; only new handshakes see the new files.
-import { readFileSync, type FSWatcher, watch } from 'node:fs';
+import { type FSWatcher, readFileSync, watch } from 'node:fs';
 import { basename, dirname } from 'node:path';
 import { createSecureContext, type PeerCertificate, type SecureContextOptions, type TlsOptions } from 'node:tls';
 import { CONFIG_ERROR, ConfigError } from '../../errors.js';
@@ -80,7 +80,10 @@ export class TlsMaterial {
   /** Reads and checks the files; throws ConfigError naming the flag and file. */
   static load(settings: TlsSettings): TlsMaterial {
     if (settings.clientAuth !== 'none' && settings.ca === null) {
-      throw new ConfigError(CONFIG_ERROR.MISSING_VALUE, `--tls-client-auth ${settings.clientAuth} needs --tls-ca to verify client certificates`);
+      throw new ConfigError(
+        CONFIG_ERROR.MISSING_VALUE,
+        `--tls-client-auth ${settings.clientAuth} needs --tls-ca to verify client certificates`,
+      );
     }
     if (settings.crl !== null && settings.clientAuth === 'none') {
       throw new ConfigError(CONFIG_ERROR.MISSING_VALUE, '--tls-crl needs --tls-client-auth optional or required');
