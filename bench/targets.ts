@@ -1,0 +1,296 @@
+// The brokers the benchmark measures, each started fresh for one scenario run: raftmq on one node (in
+// memory), raftmq as a three-node cluster on loopback (state files in a folder of its own; mqttload
+// goes to the serving leader), and Mosquitto configured for throughput. Every process is started
+// here and signalled only by its PID; every wait is bounded.
+import { type ChildProcess, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { once } from 'node:events';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { connect } from 'node:net';
+import { dirname, join, resolve } from 'node:path';
+import { freePort, httpGet } from '../jepsen-like-tests/net.js';
+
+export const REPO = resolve(dirname(new URL(import.meta.url).pathname), '..', '..');
+export const CLI = join(REPO, 'build', 'src', 'cli.js');
+export const MOSQUITTO = '/usr/sbin/mosquitto';
+export const HOST = '127.0.0.1';
+
+export type TargetName = 'raftmq' | 'raftmq-cluster' | 'mosquitto';
+export const TARGET_NAMES: readonly TargetName[] = ['raftmq', 'raftmq-cluster', 'mosquitto'];
+
+/** A single broker listens within this; a cluster elects a serving leader within this. */
+const START_WAIT_MS = 20_000;
+/** SIGTERM, then SIGKILL after this; then at most this again for the exit to be seen. */
+const STOP_WAIT_MS = 10_000;
+const POLL_MS = 50;
+/** One GET /health. */
+const HEALTH_TIMEOUT_MS = 1_000;
+
+export type Role = 'broker' | 'leader' | 'follower';
+
+export interface LoopDelay {
+  on: string;
+  p50Ms: number;
+  p99Ms: number;
+  p999Ms: number;
+  maxMs: number;
+  resolutionMs: number;
+  samples: number;
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+async function portOpen(port: number): Promise<boolean> {
+  return new Promise((resolveOpen) => {
+    const s = connect(port, HOST);
+    s.once('connect', () => {
+      s.destroy();
+      resolveOpen(true);
+    });
+    s.once('error', () => resolveOpen(false));
+  });
+}
+
+/** The status of GET /health on `port`; 0 when it does not answer. */
+function healthCode(port: number): Promise<number> {
+  return httpGet(port, '/health', HEALTH_TIMEOUT_MS).then(
+    (r) => r.code,
+    () => 0,
+  );
+}
+
+/** One broker process this run started. */
+export class BrokerProcess {
+  stdout = '';
+  stderr = '';
+  /** How it ended ("exit 1", "signal SIGKILL"), null while it runs. */
+  ended: string | null = null;
+  /** Set once the bench asked it to stop: an end after that is not a failure. */
+  stopping = false;
+  private readonly exited: Promise<unknown>;
+
+  constructor(
+    readonly label: string,
+    readonly proc: ChildProcess,
+  ) {
+    this.exited = once(proc, 'exit');
+    proc.on('exit', (code, sig) => {
+      this.ended = sig !== null ? `signal ${sig}` : `exit ${String(code)}`;
+    });
+    proc.on('error', (err) => {
+      this.stderr += `${err.message}\n`;
+    });
+    proc.stdout?.setEncoding('utf8').on('data', (c: string) => {
+      this.stdout += c;
+    });
+    proc.stderr?.setEncoding('utf8').on('data', (c: string) => {
+      this.stderr += c;
+    });
+  }
+
+  get pid(): number {
+    return this.proc.pid ?? 0;
+  }
+
+  get alive(): boolean {
+    return this.proc.exitCode === null && this.proc.signalCode === null && this.pid !== 0;
+  }
+
+  signal(sig: NodeJS.Signals): void {
+    if (this.alive) this.proc.kill(sig);
+  }
+
+  /** SIGTERM, SIGKILL after STOP_WAIT_MS; resolves once it exited (or after another bound, with a note). */
+  async stop(): Promise<void> {
+    this.stopping = true;
+    if (!this.alive) return;
+    this.proc.kill('SIGTERM');
+    const timer = setTimeout(() => this.signal('SIGKILL'), STOP_WAIT_MS);
+    const gaveUp = sleep(2 * STOP_WAIT_MS).then(() => 'gave up');
+    const r = await Promise.race([this.exited, gaveUp]);
+    clearTimeout(timer);
+    if (r === 'gave up') process.stderr.write(`bench: ${this.label} (PID ${this.pid}) did not exit after SIGKILL\n`);
+  }
+
+  /** The event-loop-delay reports raftmq logged (src/cli.ts), oldest first. */
+  loopDelays(): LoopDelay[] {
+    const out: LoopDelay[] = [];
+    for (const line of this.stdout.split('\n')) {
+      if (!line.includes('"event-loop-delay"')) continue;
+      try {
+        out.push(JSON.parse(line) as LoopDelay);
+      } catch {
+        // a torn line says nothing
+      }
+    }
+    return out;
+  }
+
+  /** The last lines of output (event-loop-delay reports left out), for an error message. */
+  tail(): string {
+    const lines = `${this.stderr}\n${this.stdout}`.split('\n').filter((l) => l.trim() !== '' && !l.includes('"event-loop-delay"'));
+    return lines.slice(-3).join(' | ') || 'no output';
+  }
+}
+
+/** A started broker: one process, or three cluster nodes of which `procs[0]` serves. */
+export class Target {
+  constructor(
+    readonly name: TargetName,
+    /** The MQTT port of the serving process. */
+    readonly port: number,
+    /** Every process of the target, the serving one first. */
+    readonly procs: BrokerProcess[],
+    readonly roles: Role[],
+    private readonly healthPorts: number[],
+    private readonly dir: string | null,
+  ) {}
+
+  get serving(): BrokerProcess {
+    return this.procs[0] as BrokerProcess;
+  }
+
+  /** raftmq reports its event-loop delay on SIGUSR2; Mosquitto is not signalled. */
+  get raftmq(): boolean {
+    return this.name !== 'mosquitto';
+  }
+
+  /** Problems seen after a run: a process that exited, a cluster whose serving node changed. */
+  async problems(): Promise<string[]> {
+    const out: string[] = [];
+    for (const p of this.procs) if (p.ended !== null && !p.stopping) out.push(`${p.label} ${p.ended}: ${p.tail()}`);
+    if (this.healthPorts.length > 1) {
+      const codes = await Promise.all(this.healthPorts.map(healthCode));
+      const serving = this.procs.filter((_, i) => codes[i] === 200).map((p) => p.label);
+      if (serving.length !== 1 || serving[0] !== this.serving.label) {
+        out.push(`serving node moved from ${this.serving.label} to ${serving.join(', ') || 'none'}`);
+      }
+    }
+    return out;
+  }
+
+  async stop(): Promise<void> {
+    await Promise.all(this.procs.map((p) => p.stop()));
+    if (this.dir !== null) rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
+function startRaftmq(label: string, args: string[], profDir: string | null): BrokerProcess {
+  const prof = profDir === null ? [] : ['--cpu-prof', '--cpu-prof-dir', profDir];
+  return new BrokerProcess(
+    label,
+    spawn(process.execPath, [...prof, CLI, ...args, '--log-level', 'warn'], { stdio: ['ignore', 'pipe', 'pipe'] }),
+  );
+}
+
+/** Mosquitto configured for throughput rather than with raftmq's limits: no inflight limit, a deep
+ * queue per client, no persistence. */
+function mosquittoConf(port: number): string {
+  return [
+    `listener ${port} ${HOST}`,
+    'allow_anonymous true',
+    'persistence false',
+    'max_inflight_messages 0',
+    'max_queued_messages 100000',
+    'log_dest stderr',
+    'log_type error',
+    'log_type warning',
+    '',
+  ].join('\n');
+}
+
+async function startSingle(name: 'raftmq' | 'mosquitto', tmp: string, profDir: string | null): Promise<Target> {
+  const port = await freePort();
+  let p: BrokerProcess;
+  if (name === 'raftmq') {
+    p = startRaftmq('raftmq', ['--host', HOST, '--port', String(port)], profDir);
+  } else {
+    const conf = join(tmp, `mosquitto-${port}.conf`);
+    writeFileSync(conf, mosquittoConf(port));
+    p = new BrokerProcess('mosquitto', spawn(MOSQUITTO, ['-c', conf], { stdio: ['ignore', 'pipe', 'pipe'] }));
+  }
+  const t = new Target(name, port, [p], ['broker'], [], null);
+  const deadline = Date.now() + START_WAIT_MS;
+  while (!(await portOpen(port))) {
+    if (!p.alive) throw new Error(`${name} ended at start (${p.ended ?? 'no PID'}): ${p.tail()}`);
+    if (Date.now() > deadline) {
+      await t.stop();
+      throw new Error(`${name} did not listen on ${HOST}:${port} within ${START_WAIT_MS} ms`);
+    }
+    await sleep(POLL_MS);
+  }
+  // raftmq installs its SIGUSR2 handler right after its listener opens.
+  await sleep(POLL_MS * 4);
+  return t;
+}
+
+/** Three raftmq nodes on loopback, each with a state file, peer, MQTT and health port of its own
+ * (picked free just before); resolves once exactly one node answers /health with 200 and accepts
+ * MQTT connections, with that node first. */
+async function startCluster(tmp: string, profDir: string | null): Promise<Target> {
+  const ids = [1, 2, 3];
+  const peerPorts: number[] = [];
+  const mqtt: number[] = [];
+  const health: number[] = [];
+  for (const _ of ids) {
+    peerPorts.push(await freePort());
+    mqtt.push(await freePort());
+    health.push(await freePort());
+  }
+  const peers = ids.map((id, i) => `${id}=${HOST}:${peerPorts[i]}`).join(',');
+  const dir = mkdtempSync(join(tmp, 'cluster-'));
+  const secret = randomBytes(16).toString('hex');
+  const procs = ids.map((id, i) =>
+    startRaftmq(
+      `node${id}`,
+      [
+        ...['--host', HOST, '--port', String(mqtt[i]), '--health-port', String(health[i])],
+        ...['--cluster-node', String(id), '--cluster-peers', peers, '--cluster-secret', secret],
+        ...['--state-file', join(dir, `node${id}.state`)],
+      ],
+      profDir,
+    ),
+  );
+  const all = new Target('raftmq-cluster', 0, procs, ['follower', 'follower', 'follower'], health, dir);
+  const deadline = Date.now() + START_WAIT_MS;
+  let codes: number[] = [];
+  for (;;) {
+    const gone = procs.find((p) => !p.alive);
+    if (gone !== undefined) {
+      await all.stop();
+      throw new Error(`raftmq-cluster: ${gone.label} ended at start (${gone.ended ?? 'no PID'}): ${gone.tail()}`);
+    }
+    codes = await Promise.all(health.map(healthCode));
+    const up = ids.map((_, i) => i).filter((i) => codes[i] === 200);
+    // Every node answers /health once its raft runs, right before it installs its SIGUSR2 handler.
+    if (up.length === 1 && codes.every((c) => c !== 0) && (await portOpen(mqtt[up[0] as number] as number))) {
+      const l = up[0] as number;
+      const order = [l, ...ids.map((_, i) => i).filter((i) => i !== l)];
+      await sleep(POLL_MS * 4);
+      return new Target(
+        'raftmq-cluster',
+        mqtt[l] as number,
+        order.map((i) => procs[i] as BrokerProcess),
+        ['leader', 'follower', 'follower'],
+        order.map((i) => health[i] as number),
+        dir,
+      );
+    }
+    if (up.length > 1 || Date.now() > deadline) {
+      await all.stop();
+      throw new Error(
+        up.length > 1
+          ? `raftmq-cluster: nodes ${up.map((i) => i + 1).join(', ')} answer /health 200 at once`
+          : `raftmq-cluster: no serving leader within ${START_WAIT_MS} ms; /health ${codes.join(', ')}`,
+      );
+    }
+    await sleep(POLL_MS * 2);
+  }
+}
+
+/** Starts `name` fresh; throws (after stopping whatever it started) when it does not come up. */
+export function startTarget(name: TargetName, tmp: string, profDir: string | null): Promise<Target> {
+  return name === 'raftmq-cluster' ? startCluster(tmp, profDir) : startSingle(name, tmp, profDir);
+}
