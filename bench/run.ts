@@ -1,37 +1,34 @@
-// The broker benchmark: raftmq and Mosquitto side by side in one run, driven by mqttload (an
-// independent C load generator, /work/shared/tools/mqttload) with the same scenarios, one broker
-// after the other, each on a fresh process. Writes bench/results/<stamp>.json and .md.
-// Usage: npm run build && npm run bench -- [--quick] [--cpu-prof] [--help]
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+// The broker benchmark: raftmq on one node, raftmq as a three-node cluster and Mosquitto side by side
+// in one run, driven by mqttload (an independent C load generator, ../shared/tools/mqttload beside
+// the repository) with the same scenarios, one broker after the other, each on fresh processes.
+// CPU and RSS of every broker process and of mqttload come from /proc over the measurement window.
+// Writes bench/results/<stamp>.json (every run) and .md (the median run of each scenario and broker).
+// Usage: npm run build && npm run bench -- [--quick] [--brokers a,b] [--runs N] [--help]
+import { spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { connect } from 'node:net';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
+import { join, resolve } from 'node:path';
+import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
-import { freePort } from '../jepsen-like-tests/net.js';
+import { clockTicks, type ProcSample, sampleProc, windowOf } from './proc.js';
+import { markdown, type ProcResult, type Row, type RunResult, rowsOf, summaryLine } from './report.js';
+import { CLI, HOST, MOSQUITTO, REPO, startTarget, TARGET_NAMES, type Target, type TargetName } from './targets.js';
 
-const REPO = resolve(dirname(new URL(import.meta.url).pathname), '..', '..');
-const CLI = join(REPO, 'build', 'src', 'cli.js');
-const MOSQUITTO = '/usr/sbin/mosquitto';
-const HOST = '127.0.0.1';
 /** host_other_pct above this means other processes took a visible share of the machine. */
 const HOST_OTHER_WARN_PCT = 20;
-const START_WAIT_MS = 15_000;
-const STOP_WAIT_MS = 10_000;
-const POLL_MS = 50;
+/** A load generator above this (% of one core) may have competed with the brokers for the two cores:
+ * its row is flagged and does not count for a CPU-per-message ratio. */
+export const LOADGEN_RATIO_MAX_PCT = 50;
 /** Beyond mqttload's own phases: setup, drain, close and its overall deadline. */
 const RUN_SLACK_S = 90;
-/** The broker's limits that matter to these scenarios, set alike on both (raftmq's defaults). */
-const MAX_QUEUED_MESSAGES = 10_000;
-const MAX_INFLIGHT = 32;
 
-type BrokerName = 'raftmq' | 'mosquitto';
-
-interface Scenario {
+export interface Scenario {
   name: string;
   args: string[];
   idle: boolean;
+  /** Total publishes/s of a fixed-rate scenario; 0 for closed loop. */
+  rate: number;
 }
 
 interface Options {
@@ -40,44 +37,33 @@ interface Options {
   durationS: number;
   warmupS: number;
   rate: number;
+  rate2: number;
+  runs: number;
   idleConns: number;
   idleHoldS: number;
   mqttloadSrc: string;
-  brokers: BrokerName[];
+  brokers: TargetName[];
   only: string[] | null;
   outDir: string;
 }
 
-interface LoopDelay {
-  p50Ms: number;
-  p99Ms: number;
-  p999Ms: number;
-  maxMs: number;
-  resolutionMs: number;
-  samples: number;
-}
-
-interface Result {
-  scenario: string;
-  broker: BrokerName;
-  args: string[];
-  mqttload: Record<string, unknown> | null;
-  loopDelay: LoopDelay | null;
-  cpuProfile: string | null;
-  warnings: string[];
-}
+const SCENARIO_NAMES = 'fanin-q0,fanin-q1,fanin-q2,fanout-q0,fanout-q1,latency-q1,rate-q1-half,idle';
 
 const HELP = `npm run bench -- [options]
-  --quick              about a one-minute smoke run (short windows, 1000 idle connections)
+  --quick              about a two-minute smoke run (short windows, 1000 idle connections)
   --duration S         measurement window per scenario (default 5)
   --warmup S           warm-up before the window (default 1)
-  --rate N             total publishes/s of the fixed-rate latency run (default 5000)
+  --rate N             total publishes/s of latency-q1, below every broker's saturation (default 5000)
+  --rate2 N            total publishes/s of rate-q1-half: set it to half the one-node maximum of
+                       fanin-q1 on this machine (default 50000)
+  --runs N             run each scenario and broker N times; the table shows the median run (default 1)
   --idle-conns N       idle connections (default 10000)
-  --scenarios a,b      only these scenarios (${'fanin-q0,fanin-q1,fanin-q2,fanout-q0,fanout-q1,latency-q1,idle'})
-  --brokers a,b        raftmq,mosquitto (default both)
+  --scenarios a,b      only these scenarios (${SCENARIO_NAMES})
+  --brokers a,b        ${TARGET_NAMES.join(',')} (default all three)
   --cpu-prof           run raftmq under node --cpu-prof; profiles go to the results folder
   --mqttload DIR       mqttload source folder (default ../shared/tools/mqttload beside the repository)
-  --out DIR            results folder (default bench/results)`;
+  --out DIR            results folder (default bench/results)
+Exit status 1 when a broker failed to start, died, refused connections or lost messages.`;
 
 function fail(message: string): never {
   process.stderr.write(`bench: ${message}\n`);
@@ -111,6 +97,8 @@ function parseOptions(argv: string[]): Options {
         duration: { type: 'string' },
         warmup: { type: 'string' },
         rate: { type: 'string' },
+        rate2: { type: 'string' },
+        runs: { type: 'string' },
         'idle-conns': { type: 'string' },
         scenarios: { type: 'string' },
         brokers: { type: 'string' },
@@ -127,18 +115,20 @@ function parseOptions(argv: string[]): Options {
     process.exit(0);
   }
   const quick = v.quick === true;
-  const brokers = ((v.brokers as string | undefined) ?? 'raftmq,mosquitto').split(',') as BrokerName[];
-  for (const b of brokers) if (b !== 'raftmq' && b !== 'mosquitto') fail(`--brokers: unknown broker ${b}`);
+  const brokers = ((v.brokers as string | undefined) ?? TARGET_NAMES.join(',')).split(',') as TargetName[];
+  for (const b of brokers) if (!TARGET_NAMES.includes(b)) fail(`--brokers: unknown broker ${b} (${TARGET_NAMES.join(', ')})`);
   return {
     quick,
     cpuProf: v['cpu-prof'] === true,
     durationS: num(v.duration as string | undefined, '--duration', quick ? 1 : 5),
     warmupS: num(v.warmup as string | undefined, '--warmup', quick ? 0.5 : 1),
     rate: num(v.rate as string | undefined, '--rate', 5000),
+    rate2: num(v.rate2 as string | undefined, '--rate2', 50_000),
+    runs: Math.floor(num(v.runs as string | undefined, '--runs', 1)),
     idleConns: Math.floor(num(v['idle-conns'] as string | undefined, '--idle-conns', quick ? 1000 : 10_000)),
     idleHoldS: quick ? 2 : 5,
     mqttloadSrc: resolve((v.mqttload as string | undefined) ?? defaultMqttloadSrc()),
-    brokers,
+    brokers: [...new Set(brokers)],
     only: typeof v.scenarios === 'string' ? v.scenarios.split(',') : null,
     outDir: resolve((v.out as string | undefined) ?? join(REPO, 'bench', 'results')),
   };
@@ -148,17 +138,24 @@ function scenarios(o: Options): Scenario[] {
   const timing = ['-d', String(o.durationS), '-w', String(o.warmupS), '-D', '10'];
   const fanin = (q: number) => ['-s', 'fanin', '-q', String(q), '-P', '8', '-N', '1', '-S', '64', ...timing];
   const fanout = (q: number) => ['-s', 'fanout', '-q', String(q), '-P', '1', '-N', '100', '-S', '64', ...timing];
+  const load = (name: string, args: string[], rate = 0): Scenario => ({
+    name,
+    args: rate > 0 ? [...args, '-r', String(rate)] : args,
+    idle: false,
+    rate,
+  });
   const all: Scenario[] = [
-    { name: 'fanin-q0', args: fanin(0), idle: false },
-    { name: 'fanin-q1', args: fanin(1), idle: false },
-    { name: 'fanin-q2', args: fanin(2), idle: false },
-    { name: 'fanout-q0', args: fanout(0), idle: false },
-    { name: 'fanout-q1', args: fanout(1), idle: false },
-    { name: 'latency-q1', args: [...fanin(1), '-r', String(o.rate)], idle: false },
-    { name: 'idle', args: ['-s', 'idle', '-C', String(o.idleConns), '-T', String(o.idleHoldS)], idle: true },
+    load('fanin-q0', fanin(0)),
+    load('fanin-q1', fanin(1)),
+    load('fanin-q2', fanin(2)),
+    load('fanout-q0', fanout(0)),
+    load('fanout-q1', fanout(1)),
+    load('latency-q1', fanin(1), o.rate),
+    load('rate-q1-half', fanin(1), o.rate2),
+    { name: 'idle', args: ['-s', 'idle', '-C', String(o.idleConns), '-T', String(o.idleHoldS)], idle: true, rate: 0 },
   ];
   if (o.only === null) return all;
-  for (const n of o.only) if (!all.some((s) => s.name === n)) fail(`--scenarios: unknown scenario ${n}`);
+  for (const n of o.only) if (!all.some((s) => s.name === n)) fail(`--scenarios: unknown scenario ${n} (${SCENARIO_NAMES})`);
   return all.filter((s) => o.only?.includes(s.name));
 }
 
@@ -173,245 +170,202 @@ function buildMqttload(src: string, tmp: string): string {
   return bin;
 }
 
-function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
-}
-
-async function portOpen(port: number): Promise<boolean> {
-  return new Promise((resolveOpen) => {
-    const s = connect(port, HOST);
-    s.once('connect', () => {
-      s.destroy();
-      resolveOpen(true);
-    });
-    s.once('error', () => resolveOpen(false));
-  });
-}
-
-/** A broker process this run started; stopped only by its PID. */
-class Broker {
-  stdout = '';
-  stderr = '';
-  private constructor(
-    readonly name: BrokerName,
-    readonly proc: ChildProcess,
-    readonly port: number,
-  ) {
-    proc.stdout?.setEncoding('utf8').on('data', (c: string) => {
-      this.stdout += c;
-    });
-    proc.stderr?.setEncoding('utf8').on('data', (c: string) => {
-      this.stderr += c;
-    });
-  }
-
-  static async start(name: BrokerName, tmp: string, profDir: string | null): Promise<Broker> {
-    const port = await freePort();
-    let proc: ChildProcess;
-    if (name === 'raftmq') {
-      const prof = profDir === null ? [] : ['--cpu-prof', '--cpu-prof-dir', profDir];
-      proc = spawn(process.execPath, [...prof, CLI, '--host', HOST, '--port', String(port), '--log-level', 'warn'], {
-        stdio: ['ignore', 'pipe', 'pipe'],
-      });
-    } else {
-      const conf = join(tmp, `mosquitto-${port}.conf`);
-      writeFileSync(
-        conf,
-        [
-          `listener ${port} ${HOST}`,
-          'allow_anonymous true',
-          'persistence false',
-          `max_queued_messages ${MAX_QUEUED_MESSAGES}`,
-          `max_inflight_messages ${MAX_INFLIGHT}`,
-          'log_dest stderr',
-          'log_type error',
-          'log_type warning',
-          '',
-        ].join('\n'),
-      );
-      proc = spawn(MOSQUITTO, ['-c', conf], { stdio: ['ignore', 'pipe', 'pipe'] });
-    }
-    const b = new Broker(name, proc, port);
-    const deadline = Date.now() + START_WAIT_MS;
-    while (!(await portOpen(port))) {
-      if (proc.exitCode !== null) fail(`${name} exited with ${proc.exitCode} at start: ${b.stderr}${b.stdout}`);
-      if (Date.now() > deadline) {
-        await b.stop();
-        fail(`${name} did not listen on ${HOST}:${port} within ${START_WAIT_MS} ms`);
-      }
-      await sleep(POLL_MS);
-    }
-    // raftmq installs its SIGUSR2 handler right after its listener opens.
-    await sleep(POLL_MS * 4);
-    return b;
-  }
-
-  get pid(): number {
-    return this.proc.pid as number;
-  }
-
-  signal(sig: NodeJS.Signals): void {
-    if (this.proc.exitCode === null && this.proc.signalCode === null) this.proc.kill(sig);
-  }
-
-  async stop(): Promise<void> {
-    if (this.proc.exitCode !== null || this.proc.signalCode !== null) return;
-    const exited = once(this.proc, 'exit');
-    this.proc.kill('SIGTERM');
-    const timer = setTimeout(() => this.proc.kill('SIGKILL'), STOP_WAIT_MS);
-    await exited;
-    clearTimeout(timer);
-  }
-
-  /** The event-loop-delay reports raftmq logged (src/cli.ts), oldest first. */
-  loopDelays(): (LoopDelay & { on: string })[] {
-    const out: (LoopDelay & { on: string })[] = [];
-    for (const line of this.stdout.split('\n')) {
-      if (!line.includes('"event-loop-delay"')) continue;
-      try {
-        out.push(JSON.parse(line) as LoopDelay & { on: string });
-      } catch {
-        // a torn line says nothing
-      }
-    }
-    return out;
-  }
-}
-
 function runDeadlineS(s: Scenario, o: Options): number {
   return s.idle ? o.idleHoldS + RUN_SLACK_S + 60 : o.warmupS + o.durationS + 10 + RUN_SLACK_S;
 }
 
-/** Runs mqttload once against `b`. For raftmq, SIGUSR2 at the start and at the end of the
- * measurement window (timed from mqttload's "setup done"), so the second report covers the window. */
-async function runLoad(bin: string, s: Scenario, b: Broker, o: Options): Promise<Record<string, unknown> | null> {
-  const args = [...s.args, '-H', HOST, '-p', String(b.port), '-b', String(b.pid), '-l', `${s.name}/${b.name}`, '-v'];
+/** /proc readings of every broker process and of mqttload at one instant. */
+interface Snapshot {
+  procs: (ProcSample | null)[];
+  loadgen: ProcSample | null;
+}
+
+function snapshot(t: Target, loadgenPid: number): Snapshot {
+  return { procs: t.procs.map((p) => sampleProc(p.pid)), loadgen: sampleProc(loadgenPid) };
+}
+
+interface Load {
+  mqttload: Record<string, unknown> | null;
+  start: Snapshot | null;
+  end: Snapshot | null;
+  /** Why there is no result line, when there is none. */
+  error: string | null;
+  /** Window marks read late or not where planned. */
+  notes: string[];
+}
+
+/** A window mark this much after its time is reported: the bench itself was starved of CPU. */
+const MARK_LATE_WARN_MS = 100;
+
+/** Runs mqttload once against `t`. At the start and at the end of the measurement window (timed from
+ * mqttload's "setup done"; for idle, its spawn and "ramp done") the bench reads /proc of every broker
+ * process and of mqttload, and sends raftmq's processes SIGUSR2 so the second event-loop-delay report
+ * covers the window. */
+async function runLoad(bin: string, s: Scenario, t: Target, o: Options): Promise<Load> {
+  const args = [...s.args, '-H', HOST, '-p', String(t.port), '-b', String(t.serving.pid), '-l', `${s.name}/${t.name}`, '-v'];
   const child = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  const pid = child.pid ?? 0;
+  const load: Load = { mqttload: null, start: null, end: null, error: null, notes: [] };
   let out = '';
   let err = '';
   const timers: NodeJS.Timeout[] = [];
-  const raft = b.name === 'raftmq';
-  if (raft && s.idle) b.signal('SIGUSR2');
+  const usr2 = (): void => {
+    if (t.raftmq) for (const p of t.procs) p.signal('SIGUSR2');
+  };
+  const mark = (which: 'start' | 'end', dueMs: number | null = null): void => {
+    load[which] = snapshot(t, pid);
+    usr2();
+    const late = dueMs === null ? 0 : performance.now() - dueMs;
+    if (late > MARK_LATE_WARN_MS) load.notes.push(`window ${which} read ${late.toFixed(0)} ms late`);
+  };
+  const markAt = (which: 'start' | 'end', afterS: number): void => {
+    const due = performance.now() + afterS * 1000;
+    timers.push(setTimeout(() => mark(which, due), afterS * 1000));
+  };
+  if (s.idle) mark('start');
   child.stdout.setEncoding('utf8').on('data', (c: string) => {
     out += c;
   });
   child.stderr.setEncoding('utf8').on('data', (c: string) => {
-    const fresh = !err.includes('setup done') && c.includes('setup done');
+    const seen = (what: string) => !err.includes(what) && `${err.slice(-64)}${c}`.includes(what);
+    const setup = !s.idle && seen('setup done');
+    const ramp = s.idle && seen('ramp done');
     err += c;
-    if (raft && fresh) {
-      timers.push(setTimeout(() => b.signal('SIGUSR2'), o.warmupS * 1000));
-      timers.push(setTimeout(() => b.signal('SIGUSR2'), (o.warmupS + o.durationS) * 1000));
+    if (setup) {
+      markAt('start', o.warmupS);
+      markAt('end', o.warmupS + o.durationS);
     }
+    if (ramp) load.end = snapshot(t, pid);
   });
   const exited = once(child, 'exit');
   const watchdog = setTimeout(() => child.kill('SIGKILL'), runDeadlineS(s, o) * 1000);
   const [code] = (await exited) as [number | null];
   clearTimeout(watchdog);
-  for (const t of timers) clearTimeout(t);
-  if (raft && s.idle) b.signal('SIGUSR2');
+  for (const tm of timers) clearTimeout(tm);
+  // A window end not read yet (the bench was late, or mqttload ended early): the brokers' figures
+  // up to now; mqttload's own /proc is gone once it was reaped.
+  if (load.start !== null && load.end === null && code === 0) {
+    load.notes.push('window end read at mqttload exit (drain and close included)');
+    mark('end');
+  } else if (s.idle) usr2();
   const line = out.trim().split('\n').pop() ?? '';
   try {
-    return JSON.parse(line) as Record<string, unknown>;
+    load.mqttload = JSON.parse(line) as Record<string, unknown>;
   } catch {
-    process.stderr.write(`bench: mqttload ${s.name}/${b.name} exited ${code} without a result: ${err.slice(-500)}\n`);
-    return null;
+    load.error = `mqttload exited ${code} without a result: ${err.slice(-500).trim()}`;
   }
+  return load;
 }
 
-function warningsOf(r: Record<string, unknown> | null, s: Scenario): string[] {
-  if (r === null) return ['no result'];
+/** Conditions under which a run's figures are not a broker's capacity, but still reported. */
+function warningsOf(r: Record<string, unknown> | null, s: Scenario, loadgenPct: number | null, other: number | null): string[] {
+  if (r === null) return [];
   const w: string[] = [];
-  // An idle run measures CPU over its ramp only.
-  const other = (s.idle ? r.ramp_host_other_pct : r.host_other_pct) as number | undefined;
-  if (other !== undefined && other > HOST_OTHER_WARN_PCT) w.push(`host_other_pct ${other.toFixed(0)} > ${HOST_OTHER_WARN_PCT}`);
-  const lg = r.lg_cpu_pct as number | undefined;
-  if (lg !== undefined && lg > 90) w.push(`load generator at ${lg.toFixed(0)}% CPU: it may have set the pace`);
-  if (r.ok !== true) w.push(`mqttload not ok: ${String(r.error ?? '')}`);
+  if (other !== null && other > HOST_OTHER_WARN_PCT) w.push(`host_other_pct ${other.toFixed(0)} > ${HOST_OTHER_WARN_PCT}`);
+  const lg = loadgenPct ?? (r.lg_cpu_pct as number | undefined);
+  const noRatio = s.idle ? '' : ', not counted for a ratio';
+  if (lg !== undefined && lg > 90) w.push(`load generator at ${lg.toFixed(0)}% CPU: it may have set the pace${noRatio}`);
+  else if (!s.idle && lg !== undefined && lg > LOADGEN_RATIO_MAX_PCT) {
+    w.push(`load generator at ${lg.toFixed(0)}% CPU (> ${LOADGEN_RATIO_MAX_PCT})${noRatio}`);
+  }
   if (!s.idle && (r.lag_forgiven as number) > 0) w.push(`lag forgiven ${String(r.lag_forgiven)} times`);
-  if (s.name.startsWith('latency') && (r.rate_skipped as number) > 0) w.push(`rate not held: ${String(r.rate_skipped)} skipped`);
+  if (s.rate > 0 && (r.rate_skipped as number) > 0) w.push(`rate not held: ${String(r.rate_skipped)} skipped`);
   return w;
 }
 
-async function runOne(bin: string, s: Scenario, name: BrokerName, o: Options, tmp: string): Promise<Result> {
-  const profDir = o.cpuProf && name === 'raftmq' ? join(o.outDir, `cpu-${stamp}-${s.name}`) : null;
-  const b = await Broker.start(name, tmp, profDir);
-  let r: Record<string, unknown> | null;
+/** mqttload's host_other_pct (CPU of neither the serving broker nor mqttload, % of one core; over the
+ * ramp for idle) less the other processes of the target: a cluster's followers are not "other". */
+function hostOther(r: Record<string, unknown> | null, s: Scenario, procs: ProcResult[]): number | null {
+  const other = r?.[s.idle ? 'ramp_host_other_pct' : 'host_other_pct'];
+  if (typeof other !== 'number') return null;
+  return procs.slice(1).reduce((sum, p) => sum - (p.cpuPct ?? 0), other);
+}
+
+/** Conditions that make a run a failure: the bench exits non-zero. */
+function failuresOf(r: Record<string, unknown> | null, s: Scenario): string[] {
+  if (r === null) return [];
+  const f: string[] = [];
+  if (r.ok !== true) f.push(`mqttload not ok: ${String(r.error ?? '')}`);
+  if (typeof r.lost === 'number' && r.lost > 0) f.push(`lost ${r.lost} messages`);
+  if (s.idle && typeof r.failed === 'number' && r.failed > 0) f.push(`${r.failed} connections failed`);
+  return f;
+}
+
+function profDirOf(o: Options, s: Scenario, name: TargetName, run: number): string | null {
+  if (!o.cpuProf || name === 'mosquitto') return null;
+  return join(o.outDir, `cpu-${stamp}-${s.name}-${name}${o.runs > 1 ? `-${run}` : ''}`);
+}
+
+async function runOne(bin: string, s: Scenario, name: TargetName, run: number, o: Options, tmp: string): Promise<RunResult> {
+  const profDir = profDirOf(o, s, name, run);
+  const res: RunResult = {
+    scenario: s.name,
+    broker: name,
+    run,
+    args: s.args,
+    rate: s.rate,
+    idle: s.idle,
+    mqttload: null,
+    procs: [],
+    loadgen: null,
+    hostOtherPct: null,
+    cpuProfile: profDir,
+    failures: [],
+    warnings: [],
+  };
+  let t: Target;
   try {
-    r = await runLoad(bin, s, b, o);
-  } finally {
-    await b.stop();
+    t = await startTarget(name, tmp, profDir);
+  } catch (err) {
+    res.failures.push(`start: ${(err as Error).message}`);
+    process.stdout.write(`${summaryLine(res)}\n`);
+    return res;
   }
-  const reports = b.loopDelays().filter((d) => d.on === 'SIGUSR2');
-  const loopDelay = reports.length >= 2 ? (reports[1] as LoopDelay) : null;
-  const warnings = warningsOf(r, s);
-  if (name === 'raftmq' && loopDelay === null) warnings.push('no event-loop-delay report');
-  const res: Result = { scenario: s.name, broker: name, args: s.args, mqttload: r, loopDelay, cpuProfile: profDir, warnings };
+  let load: Load = { mqttload: null, start: null, end: null, error: null, notes: [] };
+  const died = new Set<string>();
+  try {
+    load = await runLoad(bin, s, t, o);
+    res.failures.push(...(await t.problems()));
+    for (const p of t.procs) if (p.ended !== null) died.add(p.label);
+  } catch (err) {
+    res.failures.push(`run: ${(err as Error).message}`);
+  } finally {
+    await t.stop();
+  }
+  const r = load.mqttload;
+  res.mqttload = r;
+  if (load.error !== null) res.failures.push(load.error);
+  res.warnings.push(...load.notes);
+  // Messages published per second of mqttload's window: CPU per message = CPU rate / message rate,
+  // so the bench's window (a few ms off mqttload's) cancels out.
+  const sentPerS =
+    r !== null && typeof r.sent === 'number' && typeof r.duration_s === 'number' && r.duration_s > 0 ? r.sent / r.duration_s : 0;
+  t.procs.forEach((p, i) => {
+    const w = windowOf(load.start?.procs[i] ?? null, load.end?.procs[i] ?? null);
+    const reports = p.loopDelays().filter((d) => d.on === 'SIGUSR2');
+    const pr: ProcResult = {
+      label: p.label,
+      role: t.roles[i] ?? 'broker',
+      pid: p.pid,
+      cpuPct: w?.cpuPct ?? null,
+      cpuS: w?.cpuS ?? null,
+      windowS: w?.wallS ?? null,
+      rssKb: w?.rssKb ?? null,
+      cpuUsPerMsg: w !== null && sentPerS > 0 && !s.idle ? (w.cpuPct * 1e4) / sentPerS : null,
+      loopDelay: t.raftmq && reports.length >= 2 ? (reports[1] ?? null) : null,
+    };
+    res.procs.push(pr);
+    // A process that died is a failure already.
+    if (t.raftmq && pr.loopDelay === null && !died.has(p.label)) res.warnings.push(`${p.label}: no event-loop-delay report`);
+    if (w === null && load.error === null && !died.has(p.label)) res.warnings.push(`${p.label}: no /proc window`);
+  });
+  const lw = windowOf(load.start?.loadgen ?? null, load.end?.loadgen ?? null);
+  res.loadgen = lw === null ? null : { cpuPct: lw.cpuPct, rssKb: lw.rssKb };
+  res.hostOtherPct = hostOther(r, s, res.procs);
+  res.warnings.unshift(...warningsOf(r, s, lw?.cpuPct ?? null, res.hostOtherPct));
+  res.failures.push(...failuresOf(r, s));
   process.stdout.write(`${summaryLine(res)}\n`);
   return res;
-}
-
-// ---- output ----
-
-function f(v: unknown, digits = 0): string {
-  return typeof v === 'number' && Number.isFinite(v)
-    ? v.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits })
-    : '–';
-}
-
-/** Event-loop delay beyond the 10 ms sampling interval, in ms. */
-function eldExcess(d: LoopDelay | null, key: 'p99Ms' | 'maxMs'): string {
-  return d === null ? '–' : f(Math.max(0, d[key] - d.resolutionMs), 1);
-}
-
-function summaryLine(r: Result): string {
-  const m = r.mqttload ?? {};
-  const head = `${r.scenario.padEnd(11)} ${r.broker.padEnd(10)}`;
-  const warn = r.warnings.length > 0 ? `  WARN ${r.warnings.join('; ')}` : '';
-  if (r.scenario === 'idle') {
-    return `${head} ${f(m.connected)} conns ${f(m.bytes_per_conn)} B/conn ramp cpu ${f(m.ramp_broker_cpu_pct)}% other ${f(m.ramp_host_other_pct)}%${warn}`;
-  }
-  return `${head} ${f(m.delivered_per_s).padStart(9)}/s p50 ${f(m.lat_p50_us)} us p99 ${f(m.lat_p99_us)} us cpu ${f(m.broker_cpu_pct)}% other ${f(m.host_other_pct)}%${warn}`;
-}
-
-function markdown(results: Result[], meta: Record<string, unknown>): string {
-  const rows = [
-    '| scenario | broker | delivered/s | p50 µs | p99 µs | p99.9 µs | lost | dup | broker CPU % | RSS MiB | loadgen CPU % | host_other % | ELD p99 / max ms |',
-    '|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
-  ];
-  const idle = [
-    '| scenario | broker | connections | connects/s | bytes/conn | bytes/conn at end | RSS MiB | ramp broker CPU % | ramp host_other % | ELD p99 / max ms |',
-    '|---|---|--:|--:|--:|--:|--:|--:|--:|--:|',
-  ];
-  for (const r of results) {
-    const m = r.mqttload ?? {};
-    const eld = r.broker === 'raftmq' ? `${eldExcess(r.loopDelay, 'p99Ms')} / ${eldExcess(r.loopDelay, 'maxMs')}` : 'n/a';
-    const rss =
-      typeof m.broker_rss_kb === 'number'
-        ? f(m.broker_rss_kb / 1024, 1)
-        : typeof m.rss_after_kb === 'number'
-          ? f(m.rss_after_kb / 1024, 1)
-          : '–';
-    const warn = r.warnings.length > 0 ? ' ⚠' : '';
-    if (r.scenario === 'idle') {
-      idle.push(
-        `| ${r.scenario} | ${r.broker}${warn} | ${f(m.connected)} | ${f(m.connects_per_s)} | ${f(m.bytes_per_conn)} | ${f(m.bytes_per_conn_end)} | ${rss} | ${f(m.ramp_broker_cpu_pct)} | ${f(m.ramp_host_other_pct)} | ${eld} |`,
-      );
-      continue;
-    }
-    rows.push(
-      `| ${r.scenario} | ${r.broker}${warn} | ${f(m.delivered_per_s)} | ${f(m.lat_p50_us)} | ${f(m.lat_p99_us)} | ${f(m.lat_p999_us)} | ${f(m.lost)} | ${f(m.duplicates)} | ${f(m.broker_cpu_pct)} | ${rss} | ${f(m.lg_cpu_pct)} | ${f(m.host_other_pct)} | ${eld} |`,
-    );
-  }
-  const warnings = results.filter((r) => r.warnings.length > 0).map((r) => `- ${r.scenario}/${r.broker}: ${r.warnings.join('; ')}`);
-  return [
-    `Run ${String(meta.date)}: ${String(meta.cpus)} × ${String(meta.cpuModel)}, Node ${String(meta.node)}, ${String(meta.mosquitto)}, window ${String(meta.durationS)} s after ${String(meta.warmupS)} s warm-up${meta.quick === true ? ' (--quick)' : ''}.`,
-    '',
-    ...rows,
-    '',
-    ...idle,
-    '',
-    ...(warnings.length > 0 ? ['Warnings (⚠):', '', ...warnings, ''] : []),
-  ].join('\n');
 }
 
 function mosquittoVersion(): string {
@@ -424,7 +378,7 @@ const stamp = new Date().toISOString().replace(/[:.]/g, '-');
 async function main(): Promise<void> {
   const o = parseOptions(process.argv.slice(2));
   if (o.brokers.includes('mosquitto') && !existsSync(MOSQUITTO)) fail(`${MOSQUITTO} not found: install the Debian package mosquitto`);
-  if (o.brokers.includes('raftmq') && !existsSync(CLI)) fail(`${CLI} not found: run npm run build first`);
+  if (o.brokers.some((b) => b !== 'mosquitto') && !existsSync(CLI)) fail(`${CLI} not found: run npm run build first`);
   const tmp = mkdtempSync(join(tmpdir(), 'raftmq-bench-'));
   const bin = buildMqttload(o.mqttloadSrc, tmp);
   mkdirSync(o.outDir, { recursive: true });
@@ -440,16 +394,30 @@ async function main(): Promise<void> {
     durationS: o.durationS,
     warmupS: o.warmupS,
     rate: o.rate,
+    rate2: o.rate2,
+    runs: o.runs,
+    clockTicks: clockTicks(),
     cpuProf: o.cpuProf,
   };
-  const results: Result[] = [];
+  const runs: RunResult[] = [];
+  // Runs of one scenario alternate between the brokers, so a slow drift of the machine spreads over all.
   for (const s of scenarios(o)) {
-    for (const name of o.brokers) results.push(await runOne(bin, s, name, o, tmp));
+    for (let run = 1; run <= o.runs; run++) {
+      for (const name of o.brokers) runs.push(await runOne(bin, s, name, run, o, tmp));
+    }
   }
+  rmSync(tmp, { recursive: true, force: true });
+  const rows: Row[] = rowsOf(runs, LOADGEN_RATIO_MAX_PCT);
   const base = join(o.outDir, stamp);
-  writeFileSync(`${base}.json`, `${JSON.stringify({ meta, results }, null, 2)}\n`);
-  writeFileSync(`${base}.md`, `${markdown(results, meta)}\n`);
-  process.stdout.write(`\n${markdown(results, meta)}\nbench: wrote ${base}.json and ${base}.md\n`);
+  const md = markdown(rows, meta, LOADGEN_RATIO_MAX_PCT);
+  writeFileSync(`${base}.json`, `${JSON.stringify({ meta, rows, runs }, null, 2)}\n`);
+  writeFileSync(`${base}.md`, `${md}\n`);
+  process.stdout.write(`\n${md}\nbench: wrote ${base}.json and ${base}.md\n`);
+  const failed = runs.filter((r) => r.failures.length > 0);
+  if (failed.length > 0) {
+    for (const r of failed) process.stderr.write(`bench: FAILED ${r.scenario}/${r.broker} run ${r.run}: ${r.failures.join('; ')}\n`);
+    process.exitCode = 1;
+  }
 }
 
 main().catch((err: unknown) => fail((err as Error).stack ?? String(err)));

@@ -1,0 +1,229 @@
+// The broker benchmark's results: one run's record, the median row of N runs of a scenario and
+// broker, the cluster's CPU-per-message ratios, and the markdown tables.
+import type { LoopDelay, Role, TargetName } from './targets.js';
+
+/** One broker process over the measurement window, from /proc. */
+export interface ProcResult {
+  label: string;
+  role: Role;
+  pid: number;
+  /** utime+stime over the window, in % of one core. */
+  cpuPct: number | null;
+  cpuS: number | null;
+  windowS: number | null;
+  /** VmRSS at the end of the window. */
+  rssKb: number | null;
+  /** CPU µs of this process per message published in the window (mqttload's `sent`). */
+  cpuUsPerMsg: number | null;
+  /** The event-loop-delay report covering the window (raftmq only). */
+  loopDelay: LoopDelay | null;
+}
+
+export interface RunResult {
+  scenario: string;
+  broker: TargetName;
+  run: number;
+  args: string[];
+  rate: number;
+  idle: boolean;
+  mqttload: Record<string, unknown> | null;
+  /** The serving process first (the leader for the cluster). */
+  procs: ProcResult[];
+  /** mqttload itself over the window, from /proc. */
+  loadgen: { cpuPct: number; rssKb: number } | null;
+  /** CPU used by processes other than the target's and mqttload, in % of one core (from mqttload's
+   * host_other_pct, less a cluster's followers). */
+  hostOtherPct: number | null;
+  cpuProfile: string | null;
+  /** A failed run: the bench exits non-zero. */
+  failures: string[];
+  warnings: string[];
+}
+
+export interface ClusterRatios {
+  leaderUsPerMsg: number | null;
+  followerUsPerMsg: (number | null)[];
+  followerOverLeader: (number | null)[];
+  /** The one-node raftmq row of the same scenario in this run, when raftmq ran too. */
+  oneNodeUsPerMsg: number | null;
+  leaderOverOneNode: number | null;
+  /** False when a row failed or its load generator used more than half a core. */
+  followerRatioCounts: boolean;
+  oneNodeRatioCounts: boolean;
+}
+
+export interface Row {
+  scenario: string;
+  broker: TargetName;
+  runs: number;
+  failedRuns: number;
+  /** The median run (by the scenario's key figure), or the first failed run when one failed. */
+  result: RunResult;
+  cluster: ClusterRatios | null;
+}
+
+export function loadgenPct(r: RunResult): number | null {
+  const own = r.mqttload?.lg_cpu_pct;
+  return r.loadgen?.cpuPct ?? (typeof own === 'number' ? own : null);
+}
+
+/** The figure a median is taken over: memory per connection for idle, the serving process's CPU per
+ * message at a fixed rate, deliveries per second in a closed loop. */
+function keyOf(r: RunResult): number {
+  const v = r.idle ? r.mqttload?.bytes_per_conn : r.rate > 0 ? r.procs[0]?.cpuUsPerMsg : r.mqttload?.delivered_per_s;
+  return typeof v === 'number' && Number.isFinite(v) ? v : Number.NEGATIVE_INFINITY;
+}
+
+function ratio(a: number | null | undefined, b: number | null | undefined): number | null {
+  return typeof a === 'number' && typeof b === 'number' && b > 0 ? a / b : null;
+}
+
+export function rowsOf(runs: RunResult[], loadgenMaxPct: number): Row[] {
+  const groups = new Map<string, RunResult[]>();
+  for (const r of runs) {
+    const k = `${r.scenario}\0${r.broker}`;
+    groups.set(k, [...(groups.get(k) ?? []), r]);
+  }
+  const rows: Row[] = [];
+  for (const g of groups.values()) {
+    const failed = g.filter((r) => r.failures.length > 0);
+    const sorted = [...g].sort((a, b) => keyOf(a) - keyOf(b));
+    const result = failed[0] ?? (sorted[Math.floor((sorted.length - 1) / 2)] as RunResult);
+    rows.push({ scenario: result.scenario, broker: result.broker, runs: g.length, failedRuns: failed.length, result, cluster: null });
+  }
+  const counts = (row: Row | undefined): boolean => {
+    const lg = row === undefined ? null : loadgenPct(row.result);
+    return row !== undefined && row.failedRuns === 0 && (lg === null || lg <= loadgenMaxPct);
+  };
+  for (const row of rows) {
+    if (row.broker !== 'raftmq-cluster' || row.result.idle) continue;
+    const one = rows.find((o) => o.scenario === row.scenario && o.broker === 'raftmq');
+    const leader = row.result.procs[0]?.cpuUsPerMsg ?? null;
+    const followers = row.result.procs.slice(1).map((p) => p.cpuUsPerMsg);
+    const oneNode = one?.result.procs[0]?.cpuUsPerMsg ?? null;
+    row.cluster = {
+      leaderUsPerMsg: leader,
+      followerUsPerMsg: followers,
+      followerOverLeader: followers.map((f) => ratio(f, leader)),
+      oneNodeUsPerMsg: oneNode,
+      leaderOverOneNode: ratio(leader, oneNode),
+      followerRatioCounts: counts(row),
+      oneNodeRatioCounts: counts(row) && counts(one),
+    };
+  }
+  return rows;
+}
+
+// ---- output ----
+
+function f(v: unknown, digits = 0): string {
+  return typeof v === 'number' && Number.isFinite(v)
+    ? v.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits })
+    : '–';
+}
+
+/** One value per process, the serving process first: "leader / follower / follower". */
+function perProc(r: RunResult, pick: (p: ProcResult) => unknown, digits = 0): string {
+  return r.procs.length === 0 ? '–' : r.procs.map((p) => f(pick(p), digits)).join(' / ');
+}
+
+/** A ratio; in parentheses when it does not count. */
+function ratioCell(v: number | null, counts: boolean): string {
+  if (v === null) return '–';
+  return counts ? f(v, 2) : `(${f(v, 2)})`;
+}
+
+/** Event-loop delay beyond the 10 ms sampling interval, in ms. */
+function eld(d: LoopDelay | null): string {
+  return d === null ? '–' : `${f(Math.max(0, d.p99Ms - d.resolutionMs), 1)} / ${f(Math.max(0, d.maxMs - d.resolutionMs), 1)}`;
+}
+
+function lgCell(r: RunResult): string {
+  return `${f(r.loadgen?.cpuPct)} (${f(r.mqttload?.lg_cpu_pct)})`;
+}
+
+export function summaryLine(r: RunResult): string {
+  const m = r.mqttload ?? {};
+  const head = `${r.scenario.padEnd(12)} ${r.broker.padEnd(14)} #${r.run}`;
+  const warn = r.warnings.length > 0 ? `  WARN ${r.warnings.join('; ')}` : '';
+  const failed = r.failures.length > 0 ? `  FAILED ${r.failures.join('; ')}` : '';
+  if (r.mqttload === null) return `${head} no result${failed}${warn}`;
+  if (r.idle) {
+    return `${head} ${f(m.connected)} conns ${f(m.bytes_per_conn)} B/conn ramp cpu ${perProc(r, (p) => p.cpuPct)}% other ${f(r.hostOtherPct)}%${failed}${warn}`;
+  }
+  return (
+    `${head} ${f(m.delivered_per_s).padStart(9)}/s p50 ${f(m.lat_p50_us)} us p99 ${f(m.lat_p99_us)} us` +
+    ` cpu ${perProc(r, (p) => p.cpuPct)}% ${perProc(r, (p) => p.cpuUsPerMsg, 2)} us/msg lg ${lgCell(r)}% other ${f(r.hostOtherPct)}%${failed}${warn}`
+  );
+}
+
+export function markdown(rows: Row[], meta: Record<string, unknown>, loadgenMaxPct: number): string {
+  const flags = (row: Row): string => `${row.failedRuns > 0 ? ' ✗' : ''}${row.result.warnings.length > 0 ? ' ⚠' : ''}`;
+  const load = [
+    '| scenario | broker | delivered/s | p50 µs | p99 µs | p99.9 µs | lost | dup | CPU % | RSS MiB | CPU µs/msg | loadgen CPU % /proc (own) | host_other % | ELD p99 / max ms |',
+    '|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
+  ];
+  const cluster = [
+    '| scenario | leader µs/msg | follower µs/msg | follower / leader | one-node µs/msg | leader / one-node | ELD p99 / max ms, leader · followers |',
+    '|---|--:|--:|--:|--:|--:|--:|',
+  ];
+  const idle = [
+    '| scenario | broker | connections | connects/s | bytes/conn | bytes/conn at end | RSS MiB | ramp CPU % /proc | ramp host_other % | ELD p99 / max ms |',
+    '|---|---|--:|--:|--:|--:|--:|--:|--:|--:|',
+  ];
+  for (const row of rows) {
+    const r = row.result;
+    const m = r.mqttload ?? {};
+    const e = r.broker === 'mosquitto' ? 'n/a' : eld(r.procs[0]?.loopDelay ?? null);
+    const rss = perProc(r, (p) => (p.rssKb === null ? null : p.rssKb / 1024), 1);
+    if (r.idle) {
+      idle.push(
+        `| ${r.scenario} | ${r.broker}${flags(row)} | ${f(m.connected)} | ${f(m.connects_per_s)} | ${f(m.bytes_per_conn)} | ${f(m.bytes_per_conn_end)} | ${rss} | ${perProc(r, (p) => p.cpuPct)} | ${f(r.hostOtherPct)} | ${e} |`,
+      );
+      continue;
+    }
+    load.push(
+      `| ${r.scenario} | ${r.broker}${flags(row)} | ${f(m.delivered_per_s)} | ${f(m.lat_p50_us)} | ${f(m.lat_p99_us)} | ${f(m.lat_p999_us)} | ${f(m.lost)} | ${f(m.duplicates)} | ${perProc(r, (p) => p.cpuPct)} | ${rss} | ${perProc(r, (p) => p.cpuUsPerMsg, 2)} | ${lgCell(r)} | ${f(r.hostOtherPct)} | ${e} |`,
+    );
+    const c = row.cluster;
+    if (c !== null) {
+      cluster.push(
+        `| ${r.scenario}${flags(row)} | ${f(c.leaderUsPerMsg, 2)} | ${c.followerUsPerMsg.map((v) => f(v, 2)).join(' / ')} | ${c.followerOverLeader.map((v) => ratioCell(v, c.followerRatioCounts)).join(' / ')} | ${f(c.oneNodeUsPerMsg, 2)} | ${ratioCell(c.leaderOverOneNode, c.oneNodeRatioCounts)} | ${eld(r.procs[0]?.loopDelay ?? null)} · ${r.procs
+          .slice(1)
+          .map((p) => eld(p.loopDelay))
+          .join(' · ')} |`,
+      );
+    }
+  }
+  const failures = rows
+    .filter((row) => row.failedRuns > 0)
+    .map(
+      (row) =>
+        `- ${row.scenario}/${row.broker}: ${row.failedRuns} of ${row.runs} runs failed; run ${row.result.run}: ${row.result.failures.join('; ')}`,
+    );
+  const warnings = rows
+    .filter((row) => row.result.warnings.length > 0)
+    .map((row) => `- ${row.scenario}/${row.broker}: ${row.result.warnings.join('; ')}`);
+  const runs = Number(meta.runs);
+  return [
+    `Run ${String(meta.date)} at ${String(meta.commit)}: ${String(meta.cpus)} × ${String(meta.cpuModel)}, Node ${String(meta.node)}, ${String(meta.mosquitto)}, window ${String(meta.durationS)} s after ${String(meta.warmupS)} s warm-up${meta.quick === true ? ' (--quick)' : ''}${runs > 1 ? `, median of ${runs} runs` : ''}.`,
+    '',
+    'CPU %, RSS and CPU µs/msg are per broker process from /proc over the window; a cluster row lists leader / follower / follower.',
+    'CPU µs/msg: CPU time of that process per message published in the window (mqttload `sent`; fan-out delivers each to 100 subscribers).',
+    'loadgen CPU %: mqttload from /proc (its own getrusage figure in parentheses). host_other %: CPU of neither the broker processes nor mqttload.',
+    '',
+    ...load,
+    '',
+    ...(cluster.length > 2
+      ? [
+          `Cluster CPU per published message; a ratio in parentheses does not count (a row failed, or its load generator used more than ${loadgenMaxPct} % of a core).`,
+          '',
+          ...cluster,
+          '',
+        ]
+      : []),
+    ...(idle.length > 2 ? [...idle, ''] : []),
+    ...(failures.length > 0 ? ['Failed (✗):', '', ...failures, ''] : []),
+    ...(warnings.length > 0 ? ['Warnings (⚠):', '', ...warnings, ''] : []),
+  ].join('\n');
+}
