@@ -53,6 +53,8 @@ export interface DriverTransport {
   onMessage(fn: (from: number, msg: Message) => void): void;
   /** Hellos of links made from now on carry this epoch (raft/transport's Transport has it). */
   setEpoch?(epoch: unknown): void;
+  /** Writes what send() queued now rather than at the transport's own end-of-turn flush. */
+  flush?(): void;
 }
 
 /** Who this process is, for the transport's hello (DESIGN.md "Identity"). */
@@ -496,6 +498,9 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
       this.opts.logger.info({ entries: batch.length, code: r.error.code, leader: r.leader }, 'raft proposals dropped');
     }
     this.drainReady();
+    // This runs in the check phase, possibly after the transport's own flush of this turn: the
+    // append leaves now, not one turn later.
+    this.transport.flush?.();
     this.noteAccepting();
   };
 

@@ -407,6 +407,13 @@ export class Transport<M> implements LinkOwner<M> {
     this.dirty.clear();
   };
 
+  /** Writes every queued frame now instead of at the scheduled flush. The raft driver calls it
+   * after it proposes a turn's batch: that runs in the check phase, where the scheduled flush may
+   * already have run, and the append would otherwise wait a whole event-loop turn. */
+  flush(): void {
+    if (this.dirty.size > 0) this.flushAll();
+  }
+
   private flushPeer(peer: Peer<M>): void {
     const link = peer.link;
     if (link === undefined || !link.ready || peer.blocked || this.state !== 'started') return;
