@@ -96,6 +96,7 @@ export function nodeOptions(config: Config, logger: pino.Logger, tls: TlsMateria
     nodeLimits: {
       maxConnections: config['max-connections'],
       maxPendingConnections: config['max-pending-connections'],
+      listenBacklog: config['listen-backlog'],
       connectTimeoutMs: config['connect-timeout-ms'],
       maxTopicLevels: config['max-topic-levels'],
       maxTopicLength: config['max-topic-length'],

@@ -35,7 +35,7 @@ describe('configuration', { timeout: 10_000 }, () => {
     assert.equal(c['max-packet-size'], 1024 * 1024);
     assert.equal(c['max-queued-messages'], 10_000);
     assert.equal(c['max-queued-bytes'], 64 * 1024 * 1024);
-    assert.equal(c['max-inflight'], 32);
+    assert.equal(c['max-inflight'], 1_024);
     assert.equal(c['receive-maximum'], 64);
   });
 

@@ -103,7 +103,7 @@ export const SCHEMA = {
   },
   'max-inflight': {
     kind: 'int',
-    default: 32,
+    default: 1_024,
     min: 1,
     max: 65_535,
     help: "unacknowledged QoS 1/2 messages sent per session (MQTT 5: the smaller of this and the client's Receive Maximum)",
@@ -163,10 +163,17 @@ export const SCHEMA = {
   },
   'max-pending-connections': {
     kind: 'int',
-    default: 1_000,
+    default: 20_000,
     min: 1,
     max: 1_000_000,
-    help: 'sockets that have not yet sent CONNECT; a socket beyond it is closed at accept',
+    help: 'sockets that have not yet sent CONNECT; a socket beyond it is closed at accept (the default lets a fleet of that size reconnect at once after a failover)',
+  },
+  'listen-backlog': {
+    kind: 'int',
+    default: 4_096,
+    min: 1,
+    max: 65_535,
+    help: "each MQTT listener's accept queue; the kernel caps it at net.core.somaxconn. A fleet reconnecting at once after a failover overflows a short queue, and its dropped SYNs retry a second later",
   },
   'connect-timeout-ms': {
     kind: 'int',

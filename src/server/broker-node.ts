@@ -675,6 +675,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
       maxPacketSize: this.opts.maxPacketSize,
       handshakeTimeoutMs: this.limits.connectTimeoutMs,
       maxWriteBufferBytes: this.limits.maxWriteBufferBytes,
+      backlog: this.limits.listenBacklog,
     };
     const listeners = this.specs.map((spec) => new Listener(spec, this, this.opts.tls ?? null, limits));
     this.listeners = listeners;

@@ -10,6 +10,8 @@ export interface NodeLimits {
   maxConnections: number;
   /** Sockets accepted that have not yet sent CONNECT; the socket beyond it is closed at accept. */
   maxPendingConnections: number;
+  /** Each listener's accept queue (listen(2) backlog). */
+  listenBacklog: number;
   /** A socket that has not sent CONNECT within this time is closed. */
   connectTimeoutMs: number;
   /** Topic levels in a topic name or filter (v5 0x90 / 0x8F). 0: none. */
@@ -25,7 +27,8 @@ export interface NodeLimits {
 
 export const DEFAULT_NODE_LIMITS: NodeLimits = {
   maxConnections: 100_000,
-  maxPendingConnections: 1_000,
+  maxPendingConnections: 20_000,
+  listenBacklog: 4_096,
   connectTimeoutMs: 10_000,
   maxTopicLevels: 128,
   maxTopicLength: 65_535,

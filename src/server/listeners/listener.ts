@@ -40,6 +40,8 @@ export interface ListenerLimits {
   handshakeTimeoutMs: number;
   /** A WebSocket's outbound bytes above which it reports backpressure (--max-write-buffer-bytes). */
   maxWriteBufferBytes: number;
+  /** The accept queue (--listen-backlog); absent: Node's default of 511. */
+  backlog?: number;
 }
 
 /** The socket's property naming the Listener that accepted it, for the one shared close handler. */
@@ -133,7 +135,8 @@ export class Listener {
     return new Promise((resolve, reject) => {
       const onError = (err: Error): void => reject(err);
       this.raw.once('error', onError);
-      this.raw.listen({ host: this.spec.host, port }, () => {
+      const backlog = this.limits.backlog;
+      this.raw.listen({ host: this.spec.host, port, ...(backlog === undefined ? {} : { backlog }) }, () => {
         this.raw.off('error', onError);
         const addr = this.raw.address();
         resolve(typeof addr === 'object' && addr !== null ? addr.port : port);
