@@ -2,7 +2,7 @@
 // node:net or node:tls socket, callbacks rather than promises on the hot path, and the
 // acknowledgements of one read written back in one write. Independent of raftmq's own code.
 import { connect as netConnect, type Socket } from 'node:net';
-import { connect as tlsConnect } from 'node:tls';
+import { createSecureContext, type SecureContext, connect as tlsConnect } from 'node:tls';
 import mqttPacket from 'mqtt-packet';
 
 export type Packet = mqttPacket.Packet;
@@ -31,6 +31,18 @@ export type ConnectResult =
   | { ok: false; why: ConnectFailure; detail: string };
 
 export const nowMs = (): number => performance.now();
+
+/** One TLS context per CA for the whole worker: building one per connection (what passing `ca`
+ * to tls.connect does) costs more client CPU than the handshake itself. */
+const contexts = new Map<string, SecureContext>();
+function contextFor(ca: string): SecureContext {
+  let c = contexts.get(ca);
+  if (c === undefined) {
+    c = createSecureContext({ ca });
+    contexts.set(ca, c);
+  }
+  return c;
+}
 
 export class Conn {
   lastRxMs = nowMs();
@@ -110,7 +122,7 @@ export class Conn {
 export function connectMqtt(ep: Endpoint, spec: ConnectSpec, timeoutMs: number, ca: string | null): Promise<ConnectResult> {
   return new Promise((resolve) => {
     const socket = ep.tls
-      ? tlsConnect({ host: ep.host, port: ep.port, ...(ca === null ? {} : { ca }) })
+      ? tlsConnect({ host: ep.host, port: ep.port, ...(ca === null ? {} : { secureContext: contextFor(ca) }) })
       : netConnect({ host: ep.host, port: ep.port });
     socket.setNoDelay(true);
     const conn = new Conn(socket, spec.version);

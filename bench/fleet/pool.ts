@@ -31,9 +31,12 @@ export class Workers {
 
   static start(count: number): Workers {
     const procs: ChildProcess[] = [];
+    // FLEET_WORKER_PROF=DIR: the workers run under node --cpu-prof, profiles in DIR.
+    const prof = process.env.FLEET_WORKER_PROF;
+    const flags = prof === undefined || prof === '' ? [] : ['--cpu-prof', '--cpu-prof-dir', prof];
     for (let i = 0; i < count; i++) {
       procs.push(
-        spawn('/bin/sh', ['-c', `ulimit -n ${NOFILE} 2>/dev/null; exec "$0" "$@"`, process.execPath, WORKER], {
+        spawn('/bin/sh', ['-c', `ulimit -n ${NOFILE} 2>/dev/null; exec "$0" "$@"`, process.execPath, ...flags, WORKER], {
           stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
           serialization: 'advanced',
         }),

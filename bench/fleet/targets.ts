@@ -148,6 +148,8 @@ export class Target {
         'persistence false',
         'max_inflight_messages 0',
         'max_queued_messages 100000',
+        // Nagle off, as raftmq's sockets: without it a lone small packet waits for a delayed ACK.
+        'set_tcp_nodelay true',
         'user root',
         'log_dest stderr',
         'log_type error',
