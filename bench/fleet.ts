@@ -195,7 +195,7 @@ async function main(): Promise<void> {
     options: o,
     host: { cpus: cpus().length, loadavg: loadavg().map((l) => Math.round(l * 100) / 100), nofile: nofileLimit(), node: process.version },
     clock: 'latencies: process.hrtime.bigint() stamped in the payload (CLOCK_MONOTONIC, shared by all processes of this host)',
-    cpu: '/proc/PID/stat utime+stime (CLK_TCK 100) over the measured phase; cpuPct is % of one core; load = bench parent + workers',
+    cpu: '/proc/PID/stat utime+stime (CLK_TCK 100) over the measured phase; cpuPct is % of one core; load = bench parent + workers; otherCpuPct = host busy (/proc/stat) less broker and load: other work on the machine',
     rows: outcome.rows,
     failures: outcome.failures,
     notes: outcome.notes,

@@ -8,7 +8,7 @@ import { readFileSync } from 'node:fs';
 import { brokerMeter, type Ctx, failureSummary, loadMeter, type Outcome, type Row, round, sleep } from './common.js';
 import type { Pki } from './pki.js';
 import { split } from './pool.js';
-import { sampleProc } from './procstat.js';
+import { HostMeter, sampleProc } from './procstat.js';
 import type { ConnectReply } from './protocol.js';
 import { Target } from './targets.js';
 
@@ -35,8 +35,10 @@ export async function runConnect(ctx: Ctx, pki: Pki): Promise<Outcome> {
       const before = sampleProc(node.pid);
       const loadCpu = loadMeter(workers);
       const brokerCpu = brokerMeter(target);
+      const host = new HostMeter();
       loadCpu.start();
       brokerCpu.start();
+      host.start();
       const replies = await workers.all<ConnectReply>('connect', (i) => ({
         ids: parts[i],
         prefix: `${transport}-`,
@@ -54,6 +56,7 @@ export async function runConnect(ctx: Ctx, pki: Pki): Promise<Outcome> {
       }));
       const load = loadCpu.end();
       const broker = brokerCpu.end();
+      const hostCpu = host.end(broker.cpuS + load.cpuS);
       const after = sampleProc(node.pid);
       const connected = replies.reduce((s, r) => s + r.connected, 0);
       let first = 0n;
@@ -79,6 +82,7 @@ export async function runConnect(ctx: Ctx, pki: Pki): Promise<Outcome> {
         bytesPerConn: rssGrowth === null || connected === 0 ? null : round(rssGrowth / connected, 0),
         loadCpuS: load.cpuS,
         loadCpuPct: load.cpuPct,
+        otherCpuPct: hostCpu.otherCpuPct,
       });
       if (connected < o.clients) {
         const first = replies.map((r) => r.firstFailure).find((f) => f !== '') ?? '';

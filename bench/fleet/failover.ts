@@ -18,6 +18,7 @@
 import { brokerMeter, type Ctx, hr, loadMeter, msSince, type Outcome, type Row, round, sleep } from './common.js';
 import { connectDevices } from './devices.js';
 import { Hist, quantiles } from './histogram.js';
+import { HostMeter } from './procstat.js';
 import type { CmdCheck, FailoverStatus } from './protocol.js';
 import { portOpen, type Target } from './targets.js';
 
@@ -61,7 +62,9 @@ export async function runFailover(ctx: Ctx, target: Target): Promise<Outcome> {
   const killedMs = msSince(killNs, hr());
   if (inPlace) victim.spawn();
   const brokerCpu = brokerMeter(target);
+  const host = new HostMeter();
   brokerCpu.start();
+  host.start();
   // When an MQTT port accepts again (probed from here, 20 ms apart, bounded).
   let listenMs: number | null = null;
   const probeUntil = Date.now() + o.reconnectDeadlineS * 1000;
@@ -85,6 +88,7 @@ export async function runFailover(ctx: Ctx, target: Target): Promise<Outcome> {
   await probe;
   const broker = brokerCpu.end();
   const load = loadCpu.end();
+  const hostCpu = host.end(broker.cpuS + load.cpuS);
   const sum = (f: (s: FailoverStatus) => number): number => statuses.reduce((s, st) => s + f(st), 0);
   const withSession: number[] = [];
   const all: number[] = [];
@@ -178,6 +182,7 @@ export async function runFailover(ctx: Ctx, target: Target): Promise<Outcome> {
     brokerRssMiB: Math.max(0, ...broker.procs.map((p) => p.rssMiB)),
     loadCpuS: load.cpuS,
     loadCpuPct: load.cpuPct,
+    otherCpuPct: hostCpu.otherCpuPct,
   };
   const missingSample = check.flatMap((c) => c.missingSample).slice(0, 20);
   const dead = target.deadNodes().filter((n) => n !== victim);

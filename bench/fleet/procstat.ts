@@ -75,3 +75,34 @@ export class CpuMeter {
     return { wallS: Math.round(wallS * 100) / 100, procs: out, cpuS, cpuPct: Math.round((1000 * cpuS) / wallS) / 10 };
   }
 }
+
+/** Busy CPU of the whole host (all cores, /proc/stat) in clock ticks: total less idle and iowait. */
+function hostBusyS(): number {
+  try {
+    const f = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
+    const total = f.reduce((s, v) => s + v, 0);
+    return (total - (f[3] ?? 0) - (f[4] ?? 0)) / CLK_TCK;
+  } catch {
+    return 0;
+  }
+}
+
+/** The host's busy CPU over a phase, so a row can say how much of the machine other work took:
+ * other = host busy less the bench's own processes (broker and load generator). */
+export class HostMeter {
+  private busy0 = 0;
+  private t0 = 0;
+
+  start(): void {
+    this.busy0 = hostBusyS();
+    this.t0 = performance.now();
+  }
+
+  /** Host busy and "other" CPU in % of one core; `ownCpuS` is the bench's own CPU over the phase. */
+  end(ownCpuS: number): { hostBusyPct: number; otherCpuPct: number } {
+    const wallS = (performance.now() - this.t0) / 1000;
+    const busy = hostBusyS() - this.busy0;
+    const pct = (v: number): number => Math.round((1000 * v) / wallS) / 10;
+    return { hostBusyPct: pct(busy), otherCpuPct: pct(Math.max(0, busy - ownCpuS)) };
+  }
+}

@@ -7,10 +7,11 @@
 // the warm-up); after the window the publishers stop and the run waits for everything in flight.
 // --find-max steps the per-device rate up by --step-factor (at most --max-steps steps) and stops
 // at the first step that does not hold: p99 over --p99-limit-ms, any loss, or a publish skipped
-// because a device already had 32 unacknowledged.
+// (a device already had 32 unacknowledged, or the command backend's queue was full).
 import { brokerMeter, type Ctx, hr, loadMeter, type Outcome, type Row, round, sleep } from './common.js';
 import { connectDevices } from './devices.js';
 import { Hist } from './histogram.js';
+import { HostMeter } from './procstat.js';
 import type { FleetCollect, FleetProgress } from './protocol.js';
 import type { Target } from './targets.js';
 
@@ -65,11 +66,14 @@ export async function runFleet(ctx: Ctx, target: Target): Promise<Outcome> {
     const loadCpu = loadMeter(workers);
     const brokerCpu = brokerMeter(target);
     await sleep(Math.max(0, Number(winStartNs - hr()) / 1e6));
+    const host = new HostMeter();
     loadCpu.start();
     brokerCpu.start();
+    host.start();
     await sleep(Math.max(0, Number(winEndNs - hr()) / 1e6));
     const load = loadCpu.end();
     const broker = brokerCpu.end();
+    const hostCpu = host.end(broker.cpuS + load.cpuS);
     // Drain: publishers stopped, nothing unacknowledged, nothing more arriving.
     const drainUntil = Date.now() + DRAIN_MAX_MS;
     let lastReceived = -1;
@@ -107,7 +111,10 @@ export async function runFleet(ctx: Ctx, target: Target): Promise<Outcome> {
     const sumOf = (f: (w: FleetCollect) => number): number => c.reduce((s, w) => s + f(w), 0);
     const cmdSent = sumOf((w) => w.cmdSent);
     const cmdReceived = sumOf((w) => w.cmdReceived);
-    const skipped = sumOf((w) => w.skippedInflight) + sumOf((w) => w.skippedDown) + sumOf((w) => w.cmdSkipped);
+    const skippedInflight = sumOf((w) => w.skippedInflight);
+    const skippedDown = sumOf((w) => w.skippedDown);
+    const cmdSkipped = sumOf((w) => w.cmdSkipped);
+    const skipped = skippedInflight + skippedDown + cmdSkipped;
     const dead = target.deadNodes();
     const connLost = sumOf((w) => w.connLost) + sumOf((w) => w.consumerLost);
     const leader = broker.procs.find((p) => p.pid === target.nodes[serving]!.pid);
@@ -128,7 +135,9 @@ export async function runFleet(ctx: Ctx, target: Target): Promise<Outcome> {
       cmdLost: Math.max(0, cmdSent - cmdReceived),
       cmdP50Ms: cmdLat.p50Ms,
       cmdP99Ms: cmdLat.p99Ms,
-      skipped,
+      skippedInflight,
+      skippedDown,
+      cmdSkipped,
       genBehindMaxMs: Math.max(...c.map((w) => w.maxBehindMs)),
       drained,
       holds,
@@ -136,6 +145,7 @@ export async function runFleet(ctx: Ctx, target: Target): Promise<Outcome> {
       leaderCpuPct: leader?.cpuPct ?? null,
       brokerRssMiB: leader?.rssMiB ?? null,
       loadCpuPct: load.cpuPct,
+      otherCpuPct: hostCpu.otherCpuPct,
       windowS: broker.wallS,
     });
     if (dead.length > 0) failures.push(`broker died: ${dead.map((n) => `${n.role} (PID ${n.pid})`).join(', ')}`);

@@ -29,6 +29,7 @@ const TICK_MS = 5;
  * (below raftmq's default Receive Maximum of 64). */
 const DEVICE_INFLIGHT_MAX = 32;
 const CLOSE_WAIT_MS = 5_000;
+const COMMAND_QUEUE_MAX = 100_000;
 
 const hr = (): bigint => hrtime.bigint();
 
@@ -73,7 +74,25 @@ let ca: string | null = null;
 let devices: Device[] = [];
 let plain: Conn[] = [];
 let consumers: Conn[] = [];
-let commander: { conn: Conn; inflight: number; max: number } | null = null;
+interface PendingCommand {
+  topic: string;
+  payload: Buffer;
+}
+/** The command backend: one connection, at most the broker's Receive Maximum (or 1000) in flight,
+ * the rest queued here in order, as a backend would. */
+interface Commander {
+  conn: Conn;
+  inflight: number;
+  max: number;
+  queue: PendingCommand[];
+  head: number;
+}
+let commander: Commander | null = null;
+
+function sendCommand(cm: Commander, c: PendingCommand): void {
+  cm.inflight++;
+  cm.conn.send({ cmd: 'publish', topic: c.topic, qos: 1, messageId: cm.conn.packetId(), dup: false, retain: false, payload: c.payload });
+}
 let failover: ArmArgs | null = null;
 let failoverDeadline = 0;
 const counters = {
@@ -524,9 +543,15 @@ async function fleetStart(a: FleetStartArgs): Promise<{ error: string }> {
         cmds.ca,
       );
       if (!r.ok) return { error: `command backend: ${r.why} ${r.detail}` };
-      const cm = { conn: r.conn, inflight: 0, max: Math.min(1000, r.receiveMaximum) };
+      const cm: Commander = { conn: r.conn, inflight: 0, max: Math.min(1000, r.receiveMaximum), queue: [], head: 0 };
       r.conn.onPacket = (p) => {
-        if (p.cmd === 'puback' && cm.inflight > 0) cm.inflight--;
+        if (p.cmd !== 'puback') return;
+        if (cm.inflight > 0) cm.inflight--;
+        while (cm.inflight < cm.max && cm.head < cm.queue.length) sendCommand(cm, cm.queue[cm.head++] as PendingCommand);
+        if (cm.head === cm.queue.length) {
+          cm.queue = [];
+          cm.head = 0;
+        }
       };
       r.conn.onClose = () => {
         consumerLost++;
@@ -535,34 +560,24 @@ async function fleetStart(a: FleetStartArgs): Promise<{ error: string }> {
     }
     const cm = commander;
     schedule(cmds.rate, a.winEndNs, (k) => {
-      if (cm.conn.closed) {
-        cmdSkipped++;
-        return;
-      }
-      if (cm.inflight >= cm.max) {
+      if (cm.conn.closed || cm.queue.length - cm.head >= COMMAND_QUEUE_MAX) {
         cmdSkipped++;
         return;
       }
       const id = cmds.ids[k % cmds.ids.length] as number;
       const measured = inWindow(hr());
-      cm.inflight++;
-      cm.conn.send({
-        cmd: 'publish',
-        topic: `devices/${id}/cmd`,
-        qos: 1,
-        messageId: cm.conn.packetId(),
-        dup: false,
-        retain: false,
-        payload: payload(KIND_CMD, measured, id, k, a.payloadBytes),
-      });
+      // Stamped now: time spent queued behind the broker's Receive Maximum counts as latency.
+      const c: PendingCommand = { topic: `devices/${id}/cmd`, payload: payload(KIND_CMD, measured, id, k, a.payloadBytes) };
       if (measured) cmdSent++;
+      if (cm.inflight < cm.max) sendCommand(cm, c);
+      else cm.queue.push(c);
     });
   }
   return { error: '' };
 }
 
 function fleetProgress(): FleetProgress {
-  let inflight = commander?.inflight ?? 0;
+  let inflight = commander === null ? 0 : commander.inflight + commander.queue.length - commander.head;
   for (const d of devices) if (d.up) inflight += d.inflight;
   return { inflight, telemetryReceived, publishersDone: schedulersRunning === 0 };
 }
