@@ -16,15 +16,12 @@
 // keepalive seconds, the link dead after 1.5 x keepalive without any packet. Times then include
 // that detection (between 0.5 and 1.5 x keepalive after the kill).
 import { brokerMeter, type Ctx, hr, loadMeter, msSince, type Outcome, type Row, round, sleep } from './common.js';
-import { connectDevices } from './devices.js';
+import { ATTEMPT_TIMEOUT_MS, connectDevices, devicesUp, reconnectLoop } from './devices.js';
 import { Hist, quantiles } from './histogram.js';
 import { HostMeter } from './procstat.js';
 import type { CmdCheck, FailoverStatus } from './protocol.js';
 import { portOpen, type Target } from './targets.js';
 
-const BACKOFF_MIN_MS = 500;
-const BACKOFF_MAX_MS = 1500;
-const ATTEMPT_TIMEOUT_MS = 5_000;
 const POLL_MS = 500;
 const SETTLE_MS = 1_000;
 const DELIVERY_WAIT_MS = 15_000;
@@ -35,8 +32,7 @@ export async function runFailover(ctx: Ctx, target: Target): Promise<Outcome> {
   const notes: string[] = [];
   const inPlace = target.kind !== 'raftmq-cluster';
   const keepaliveS = o.detect === 'keepalive' ? o.keepaliveS : Math.max(o.keepaliveS, 60);
-  const serving = await target.serving(20_000);
-  const setup = await connectDevices(ctx, target, serving, keepaliveS);
+  const setup = await connectDevices(ctx, target, keepaliveS);
   if (setup.connected < o.clients) {
     failures.push(
       `setup: ${o.clients - setup.connected} of ${o.clients} devices did not connect and subscribe (${setup.failures}; first: ${setup.firstFailure})`,
@@ -45,14 +41,14 @@ export async function runFailover(ctx: Ctx, target: Target): Promise<Outcome> {
   }
   // With --detect keepalive every device first completes a ping round, at its own phase.
   await sleep(SETTLE_MS + (o.detect === 'keepalive' ? keepaliveS * 1000 : 0));
-  await workers.all('arm', () => ({
-    mode: o.detect,
-    backoffMinMs: BACKOFF_MIN_MS,
-    backoffMaxMs: BACKOFF_MAX_MS,
-    deadlineMs: o.reconnectDeadlineS * 1000,
-    attemptTimeoutMs: ATTEMPT_TIMEOUT_MS,
-    resubscribe: true,
-  }));
+  const before = await devicesUp(ctx);
+  if (before.up < o.clients) {
+    failures.push(`before the kill: only ${before.up} of ${o.clients} devices connected`);
+    return { rows: [], failures, notes, details: { setup } };
+  }
+  const serving = await target.serving(20_000);
+  // Counters and times from here on are the failover's.
+  await workers.all('arm', () => reconnectLoop(o.reconnectDeadlineS, o.detect));
   const victim = target.nodes[serving]!;
   const others = target.nodes.filter((n) => n !== victim);
   const loadCpu = loadMeter(workers);
@@ -149,6 +145,8 @@ export async function runFailover(ctx: Ctx, target: Target): Promise<Outcome> {
     clients: o.clients,
     setupS: setup.setupS,
     setupConnectsPerS: setup.connectsPerS,
+    setupRetried: setup.retried,
+    setupLosses: setup.losses,
     killMs: round(killedMs, 1),
     listenMs,
     back: all.length,

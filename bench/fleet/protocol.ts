@@ -39,6 +39,7 @@ export interface ConnectReply {
   connected: number;
   failures: Record<string, number>;
   firstFailure: string;
+  failedIds: number[];
   sessionPresent: number;
   firstStartNs: bigint;
   lastConnackNs: bigint;
@@ -68,6 +69,10 @@ export interface FailoverStatus {
   rcRefused: number;
   gaveUp: number;
   lostAgain: number;
+  /** Connection losses the devices noticed (each starts a reconnect). */
+  losses: number;
+  /** Devices connected now. */
+  up: number;
   resubscribed: number;
   resubscribeFailed: number;
   pendingResubscribe: number;

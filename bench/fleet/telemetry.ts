@@ -9,7 +9,7 @@
 // at the first step that does not hold: p99 over --p99-limit-ms, any loss, or a publish skipped
 // (a device already had 32 unacknowledged, or the command backend's queue was full).
 import { brokerMeter, type Ctx, hr, loadMeter, type Outcome, type Row, round, sleep } from './common.js';
-import { connectDevices } from './devices.js';
+import { connectDevices, devicesUp } from './devices.js';
 import { Hist } from './histogram.js';
 import { HostMeter } from './procstat.js';
 import type { FleetCollect, FleetProgress } from './protocol.js';
@@ -24,15 +24,15 @@ export async function runFleet(ctx: Ctx, target: Target): Promise<Outcome> {
   const { o, workers } = ctx;
   const failures: string[] = [];
   const notes: string[] = [];
-  const serving = await target.serving(20_000);
-  const ep = target.endpoints(false)[serving]!;
-  const setup = await connectDevices(ctx, target, serving, o.keepaliveS);
+  const setup = await connectDevices(ctx, target, o.keepaliveS);
   if (setup.connected < o.clients) {
     failures.push(
       `setup: ${o.clients - setup.connected} of ${o.clients} devices did not connect and subscribe (${setup.failures}; first: ${setup.firstFailure})`,
     );
     return { rows: [], failures, notes, details: { setup } };
   }
+  const serving = await target.serving(20_000);
+  const ep = target.endpoints(false)[serving]!;
   const cons = await workers.all<{ connected: number; error: string }>('consumers', (i) => ({
     endpoint: ep,
     ca: null,
@@ -50,6 +50,7 @@ export async function runFleet(ctx: Ctx, target: Target): Promise<Outcome> {
   let best: number | null = null;
   for (const rate of rates) {
     const cmdRate = o.cmdRate ?? cmdIds.length * rate;
+    const lossesBefore = (await devicesUp(ctx)).losses;
     const t0 = hr();
     const winStartNs = t0 + BigInt(Math.round(o.warmupS * 1e9));
     const winEndNs = winStartNs + BigInt(Math.round(o.windowS * 1e9));
@@ -116,9 +117,11 @@ export async function runFleet(ctx: Ctx, target: Target): Promise<Outcome> {
     const cmdSkipped = sumOf((w) => w.cmdSkipped);
     const skipped = skippedInflight + skippedDown + cmdSkipped;
     const dead = target.deadNodes();
-    const connLost = sumOf((w) => w.connLost) + sumOf((w) => w.consumerLost);
+    const backendLost = sumOf((w) => w.consumerLost);
+    const deviceLosses = (await devicesUp(ctx)).losses - lossesBefore;
     const leader = broker.procs.find((p) => p.pid === target.nodes[serving]!.pid);
-    const holds = lost === 0 && cmdReceived >= cmdSent && skipped === 0 && (lat.p99Ms ?? Infinity) <= o.p99LimitMs && drained;
+    const holds =
+      deviceLosses === 0 && lost === 0 && cmdReceived >= cmdSent && skipped === 0 && (lat.p99Ms ?? Infinity) <= o.p99LimitMs && drained;
     rows.push({
       target: target.kind,
       clients: o.clients,
@@ -135,6 +138,7 @@ export async function runFleet(ctx: Ctx, target: Target): Promise<Outcome> {
       cmdLost: Math.max(0, cmdSent - cmdReceived),
       cmdP50Ms: cmdLat.p50Ms,
       cmdP99Ms: cmdLat.p99Ms,
+      deviceReconnects: deviceLosses,
       skippedInflight,
       skippedDown,
       cmdSkipped,
@@ -149,7 +153,7 @@ export async function runFleet(ctx: Ctx, target: Target): Promise<Outcome> {
       windowS: broker.wallS,
     });
     if (dead.length > 0) failures.push(`broker died: ${dead.map((n) => `${n.role} (PID ${n.pid})`).join(', ')}`);
-    if (connLost > 0) failures.push(`${connLost} connections lost during the run at ${rate} msg/s per device`);
+    if (backendLost > 0) failures.push(`${backendLost} backend connections (consumers, command backend) lost at ${rate} msg/s per device`);
     if (!o.findMax) {
       if (lost > 0) failures.push(`${lost} of ${sent} telemetry messages lost at ${rate} msg/s per device`);
       if (cmdSent > cmdReceived) failures.push(`${cmdSent - cmdReceived} of ${cmdSent} commands lost`);

@@ -53,7 +53,10 @@ interface Device {
   spec: ConnectSpec;
   up: boolean;
   nodeIndex: number;
-  inflight: number;
+  /** Telemetry publishes not yet acknowledged, by packet id: resent (DUP) after a reconnect
+   * that finds the session, as MQTT asks of a client. */
+  unacked: Map<number, Buffer>;
+  nextPid: number;
   maxInflight: number;
   seq: number;
   cmdTopic: string;
@@ -103,6 +106,7 @@ const counters = {
   rcRefused: 0,
   gaveUp: 0,
   lostAgain: 0,
+  losses: 0,
 };
 
 // fleet state
@@ -139,7 +143,7 @@ async function windowed<T>(items: T[], window: number, fn: (t: T) => Promise<voi
 function onDevicePacket(d: Device, conn: Conn, p: Packet): void {
   switch (p.cmd) {
     case 'puback':
-      if (d.inflight > 0) d.inflight--;
+      if (p.messageId !== undefined) d.unacked.delete(p.messageId);
       return;
     case 'publish': {
       if (p.qos > 0 && p.messageId !== undefined) conn.ack(p.messageId);
@@ -167,7 +171,6 @@ function onDevicePacket(d: Device, conn: Conn, p: Packet): void {
 function attach(d: Device, conn: Conn, receiveMaximum: number): void {
   d.conn = conn;
   d.up = true;
-  d.inflight = 0;
   d.maxInflight = Math.min(DEVICE_INFLIGHT_MAX, receiveMaximum);
   conn.onPacket = (p) => onDevicePacket(d, conn, p);
   conn.onClose = () => {
@@ -208,6 +211,7 @@ async function connectDevices(a: ConnectArgs): Promise<ConnectReply> {
   let sessionPresent = 0;
   let firstStartNs = 0n;
   let lastConnackNs = 0n;
+  const failedIds: number[] = [];
   const fail = (why: string, detail: string): void => {
     failures[why] = (failures[why] ?? 0) + 1;
     if (firstFailure === '') firstFailure = `${why}: ${detail}`;
@@ -225,6 +229,7 @@ async function connectDevices(a: ConnectArgs): Promise<ConnectReply> {
     const r = await connectMqtt(a.endpoint, spec, a.timeoutMs, a.ca);
     if (!r.ok) {
       fail(r.why, r.detail);
+      failedIds.push(id);
       return;
     }
     lastConnackNs = hr();
@@ -243,7 +248,8 @@ async function connectDevices(a: ConnectArgs): Promise<ConnectReply> {
       spec: { ...spec, clean: false },
       up: false,
       nodeIndex: a.nodeIndex,
-      inflight: 0,
+      unacked: new Map(),
+      nextPid: 1,
       maxInflight: DEVICE_INFLIGHT_MAX,
       seq: 0,
       cmdTopic: `devices/${id}/cmd`,
@@ -262,13 +268,15 @@ async function connectDevices(a: ConnectArgs): Promise<ConnectReply> {
     r.conn.lastTxMs = nowMs() - Math.random() * d.keepaliveMs;
     if (!(await subscribe(d, a.timeoutMs))) {
       fail('suback', `SUBSCRIBE ${d.cmdTopic} refused or unanswered`);
+      failedIds.push(id);
+      d.conn = null;
       r.conn.destroy();
       return;
     }
     devices.push(d);
     connected++;
   });
-  return { connected, failures, firstFailure, sessionPresent, firstStartNs, lastConnackNs };
+  return { connected, failures, firstFailure, failedIds, sessionPresent, firstStartNs, lastConnackNs };
 }
 
 // ---- failover: the device's reconnect loop ----
@@ -280,6 +288,7 @@ function backoffMs(): number {
 
 function lost(d: Device): void {
   if (d.reconnecting) return;
+  counters.losses++;
   if (d.backAtNs !== 0n) counters.lostAgain++;
   d.reconnecting = true;
   d.up = false;
@@ -315,6 +324,13 @@ async function attempt(d: Device): Promise<void> {
   d.sessionPresent = r.sessionPresent ? 1 : 0;
   d.reconnecting = false;
   attach(d, r.conn, r.receiveMaximum);
+  if (r.sessionPresent) {
+    for (const [messageId, pl] of d.unacked) {
+      r.conn.send({ cmd: 'publish', topic: d.telemetryTopic, qos: 1, messageId, dup: true, retain: false, payload: pl });
+    }
+  } else {
+    d.unacked.clear();
+  }
   if (!r.sessionPresent && f.resubscribe) {
     // As a device does when its session is gone: subscribe again.
     d.resubscribe = 'pending';
@@ -322,9 +338,17 @@ async function attempt(d: Device): Promise<void> {
   }
 }
 
+/** Starts (or restarts, with counters and per-device times cleared) the reconnect loop. */
 function arm(a: ArmArgs): void {
   failover = a;
   failoverDeadline = nowMs() + a.deadlineMs;
+  for (const k of Object.keys(counters) as (keyof typeof counters)[]) counters[k] = 0;
+  for (const d of devices) {
+    d.backAtNs = 0n;
+    d.lostAtNs = 0n;
+    d.sessionPresent = -1;
+    d.resubscribe = 'none';
+  }
 }
 
 function failoverStatus(): FailoverStatus {
@@ -338,9 +362,11 @@ function failoverStatus(): FailoverStatus {
     resubscribed: 0,
     resubscribeFailed: 0,
     pendingResubscribe: 0,
+    up: 0,
   };
   devices.forEach((d, i) => {
     s.ids[i] = d.id;
+    if (d.up) s.up++;
     s.backAtNs[i] = d.up ? d.backAtNs : 0n;
     s.lostAtNs[i] = d.lostAtNs;
     s.sessionPresent[i] = d.up && d.backAtNs !== 0n ? d.sessionPresent : -1;
@@ -514,22 +540,18 @@ async function fleetStart(a: FleetStartArgs): Promise<{ error: string }> {
         skippedDown++;
         return;
       }
-      if (d.inflight >= d.maxInflight) {
+      if (d.unacked.size >= d.maxInflight) {
         skippedInflight++;
         return;
       }
       const measured = inWindow(hr());
       d.seq++;
-      d.inflight++;
-      c.send({
-        cmd: 'publish',
-        topic: d.telemetryTopic,
-        qos: 1,
-        messageId: c.packetId(),
-        dup: false,
-        retain: false,
-        payload: payload(KIND_TELEMETRY, measured, d.id, d.seq, a.payloadBytes),
-      });
+      let messageId = d.nextPid;
+      while (d.unacked.has(messageId)) messageId = messageId === 65_535 ? 1 : messageId + 1;
+      d.nextPid = messageId === 65_535 ? 1 : messageId + 1;
+      const pl = payload(KIND_TELEMETRY, measured, d.id, d.seq, a.payloadBytes);
+      d.unacked.set(messageId, pl);
+      c.send({ cmd: 'publish', topic: d.telemetryTopic, qos: 1, messageId, dup: false, retain: false, payload: pl });
       if (measured && d.id < sent.length) sent[d.id] = (sent[d.id] as number) + 1;
     });
   }
@@ -578,7 +600,7 @@ async function fleetStart(a: FleetStartArgs): Promise<{ error: string }> {
 
 function fleetProgress(): FleetProgress {
   let inflight = commander === null ? 0 : commander.inflight + commander.queue.length - commander.head;
-  for (const d of devices) if (d.up) inflight += d.inflight;
+  for (const d of devices) inflight += d.unacked.size;
   return { inflight, telemetryReceived, publishersDone: schedulersRunning === 0 };
 }
 
