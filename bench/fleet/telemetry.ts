@@ -47,6 +47,7 @@ export async function runFleet(ctx: Ctx, target: Target): Promise<Outcome> {
   const rates: number[] = [];
   for (let k = 0; k < (o.findMax ? o.maxSteps : 1); k++) rates.push(round(o.ratePerDevice * o.stepFactor ** k, 3));
   const rows: Row[] = [];
+  const steps: unknown[] = [];
   let best: number | null = null;
   for (const rate of rates) {
     const cmdRate = o.cmdRate ?? cmdIds.length * rate;
@@ -152,6 +153,7 @@ export async function runFleet(ctx: Ctx, target: Target): Promise<Outcome> {
       otherCpuPct: hostCpu.otherCpuPct,
       windowS: broker.wallS,
     });
+    steps.push({ ratePerDevice: rate, brokerProcs: broker.procs, loadProcs: load.procs });
     if (dead.length > 0) failures.push(`broker died: ${dead.map((n) => `${n.role} (PID ${n.pid})`).join(', ')}`);
     if (backendLost > 0) failures.push(`${backendLost} backend connections (consumers, command backend) lost at ${rate} msg/s per device`);
     if (!o.findMax) {
@@ -170,5 +172,5 @@ export async function runFleet(ctx: Ctx, target: Target): Promise<Outcome> {
         : `${target.kind} holds ${best} msg/s per device (${round(best * o.clients, 0)} msg/s in) with p99 <= ${o.p99LimitMs} ms and no loss; the next step did not${rows.length === rates.length && rows.at(-1)?.holds === true ? ' exist (raise --max-steps)' : ''}`,
     );
   }
-  return { rows, failures, notes, details: { setup, bestRatePerDevice: best } };
+  return { rows, failures, notes, details: { setup, bestRatePerDevice: best, steps } };
 }

@@ -264,8 +264,6 @@ async function connectDevices(a: ConnectArgs): Promise<ConnectReply> {
       subWaiter: null,
     };
     attach(d, r.conn, r.receiveMaximum);
-    // Devices of a fleet ping at phases of their own, not all at once.
-    r.conn.lastTxMs = nowMs() - Math.random() * d.keepaliveMs;
     if (!(await subscribe(d, a.timeoutMs))) {
       fail('suback', `SUBSCRIBE ${d.cmdTopic} refused or unanswered`);
       failedIds.push(id);
@@ -273,6 +271,8 @@ async function connectDevices(a: ConnectArgs): Promise<ConnectReply> {
       r.conn.destroy();
       return;
     }
+    // Devices of a fleet ping at phases of their own, not all at once.
+    r.conn.lastTxMs = nowMs() - Math.random() * d.keepaliveMs;
     devices.push(d);
     connected++;
   });
