@@ -161,7 +161,7 @@ async function main(): Promise<void> {
   const startedAt = new Date().toISOString();
   const workers = Workers.start(o.workers);
   const ctx: Ctx = { o, workers, dir };
-  let outcome: Outcome;
+  let outcome: Outcome = { rows: [], failures: ['run did not finish'], notes: [], details: {} };
   let target: Target | null = null;
   let pkiDir: string | null = null;
   try {
@@ -176,6 +176,9 @@ async function main(): Promise<void> {
   } catch (err) {
     outcome = { rows: [], failures: [`run aborted: ${(err as Error).stack ?? String(err)}`], notes: [], details: {} };
   } finally {
+    if (target !== null && outcome.failures.length > 0) {
+      outcome.details.brokerOutput = target.nodes.map((n) => ({ role: n.role, pid: n.pid, alive: n.alive, tail: n.tail }));
+    }
     await workers.all('close-all', () => ({}), 20_000).catch(() => {});
     await workers.stop();
     if (target !== null) await target.stop();

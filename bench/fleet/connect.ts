@@ -80,8 +80,10 @@ export async function runConnect(ctx: Ctx, pki: Pki): Promise<Outcome> {
         rssBeforeMiB: before === null ? null : round(before.rssBytes / 1048576, 1),
         rssAfterMiB: after === null ? null : round(after.rssBytes / 1048576, 1),
         bytesPerConn: rssGrowth === null || connected === 0 ? null : round(rssGrowth / connected, 0),
+        brokerCpuMsPerConn: connected === 0 ? null : round((1000 * broker.cpuS) / connected, 3),
         loadCpuS: load.cpuS,
         loadCpuPct: load.cpuPct,
+        loadCpuMsPerConn: connected === 0 ? null : round((1000 * load.cpuS) / connected, 3),
         otherCpuPct: hostCpu.otherCpuPct,
       });
       if (connected < o.clients) {
