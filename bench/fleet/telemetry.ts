@@ -119,6 +119,8 @@ export async function runFleet(ctx: Ctx, target: Target): Promise<Outcome> {
     const skipped = skippedInflight + skippedDown + cmdSkipped;
     const dead = target.deadNodes();
     const backendLost = sumOf((w) => w.consumerLost);
+    const servingNow = await target.serving(10_000).catch(() => -1);
+    const moved = servingNow !== serving;
     const deviceLosses = (await devicesUp(ctx)).losses - lossesBefore;
     const leader = broker.procs.find((p) => p.pid === target.nodes[serving]!.pid);
     const holds =
@@ -139,6 +141,7 @@ export async function runFleet(ctx: Ctx, target: Target): Promise<Outcome> {
       cmdLost: Math.max(0, cmdSent - cmdReceived),
       cmdP50Ms: cmdLat.p50Ms,
       cmdP99Ms: cmdLat.p99Ms,
+      servingMoved: moved,
       deviceReconnects: deviceLosses,
       skippedInflight,
       skippedDown,
@@ -155,6 +158,12 @@ export async function runFleet(ctx: Ctx, target: Target): Promise<Outcome> {
     });
     steps.push({ ratePerDevice: rate, brokerProcs: broker.procs, loadProcs: load.procs });
     if (dead.length > 0) failures.push(`broker died: ${dead.map((n) => `${n.role} (PID ${n.pid})`).join(', ')}`);
+    if (moved) {
+      const to = servingNow === -1 ? 'no node' : target.nodes[servingNow]!.role;
+      failures.push(
+        `the serving node changed during the step at ${rate} msg/s per device: ${target.nodes[serving]!.role} -> ${to} (${deviceLosses} device reconnects)`,
+      );
+    }
     if (backendLost > 0) failures.push(`${backendLost} backend connections (consumers, command backend) lost at ${rate} msg/s per device`);
     if (!o.findMax) {
       if (lost > 0) failures.push(`${lost} of ${sent} telemetry messages lost at ${rate} msg/s per device`);
