@@ -32,6 +32,7 @@ const COLUMNS: Record<string, string[]> = {
     'ratePerDevice',
     'deliveredPerS',
     'lost',
+    'unacked',
     'p50Ms',
     'p99Ms',
     'maxMs',

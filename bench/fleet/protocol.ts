@@ -132,6 +132,10 @@ export interface FleetCollect {
   skippedDown: number;
   cmdSkipped: number;
   maxBehindMs: number;
+  /** Telemetry publishes the broker never acknowledged (still unacked at collection). */
+  unacked: number;
+  /** Commands not acknowledged: in flight or still queued in the command backend. */
+  cmdUnacked: number;
   connLost: number;
   consumerLost: number;
 }

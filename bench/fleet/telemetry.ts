@@ -113,6 +113,8 @@ export async function runFleet(ctx: Ctx, target: Target): Promise<Outcome> {
     const sumOf = (f: (w: FleetCollect) => number): number => c.reduce((s, w) => s + f(w), 0);
     const cmdSent = sumOf((w) => w.cmdSent);
     const cmdReceived = sumOf((w) => w.cmdReceived);
+    const unacked = sumOf((w) => w.unacked);
+    const cmdUnacked = sumOf((w) => w.cmdUnacked);
     const skippedInflight = sumOf((w) => w.skippedInflight);
     const skippedDown = sumOf((w) => w.skippedDown);
     const cmdSkipped = sumOf((w) => w.cmdSkipped);
@@ -133,12 +135,14 @@ export async function runFleet(ctx: Ctx, target: Target): Promise<Outcome> {
       sentPerS: round(sent / o.windowS, 0),
       deliveredPerS: round(received / o.windowS, 0),
       lost,
+      unacked,
       duplicates: dup,
       p50Ms: lat.p50Ms,
       p99Ms: lat.p99Ms,
       maxMs: lat.maxMs,
       cmdPerS: round(cmdSent / o.windowS, 0),
       cmdLost: Math.max(0, cmdSent - cmdReceived),
+      cmdUnacked,
       cmdP50Ms: cmdLat.p50Ms,
       cmdP99Ms: cmdLat.p99Ms,
       servingMoved: moved,
@@ -166,8 +170,15 @@ export async function runFleet(ctx: Ctx, target: Target): Promise<Outcome> {
     }
     if (backendLost > 0) failures.push(`${backendLost} backend connections (consumers, command backend) lost at ${rate} msg/s per device`);
     if (!o.findMax) {
-      if (lost > 0) failures.push(`${lost} of ${sent} telemetry messages lost at ${rate} msg/s per device`);
-      if (cmdSent > cmdReceived) failures.push(`${cmdSent - cmdReceived} of ${cmdSent} commands lost`);
+      if (lost > 0) {
+        failures.push(
+          `${lost} of ${sent} telemetry messages not delivered at ${rate} msg/s per device (${unacked} publishes never acknowledged by the broker at the end)`,
+        );
+      }
+      if (cmdSent > cmdReceived)
+        failures.push(
+          `${cmdSent - cmdReceived} of ${cmdSent} commands not delivered (${cmdUnacked} not acknowledged or still queued behind them)`,
+        );
       if (!drained) failures.push(`not drained within ${DRAIN_MAX_MS} ms after the window`);
     }
     if (failures.length > 0) break;

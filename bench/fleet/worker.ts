@@ -616,6 +616,8 @@ function fleetCollect(): FleetCollect {
     skippedDown,
     cmdSkipped,
     maxBehindMs: Math.round(maxBehindMs * 10) / 10,
+    unacked: devices.reduce((n, d) => n + d.unacked.size, 0),
+    cmdUnacked: commander === null ? 0 : commander.inflight + commander.queue.length - commander.head,
     connLost,
     consumerLost,
   };
