@@ -132,6 +132,9 @@ export interface FleetCollect {
   skippedDown: number;
   cmdSkipped: number;
   maxBehindMs: number;
+  /** The worker's event-loop delay over the step (monitorEventLoopDelay, 10 ms resolution). */
+  loopDelayMaxMs: number;
+  loopDelayP99Ms: number;
   /** Telemetry publishes the broker never acknowledged (still unacked at collection). */
   unacked: number;
   /** Commands not acknowledged: in flight or still queued in the command backend. */

@@ -23,7 +23,7 @@ const NOFILE = 65_536;
 const START_WAIT_MS = 20_000;
 const STOP_WAIT_MS = 10_000;
 const POLL_MS = 50;
-const TAIL_CHARS = 4000;
+const TAIL_CHARS = 20_000;
 
 export interface TlsFiles {
   cert: string;

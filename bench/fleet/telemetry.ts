@@ -151,6 +151,7 @@ export async function runFleet(ctx: Ctx, target: Target): Promise<Outcome> {
       skippedDown,
       cmdSkipped,
       genBehindMaxMs: Math.max(...c.map((w) => w.maxBehindMs)),
+      loadLoopDelayMaxMs: Math.max(...c.map((w) => w.loopDelayMaxMs)),
       drained,
       holds,
       brokerCpuPct: broker.cpuPct,

@@ -1,6 +1,7 @@
 // One load worker process (forked by bench/fleet.ts): it owns a share of the devices, and on
 // request consumers, the command backend or a publisher. It answers the parent's requests over IPC;
 // everything it does is bounded by the parent's deadlines and its own timeouts.
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { hrtime } from 'node:process';
 import { type Conn, type ConnectSpec, connectMqtt, type Endpoint, nowMs, type Packet } from './client.js';
 import { Hist } from './histogram.js';
@@ -32,6 +33,9 @@ const CLOSE_WAIT_MS = 5_000;
 const COMMAND_QUEUE_MAX = 100_000;
 
 const hr = (): bigint => hrtime.bigint();
+/** This worker's own event-loop delay: a worker that stalls delays its sends and receipts. */
+const loopDelay = monitorEventLoopDelay({ resolution: 10 });
+loopDelay.enable();
 
 function payload(kind: number, measured: boolean, device: number, seq: number, size: number): Buffer {
   const b = Buffer.alloc(Math.max(PAYLOAD_MIN, size));
@@ -528,6 +532,7 @@ function schedule(rate: number, endNs: bigint, fire: (k: number) => void): void 
 
 async function fleetStart(a: FleetStartArgs): Promise<{ error: string }> {
   win = { start: a.winStartNs, end: a.winEndNs };
+  loopDelay.reset();
   clients = a.clients;
   if (sent.length !== clients) sent = new Uint32Array(clients);
   if (received.length !== clients) received = new Uint32Array(clients);
@@ -616,11 +621,14 @@ function fleetCollect(): FleetCollect {
     skippedDown,
     cmdSkipped,
     maxBehindMs: Math.round(maxBehindMs * 10) / 10,
+    loopDelayMaxMs: Math.round(loopDelay.max / 1e5) / 10,
+    loopDelayP99Ms: Math.round(loopDelay.percentile(99) / 1e5) / 10,
     unacked: devices.reduce((n, d) => n + d.unacked.size, 0),
     cmdUnacked: commander === null ? 0 : commander.inflight + commander.queue.length - commander.head,
     connLost,
     consumerLost,
   };
+  loopDelay.reset();
   sent.fill(0);
   received.fill(0);
   latency.reset();
