@@ -198,7 +198,13 @@ export interface DriverStatus {
 export const UNCOMMITTED_BYTES_MAX_DEFAULT = 64 * 1024 * 1024;
 /** One line per kind of refusal per window. */
 const REFUSAL_LOG_WINDOW_MS = 10_000;
-const UNCOMMITTED_ENTRIES_MAX_DEFAULT = 10_000;
+/** Proposed and not yet committed entries. Reads pause at half of it (`accepting`), so a burst
+ * already decoded when they pause still fits and no proposal is refused for want of room. */
+const UNCOMMITTED_ENTRIES_MAX_DEFAULT = 100_000;
+/** The log is compacted past this many applied entries (or raft/core's byte bound). Each
+ * compaction snapshots the whole broker state: at 10,000 entries a fleet of 10,000 sessions
+ * publishing was snapshotted several times a second. */
+const LOG_ENTRIES_MAX_DEFAULT = 100_000;
 
 type State = 'new' | 'started' | 'stopping' | 'stopped';
 
@@ -307,7 +313,9 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     const opts = this.opts;
     const plan = this.plan;
     const base = {
+      logEntriesMax: LOG_ENTRIES_MAX_DEFAULT,
       ...opts.core,
+      uncommittedEntriesMax: this.uncommittedEntriesMax,
       id: opts.id,
       electionTimeoutMs: opts.electionTimeoutMs,
       random: this.random,
@@ -465,9 +473,11 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     return { index, term: this.core.currentTerm };
   }
 
-  /** False while proposed-but-uncommitted bytes exceed the bound: stop reading input until 'drain'. */
+  /** False while proposed-but-uncommitted bytes exceed their bound, or entries half of theirs: stop
+   * reading input until 'drain'. */
   get accepting(): boolean {
-    return this.pendingBytes + this.flushedBytes <= this.uncommittedBytesMax;
+    if (this.pendingBytes + this.flushedBytes > this.uncommittedBytesMax) return false;
+    return this.core.lastIndex - this.core.commitIndex + this.pending.length <= this.uncommittedEntriesMax / 2;
   }
 
   get uncommittedBytes(): number {
@@ -680,7 +690,9 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     const inc = randomBytes(8).toString('hex');
     this.opts.logger.warn({ from: this.core.epoch.generation, to: to.generation, incarnation: inc }, 'raft switches to a newer epoch');
     this.core = new RaftCore({
+      logEntriesMax: LOG_ENTRIES_MAX_DEFAULT,
       ...this.opts.core,
+      uncommittedEntriesMax: this.uncommittedEntriesMax,
       id: this.id,
       electionTimeoutMs: this.opts.electionTimeoutMs,
       random: this.random,
