@@ -162,8 +162,8 @@ export interface SoftState {
   readonly commit: number;
 }
 
-/** Everything the driver must act on since the last takeReady(), in this order: persist nothing
- * (the log lives in RAM), send `messages`, restore `snapshot`, apply `committed`. */
+/** Everything the driver must act on since the last takeReady(); raft/core/ready-handler.ts acts
+ * on it, in its order, for the driver and the simulator alike. */
 export interface Ready {
   readonly messages: Message[];
   /** A snapshot the application must restore before applying `committed`, which continue from

@@ -11,15 +11,8 @@ import type { Epoch, Membership } from '../core/membership.js';
 import { noEpoch, sameEpoch } from '../core/membership.js';
 import type { LogEntry, Message } from '../core/messages.js';
 import { Prng } from '../core/prng.js';
-import {
-  type DurableState,
-  type ForceStartPhase,
-  RaftCore,
-  type RaftOptions,
-  type Ready,
-  type Role,
-  type SoftState,
-} from '../core/raft.js';
+import { type DurableState, type ForceStartPhase, RaftCore, type RaftOptions, type Role, type SoftState } from '../core/raft.js';
+import { drainReady, type ReadySink } from '../core/ready-handler.js';
 import type { Snapshot } from '../core/snapshot.js';
 import { RaftError } from '../errors.js';
 import { DriverError } from './errors.js';
@@ -650,7 +643,7 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
   // ---- output: Ready, in order ----
 
   private drainReady(): void {
-    while (this.state === 'started' && this.core.hasReady()) this.handleReady(this.core.takeReady());
+    drainReady(this.core, this.readySink);
     if (this.opts.onLeaseRenewed !== undefined) this.noteLease(this.opts.onLeaseRenewed);
     this.maybeSnapshot();
     if (this.state !== 'started') return;
@@ -727,15 +720,16 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     this.leaseReported = end;
   }
 
-  private handleReady(rd: Ready): void {
-    this.noteEpoch();
-    for (const m of rd.messages) this.transport.send(m.to, m);
-    if (rd.appended.length > 0 || rd.truncatedFrom !== null) this.opts.onAppended?.(rd.appended, rd.truncatedFrom);
-    if (rd.snapshot !== null) this.restore(rd.snapshot);
-    if (this.state !== 'started') return;
-    if (rd.committed.length > 0) this.deliver(rd.committed);
-    if (rd.softState !== null) this.noteSoftState(rd.softState);
-  }
+  /** The driver's part of raft/core/ready-handler.ts, which owns the order. */
+  private readonly readySink: ReadySink = {
+    live: () => this.state === 'started',
+    begin: () => this.noteEpoch(),
+    send: (m) => this.transport.send(m.to, m),
+    appended: (entries, truncatedFrom) => this.opts.onAppended?.(entries, truncatedFrom),
+    restore: (s) => this.restore(s),
+    committed: (entries) => this.deliver(entries),
+    softState: (s) => this.noteSoftState(s),
+  };
 
   /** A snapshot from the leader, or this node's own after a restart, replaces the application's
    * state. Without onSnapshot the application cannot follow the log any further: stop. */

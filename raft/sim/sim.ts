@@ -1,8 +1,9 @@
 import type { Epoch, Membership } from '../core/membership.js';
 import type { LogEntry, Message } from '../core/messages.js';
 import { Prng } from '../core/prng.js';
-import type { Role, UnsafeRule } from '../core/raft.js';
+import type { Ready, Role, UnsafeRule } from '../core/raft.js';
 import { clockDriftMax, forceStartProbeE, RaftCore } from '../core/raft.js';
+import { drainReady, type ReadySink } from '../core/ready-handler.js';
 import type { SnapshotMeta } from '../core/snapshot.js';
 import { formatEntry, formatMessage } from '../core/test-cluster.js';
 import { decodeStateFile, encodeStateFile, stateOfCore } from '../driver/state-file.js';
@@ -324,6 +325,8 @@ class Simulation {
   private readonly forcing = new Set<number>();
   /** State-file logs of force-starts not yet forced, by node: the checker seeds the new epoch. */
   private readonly forcedFiles = new Map<RaftCore, { from: Epoch; snapshot: SnapshotMeta | null; log: readonly LogEntry[] }>();
+  /** Each core's ReadySink, made once. */
+  private readonly sinks = new WeakMap<RaftCore, ReadySink>();
   private force = { starts: 0, failures: 0, served: 0, switches: 0 };
   private readonly served = new Set<RaftCore>();
   private learnerVotes = 0;
@@ -1166,23 +1169,45 @@ class Simulation {
     this.flush(node);
   }
 
-  /** Takes the node's Ready, checks it, and puts its messages on the network. */
+  /** Hands the node's Readies to the handler the driver runs (raft/core/ready-handler.ts), then
+   * compacts as the driver's snapshot source would. */
   private flush(node: RaftCore): void {
     const file = this.forcedFiles.get(node);
     if (file !== undefined && node.forceStartPhase !== 'probing') {
       this.forcedFiles.delete(node);
       if (node.forceStartPhase !== 'failed') this.checker.forced(node, file.from, file);
     }
-    if (node.hasReady()) this.flushReady(node);
+    if (drainReady(node, this.readySink(node)) > 0) this.maybeCompact(node);
     this.afterInput(node);
   }
 
-  private flushReady(node: RaftCore): void {
-    const ready = node.takeReady();
-    if (ready.softState !== null && this.trace !== null) {
-      const s = ready.softState;
-      this.record(`${node.id} ${s.role} term=${s.term} leader=${s.leader} commit=${s.commit}`);
-    }
+  /** The simulator's part of each step: the network and the state machine; the trace, the checks
+   * and the scenarios' triggers see the whole Ready first. */
+  private readySink(node: RaftCore): ReadySink {
+    let sink = this.sinks.get(node);
+    if (sink !== undefined) return sink;
+    sink = {
+      live: () => this.nodes.get(node.id) === node && !this.down.has(node.id),
+      begin: (ready) => this.checkReady(node, ready),
+      send: (m) => {
+        if (m.type === 'vote-response' && m.granted && !node.voter) this.learnerVotes++;
+        this.send(m);
+      },
+      appended: () => {},
+      restore: (s) => this.restoreState(node.id, s.index, s.chunks),
+      committed: (entries) => this.applyCommitted(node, entries),
+      softState: () => {},
+    };
+    this.sinks.set(node, sink);
+    return sink;
+  }
+
+  /** Before anything of the Ready is acted on: the trace of a role change (ahead of the violation it
+   * may cause), the safety checks, leases, and the scenarios that cut links on what a leader
+   * appended, before the messages carrying it go out. */
+  private checkReady(node: RaftCore, ready: Ready): void {
+    const s = ready.softState;
+    if (s !== null && this.trace !== null) this.record(`${node.id} ${s.role} term=${s.term} leader=${s.leader} commit=${s.commit}`);
     this.checker.check(node, ready);
     this.checkTime(node, ready.appended);
     const clock = this.clock(node.id);
@@ -1190,19 +1215,16 @@ class Simulation {
     this.leases.update(node.id, this.now, node.hasLease(mono) ? clock.trueAt(node.leaseUntil()) : this.now);
     if (node.hasLease(mono)) this.noteServing(node, clock.trueAt(node.leaseUntil()));
     for (const c of node.excludedClocks()) this.excluded.add(c);
-    if (ready.snapshot !== null) this.restoreState(node.id, ready.snapshot.index, ready.snapshot.chunks);
-    for (const e of ready.committed) {
+    if (node.role === 'leader') this.onLeaderAppended(node, ready.appended);
+  }
+
+  private applyCommitted(node: RaftCore, entries: readonly LogEntry[]): void {
+    for (const e of entries) {
       if (e.data !== null && e.data.length === markerBytes && decoder.decode(e.data) === 'marker') this.markerCommitted = true;
       if (this.trace !== null) this.record(`${node.id} applied ${formatEntry(e)}`);
       this.applyState(node.id, e);
     }
-    if (this.app !== null && ready.committed.length > 0) this.app.applied(node.id, ready.committed, this.view(node));
-    this.maybeCompact(node);
-    if (node.role === 'leader') this.onLeaderAppended(node, ready.appended);
-    for (const m of ready.messages) {
-      if (m.type === 'vote-response' && m.granted && !node.voter) this.learnerVotes++;
-      this.send(m);
-    }
+    this.app?.applied(node.id, entries, this.view(node));
   }
 
   /** learner-must-vote: the leader appends the entry that adds node 3's new member; node 3 must not
