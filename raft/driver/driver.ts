@@ -198,6 +198,10 @@ const UNCOMMITTED_ENTRIES_MAX_DEFAULT = 100_000;
  * compaction snapshots the whole broker state: at 10,000 entries a fleet of 10,000 sessions
  * publishing was snapshotted several times a second. */
 const LOG_ENTRIES_MAX_DEFAULT = 100_000;
+/** Appends in flight to one follower (8 in the core). A QoS 1 message costs two entries and a
+ * commit update takes a slot of its own, so under fan-in load 8 appends of at most 64 entries
+ * filled thousands of times a second and entries waited for a response to go out. */
+const INFLIGHT_APPENDS_MAX_DEFAULT = 32;
 
 type State = 'new' | 'started' | 'stopping' | 'stopped';
 
@@ -307,6 +311,7 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     const plan = this.plan;
     const base = {
       logEntriesMax: LOG_ENTRIES_MAX_DEFAULT,
+      inflightAppendsMax: INFLIGHT_APPENDS_MAX_DEFAULT,
       ...opts.core,
       uncommittedEntriesMax: this.uncommittedEntriesMax,
       id: opts.id,
@@ -684,6 +689,7 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     this.opts.logger.warn({ from: this.core.epoch.generation, to: to.generation, incarnation: inc }, 'raft switches to a newer epoch');
     this.core = new RaftCore({
       logEntriesMax: LOG_ENTRIES_MAX_DEFAULT,
+      inflightAppendsMax: INFLIGHT_APPENDS_MAX_DEFAULT,
       ...this.opts.core,
       uncommittedEntriesMax: this.uncommittedEntriesMax,
       id: this.id,
