@@ -4,6 +4,8 @@ import { parseSharedFilter } from '../protocol/topic.js';
 import { aclAllows, aclAllowsSubscribe } from './acl.js';
 import type { BrokerState } from './broker-state.js';
 import type {
+  AckItem,
+  AckKind,
   Command,
   ConnectCommand,
   ConnId,
@@ -329,6 +331,12 @@ export class Broker implements BrokerState {
         return;
       case 'ack':
         this.ack(cmd.conn, cmd.pid, cmd.kind, now, out);
+        return;
+      case 'acks':
+        for (let i = 0; i < cmd.acks.length; i++) {
+          const a = cmd.acks[i] as AckItem;
+          this.ack(cmd.conn, a.pid, a.kind, now, out);
+        }
         return;
       case 'tick':
         return;
@@ -984,7 +992,7 @@ export class Broker implements BrokerState {
     out.push({ t: 'send', conn, packet: { type: 'pubcomp', pid, code } });
   }
 
-  private ack(conn: ConnId, pid: number, kind: 'puback' | 'pubrec' | 'pubcomp', now: number, out: Effect[]): void {
+  private ack(conn: ConnId, pid: number, kind: AckKind, now: number, out: Effect[]): void {
     const s = this.byConn.get(conn);
     if (s === undefined) {
       this.noop(out, 'ack', conn, 'connection holds no session');

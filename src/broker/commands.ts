@@ -87,6 +87,16 @@ export interface AclRule {
   filter: string;
 }
 
+export type AckKind = 'puback' | 'pubrec' | 'pubcomp';
+
+export interface AckItem {
+  readonly pid: number;
+  readonly kind: AckKind;
+}
+
+/** Acks carried by one `acks` command at most (the command codec writes the count as a u16). */
+export const ACKS_PER_COMMAND_MAX = 1_024;
+
 export type Command =
   /** A node begins serving; ends every connection of an older serving period. configHash: the
    * serving node's configuration (src/cluster/config-hash.ts), compared by every replica; apply
@@ -104,7 +114,11 @@ export type Command =
   /** PUBREL from a publisher: releases the held inbound QoS 2 packet id. */
   | { t: 'pubrel'; conn: ConnId; pid: number }
   /** Delivery progress from a subscriber. */
-  | { t: 'ack'; conn: ConnId; pid: number; kind: 'puback' | 'pubrec' | 'pubcomp' }
+  | { t: 'ack'; conn: ConnId; pid: number; kind: AckKind }
+  /** Several acks of one connection read in one turn, applied in order as if each were its own
+   * entry: a subscriber under load sends many PUBACKs per read, and one entry for all of them
+   * halves the log a QoS 1 message costs. */
+  | { t: 'acks'; conn: ConnId; acks: readonly AckItem[] }
   /** Only advances time, so that deadlines pass while the broker is idle. */
   | { t: 'tick' }
   /** Replicas compare state digests: each replica records its digest at every check entry, and

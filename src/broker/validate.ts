@@ -1,5 +1,14 @@
 import { validateTopicFilter, validateTopicName } from '../protocol/topic.js';
-import type { AclRule, Command, Message, MessageProps, Settings, SubscriptionRequest, Will } from './commands.js';
+import {
+  ACKS_PER_COMMAND_MAX,
+  type AclRule,
+  type Command,
+  type Message,
+  type MessageProps,
+  type Settings,
+  type SubscriptionRequest,
+  type Will,
+} from './commands.js';
 import { connPeriod } from './session.js';
 
 // Shape checks of commands before apply acts on them. Commands are validated by the proposer, so a
@@ -73,6 +82,7 @@ export function isSettings(s: unknown): s is Settings {
 
 const isConn = (c: unknown): c is string => isStr(c) && connPeriod(c) !== null;
 const isPid = (p: unknown): p is number => isInt(p, 1, 65_535);
+const isAckKind = (k: unknown): boolean => k === 'puback' || k === 'pubrec' || k === 'pubcomp';
 
 /** Null when the command's shape is valid, else a short reason. */
 export function commandProblem(cmd: unknown): string | null {
@@ -131,7 +141,15 @@ export function commandProblem(cmd: unknown): string | null {
     case 'pubrel':
       return isConn(c.conn) && isPid(c.pid) ? null : 'bad pubrel';
     case 'ack':
-      return isConn(c.conn) && isPid(c.pid) && (c.kind === 'puback' || c.kind === 'pubrec' || c.kind === 'pubcomp') ? null : 'bad ack';
+      return isConn(c.conn) && isPid(c.pid) && isAckKind(c.kind) ? null : 'bad ack';
+    case 'acks':
+      if (!isConn(c.conn) || !Array.isArray(c.acks) || c.acks.length === 0 || c.acks.length > ACKS_PER_COMMAND_MAX) return 'bad acks';
+      for (const a of c.acks as unknown[]) {
+        if (typeof a !== 'object' || a === null) return 'bad acks item';
+        const { pid, kind } = a as { pid?: unknown; kind?: unknown };
+        if (!isPid(pid) || !isAckKind(kind)) return 'bad acks item';
+      }
+      return null;
     case 'tick':
       return null;
     case 'check':

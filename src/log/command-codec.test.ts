@@ -35,10 +35,22 @@ const arbAck: fc.Arbitrary<Command> = fc.record({
   kind: fc.constantFrom('puback' as const, 'pubrec' as const, 'pubcomp' as const),
 });
 
+const arbAcks: fc.Arbitrary<Command> = fc.record({
+  t: fc.constant('acks' as const),
+  conn: arbConn,
+  acks: fc.array(
+    fc.record({
+      pid: fc.integer({ min: 0, max: 0xffff }),
+      kind: fc.constantFrom('puback' as const, 'pubrec' as const, 'pubcomp' as const),
+    }),
+    { minLength: 1, maxLength: 60 },
+  ),
+});
+
 describe('command codec', { timeout: 30_000 }, () => {
-  it('decodes publish and ack commands to the same values as a msgpackr round trip', () => {
+  it('decodes publish, ack and acks commands to the same values as a msgpackr round trip', () => {
     fc.assert(
-      fc.property(fc.oneof(arbPublish, arbAck), (cmd) => {
+      fc.property(fc.oneof(arbPublish, arbAck, arbAcks), (cmd) => {
         const got = decodeCommand(encodeCommand(cmd));
         assert.deepStrictEqual(got, viaMsgpack(cmd));
         if (got.t === 'publish') assert.ok(Buffer.isBuffer(got.msg.payload), 'payload is a Buffer, as msgpackr gives');
@@ -56,6 +68,15 @@ describe('command codec', { timeout: 30_000 }, () => {
     };
     assert.equal(encodeCommand(plain)[0], 0xc1);
     assert.equal(encodeCommand({ t: 'ack', conn: '3.9', pid: 1, kind: 'pubcomp' })[0], 0xc1);
+    const acks = encodeCommand({
+      t: 'acks',
+      conn: '3.9',
+      acks: [
+        { pid: 1, kind: 'puback' },
+        { pid: 2, kind: 'pubrec' },
+      ],
+    });
+    assert.deepStrictEqual([...acks.subarray(0, 10)], [0xc1, 3, 0, 2, 0, 0, 1, 1, 0, 2]);
     assert.notEqual(encodeCommand(withProps)[0], 0xc1);
     assert.deepStrictEqual(decodeCommand(encodeCommand(withProps)), viaMsgpack(withProps));
   });
@@ -72,9 +93,9 @@ describe('command codec', { timeout: 30_000 }, () => {
     assert.equal((decodeCommand(encodeCommand(refused)) as { quotaExceeded?: boolean }).quotaExceeded, true);
   });
 
-  it('still decodes publish and ack commands that msgpackr encoded', () => {
+  it('still decodes publish, ack and acks commands that msgpackr encoded', () => {
     fc.assert(
-      fc.property(fc.oneof(arbPublish, arbAck), (cmd) => {
+      fc.property(fc.oneof(arbPublish, arbAck, arbAcks), (cmd) => {
         assert.deepStrictEqual(decodeCommand(msgpack.pack(cmd)), viaMsgpack(cmd));
       }),
       { numRuns: 200 },
@@ -89,7 +110,15 @@ describe('command codec', { timeout: 30_000 }, () => {
       msg: { topic: 'a/b', payload: new Uint8Array([5, 6]), qos: 2, retain: true },
     });
     const ack = encodeCommand({ t: 'ack', conn: '1.2', pid: 9, kind: 'puback' });
-    for (const whole of [publish, ack]) {
+    const acks = encodeCommand({
+      t: 'acks',
+      conn: '1.2',
+      acks: [
+        { pid: 9, kind: 'puback' },
+        { pid: 10, kind: 'pubcomp' },
+      ],
+    });
+    for (const whole of [publish, ack, acks]) {
       for (let cut = 1; cut < whole.length; cut++) {
         try {
           decodeCommand(whole.subarray(0, cut));
@@ -110,6 +139,11 @@ describe('command codec', { timeout: 30_000 }, () => {
       { numRuns: 1000 },
     );
     assert.throws(() => decodeCommand(Uint8Array.from([0xc1, 9])), CommandDecodeError);
+    // acks: a count of 0, a count beyond the bytes, a count over the bound, a kind out of range
+    assert.throws(() => decodeCommand(Uint8Array.from([0xc1, 3, 0, 0, 0x31])), /count 0/);
+    assert.throws(() => decodeCommand(Uint8Array.from([0xc1, 3, 0, 2, 0, 0, 1])), /truncated/);
+    assert.throws(() => decodeCommand(Uint8Array.from([0xc1, 3, 0xff, 0xff, 0, 0, 1])), /out of range/);
+    assert.throws(() => decodeCommand(Uint8Array.from([0xc1, 3, 0, 1, 7, 0, 1, 0x31])), /kind out of range/);
     assert.throws(() => decodeCommand(Uint8Array.from([0xc1, 2, 3, 0, 1])), CommandDecodeError);
     assert.throws(() => decodeCommand(Uint8Array.from([0xc1, 1, 4, 0, 0, 0, 0, 0, 0, 0])), CommandDecodeError);
   });

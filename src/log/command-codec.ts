@@ -1,6 +1,6 @@
 import { Buffer } from 'node:buffer';
 import { Packr } from 'msgpackr';
-import type { Command, PublishCommand } from '../broker/commands.js';
+import { ACKS_PER_COMMAND_MAX, type AckItem, type Command, type PublishCommand } from '../broker/commands.js';
 
 // Commands are encoded once, without saved record structures, so the bytes depend on nothing but
 // the command (DESIGN.md "Encoding"). Both logs apply decoded bytes, never the proposer's object,
@@ -14,6 +14,7 @@ import type { Command, PublishCommand } from '../broker/commands.js';
 //
 //   publish: c1 01 flags(1: pid present, 2: retain) qos pid:u16 connLen:u16 conn topicLen:u16 topic payload…
 //   ack:     c1 02 kind(0 puback, 1 pubrec, 2 pubcomp) pid:u16 conn…
+//   acks:    c1 03 count:u16 (kind pid:u16)×count conn…   (count 1 to ACKS_PER_COMMAND_MAX)
 const packr = new Packr({ useRecords: false, mapsAsObjects: true, variableMapSize: true });
 
 const COMMAND_TYPES: ReadonlySet<string> = new Set<Command['t']>([
@@ -26,6 +27,7 @@ const COMMAND_TYPES: ReadonlySet<string> = new Set<Command['t']>([
   'publish',
   'pubrel',
   'ack',
+  'acks',
   'tick',
   'check',
 ]);
@@ -33,6 +35,9 @@ const COMMAND_TYPES: ReadonlySet<string> = new Set<Command['t']>([
 const HAND = 0xc1;
 const HAND_PUBLISH = 1;
 const HAND_ACK = 2;
+const HAND_ACKS = 3;
+const ACKS_HEADER = 4;
+const ACKS_ITEM = 3;
 const FLAG_PID = 1;
 const FLAG_RETAIN = 2;
 const PUBLISH_HEADER = 10;
@@ -43,6 +48,7 @@ const ACK_KINDS = ['puback', 'pubrec', 'pubcomp'] as const;
 export function encodeCommand(cmd: Command): Uint8Array {
   if (cmd.t === 'publish') return encodePublish(cmd) ?? packr.pack(cmd);
   if (cmd.t === 'ack') return encodeAck(cmd.conn, cmd.pid, cmd.kind) ?? packr.pack(cmd);
+  if (cmd.t === 'acks') return encodeAcks(cmd.conn, cmd.acks) ?? packr.pack(cmd);
   return packr.pack(cmd);
 }
 
@@ -87,6 +93,26 @@ function encodeAck(conn: string, pid: number, kind: string): Buffer | null {
   return buf;
 }
 
+/** The hand-written layout of an `acks`, or null for one it cannot express (msgpackr takes it). */
+function encodeAcks(conn: unknown, acks: readonly AckItem[]): Buffer | null {
+  if (typeof conn !== 'string' || !Array.isArray(acks) || acks.length === 0 || acks.length > ACKS_PER_COMMAND_MAX) return null;
+  const body = ACKS_HEADER + ACKS_ITEM * acks.length;
+  const buf = Buffer.allocUnsafe(body + Buffer.byteLength(conn, 'utf8'));
+  buf[0] = HAND;
+  buf[1] = HAND_ACKS;
+  buf.writeUInt16BE(acks.length, 2);
+  for (let i = 0; i < acks.length; i++) {
+    const a = acks[i] as AckItem;
+    const kind = ACK_KINDS.indexOf(a.kind);
+    if (kind < 0 || !isU16(a.pid)) return null;
+    const at = ACKS_HEADER + ACKS_ITEM * i;
+    buf[at] = kind;
+    buf.writeUInt16BE(a.pid, at + 1);
+  }
+  buf.write(conn, body, 'utf8');
+  return buf;
+}
+
 export class CommandDecodeError extends Error {
   readonly code = 'ERR_COMMAND_DECODE';
 }
@@ -114,6 +140,7 @@ export function decodeCommand(bytes: Uint8Array): Command {
 function decodeHand(buf: Buffer): Command {
   if (buf[1] === HAND_PUBLISH) return decodePublish(buf);
   if (buf[1] === HAND_ACK) return decodeAck(buf);
+  if (buf[1] === HAND_ACKS) return decodeAcks(buf);
   throw new CommandDecodeError(`unknown hand-written command ${String(buf[1])}`);
 }
 
@@ -141,4 +168,20 @@ function decodeAck(buf: Buffer): Command {
   const kind = ACK_KINDS[buf[2] as number];
   if (kind === undefined) throw new CommandDecodeError('ack command kind out of range');
   return { t: 'ack', conn: buf.toString('utf8', ACK_HEADER), pid: buf.readUInt16BE(3), kind };
+}
+
+function decodeAcks(buf: Buffer): Command {
+  if (buf.length < ACKS_HEADER) throw new CommandDecodeError('acks command truncated');
+  const count = buf.readUInt16BE(2);
+  if (count === 0 || count > ACKS_PER_COMMAND_MAX) throw new CommandDecodeError(`acks command count ${count} out of range`);
+  const body = ACKS_HEADER + ACKS_ITEM * count;
+  if (body > buf.length) throw new CommandDecodeError('acks command truncated');
+  const acks: AckItem[] = new Array(count);
+  for (let i = 0; i < count; i++) {
+    const at = ACKS_HEADER + ACKS_ITEM * i;
+    const kind = ACK_KINDS[buf[at] as number];
+    if (kind === undefined) throw new CommandDecodeError('acks command kind out of range');
+    acks[i] = { pid: buf.readUInt16BE(at + 1), kind };
+  }
+  return { t: 'acks', conn: buf.toString('utf8', body), acks };
 }

@@ -155,6 +155,7 @@ function connOf(cmd: Command): ConnId | undefined {
     case 'publish':
     case 'pubrel':
     case 'ack':
+    case 'acks':
       return cmd.conn;
     case 'serve-start':
     case 'settings':

@@ -5,7 +5,16 @@
 // "The seam"): keep-alive, inbound topic aliases, the inbound Receive Maximum count. Everything a
 // client may expect to find again after reconnecting is decided by apply.
 import { performance } from 'node:perf_hooks';
-import type { Command, ConnId, Message, OutPacket, ProtocolLevel, SubscriptionRequest } from '../broker/commands.js';
+import {
+  ACKS_PER_COMMAND_MAX,
+  type AckItem,
+  type Command,
+  type ConnId,
+  type Message,
+  type OutPacket,
+  type ProtocolLevel,
+  type SubscriptionRequest,
+} from '../broker/commands.js';
 import { Decoder } from '../protocol/decoder.js';
 import { encode } from '../protocol/encoder.js';
 import type {
@@ -117,6 +126,9 @@ export class Connection implements WheelMember {
   private connackWritten = false;
   /** Proposals of this connection not yet applied. */
   private pending = 0;
+  /** PUBACK/PUBREC/PUBCOMP read and not yet proposed: the acks of one read go out as one command,
+   * proposed before anything else this connection proposes or replies, so order is kept. */
+  private acks: AckItem[] = [];
   private local: LocalAction[] = [];
   private out: Buffer[] = [];
   private outBytes = 0;
@@ -214,6 +226,14 @@ export class Connection implements WheelMember {
   }
 
   private handleAll(packets: Packet[], from: number, error: DecodeError | null): void {
+    try {
+      this.handleEach(packets, from, error);
+    } finally {
+      this.proposeAcks();
+    }
+  }
+
+  private handleEach(packets: Packet[], from: number, error: DecodeError | null): void {
     for (let i = from; i < packets.length; i++) {
       if (this.phase === 'authenticating') {
         this.backlog = packets.slice(i);
@@ -248,7 +268,8 @@ export class Connection implements WheelMember {
       case 'puback':
       case 'pubrec':
       case 'pubcomp':
-        this.propose({ t: 'ack', conn: this.id, pid: p.pid, kind: p.type });
+        this.acks.push({ pid: p.pid, kind: p.type });
+        if (this.acks.length >= ACKS_PER_COMMAND_MAX) this.proposeAcks();
         return;
       case 'pubrel':
         this.propose({ t: 'pubrel', conn: this.id, pid: p.pid });
@@ -735,8 +756,19 @@ export class Connection implements WheelMember {
   // ---- proposals and local replies ----
 
   private propose(cmd: Command): void {
+    if (this.acks.length > 0) this.proposeAcks();
     this.pending++;
     this.host.propose(cmd);
+  }
+
+  /** One `ack` for a single one (its own hand-written layout), one `acks` for several. */
+  private proposeAcks(): void {
+    const acks = this.acks;
+    if (acks.length === 0) return;
+    this.acks = [];
+    this.pending++;
+    const a = acks[0] as AckItem;
+    this.host.propose(acks.length === 1 ? { t: 'ack', conn: this.id, pid: a.pid, kind: a.kind } : { t: 'acks', conn: this.id, acks });
   }
 
   private proposeDisconnect(reason: number, publishWill: boolean, expiryS?: number): void {
@@ -748,6 +780,7 @@ export class Connection implements WheelMember {
   }
 
   private reply(a: LocalAction): void {
+    if (this.acks.length > 0) this.proposeAcks();
     if (this.pending === 0 && this.local.length === 0) this.run(a);
     else this.local.push(a);
   }
