@@ -3,7 +3,7 @@
 // the repository) with the same scenarios, one broker after the other, each on fresh processes.
 // CPU and RSS of every broker process and of mqttload come from /proc over the measurement window.
 // Writes bench/results/<stamp>.json (every run), .md (the median run of each scenario and broker) and
-// .svg (its throughput as bar charts).
+// .svg (its throughput as bar charts); node build/bench/report-from.js remakes .md and .svg from a .json.
 // Usage: npm run build && npm run bench -- [--quick] [--brokers a,b] [--runs N] [--help]
 import { spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
