@@ -2,6 +2,10 @@
 // broker, the cluster's CPU-per-message ratios, and the markdown tables.
 import type { LoopDelay, Role, TargetName } from './targets.js';
 
+/** A load generator above this (% of one core) may have competed with the brokers for the two cores:
+ * its row is flagged and does not count for a CPU-per-message ratio. */
+export const LOADGEN_RATIO_MAX_PCT = 50;
+
 /** One broker process over the measurement window, from /proc. */
 export interface ProcResult {
   label: string;

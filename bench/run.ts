@@ -2,7 +2,8 @@
 // in one run, driven by mqttload (an independent C load generator, ../shared/tools/mqttload beside
 // the repository) with the same scenarios, one broker after the other, each on fresh processes.
 // CPU and RSS of every broker process and of mqttload come from /proc over the measurement window.
-// Writes bench/results/<stamp>.json (every run) and .md (the median run of each scenario and broker).
+// Writes bench/results/<stamp>.json (every run), .md (the median run of each scenario and broker) and
+// .svg (its throughput as bar charts); node build/bench/report-from.js remakes .md and .svg from a .json.
 // Usage: npm run build && npm run bench -- [--quick] [--brokers a,b] [--runs N] [--help]
 import { spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
@@ -12,14 +13,12 @@ import { join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import { clockTicks, type ProcSample, sampleProc, windowOf } from './proc.js';
-import { markdown, type ProcResult, type Row, type RunResult, rowsOf, summaryLine } from './report.js';
+import { LOADGEN_RATIO_MAX_PCT, markdown, type ProcResult, type Row, type RunResult, rowsOf, summaryLine } from './report.js';
+import { svg } from './svg.js';
 import { CLI, HOST, MOSQUITTO, REPO, startTarget, TARGET_NAMES, type Target, type TargetName } from './targets.js';
 
 /** host_other_pct above this means other processes took a visible share of the machine. */
 const HOST_OTHER_WARN_PCT = 20;
-/** A load generator above this (% of one core) may have competed with the brokers for the two cores:
- * its row is flagged and does not count for a CPU-per-message ratio. */
-export const LOADGEN_RATIO_MAX_PCT = 50;
 /** Beyond mqttload's own phases: setup, drain, close and its overall deadline. */
 const RUN_SLACK_S = 90;
 
@@ -412,7 +411,8 @@ async function main(): Promise<void> {
   const md = markdown(rows, meta, LOADGEN_RATIO_MAX_PCT);
   writeFileSync(`${base}.json`, `${JSON.stringify({ meta, rows, runs }, null, 2)}\n`);
   writeFileSync(`${base}.md`, `${md}\n`);
-  process.stdout.write(`\n${md}\nbench: wrote ${base}.json and ${base}.md\n`);
+  writeFileSync(`${base}.svg`, svg(rows, meta, LOADGEN_RATIO_MAX_PCT));
+  process.stdout.write(`\n${md}\nbench: wrote ${base}.json, ${base}.md and ${base}.svg\n`);
   const failed = runs.filter((r) => r.failures.length > 0);
   if (failed.length > 0) {
     for (const r of failed) process.stderr.write(`bench: FAILED ${r.scenario}/${r.broker} run ${r.run}: ${r.failures.join('; ')}\n`);
