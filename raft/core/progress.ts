@@ -32,6 +32,8 @@ export class Progress {
   private snapshotAckedAtBeat = -1;
   /** Replicate: last index of each unacknowledged append, ascending. */
   private readonly inflight: number[] = [];
+  /** The highest commit index sent to this follower in an append or heartbeat. */
+  commitSent = 0;
   /** Monotonic ms of the latest message from this follower in the current term (check-quorum). */
   lastHeardAt: number;
   /** Leader monotonic send time of the newest round this follower answered in this term; the lease

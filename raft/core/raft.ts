@@ -112,6 +112,11 @@ export interface RaftOptions {
   readonly heartbeatIntervalMs?: number;
   /** Unacknowledged appends per follower in replicate state. Default 8. */
   readonly inflightAppendsMax?: number;
+  /** A commit index that moved goes to each follower with its next append; a follower that gets
+   * none this many ms later is sent an empty one carrying it. 0 (default): every follower is sent
+   * an append the moment the commit index moves, as in etcd. Followers only apply the commit
+   * index; it decides nothing, so a later notice costs apply lag, never safety. */
+  readonly commitNoticeDelayMs?: number;
   /** Entries per append message. Default 64. */
   readonly entriesPerAppendMax?: number;
   /** Uncommitted entries a leader accepts before propose() refuses. Default 10,000. */
@@ -242,6 +247,9 @@ export class RaftCore {
   private readonly electionTimeoutMs: number;
   private readonly heartbeatIntervalMs: number;
   private readonly inflightAppendsMax: number;
+  private readonly commitNoticeDelayMs: number;
+  /** Monotonic ms at which followers not yet told the commit index get an empty append; 0: none due. */
+  private commitNoticeDue = 0;
   private readonly entriesPerAppendMax: number;
   private readonly uncommittedEntriesMax: number;
   private readonly appendBytesMax: number;
@@ -330,6 +338,7 @@ export class RaftCore {
     this.electionTimeoutMs = opts.electionTimeoutMs;
     this.heartbeatIntervalMs = opts.heartbeatIntervalMs ?? Math.max(1, Math.floor(opts.electionTimeoutMs / 5));
     this.inflightAppendsMax = opts.inflightAppendsMax ?? 8;
+    this.commitNoticeDelayMs = opts.commitNoticeDelayMs ?? 0;
     this.entriesPerAppendMax = opts.entriesPerAppendMax ?? 64;
     this.uncommittedEntriesMax = opts.uncommittedEntriesMax ?? 10_000;
     this.appendBytesMax = opts.appendBytesMax ?? 1024 * 1024;
@@ -894,6 +903,7 @@ export class RaftCore {
     this.handler = this.leaderHandler();
     this.leaderSince = this.now;
     this.heartbeatDue = this.now + this.heartbeatIntervalMs;
+    this.commitNoticeDue = 0;
     this.progress.clear();
     this.syncProgress();
     this.leaseEnd = 0;
@@ -1113,7 +1123,17 @@ export class RaftCore {
       for (const pr of this.progress.values()) this.sendHeartbeat(pr);
       this.announceAsLeader();
     }
+    if (this.commitNoticeDue !== 0 && this.now >= this.commitNoticeDue) this.sendCommitNotices();
     this.maybeChangeConfig();
+  }
+
+  /** An empty append to each follower that holds entries the commit index passed and has not been
+   * told it (a paused one learns it from its next append or heartbeat). */
+  private sendCommitNotices(): void {
+    this.commitNoticeDue = 0;
+    for (const pr of this.progress.values()) {
+      if (pr.state === 'replicate' && pr.commitSent < Math.min(pr.match, this.log.commit)) this.sendAppend(pr, true);
+    }
   }
 
   /** Check-quorum: a majority (this node included) was heard from within the last E. */
@@ -1533,8 +1553,13 @@ export class RaftCore {
   private handleAppendResponse(m: AppendResponse, pr: Progress): void {
     if (m.success) {
       if (!pr.acked(m.index)) return;
-      if (this.maybeCommit()) this.broadcastAppend();
-      else this.sendAppends(pr);
+      if (!this.maybeCommit()) this.sendAppends(pr);
+      else if (this.commitNoticeDelayMs === 0) this.broadcastAppend();
+      else {
+        // The new commit index rides on the appends that go anyway; the rest wait for the notice.
+        for (const p of this.progress.values()) this.sendAppends(p);
+        if (this.commitNoticeDue === 0) this.commitNoticeDue = this.now + this.commitNoticeDelayMs;
+      }
       return;
     }
     if (pr.rejected(m.index, m.hint)) this.sendAppend(pr, true);
@@ -1598,6 +1623,7 @@ export class RaftCore {
     const commit = this.log.commit;
     this.send({ type: 'append', from: this.id, to, term: this.term, prevIndex, prevTerm, entries, commit, sentAt: this.now }, pr.inc);
     pr.sent(hi - 1);
+    if (commit > pr.commitSent) pr.commitSent = commit;
     return true;
   }
 
@@ -1779,6 +1805,7 @@ export class RaftCore {
   private sendHeartbeat(pr: Progress): void {
     const commit = Math.min(pr.match, this.log.commit);
     this.send({ type: 'heartbeat', from: this.id, to: pr.node, term: this.term, commit, sentAt: this.now }, pr.inc);
+    if (commit > pr.commitSent) pr.commitSent = commit;
   }
 
   /** DESIGN.md "Cluster time": one time per append, never below the log's last. */

@@ -70,6 +70,7 @@ export type CoreTuning = Pick<
   RaftOptions,
   | 'heartbeatIntervalMs'
   | 'inflightAppendsMax'
+  | 'commitNoticeDelayMs'
   | 'entriesPerAppendMax'
   | 'uncommittedEntriesMax'
   | 'preVote'
@@ -202,6 +203,10 @@ const LOG_ENTRIES_MAX_DEFAULT = 100_000;
  * commit update takes a slot of its own, so under fan-in load 8 appends of at most 64 entries
  * filled thousands of times a second and entries waited for a response to go out. */
 const INFLIGHT_APPENDS_MAX_DEFAULT = 32;
+/** A moved commit index rides on the next append; followers that get none within this are sent
+ * an empty one. Immediate notices (the core's default) sent every follower an extra append per
+ * commit: under load about a tenth of all appends, at a fixed 5,000 msg/s about half. */
+const COMMIT_NOTICE_DELAY_MS_DEFAULT = 5;
 
 type State = 'new' | 'started' | 'stopping' | 'stopped';
 
@@ -312,6 +317,7 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     const base = {
       logEntriesMax: LOG_ENTRIES_MAX_DEFAULT,
       inflightAppendsMax: INFLIGHT_APPENDS_MAX_DEFAULT,
+      commitNoticeDelayMs: COMMIT_NOTICE_DELAY_MS_DEFAULT,
       ...opts.core,
       uncommittedEntriesMax: this.uncommittedEntriesMax,
       id: opts.id,
@@ -690,6 +696,7 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     this.core = new RaftCore({
       logEntriesMax: LOG_ENTRIES_MAX_DEFAULT,
       inflightAppendsMax: INFLIGHT_APPENDS_MAX_DEFAULT,
+      commitNoticeDelayMs: COMMIT_NOTICE_DELAY_MS_DEFAULT,
       ...this.opts.core,
       uncommittedEntriesMax: this.uncommittedEntriesMax,
       id: this.id,

@@ -357,6 +357,9 @@ class Simulation {
     // the smallest still let a lagging node catch up within the quiet period.
     this.entriesPerAppendMax = [4, 16, 64][this.prng.int(3)] ?? 64;
     this.inflightAppendsMax = [2, 8][this.prng.int(2)] ?? 8;
+    // Odd seeds run the driver's delayed commit notices, even seeds the immediate broadcast; the
+    // choice draws nothing from the PRNG, so even seeds replay as before.
+    this.commitNoticeDelayMs = opts.seed % 2 === 0 ? 0 : Math.max(1, Math.floor(this.e / 20));
     const snapshots = this.faults.has('snapshot');
     const compactEntries = snapshots ? this.prng.range(8, 40) : 0;
     // An application that cannot restore a snapshot never sees one: its nodes do not compact.
@@ -383,6 +386,7 @@ class Simulation {
 
   private readonly entriesPerAppendMax: number;
   private readonly inflightAppendsMax: number;
+  private readonly commitNoticeDelayMs: number;
 
   run(): SimResult {
     try {
@@ -808,6 +812,7 @@ class Simulation {
       electionTimeoutMs: this.e,
       entriesPerAppendMax: this.entriesPerAppendMax,
       inflightAppendsMax: this.inflightAppendsMax,
+      commitNoticeDelayMs: this.commitNoticeDelayMs,
       random: this.prng.fork(),
       now: mono,
       ...(this.opts.unsafe === undefined ? {} : { unsafe: this.opts.unsafe }),
@@ -1151,6 +1156,7 @@ class Simulation {
       electionTimeoutMs: this.e,
       entriesPerAppendMax: this.entriesPerAppendMax,
       inflightAppendsMax: this.inflightAppendsMax,
+      commitNoticeDelayMs: this.commitNoticeDelayMs,
       snapshotChunkBytesMax: this.snapshotChunkBytes,
       ...(this.compactEntries > 0 ? { logEntriesMax: this.compactEntries } : {}),
       random: this.prng.fork(),

@@ -77,9 +77,10 @@ describe('broker over the raft simulator', { timeout: 120_000 }, () => {
   });
 
   it('a forced epoch fences the QoS 2 packet ids its subscriber still holds from the old epoch; without the fence a message is lost to a stale id, and is caught', () => {
-    // The seeds where the subscriber held a stale id that the forced epoch used again.
+    // Seeds where the subscriber held a stale id that the forced epoch used again: 29 runs the
+    // raft driver's delayed commit notices (odd seeds), 7010 the immediate ones.
     const cases: { seed: number; faults: ReadonlySet<Fault> }[] = [
-      { seed: 13, faults: new Set<Fault>(['partition']) },
+      { seed: 29, faults: new Set<Fault>(['partition']) },
       { seed: 7010, faults: new Set<Fault>(['drop', 'dup', 'reorder']) },
     ];
     const stats: BrokerSimStats = { last: null };
