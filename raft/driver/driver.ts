@@ -46,7 +46,8 @@ export interface DriverTransport {
   onMessage(fn: (from: number, msg: Message) => void): void;
   /** Hellos of links made from now on carry this epoch (raft/transport's Transport has it). */
   setEpoch?(epoch: unknown): void;
-  /** Writes what send() queued now rather than at the transport's own end-of-turn flush. */
+  /** Writes what send() queued now rather than at the transport's own end-of-turn flush; the
+   * driver calls it once a turn, after proposing the turn's batch. */
   flush?(): void;
 }
 
@@ -472,7 +473,7 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     const index = this.core.lastIndex + 1 + this.pending.length;
     this.pending.push(data);
     this.pendingBytes += data.length;
-    this.flushImmediate ??= setImmediate(this.flush);
+    this.flushImmediate ??= setImmediate(this.endTurn);
     this.wasAccepting = this.wasAccepting && this.accepting;
     return { index, term: this.core.currentTerm };
   }
@@ -488,8 +489,21 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     return this.pendingBytes + this.flushedBytes;
   }
 
-  private readonly flush = (): void => {
+  /** Once a turn, after every input of the poll phase: the turn's proposals go to the core as one
+   * batch, then every message of the turn leaves, one write per link (with a transport of
+   * callerFlushes; any other transport has flushed its own by then or does so at its turn end). */
+  private readonly endTurn = (): void => {
     this.flushImmediate = undefined;
+    this.proposeBatch();
+    this.transport.flush?.();
+    // What the batch sent has just been written; a turn end it scheduled would find nothing.
+    if (this.flushImmediate !== undefined && this.pending.length === 0) {
+      clearImmediate(this.flushImmediate);
+      this.flushImmediate = undefined;
+    }
+  };
+
+  private proposeBatch(): void {
     if (this.state !== 'started' || this.pending.length === 0) return;
     const batch = this.pending;
     const bytes = this.pendingBytes;
@@ -512,11 +526,8 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
       this.opts.logger.info({ entries: batch.length, code: r.error.code, leader: r.leader }, 'raft proposals dropped');
     }
     this.drainReady();
-    // This runs in the check phase, possibly after the transport's own flush of this turn: the
-    // append leaves now, not one turn later.
-    this.transport.flush?.();
     this.noteAccepting();
-  };
+  }
 
   private releaseCommitted(commit: number): void {
     while (this.batchHead < this.batchLast.length && this.batchLast[this.batchHead]! <= commit) {
@@ -737,7 +748,10 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
   private readonly readySink: ReadySink = {
     live: () => this.state === 'started',
     begin: () => this.noteEpoch(),
-    send: (m) => this.transport.send(m.to, m),
+    send: (m) => {
+      this.transport.send(m.to, m);
+      this.flushImmediate ??= setImmediate(this.endTurn);
+    },
     appended: (entries, truncatedFrom) => this.opts.onAppended?.(entries, truncatedFrom),
     restore: (s) => this.restore(s),
     committed: (entries) => this.deliver(entries),

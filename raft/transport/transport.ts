@@ -52,6 +52,10 @@ export interface TransportOptions<M> {
   random?: () => number;
   /** A link that has not finished its handshake within this is closed; default 3 s. */
   handshakeTimeoutMs?: number;
+  /** send() only queues, and the caller calls flush() once per event-loop turn (the raft driver
+   * does, after it proposes the turn's batch), so each link gets one write a turn. Default false:
+   * the transport flushes by itself at the end of the turn. */
+  callerFlushes?: boolean;
 }
 
 export interface TransportStats {
@@ -205,7 +209,9 @@ export class Transport<M> implements LinkOwner<M> {
       return;
     }
     this.counters.dropped += peer.queue.push(encodeFrame(body));
-    if (peer.link?.ready === true && !peer.blocked) this.scheduleFlush(peer);
+    if (peer.link?.ready !== true || peer.blocked) return;
+    if (this.opts.callerFlushes === true) this.dirty.add(peer);
+    else this.scheduleFlush(peer);
   }
 
   onMessage(fn: (from: number, msg: M) => void): void {
@@ -407,9 +413,8 @@ export class Transport<M> implements LinkOwner<M> {
     this.dirty.clear();
   };
 
-  /** Writes every queued frame now instead of at the scheduled flush. The raft driver calls it
-   * after it proposes a turn's batch: that runs in the check phase, where the scheduled flush may
-   * already have run, and the append would otherwise wait a whole event-loop turn. */
+  /** Writes every queued frame now instead of at the scheduled flush. The raft driver calls it once
+   * a turn, after it proposes the turn's batch (see callerFlushes). */
   flush(): void {
     if (this.dirty.size > 0) this.flushAll();
   }

@@ -275,6 +275,7 @@ export class RaftLog implements BrokerLog, LeaseView {
               secret: o.secret,
               logger: o.logger,
               validate,
+              callerFlushes: true,
             });
             return transport;
           },
