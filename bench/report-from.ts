@@ -5,6 +5,8 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
+import type { FleetRun } from './fleet-child.js';
+import type { FleetSection } from './fleet-report.js';
 import { LOADGEN_RATIO_MAX_PCT, markdown, type Row, type RunResult, rowsOf } from './report.js';
 import { svg } from './svg.js';
 
@@ -31,7 +33,7 @@ function options(): { out: string | undefined; files: string[] } {
 
 const { out, files } = options();
 for (const file of files) {
-  let data: { meta?: Record<string, unknown>; rows?: Row[]; runs?: RunResult[] };
+  let data: { meta?: Record<string, unknown>; rows?: Row[]; runs?: RunResult[]; fleet?: FleetRun[]; fleetSkipped?: string[] };
   try {
     data = JSON.parse(readFileSync(file, 'utf8')) as typeof data;
   } catch (err) {
@@ -41,8 +43,9 @@ for (const file of files) {
     fail(`${file}: not a bench results file (meta and runs expected)`);
   }
   const rows = Array.isArray(data.runs) ? rowsOf(data.runs, LOADGEN_RATIO_MAX_PCT) : (data.rows as Row[]);
+  const fleet: FleetSection | null = Array.isArray(data.fleet) ? { runs: data.fleet, skipped: data.fleetSkipped ?? [] } : null;
   const base = join(out ?? dirname(file), basename(file).replace(/\.json$/, ''));
-  writeFileSync(`${base}.md`, `${markdown(rows, data.meta, LOADGEN_RATIO_MAX_PCT)}\n`);
-  writeFileSync(`${base}.svg`, svg(rows, data.meta, LOADGEN_RATIO_MAX_PCT));
+  writeFileSync(`${base}.md`, `${markdown(rows, data.meta, LOADGEN_RATIO_MAX_PCT, fleet)}\n`);
+  writeFileSync(`${base}.svg`, svg(rows, data.meta, LOADGEN_RATIO_MAX_PCT, fleet));
   process.stdout.write(`report-from: wrote ${base}.md and ${base}.svg\n`);
 }

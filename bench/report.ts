@@ -1,5 +1,6 @@
 // The broker benchmark's results: one run's record, the median row of N runs of a scenario and
 // broker, the cluster's CPU-per-message ratios, and the markdown tables.
+import { type FleetSection, fleetMarkdown } from './fleet-report.js';
 import type { LoopDelay, Role, TargetName } from './targets.js';
 
 /** A load generator above this (% of one core) may have competed with the brokers for the two cores:
@@ -161,7 +162,8 @@ export function summaryLine(r: RunResult): string {
   );
 }
 
-export function markdown(rows: Row[], meta: Record<string, unknown>, loadgenMaxPct: number): string {
+/** The run's .md: the mqttload tables of `rows`, then the fleet scenarios' tables when they ran. */
+export function markdown(rows: Row[], meta: Record<string, unknown>, loadgenMaxPct: number, fleet: FleetSection | null = null): string {
   const flags = (row: Row): string => `${row.failedRuns > 0 ? ' ✗' : ''}${row.result.warnings.length > 0 ? ' ⚠' : ''}`;
   const load = [
     '| scenario | broker | delivered/s | p50 µs | p99 µs | p99.9 µs | lost | dup | CPU % | RSS MiB | CPU µs/msg | loadgen CPU % /proc (own) | host_other % | ELD p99 / max ms |',
@@ -209,15 +211,22 @@ export function markdown(rows: Row[], meta: Record<string, unknown>, loadgenMaxP
     .filter((row) => row.result.warnings.length > 0)
     .map((row) => `- ${row.scenario}/${row.broker}: ${row.result.warnings.join('; ')}`);
   const runs = Number(meta.runs);
+  const mqttload = rows.length > 0 || fleet === null;
+  const window = mqttload ? `, window ${String(meta.durationS)} s after ${String(meta.warmupS)} s warm-up` : '';
+  const median = mqttload && runs > 1 ? `, median of ${runs} runs` : '';
   return [
-    `Run ${String(meta.date)} at ${String(meta.commit)}: ${String(meta.cpus)} × ${String(meta.cpuModel)}, Node ${String(meta.node)}, ${String(meta.mosquitto)}, window ${String(meta.durationS)} s after ${String(meta.warmupS)} s warm-up${meta.quick === true ? ' (--quick)' : ''}${runs > 1 ? `, median of ${runs} runs` : ''}.`,
+    `Run ${String(meta.date)} at ${String(meta.commit)}: ${String(meta.cpus)} × ${String(meta.cpuModel)}, Node ${String(meta.node)}, ${String(meta.mosquitto)}${window}${meta.quick === true ? ' (--quick)' : ''}${median}.`,
     '',
-    'CPU %, RSS and CPU µs/msg are per broker process from /proc over the window; a cluster row lists leader / follower / follower.',
-    'CPU µs/msg: CPU time of that process per message published in the window (mqttload `sent`; fan-out delivers each to 100 subscribers).',
-    'loadgen CPU %: mqttload from /proc (its own getrusage figure in parentheses). host_other %: CPU of neither the broker processes nor mqttload.',
-    '',
-    ...load,
-    '',
+    ...(mqttload
+      ? [
+          'CPU %, RSS and CPU µs/msg are per broker process from /proc over the window; a cluster row lists leader / follower / follower.',
+          'CPU µs/msg: CPU time of that process per message published in the window (mqttload `sent`; fan-out delivers each to 100 subscribers).',
+          'loadgen CPU %: mqttload from /proc (its own getrusage figure in parentheses). host_other %: CPU of neither the broker processes nor mqttload.',
+          '',
+          ...load,
+          '',
+        ]
+      : []),
     ...(cluster.length > 2
       ? [
           `Cluster CPU per published message; a ratio in parentheses does not count (a row failed, or its load generator used more than ${loadgenMaxPct} % of a core).`,
@@ -229,5 +238,6 @@ export function markdown(rows: Row[], meta: Record<string, unknown>, loadgenMaxP
     ...(idle.length > 2 ? [...idle, ''] : []),
     ...(failures.length > 0 ? ['Failed (✗):', '', ...failures, ''] : []),
     ...(warnings.length > 0 ? ['Warnings (⚠):', '', ...warnings, ''] : []),
+    ...fleetMarkdown(fleet),
   ].join('\n');
 }

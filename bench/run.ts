@@ -2,9 +2,11 @@
 // in one run, driven by mqttload (an independent C load generator, ../shared/tools/mqttload beside
 // the repository) with the same scenarios, one broker after the other, each on fresh processes.
 // CPU and RSS of every broker process and of mqttload come from /proc over the measurement window.
+// The fleet scenarios (fleet-failover, fleet, connect-tls), when named, run after them: one
+// `node build/bench/fleet.js` child per scenario and target (bench/fleet-child.ts).
 // Writes bench/results/<stamp>.json (every run), .md (the median run of each scenario and broker) and
 // .svg (its throughput as bar charts); node build/bench/report-from.js remakes .md and .svg from a .json.
-// Usage: npm run build && npm run bench -- [--quick] [--brokers a,b] [--runs N] [--help]
+// Usage: npm run build && npm run bench -- [--quick] [--brokers a,b] [--runs N] [--scenarios a,b|all] [--help]
 import { spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -12,6 +14,19 @@ import { cpus, tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
+import {
+  FLEET_JS,
+  FLEET_SCENARIOS,
+  type FleetOptions,
+  type FleetScenario,
+  fleetArgs,
+  fleetSkip,
+  fleetSummaryLine,
+  fleetTimeoutS,
+  killRunningFleetChild,
+  runFleetChild,
+} from './fleet-child.js';
+import type { FleetSection } from './fleet-report.js';
 import { clockTicks, type ProcSample, sampleProc, windowOf } from './proc.js';
 import { LOADGEN_RATIO_MAX_PCT, markdown, type ProcResult, type Row, type RunResult, rowsOf, summaryLine } from './report.js';
 import { svg } from './svg.js';
@@ -42,14 +57,20 @@ interface Options {
   idleHoldS: number;
   mqttloadSrc: string;
   brokers: TargetName[];
+  /** The mqttload scenarios to run; null: all of them. */
   only: string[] | null;
+  /** The fleet scenarios to run, in the order named. */
+  fleet: FleetScenario[];
+  fleetOptions: FleetOptions;
   outDir: string;
 }
 
-const SCENARIO_NAMES = 'fanin-q0,fanin-q1,fanin-q2,fanout-q0,fanout-q1,latency-q1,rate-q1-half,idle';
+const MQTTLOAD_SCENARIOS = ['fanin-q0', 'fanin-q1', 'fanin-q2', 'fanout-q0', 'fanout-q1', 'latency-q1', 'rate-q1-half', 'idle'];
+const SCENARIO_NAMES = MQTTLOAD_SCENARIOS.join(',');
 
 const HELP = `npm run bench -- [options]
-  --quick              about a two-minute smoke run (short windows, 1000 idle connections)
+  --quick              about a two-minute smoke run (short windows, 1000 idle connections;
+                       1000 fleet devices)
   --duration S         measurement window per scenario (default 5)
   --warmup S           warm-up before the window (default 1)
   --rate N             total publishes/s of latency-q1, below every broker's saturation (default 5000)
@@ -57,12 +78,23 @@ const HELP = `npm run bench -- [options]
                        fanin-q1 on this machine (default 50000)
   --runs N             run each scenario and broker N times; the table shows the median run (default 1)
   --idle-conns N       idle connections (default 10000)
-  --scenarios a,b      only these scenarios (${SCENARIO_NAMES})
+  --scenarios a,b|all  only these scenarios; all: every one. mqttload scenarios (the default):
+                       ${SCENARIO_NAMES}
+                       fleet scenarios, run after those: ${FLEET_SCENARIOS.join(',')}
   --brokers a,b        ${TARGET_NAMES.join(',')} (default all three)
   --cpu-prof           run raftmq under node --cpu-prof; profiles go to the results folder
   --mqttload DIR       mqttload source folder (default ../shared/tools/mqttload beside the repository)
   --out DIR            results folder (default bench/results)
-Exit status 1 when a broker failed to start, died, refused connections or lost messages.`;
+ fleet scenarios: one node build/bench/fleet.js per scenario and broker, once (not --runs);
+ fleet-failover runs on raftmq-cluster and on mosquitto (restarted in place, the anchor row)
+  --clients N          devices / connections (default 10000; --quick: 1000)
+  --rate-per-device R  fleet: telemetry msg/s per device (default 1)
+  --find-max           fleet: step the rate up until p99 or loss does not hold
+  --detect rst|keepalive  fleet-failover: devices notice the kill by the reset (default) or keep-alive
+  --fleet-timeout S    deadline of one fleet child, killed with its processes after it (default
+                       twice the longest it should take, from --clients and the scenario)
+Exit status 1 when a broker failed to start, died, refused connections or lost messages, or a fleet
+child failed (exit status not 0: its FAIL lines) or passed its deadline.`;
 
 function fail(message: string): never {
   process.stderr.write(`bench: ${message}\n`);
@@ -101,6 +133,11 @@ function parseOptions(argv: string[]): Options {
         'idle-conns': { type: 'string' },
         scenarios: { type: 'string' },
         brokers: { type: 'string' },
+        clients: { type: 'string' },
+        'rate-per-device': { type: 'string' },
+        'find-max': { type: 'boolean' },
+        detect: { type: 'string' },
+        'fleet-timeout': { type: 'string' },
         mqttload: { type: 'string' },
         out: { type: 'string' },
         help: { type: 'boolean' },
@@ -116,6 +153,21 @@ function parseOptions(argv: string[]): Options {
   const quick = v.quick === true;
   const brokers = ((v.brokers as string | undefined) ?? TARGET_NAMES.join(',')).split(',') as TargetName[];
   for (const b of brokers) if (!TARGET_NAMES.includes(b)) fail(`--brokers: unknown broker ${b} (${TARGET_NAMES.join(', ')})`);
+  const named = typeof v.scenarios === 'string' ? v.scenarios.split(',').filter((n) => n !== '') : null;
+  const isFleet = (n: string): n is FleetScenario => (FLEET_SCENARIOS as readonly string[]).includes(n);
+  for (const n of named ?? []) {
+    if (n !== 'all' && !MQTTLOAD_SCENARIOS.includes(n) && !isFleet(n)) {
+      fail(`--scenarios: unknown scenario ${n} (${SCENARIO_NAMES}, ${FLEET_SCENARIOS.join(',')} or all)`);
+    }
+  }
+  const all = named === null || named.includes('all');
+  const detect = v.detect as string | undefined;
+  if (detect !== undefined && detect !== 'rst' && detect !== 'keepalive')
+    fail(`--detect must be rst or keepalive, got ${JSON.stringify(detect)}`);
+  const rpd = v['rate-per-device'] as string | undefined;
+  const fleetTimeout = v['fleet-timeout'] as string | undefined;
+  const outDir = resolve((v.out as string | undefined) ?? join(REPO, 'bench', 'results'));
+  const defaultOut = outDir === resolve(REPO, 'bench', 'results');
   return {
     quick,
     cpuProf: v['cpu-prof'] === true,
@@ -128,8 +180,17 @@ function parseOptions(argv: string[]): Options {
     idleHoldS: quick ? 2 : 5,
     mqttloadSrc: resolve((v.mqttload as string | undefined) ?? defaultMqttloadSrc()),
     brokers: [...new Set(brokers)],
-    only: typeof v.scenarios === 'string' ? v.scenarios.split(',') : null,
-    outDir: resolve((v.out as string | undefined) ?? join(REPO, 'bench', 'results')),
+    only: all ? null : (named ?? []).filter((n) => MQTTLOAD_SCENARIOS.includes(n)),
+    fleet: named === null ? [] : named.includes('all') ? [...FLEET_SCENARIOS] : [...new Set(named.filter(isFleet))],
+    fleetOptions: {
+      clients: Math.floor(num(v.clients as string | undefined, '--clients', quick ? 1000 : 10_000)),
+      ratePerDevice: rpd === undefined ? null : num(rpd, '--rate-per-device', 1),
+      findMax: v['find-max'] === true,
+      detect: detect === undefined ? null : detect,
+      timeoutS: fleetTimeout === undefined ? null : num(fleetTimeout, '--fleet-timeout', 1),
+      outDir: defaultOut ? null : outDir,
+    },
+    outDir,
   };
 }
 
@@ -154,7 +215,6 @@ function scenarios(o: Options): Scenario[] {
     { name: 'idle', args: ['-s', 'idle', '-C', String(o.idleConns), '-T', String(o.idleHoldS)], idle: true, rate: 0 },
   ];
   if (o.only === null) return all;
-  for (const n of o.only) if (!all.some((s) => s.name === n)) fail(`--scenarios: unknown scenario ${n} (${SCENARIO_NAMES})`);
   return all.filter((s) => o.only?.includes(s.name));
 }
 
@@ -378,8 +438,10 @@ async function main(): Promise<void> {
   const o = parseOptions(process.argv.slice(2));
   if (o.brokers.includes('mosquitto') && !existsSync(MOSQUITTO)) fail(`${MOSQUITTO} not found: install the Debian package mosquitto`);
   if (o.brokers.some((b) => b !== 'mosquitto') && !existsSync(CLI)) fail(`${CLI} not found: run npm run build first`);
+  if (o.fleet.length > 0 && !existsSync(FLEET_JS)) fail(`${FLEET_JS} not found: run npm run build first`);
+  const loads = scenarios(o);
   const tmp = mkdtempSync(join(tmpdir(), 'raftmq-bench-'));
-  const bin = buildMqttload(o.mqttloadSrc, tmp);
+  const bin = loads.length > 0 ? buildMqttload(o.mqttloadSrc, tmp) : '';
   mkdirSync(o.outDir, { recursive: true });
   const meta = {
     date: new Date().toISOString(),
@@ -397,27 +459,67 @@ async function main(): Promise<void> {
     runs: o.runs,
     clockTicks: clockTicks(),
     cpuProf: o.cpuProf,
+    ...(o.fleet.length > 0 ? { fleet: { scenarios: o.fleet, ...o.fleetOptions } } : {}),
   };
   const runs: RunResult[] = [];
   // Runs of one scenario alternate between the brokers, so a slow drift of the machine spreads over all.
-  for (const s of scenarios(o)) {
+  for (const s of loads) {
     for (let run = 1; run <= o.runs; run++) {
       for (const name of o.brokers) runs.push(await runOne(bin, s, name, run, o, tmp));
     }
   }
+  const fleet = o.fleet.length > 0 ? await runFleet(o, tmp) : null;
   rmSync(tmp, { recursive: true, force: true });
   const rows: Row[] = rowsOf(runs, LOADGEN_RATIO_MAX_PCT);
   const base = join(o.outDir, stamp);
-  const md = markdown(rows, meta, LOADGEN_RATIO_MAX_PCT);
-  writeFileSync(`${base}.json`, `${JSON.stringify({ meta, rows, runs }, null, 2)}\n`);
+  const md = markdown(rows, meta, LOADGEN_RATIO_MAX_PCT, fleet);
+  const fleetJson = fleet === null ? {} : { fleet: fleet.runs, fleetSkipped: fleet.skipped };
+  writeFileSync(`${base}.json`, `${JSON.stringify({ meta, rows, runs, ...fleetJson }, null, 2)}\n`);
   writeFileSync(`${base}.md`, `${md}\n`);
-  writeFileSync(`${base}.svg`, svg(rows, meta, LOADGEN_RATIO_MAX_PCT));
+  writeFileSync(`${base}.svg`, svg(rows, meta, LOADGEN_RATIO_MAX_PCT, fleet));
   process.stdout.write(`\n${md}\nbench: wrote ${base}.json, ${base}.md and ${base}.svg\n`);
   const failed = runs.filter((r) => r.failures.length > 0);
-  if (failed.length > 0) {
+  const fleetFailed = fleet?.runs.filter((r) => r.failures.length > 0) ?? [];
+  if (failed.length > 0 || fleetFailed.length > 0) {
     for (const r of failed) process.stderr.write(`bench: FAILED ${r.scenario}/${r.broker} run ${r.run}: ${r.failures.join('; ')}\n`);
+    for (const r of fleetFailed) process.stderr.write(`bench: FAILED ${r.scenario}/${r.target}: ${r.failures.join('; ')}\n`);
     process.exitCode = 1;
   }
+}
+
+/** The fleet scenarios, one child after the other: each scenario on every broker it supports. */
+async function runFleet(o: Options, tmp: string): Promise<FleetSection> {
+  const section: FleetSection = { runs: [], skipped: [] };
+  // A fleet child leads a process group of its own, out of the terminal's reach: take it down too.
+  const onSignal = (sig: NodeJS.Signals): void => {
+    killRunningFleetChild();
+    rmSync(tmp, { recursive: true, force: true });
+    process.stderr.write(`bench: ${sig}: stopped\n`);
+    process.exit(sig === 'SIGINT' ? 130 : 143);
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  try {
+    for (const s of o.fleet) {
+      for (const name of o.brokers) {
+        const skip = fleetSkip(s, name);
+        if (skip !== null) {
+          section.skipped.push(`${s}/${name}: ${skip}`);
+          process.stdout.write(`${s}/${name} skipped: ${skip}\n`);
+          continue;
+        }
+        const args = fleetArgs(s, name, o.fleetOptions).join(' ');
+        process.stdout.write(`${s}/${name}: node build/bench/fleet.js ${args} (deadline ${fleetTimeoutS(s, o.fleetOptions)} s)\n`);
+        const r = await runFleetChild(s, name, o.fleetOptions, tmp);
+        section.runs.push(r);
+        process.stdout.write(`${fleetSummaryLine(r)}\n`);
+      }
+    }
+  } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+  }
+  return section;
 }
 
 main().catch((err: unknown) => fail((err as Error).stack ?? String(err)));

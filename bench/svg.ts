@@ -1,7 +1,11 @@
 // The broker benchmark's figure: one small bar chart per scenario (deliveries per second; connects per
 // second for idle), one bar per broker, each panel on a linear scale of its own so 20k and 1.5M both
 // read. Bars of a failed row (✗) or of a row whose load generator used more than the given share of a
-// core (⚠) are hatched. Hand-written, self-contained SVG: no script, no external font or style.
+// core (⚠) are hatched. The fleet scenarios, when they ran, follow on lines of their own: connect-tls
+// connects/s per transport, fleet-failover p50 and p99 in seconds, fleet delivered/s and p99.
+// Hand-written, self-contained SVG: no script, no external font or style.
+import { type FleetRun, failoverTimes, num, transportRow } from './fleet-child.js';
+import type { FleetSection } from './fleet-report.js';
 import { loadgenPct, type Row } from './report.js';
 import { TARGET_NAMES } from './targets.js';
 
@@ -42,6 +46,11 @@ export function compact(v: number): string {
   return `${r}${unit}`;
 }
 
+/** 3 significant digits below 1000 (0.25, 5.33, 17.4), compact above. */
+export function sig3(v: number): string {
+  return Math.abs(v) >= 1000 ? compact(v) : String(Number(v.toPrecision(3)));
+}
+
 function full(v: number): string {
   return v.toLocaleString('en-US', { maximumFractionDigits: 0 });
 }
@@ -70,6 +79,8 @@ interface Panel {
   scenario: string;
   unit: string;
   bars: Bar[];
+  /** Value and tick labels; compact by default. */
+  fmt?: (v: number) => string;
 }
 
 function panelsOf(rows: Row[], loadgenMaxPct: number): Panel[] {
@@ -105,6 +116,63 @@ function panelsOf(rows: Row[], loadgenMaxPct: number): Panel[] {
   return [...panels.filter((p) => p.unit !== 'connects/s'), ...panels.filter((p) => p.unit === 'connects/s')];
 }
 
+/** One panel of a fleet figure: a bar per target, in target order. */
+function fleetPanel(
+  runs: FleetRun[],
+  scenario: string,
+  unit: string,
+  pick: (r: FleetRun) => number | null,
+  fmt?: (v: number) => string,
+): Panel {
+  const bars = runs.map((r) => {
+    const value = pick(r);
+    const failed = r.failures.length > 0;
+    const notes = [
+      `${scenario} / ${r.target}: ${value === null ? 'no result' : `${sig3(value)} ${unit}`}`,
+      ...(failed ? [`failed: ${r.failures.join('; ')}`] : []),
+      ...(r.result?.notes ?? []),
+    ];
+    return { broker: r.target, value, failed, loadgenHigh: false, note: notes.join('\n') };
+  });
+  const order = (b: string) => (TARGET_NAMES as readonly string[]).indexOf(b);
+  bars.sort((a, b) => order(a.broker) - order(b.broker));
+  return { scenario, unit, bars, ...(fmt === undefined ? {} : { fmt }) };
+}
+
+/** The fleet scenarios' panels, in pairs: each pair starts a line of the figure. */
+function fleetPanels(section: FleetSection | null): Panel[][] {
+  if (section === null) return [];
+  const lines: Panel[][] = [];
+  const of = (s: string) => section.runs.filter((r) => r.scenario === s);
+  const first = (r: FleetRun) => r.result?.rows[0];
+  for (const s of new Set(section.runs.map((r) => r.scenario))) {
+    const runs = of(s);
+    if (s === 'fleet-failover') {
+      const sec = (q: 'p50' | 'p99') => (r: FleetRun) => {
+        const row = first(r);
+        const ms = row === undefined ? null : failoverTimes(row)[q];
+        return ms === null ? null : ms / 1000;
+      };
+      const unit = 's from the kill to CONNACK';
+      lines.push([fleetPanel(runs, `${s} p50`, unit, sec('p50'), sig3), fleetPanel(runs, `${s} p99`, unit, sec('p99'), sig3)]);
+    } else if (s === 'fleet') {
+      // --find-max: the highest step held (else the first); otherwise the one step.
+      const findMax = runs.some((r) => r.result?.options.findMax === true);
+      const rowOf = (r: FleetRun) => (findMax ? r.result?.rows.filter((row) => row.holds === true).at(-1) : undefined) ?? first(r);
+      const rate = num(first(runs[0] as FleetRun)?.ratePerDevice);
+      const at = findMax ? ' at the highest rate held' : rate === null ? '' : ` at ${sig3(rate)} msg/s per device`;
+      lines.push([
+        fleetPanel(runs, s, `delivered/s${at}`, (r) => num(rowOf(r)?.deliveredPerS)),
+        fleetPanel(runs, `${s} p99`, `ms${at}`, (r) => num(rowOf(r)?.p99Ms), sig3),
+      ]);
+    } else {
+      const cps = (t: 'tcp' | 'tls') => (r: FleetRun) => num(transportRow(r, t)?.connectsPerS);
+      lines.push([fleetPanel(runs, `${s} tcp`, 'connects/s', cps('tcp')), fleetPanel(runs, `${s} tls`, 'connects/s', cps('tls'))]);
+    }
+  }
+  return lines;
+}
+
 function colourOf(broker: string, brokers: string[]): string {
   return COLOURS[broker] ?? OTHER_COLOURS[brokers.indexOf(broker) % OTHER_COLOURS.length] ?? '#999999';
 }
@@ -117,6 +185,7 @@ function panel(p: Panel, x0: number, y0: number, brokers: string[]): string[] {
   const out: string[] = [];
   const plotX = x0 + NAME_W;
   const plotW = PANEL_W - NAME_W - LABEL_W;
+  const fmt = p.fmt ?? compact;
   const max = Math.max(0, ...p.bars.map((b) => b.value ?? 0));
   const step = max > 0 ? tickStep(max) : 1;
   const top = Math.max(step, Math.ceil(max / step - 1e-9) * step);
@@ -127,7 +196,7 @@ function panel(p: Panel, x0: number, y0: number, brokers: string[]): string[] {
   for (let t = 0; t <= top + step / 2; t += step) {
     const x = n(xOf(t));
     out.push(`<line x1="${x}" y1="${n(barsTop - 3)}" x2="${x}" y2="${n(barsBottom + 3)}" class="${t === 0 ? 'ax' : 'g'}"/>`);
-    out.push(`<text x="${x}" y="${n(barsBottom + 14)}" class="tk">${esc(compact(t))}</text>`);
+    out.push(`<text x="${x}" y="${n(barsBottom + 14)}" class="tk">${esc(fmt(t))}</text>`);
   }
   p.bars.forEach((b, i) => {
     const y = barsTop + i * (BAR_H + BAR_GAP);
@@ -140,31 +209,36 @@ function panel(p: Panel, x0: number, y0: number, brokers: string[]): string[] {
     );
     if (marked && w > 0) out.push(`<rect x="${n(plotX)}" y="${n(y)}" width="${n(w)}" height="${BAR_H}" fill="url(#h)"/>`);
     const mark = `${b.failed ? '✗ ' : ''}${b.loadgenHigh ? '⚠ ' : ''}`;
-    const text = b.value === null ? `${mark}${b.failed ? 'failed' : 'no result'}` : `${mark}${compact(b.value)}`;
+    const text = b.value === null ? `${mark}${b.failed ? 'failed' : 'no result'}` : `${mark}${fmt(b.value)}`;
     out.push(`<text x="${n(plotX + w + 4)}" y="${n(y + BAR_H - 4)}" class="v${b.failed ? ' f' : ''}">${esc(text)}</text></g>`);
   });
   return out;
 }
 
 /** The figure of one bench run: `rows` as from rowsOf, `meta` as in the results JSON. */
-export function svg(rows: Row[], meta: Record<string, unknown>, loadgenMaxPct: number): string {
+export function svg(rows: Row[], meta: Record<string, unknown>, loadgenMaxPct: number, fleet: FleetSection | null = null): string {
   const panels = panelsOf(rows, loadgenMaxPct);
-  const brokers = [...new Set(rows.map((r) => r.broker as string))].sort((a, b) => {
-    const ia = (TARGET_NAMES as readonly string[]).indexOf(a);
-    const ib = (TARGET_NAMES as readonly string[]).indexOf(b);
-    return (ia < 0 ? 99 : ia) - (ib < 0 ? 99 : ib);
-  });
+  const fleetLines = fleetPanels(fleet);
+  const brokers = [...new Set([...rows.map((r) => r.broker as string), ...(fleet?.runs ?? []).map((r) => r.target as string)])].sort(
+    (a, b) => {
+      const ia = (TARGET_NAMES as readonly string[]).indexOf(a);
+      const ib = (TARGET_NAMES as readonly string[]).indexOf(b);
+      return (ia < 0 ? 99 : ia) - (ib < 0 ? 99 : ib);
+    },
+  );
   const body: string[] = [];
   const headerH = 58;
   let y = MARGIN + headerH;
-  for (let i = 0; i < panels.length; i += COLS) {
-    const line = panels.slice(i, i + COLS);
+  const lines: Panel[][] = [];
+  for (let i = 0; i < panels.length; i += COLS) lines.push(panels.slice(i, i + COLS));
+  lines.push(...fleetLines);
+  for (const line of lines) {
     line.forEach((p, j) => {
       body.push(...panel(p, MARGIN + j * (PANEL_W + COL_GAP), y, brokers));
     });
     y += Math.max(...line.map(panelHeight)) + PANEL_GAP;
   }
-  if (panels.length === 0) {
+  if (lines.length === 0) {
     body.push(`<text x="${MARGIN}" y="${y + 14}" class="u">no rows</text>`);
     y += 30;
   }
@@ -184,11 +258,14 @@ export function svg(rows: Row[], meta: Record<string, unknown>, loadgenMaxPct: n
     `<text x="${lx + 17}" y="${ly + 10}" class="lg">✗ failed · ⚠ load generator above ${esc(loadgenMaxPct)} % of a core (it may have set the pace)</text>`,
   );
   const runs = Number(meta.runs);
+  const mqttload = rows.length > 0 || fleet === null;
+  const clients = [...new Set((fleet?.runs ?? []).map((r) => num(r.result?.options.clients)).filter((c) => c !== null))];
+  const fleetCaption = fleetLines.length > 0 ? ` · fleet: ${clients.map((c) => full(c)).join(', ')} devices or connections` : '';
   const warned = rows.filter((r) => r.result.warnings.length > 0);
   const kinds = [...new Set(warned.flatMap((r) => r.result.warnings.map((w) => w.replace(/(:| \d| \().*$/, ''))))];
   const caption = [
     `${String(meta.date ?? '?')} · commit ${String(meta.commit ?? '?')} · ${String(meta.cpus ?? '?')} × ${String(meta.cpuModel ?? '?')}`,
-    `Node ${String(meta.node ?? '?')} · ${String(meta.mosquitto ?? '?')} · ${String(meta.durationS ?? '?')} s window after ${String(meta.warmupS ?? '?')} s warm-up${meta.quick === true ? ' (--quick)' : ''}${runs > 1 ? ` · median of ${runs} runs` : ''} · each panel has its own linear scale`,
+    `Node ${String(meta.node ?? '?')} · ${String(meta.mosquitto ?? '?')}${mqttload ? ` · ${String(meta.durationS ?? '?')} s window after ${String(meta.warmupS ?? '?')} s warm-up` : ''}${meta.quick === true ? ' (--quick)' : ''}${mqttload && runs > 1 ? ` · median of ${runs} runs` : ''}${fleetCaption} · each panel has its own linear scale`,
     ...(warned.length > 0
       ? [
           `${warned.length} of ${rows.length} rows have warnings in the .md table (${kinds.slice(0, 3).join('; ')}${kinds.length > 3 ? '; …' : ''})`,
@@ -199,7 +276,7 @@ export function svg(rows: Row[], meta: Record<string, unknown>, loadgenMaxPct: n
   const capY = y - PANEL_GAP + 22;
   return [
     `<svg xmlns="http://www.w3.org/2000/svg" width="${WIDTH}" height="${n(height)}" viewBox="0 0 ${WIDTH} ${n(height)}" role="img" font-family="${FONT}">`,
-    `<title>raftmq broker bench ${esc(meta.date ?? '')}: throughput per scenario and broker</title>`,
+    `<title>raftmq broker bench ${esc(meta.date ?? '')}: ${fleetLines.length > 0 ? 'figures' : 'throughput'} per scenario and broker</title>`,
     '<style>',
     'text{fill:#222;font-size:11px}.t{font-size:16px;font-weight:600}.pt{font-size:13px;font-weight:600}',
     '.u{font-size:11px;font-weight:400;fill:#666}.nm{text-anchor:end}.tk{fill:#777;font-size:10px;text-anchor:middle}',
@@ -209,7 +286,7 @@ export function svg(rows: Row[], meta: Record<string, unknown>, loadgenMaxPct: n
     '<defs><pattern id="h" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">',
     '<rect width="3" height="6" fill="#000" fill-opacity=".35"/></pattern></defs>',
     `<rect width="100%" height="100%" fill="#fff"/>`,
-    `<text x="${MARGIN}" y="${MARGIN + 14}" class="t">Broker throughput per scenario</text>`,
+    `<text x="${MARGIN}" y="${MARGIN + 14}" class="t">${fleetLines.length > 0 ? 'Broker throughput, fleet connects and failover per scenario' : 'Broker throughput per scenario'}</text>`,
     ...legend,
     ...body,
     ...caption.map((c, i) => `<text x="${MARGIN}" y="${n(capY + i * 15)}" class="c">${esc(c)}</text>`),
