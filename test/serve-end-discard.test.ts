@@ -52,10 +52,11 @@ class ManualLog implements BrokerLog {
     this.period = this.index;
     this.listener?.serving(true, this.period);
   }
-  /** Commits `cmds`; the lease lapses once the broker has checked it for each of them (apply
-   * executes an entry's effects only while serving), that is, just before the batch's write. */
+  /** Commits `cmds`; the lease lapses once the broker has checked it for each of them (a serving
+   * node reads it before and after each apply, and executes an entry's effects only while
+   * serving), that is, just before the batch's write. */
   commitThenLapse(cmds: Command[]): void {
-    this.readsLeft = cmds.length;
+    this.readsLeft = 2 * cmds.length;
     this.commit(cmds);
   }
   /** Commits everything proposed so far. */

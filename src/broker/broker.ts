@@ -21,7 +21,18 @@ import type {
   Will,
 } from './commands.js';
 import { type Deadline, DeadlineHeap, SESSION_DEADLINE, WILL_DEADLINE } from './deadlines.js';
-import { applyAck, canTake, deliver, event, fillInflight, inflightLimit, openFence, resendInflight, takeShared } from './deliver.js';
+import {
+  applyAck,
+  canTake,
+  deliver,
+  type Effects,
+  event,
+  fillInflight,
+  inflightLimit,
+  openFence,
+  resendInflight,
+  takeShared,
+} from './deliver.js';
 import { RetainedTrie } from './retained-trie.js';
 import {
   connPeriod,
@@ -160,7 +171,10 @@ export class Broker implements BrokerState {
     return this.byConn.get(conn)?.clientId ?? null;
   }
 
-  apply(e: Entry, out: Effect[]): void {
+  /** Applies one committed entry and appends its effects to `out`. With `out` null (a node that
+   * does not serve, which would drop them) no effect is built; the state after the entry, and so
+   * its digest and snapshot bytes, is the same either way. */
+  apply(e: Entry, out: Effects): void {
     try {
       this.digestCache = null;
       if (!Number.isSafeInteger(e.index) || e.index <= this.index) {
@@ -303,7 +317,7 @@ export class Broker implements BrokerState {
 
   // ---- dispatch ----
 
-  private dispatch(cmd: Command, index: number, now: number, out: Effect[]): void {
+  private dispatch(cmd: Command, index: number, now: number, out: Effects): void {
     switch (cmd.t) {
       case 'serve-start':
         this.serveStart(cmd.settings, cmd.generation, index, now, out);
@@ -350,11 +364,11 @@ export class Broker implements BrokerState {
     }
   }
 
-  private noop(out: Effect[], t: string, conn: string, reason: string): void {
+  private noop(out: Effects, t: string, conn: string, reason: string): void {
     event(out, 'no-op', { command: t, conn, reason });
   }
 
-  private breakInvariant(reason: string, out: Effect[]): void {
+  private breakInvariant(reason: string, out: Effects): void {
     this.failReason ??= reason;
     event(out, 'invariant', { reason });
   }
@@ -365,7 +379,7 @@ export class Broker implements BrokerState {
    * time (DESIGN.md "Failover"). The first serve-start of a higher epoch generation than one seen
    * before is a forced epoch's: clients may hold packet ids of flows its file lacks, so every
    * session's ids are fenced (deliver.ts "Fence"). */
-  private serveStart(settings: Settings, generation: number | undefined, index: number, now: number, out: Effect[]): void {
+  private serveStart(settings: Settings, generation: number | undefined, index: number, now: number, out: Effects): void {
     this.settings = settings;
     this.servePeriod = index;
     const fence = generation !== undefined && generation > this.generation && this.generation !== 0;
@@ -383,7 +397,7 @@ export class Broker implements BrokerState {
   /** Its will waits max(grace, will delay) even where the session ends sooner, and is dropped if
    * the client connects again within it: a documented deviation from the "earlier of" rule, for
    * clients that reconnect to the new leader (DESIGN.md "Failover"). */
-  private endByFailover(s: Session, now: number, out: Effect[]): void {
+  private endByFailover(s: Session, now: number, out: Effects): void {
     this.cow(s);
     this.detach(s);
     const will = s.will;
@@ -396,7 +410,7 @@ export class Broker implements BrokerState {
     this.startExpiry(s, now, out);
   }
 
-  private changeSettings(settings: Settings, now: number, out: Effect[]): void {
+  private changeSettings(settings: Settings, now: number, out: Effects): void {
     this.settings = settings;
     // A larger inflight bound frees slots for queued messages at once.
     for (const s of this.sortedSessions()) {
@@ -409,7 +423,7 @@ export class Broker implements BrokerState {
 
   // ---- sessions ----
 
-  private connect(cmd: ConnectCommand, now: number, out: Effect[]): void {
+  private connect(cmd: ConnectCommand, now: number, out: Effects): void {
     const period = connPeriod(cmd.conn) ?? 0;
     if (period < this.servePeriod) {
       this.noop(out, cmd.t, cmd.conn, 'connection of an ended serving period');
@@ -423,7 +437,7 @@ export class Broker implements BrokerState {
     if (cmd.will !== null && !aclAllows(this.settings.acl, { clientId, username: cmd.username }, 'write', cmd.will.msg.topic)) {
       // A will the client may not publish is refused at CONNECT, before it can take over a session.
       event(out, 'acl-denied', { clientId, access: 'write', topic: cmd.will.msg.topic, will: true });
-      out.push({ t: 'send', conn: cmd.conn, packet: { type: 'connack', sessionPresent: false, code: RC.NOT_AUTHORIZED } });
+      out?.push({ t: 'send', conn: cmd.conn, packet: { type: 'connack', sessionPresent: false, code: RC.NOT_AUTHORIZED } });
       return;
     }
     this.runDueDeadlinesOf(clientId, now, out);
@@ -441,9 +455,11 @@ export class Broker implements BrokerState {
       this.sessions.set(clientId, s);
     }
     this.attach(s, cmd);
-    const connack: Extract<Effect, { t: 'send' }>['packet'] = { type: 'connack', sessionPresent: present, code: RC.SUCCESS };
-    if (cmd.clientId === null) connack.assignedClientId = clientId;
-    out.push({ t: 'send', conn: cmd.conn, packet: connack });
+    if (out !== null) {
+      const connack: Extract<Effect, { t: 'send' }>['packet'] = { type: 'connack', sessionPresent: present, code: RC.SUCCESS };
+      if (cmd.clientId === null) connack.assignedClientId = clientId;
+      out.push({ t: 'send', conn: cmd.conn, packet: connack });
+    }
     if (present) {
       resendInflight(s, this.settings, now, out);
       if (!fillInflight(s, this.settings, now, out)) this.breakInvariant('no free packet id', out);
@@ -470,9 +486,9 @@ export class Broker implements BrokerState {
   /** A second connection with the same client id closes the first [MQTT-3.1.4-3]. The first ended
    * without DISCONNECT, so its will is processed: published now if its delay is 0 or the new
    * connection starts clean (the session ends), else cancelled by the resume [MQTT-3.1.3-9]. */
-  private takeover(s: Session, clean: boolean, now: number, out: Effect[]): void {
+  private takeover(s: Session, clean: boolean, now: number, out: Effects): void {
     const old = s.conn ?? '';
-    out.push({ t: 'close', conn: old, reason: RC.SESSION_TAKEN_OVER });
+    out?.push({ t: 'close', conn: old, reason: RC.SESSION_TAKEN_OVER });
     event(out, 'takeover', { clientId: s.clientId, conn: old });
     this.detach(s);
     const will = s.will;
@@ -484,7 +500,7 @@ export class Broker implements BrokerState {
 
   /** A pending will when its client connects again: a failover will is dropped; otherwise clean
    * ends the old session, which publishes it, and a resume cancels it [MQTT-3.1.3-9]. */
-  private settlePendingWill(clientId: string, clean: boolean, now: number, out: Effect[]): void {
+  private settlePendingWill(clientId: string, clean: boolean, now: number, out: Effects): void {
     const w = this.wills.get(clientId);
     if (w === undefined) return;
     this.wills.delete(clientId);
@@ -493,7 +509,7 @@ export class Broker implements BrokerState {
     else event(out, 'will-cancelled', { clientId });
   }
 
-  private disconnect(cmd: DisconnectCommand, now: number, out: Effect[]): void {
+  private disconnect(cmd: DisconnectCommand, now: number, out: Effects): void {
     const s = this.byConn.get(cmd.conn);
     if (s === undefined) {
       this.noop(out, cmd.t, cmd.conn, 'connection holds no session');
@@ -509,13 +525,13 @@ export class Broker implements BrokerState {
     this.startExpiry(s, now, out);
   }
 
-  private startWill(clientId: string, will: Will, now: number, out: Effect[]): void {
+  private startWill(clientId: string, will: Will, now: number, out: Effects): void {
     if (will.delayS === 0) this.publishWill(clientId, will.msg, now, out);
     else this.setPendingWill({ clientId, msg: will.msg, at: now + will.delayS * 1000, failover: false });
   }
 
   /** An offline session ends after its expiry interval; 0 ends it now. */
-  private startExpiry(s: Session, now: number, out: Effect[]): void {
+  private startExpiry(s: Session, now: number, out: Effects): void {
     if (s.expiryS === 0) {
       this.endSession(s, now, out);
       return;
@@ -527,7 +543,7 @@ export class Broker implements BrokerState {
 
   /** The session ends: a pending will goes first, since a will is published at the earlier of its
    * delay and the session's end [MQTT-3.1.3-9]; a failover will keeps its grace. */
-  private endSession(s: Session, now: number, out: Effect[]): void {
+  private endSession(s: Session, now: number, out: Effects): void {
     const w = this.wills.get(s.clientId);
     if (w !== undefined && !w.failover) {
       this.wills.delete(s.clientId);
@@ -536,7 +552,7 @@ export class Broker implements BrokerState {
     this.discardSession(s, now, out);
   }
 
-  private discardSession(s: Session, now: number, out: Effect[]): void {
+  private discardSession(s: Session, now: number, out: Effects): void {
     for (const filter of [...(s.subs?.keys() ?? [])]) this.removeSub(s, filter);
     this.detach(s);
     s.expiresAt = null;
@@ -548,16 +564,16 @@ export class Broker implements BrokerState {
    * another member of the same share, by the share's round robin (§4.8.2 SHOULD), in the order the
    * session held them; with no member left they are dropped and counted. The new member gets them
    * at its own granted QoS, with its own Subscription Identifier. */
-  private redistribute(items: readonly Delivery[], now: number, out: Effect[]): void {
+  private redistribute(items: readonly Delivery[], now: number, out: Effects): void {
     for (const item of items) {
       const share = item.share as string;
       const members = this.shareMembersFor(share, item.msg.topic);
       const t = members.length === 0 ? null : this.pickMember(share, members, this.cursors, item.msg, item.expiresAt, now);
       if (t === null) {
-        event(out, 'shared-dropped', { share, topic: item.msg.topic });
+        if (out !== null) event(out, 'shared-dropped', { share, topic: item.msg.topic });
         continue;
       }
-      event(out, 'shared-redelivered', { share, clientId: t.s.clientId });
+      if (out !== null) event(out, 'shared-redelivered', { share, clientId: t.s.clientId });
       this.deliverRouted(t, item.msg, item.expiresAt, now, out);
     }
   }
@@ -606,7 +622,7 @@ export class Broker implements BrokerState {
    * that has expired nor cancel a will that is due [MQTT-3.1.3-9]. Same outcome as the heap order:
    * a due will goes first, and a session end publishes a will that is not yet due. Their heap
    * entries go stale and are skipped when popped. */
-  private runDueDeadlinesOf(clientId: string, now: number, out: Effect[]): void {
+  private runDueDeadlinesOf(clientId: string, now: number, out: Effects): void {
     const w = this.wills.get(clientId);
     if (w !== undefined && w.at <= now) {
       this.wills.delete(clientId);
@@ -633,7 +649,7 @@ export class Broker implements BrokerState {
 
   /** Fires the deadlines <= now in (time, client id, kind) order, at most DEADLINES_PER_ENTRY_MAX
    * of them; the rest fire, in the same order, at the entries that follow. */
-  private runDeadlines(now: number, out: Effect[]): void {
+  private runDeadlines(now: number, out: Effects): void {
     this.deadlinesCapped = false;
     for (let fired = 0; ; ) {
       const top = this.deadlines.peek();
@@ -661,7 +677,7 @@ export class Broker implements BrokerState {
 
   // ---- subscriptions ----
 
-  private subscribe(cmd: SubscribeCommand, now: number, out: Effect[]): void {
+  private subscribe(cmd: SubscribeCommand, now: number, out: Effects): void {
     const s = this.byConn.get(cmd.conn);
     if (s === undefined) {
       this.noop(out, cmd.t, cmd.conn, 'connection holds no session');
@@ -695,7 +711,7 @@ export class Broker implements BrokerState {
       // Retain Handling (§3.8.3.1; 3.1.1 always sends); none on a shared subscription (§4.8.2).
       if (sub.share === null && (s.protocol < 5 || req.rh === 0 || (req.rh === 1 && isNew))) wantRetained.push(sub);
     }
-    out.push({ t: 'send', conn: cmd.conn, packet: { type: 'suback', pid: cmd.pid, codes } });
+    out?.push({ t: 'send', conn: cmd.conn, packet: { type: 'suback', pid: cmd.pid, codes } });
     for (const sub of wantRetained) this.sendRetained(s, sub, now, out);
   }
 
@@ -735,7 +751,7 @@ export class Broker implements BrokerState {
 
   /** Retained messages matching a new subscription, with the retain flag set [MQTT-3.3.1-8], at
    * min(message, granted) QoS, through the normal delivery path. Expired ones are deleted here. */
-  private sendRetained(s: Session, sub: Subscription, now: number, out: Effect[]): void {
+  private sendRetained(s: Session, sub: Subscription, now: number, out: Effects): void {
     const found: [string, RetainedMessage][] = [];
     this.retained.match(sub.topicFilter, (topic, r) => found.push([topic, r]));
     const subIds = sub.subId === null ? null : [sub.subId];
@@ -750,7 +766,7 @@ export class Broker implements BrokerState {
     }
   }
 
-  private unsubscribe(cmd: UnsubscribeCommand, now: number, out: Effect[]): void {
+  private unsubscribe(cmd: UnsubscribeCommand, now: number, out: Effects): void {
     const s = this.byConn.get(cmd.conn);
     if (s === undefined) {
       this.noop(out, cmd.t, cmd.conn, 'connection holds no session');
@@ -758,7 +774,7 @@ export class Broker implements BrokerState {
     }
     this.cow(s);
     const codes = cmd.filters.map((f) => (this.removeSub(s, f) ? RC.SUCCESS : RC.NO_SUBSCRIPTION_EXISTED));
-    out.push({ t: 'send', conn: cmd.conn, packet: { type: 'unsuback', pid: cmd.pid, codes } });
+    out?.push({ t: 'send', conn: cmd.conn, packet: { type: 'unsuback', pid: cmd.pid, codes } });
     // Queued messages of a share left go to its other members; those already sent are completed
     // with this session [MQTT-3.10.4-3].
     for (let i = 0; i < codes.length; i++) {
@@ -771,25 +787,25 @@ export class Broker implements BrokerState {
 
   /** A publish is routed even if its connection has gone (DESIGN.md "Apply judges each command");
    * acks and the QoS 2 packet id hold need the session the connection holds. */
-  private publish(cmd: PublishCommand, now: number, out: Effect[]): void {
+  private publish(cmd: PublishCommand, now: number, out: Effects): void {
     const s = this.byConn.get(cmd.conn);
     const pid = cmd.pid ?? 0;
     // Method A: a QoS 2 PUBLISH whose id is held was delivered already; answer it again [MQTT-4.3.3-10].
     if (cmd.msg.qos === 2 && s?.inbound?.has(pid) === true) {
-      out.push({ t: 'send', conn: cmd.conn, packet: { type: 'pubrec', pid, code: RC.SUCCESS } });
+      out?.push({ t: 'send', conn: cmd.conn, packet: { type: 'pubrec', pid, code: RC.SUCCESS } });
       return;
     }
     if (cmd.quotaExceeded === true) {
       // Not held, so not received before: refused, and the flow ends with no id held (§4.3.3).
       event(out, 'publish-quota-exceeded', { clientId: s?.clientId ?? '', pid });
-      out.push({ t: 'send', conn: cmd.conn, packet: { type: 'pubrec', pid, code: RC.QUOTA_EXCEEDED } });
+      out?.push({ t: 'send', conn: cmd.conn, packet: { type: 'pubrec', pid, code: RC.QUOTA_EXCEEDED } });
       return;
     }
     if (cmd.msg.qos === 1 && s !== undefined && s.protocol === 5 && s.inbound?.has(pid) === true) {
       // The id still names a QoS 2 flow awaiting PUBREL, so the client may not reuse it
       // [MQTT-2.2.1-3]: the session states differ; refused and not routed (§3.4.2.1 0x91).
       event(out, 'packet-id-in-use', { clientId: s.clientId, pid });
-      out.push({ t: 'send', conn: cmd.conn, packet: { type: 'puback', pid, code: RC.PACKET_IDENTIFIER_IN_USE } });
+      out?.push({ t: 'send', conn: cmd.conn, packet: { type: 'puback', pid, code: RC.PACKET_IDENTIFIER_IN_USE } });
       return;
     }
     let code: number = RC.NOT_AUTHORIZED;
@@ -800,7 +816,7 @@ export class Broker implements BrokerState {
       // 3.1.1 has no negative PUBACK: acknowledged and dropped, as Mosquitto does.
       code = RC.SUCCESS;
     }
-    if (cmd.msg.qos === 1) out.push({ t: 'send', conn: cmd.conn, packet: { type: 'puback', pid, code } });
+    if (cmd.msg.qos === 1) out?.push({ t: 'send', conn: cmd.conn, packet: { type: 'puback', pid, code } });
     if (cmd.msg.qos === 2) {
       // A PUBREC with an error code ends the flow [MQTT-4.3.3-8 / §4.3.3]: no id is held.
       if (s !== undefined && code < RC.UNSPECIFIED_ERROR) {
@@ -808,13 +824,13 @@ export class Broker implements BrokerState {
         s.inbound ??= new Set();
         s.inbound.add(pid);
       }
-      out.push({ t: 'send', conn: cmd.conn, packet: { type: 'pubrec', pid, code } });
+      out?.push({ t: 'send', conn: cmd.conn, packet: { type: 'pubrec', pid, code } });
     }
   }
 
   /** Write access of the publishing session; a publish whose connection no longer holds a session
    * cannot be judged and is not routed while an ACL is configured. */
-  private mayPublish(s: Session | undefined, msg: Message, out: Effect[]): boolean {
+  private mayPublish(s: Session | undefined, msg: Message, out: Effects): boolean {
     const acl = this.settings.acl;
     if (acl === null) return true;
     if (s !== undefined && aclAllows(acl, s, 'write', msg.topic)) return true;
@@ -822,13 +838,13 @@ export class Broker implements BrokerState {
     return false;
   }
 
-  private publishWill(clientId: string, msg: Message, now: number, out: Effect[]): void {
+  private publishWill(clientId: string, msg: Message, now: number, out: Effects): void {
     event(out, 'will-published', { clientId, topic: msg.topic });
     this.publishMessage(clientId, msg, now, out);
   }
 
   /** Stores or deletes the retained message, then routes; returns the number of matching sessions. */
-  private publishMessage(from: string | null, msg: Message, now: number, out: Effect[]): number {
+  private publishMessage(from: string | null, msg: Message, now: number, out: Effects): number {
     if (msg.retain && this.settings.retainAvailable) {
       // An empty retained payload deletes the topic's retained message [MQTT-3.3.1-6].
       if (msg.payload.length === 0) this.retained.delete(msg.topic);
@@ -840,7 +856,7 @@ export class Broker implements BrokerState {
   /** Delivers to each matching session once, at the highest granted QoS of its matching
    * subscriptions, with all their Subscription Identifiers [MQTT-3.3.4-2, -3]; and to one member of
    * each matching shared subscription. */
-  private route(from: string | null, msg: Message, now: number, out: Effect[], cursors: Map<string, string>): number {
+  private route(from: string | null, msg: Message, now: number, out: Effects, cursors: Map<string, string>): number {
     this.resetRouteScratch();
     const matches = this.routeMatches;
     const matchCount = this.subsTrie.matchValues(msg.topic, matches);
@@ -935,7 +951,7 @@ export class Broker implements BrokerState {
   }
 
   /** The live copy has its retain flag cleared unless Retain As Published [MQTT-3.3.1-12, -13]. */
-  private deliverRouted(t: Target, msg: Message, expiresAt: number | null, now: number, out: Effect[]): void {
+  private deliverRouted(t: Target, msg: Message, expiresAt: number | null, now: number, out: Effects): void {
     const d = { msg, qos: minQos(msg.qos, t.qos), retain: t.rap && msg.retain, subIds: t.subIds, expiresAt, share: t.share };
     // deliver() sends QoS 0 without changing the session.
     if (d.qos !== 0) this.cow(t.s);
@@ -980,7 +996,7 @@ export class Broker implements BrokerState {
   // ---- QoS 1/2 flows ----
 
   /** PUBREL from a publisher releases the held id [MQTT-4.3.3-12]. */
-  private pubrel(conn: ConnId, pid: number, out: Effect[]): void {
+  private pubrel(conn: ConnId, pid: number, out: Effects): void {
     const s = this.byConn.get(conn);
     if (s === undefined) {
       this.noop(out, 'pubrel', conn, 'connection holds no session');
@@ -989,10 +1005,10 @@ export class Broker implements BrokerState {
     this.cow(s);
     const held = s.inbound?.delete(pid) === true;
     const code = held || s.protocol < 5 ? RC.SUCCESS : RC.PACKET_IDENTIFIER_NOT_FOUND;
-    out.push({ t: 'send', conn, packet: { type: 'pubcomp', pid, code } });
+    out?.push({ t: 'send', conn, packet: { type: 'pubcomp', pid, code } });
   }
 
-  private ack(conn: ConnId, pid: number, kind: AckKind, now: number, out: Effect[]): void {
+  private ack(conn: ConnId, pid: number, kind: AckKind, now: number, out: Effects): void {
     const s = this.byConn.get(conn);
     if (s === undefined) {
       this.noop(out, 'ack', conn, 'connection holds no session');
@@ -1000,7 +1016,7 @@ export class Broker implements BrokerState {
     }
     this.cow(s);
     if (!applyAck(s, pid, kind, now, out)) {
-      this.noop(out, 'ack', conn, `${kind} for unknown packet id ${pid}`);
+      if (out !== null) this.noop(out, 'ack', conn, `${kind} for unknown packet id ${pid}`);
       return;
     }
     if (kind !== 'pubrec' && !fillInflight(s, this.settings, now, out)) this.breakInvariant('no free packet id', out);

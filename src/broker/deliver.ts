@@ -8,7 +8,13 @@ import { type Delivery, type Inflight, PID_MAX, type Queued, type Session } from
 // and packet size. Every decision that consumes replicated resources is made here, in apply, so
 // every leader re-sends the same packet ids (DESIGN.md "Order of dependent steps").
 
-export function event(out: Effect[], kind: string, detail?: Record<string, string | number | boolean>): void {
+/** Where apply puts the effects of one entry. null: the caller drops them (a node that does not
+ * serve), so apply builds none; every decision and every change to the state is the same either
+ * way, only the effect objects are left out. */
+export type Effects = Effect[] | null;
+
+export function event(out: Effects, kind: string, detail?: Record<string, string | number | boolean>): void {
+  if (out === null) return;
   out.push(detail === undefined ? { t: 'event', kind } : { t: 'event', kind, detail });
 }
 
@@ -36,8 +42,8 @@ function tooLarge(s: Session, d: Delivery, settings: Settings, now: number): boo
   return publishPacketSize(s.protocol, d.msg, d.qos, remainingS(d, now), subIds) > limit;
 }
 
-function sendPublish(s: Session, d: Delivery, pid: number | undefined, dup: boolean, now: number, out: Effect[]): void {
-  if (s.conn === null) return;
+function sendPublish(s: Session, d: Delivery, pid: number | undefined, dup: boolean, now: number, out: Effects): void {
+  if (out === null || s.conn === null) return;
   const packet: Extract<Effect, { t: 'send' }>['packet'] = { type: 'publish', qos: d.qos, retain: d.retain, dup, msg: d.msg };
   if (pid !== undefined) packet.pid = pid;
   const expiryS = remainingS(d, now);
@@ -95,7 +101,7 @@ function assignPid(s: Session): number {
 
 /** Puts a QoS 1/2 delivery in flight and sends it; false on a broken pid invariant. The record
  * is built field by field, once: a spread copy costs a generic clone on the hot path. */
-function startInflight(s: Session, d: Delivery, now: number, out: Effect[]): boolean {
+function startInflight(s: Session, d: Delivery, now: number, out: Effects): boolean {
   const assigned = assignPid(s);
   if (assigned === 0) return false;
   const pid = assigned & PID_MAX;
@@ -118,8 +124,8 @@ function startInflight(s: Session, d: Delivery, now: number, out: Effect[]): boo
   return true;
 }
 
-function sendPubrel(s: Session, pid: number, out: Effect[]): void {
-  if (s.conn !== null) out.push({ t: 'send', conn: s.conn, packet: { type: 'pubrel', pid } });
+function sendPubrel(s: Session, pid: number, out: Effects): void {
+  if (out !== null && s.conn !== null) out.push({ t: 'send', conn: s.conn, packet: { type: 'pubrel', pid } });
 }
 
 export function queueSize(d: Delivery): number {
@@ -135,10 +141,11 @@ export function canTake(s: Session, d: Delivery, settings: Settings, now: number
 }
 
 /** Delivers one message to one session; returns false on a broken invariant. */
-export function deliver(s: Session, d: Delivery, settings: Settings, now: number, out: Effect[]): boolean {
+export function deliver(s: Session, d: Delivery, settings: Settings, now: number, out: Effects): boolean {
   if (isExpired(d, now)) return true;
   if (tooLarge(s, d, settings, now)) {
-    event(out, 'too-large', { clientId: s.clientId, topic: d.msg.topic });
+    // Guarded here and below, not only in event(): the detail is built before the call.
+    if (out !== null) event(out, 'too-large', { clientId: s.clientId, topic: d.msg.topic });
     return true;
   }
   if (d.qos === 0) {
@@ -154,25 +161,25 @@ export function deliver(s: Session, d: Delivery, settings: Settings, now: number
     const item: Queued = { msg: d.msg, qos: d.qos, retain: d.retain, subIds: d.subIds, expiresAt: d.expiresAt, share: d.share, size };
     s.queue.push(item);
     s.queueBytes += size;
-  } else {
+  } else if (out !== null) {
     event(out, 'queue-full', { clientId: s.clientId });
   }
   return true;
 }
 
 /** Moves queued messages into free inflight slots, dropping expired and oversize ones. */
-export function fillInflight(s: Session, settings: Settings, now: number, out: Effect[]): boolean {
+export function fillInflight(s: Session, settings: Settings, now: number, out: Effects): boolean {
   const limit = inflightLimit(s, settings);
   while (s.conn !== null && s.inflight.length < limit) {
     const item = s.queue.shift();
     if (item === undefined) break;
     s.queueBytes -= item.size;
     if (isExpired(item, now)) {
-      event(out, 'expired', { clientId: s.clientId });
+      if (out !== null) event(out, 'expired', { clientId: s.clientId });
       continue;
     }
     if (tooLarge(s, item, settings, now)) {
-      event(out, 'too-large', { clientId: s.clientId, topic: item.msg.topic });
+      if (out !== null) event(out, 'too-large', { clientId: s.clientId, topic: item.msg.topic });
       continue;
     }
     if (!startInflight(s, item, now, out)) return false;
@@ -182,7 +189,7 @@ export function fillInflight(s: Session, settings: Settings, now: number, out: E
 
 /** On resume: every unacknowledged PUBLISH again with DUP and its packet id, and every pending
  * PUBREL, in their original order [MQTT-4.4.0-1]; an expired unacknowledged PUBLISH is dropped. */
-export function resendInflight(s: Session, settings: Settings, now: number, out: Effect[]): void {
+export function resendInflight(s: Session, settings: Settings, now: number, out: Effects): void {
   const kept: Inflight[] = [];
   for (const item of s.inflight) {
     if (item.state === 'pubrel') {
@@ -222,7 +229,7 @@ function release(s: Session, item: Inflight): void {
 /** Delivery progress from the subscriber (§4.3.2, §4.3.3). Returns false for an unknown pid or a
  * step that does not fit the entry's state. `now` times a QoS 2 PUBLISH sent once its fence is
  * answered. */
-export function applyAck(s: Session, pid: number, kind: 'puback' | 'pubrec' | 'pubcomp', now: number, out: Effect[]): boolean {
+export function applyAck(s: Session, pid: number, kind: 'puback' | 'pubrec' | 'pubcomp', now: number, out: Effects): boolean {
   const i = inflightIndex(s.inflight, pid);
   if (i < 0) return false;
   const item = s.inflight[i] as Inflight;

@@ -402,13 +402,16 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
   // ---- applying ----
 
   private applyEntry(e: Entry): void {
-    const out = this.applyOut;
-    out.length = 0;
+    // Effects only while serving, only for this period's open connections (the map holds no
+    // others). A node that does not serve applies the same entry to the same state but builds no
+    // effects, which it would drop. Serving begins only between batches (after committed()), so
+    // a node that does not serve before apply does not serve after it; one that does is asked
+    // again after apply, since its lease may have lapsed meanwhile (a long pause in apply).
+    const out = this.log.serving ? this.applyOut : null;
+    if (out !== null) out.length = 0;
     this.broker.apply(e, out);
     if (e.cmd.t === 'check') this.checkApplied(e.index, e.cmd.atIndex, e.cmd.digest);
-    // Effects only while serving, only for this period's open connections (the map holds no
-    // others); a follower applies the same entry and drops them all.
-    if (this.log.serving) this.execute(out);
+    if (out !== null && this.log.serving) this.execute(out);
     const id = connOf(e.cmd);
     const conn = id === undefined ? undefined : this.conns.get(id);
     if (conn === undefined) return;

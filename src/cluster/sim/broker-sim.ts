@@ -200,14 +200,17 @@ export class BrokerSimApp implements SimApp {
       } catch {
         continue; // the simulator's liveness marker
       }
+      // As BrokerNode: a node that does not serve builds no effects (its own serve-start may make
+      // it serve, so that entry builds them), and every node must still reach the same digests.
+      const build = this.serving(n, view) || cmd.t === 'serve-start';
       out.length = 0;
-      n.broker.apply({ index: e.index, time: e.time, cmd }, out);
+      n.broker.apply({ index: e.index, time: e.time, cmd }, build ? out : null);
       if (n.expect?.index === n.broker.appliedIndex) this.checkKept(node, n);
       if (cmd.t === 'serve-start' && cmd.node === node && e.term === view.term && view.role === 'leader') {
         n.period = e.index;
         n.servingTerm = e.term;
       }
-      if (this.serving(n, view)) this.execute(node, n, out, e);
+      if (build && this.serving(n, view)) this.execute(node, n, out, e);
     }
     if (n.broker.failed !== null) throw new Violation('broker invariant', `node ${node}: ${n.broker.failed}`);
     if (n.expect !== null) {
