@@ -85,6 +85,7 @@ const HELP = `npm run bench -- [options]
   --cpu-prof           run raftmq under node --cpu-prof; profiles go to the results folder
   --mqttload DIR       mqttload source folder (default ../shared/tools/mqttload beside the repository)
   --out DIR            results folder (default bench/results)
+ environment: RAFTMQ_BENCH_CLI=PATH runs that raftmq CLI (e.g. an older build's build/src/cli.js)
  fleet scenarios: one node build/bench/fleet.js per scenario and broker, once (not --runs);
  fleet-failover runs on raftmq-cluster and on mosquitto (restarted in place, the anchor row)
   --clients N          devices / connections (default 10000; --quick: 1000)

@@ -11,7 +11,9 @@ import { dirname, join, resolve } from 'node:path';
 import { freePort, httpGet } from '../jepsen-like-tests/net.js';
 
 export const REPO = resolve(dirname(new URL(import.meta.url).pathname), '..', '..');
-export const CLI = join(REPO, 'build', 'src', 'cli.js');
+/** The raftmq CLI the bench runs; RAFTMQ_BENCH_CLI names another build's (a before/after run of
+ * two commits with the same bench). */
+export const CLI = process.env.RAFTMQ_BENCH_CLI ?? join(REPO, 'build', 'src', 'cli.js');
 export const MOSQUITTO = '/usr/sbin/mosquitto';
 export const HOST = '127.0.0.1';
 
