@@ -7,7 +7,9 @@
 // figures include the followers' work on the same CPU thread. The loop is closed with one batch in
 // flight: the leader proposes a batch in one event-loop turn (one core.propose()), and the latency
 // is from that turn to the leader handing the batch's last entry to its application, measured in
-// microseconds with hdr-histogram-js. Prints a table, then one JSON line.
+// microseconds with hdr-histogram-js. CPU is the process's (user + system, all three nodes) over the
+// measured window, per committed entry and per raft message sent (frames handed to a socket by the
+// three transports). Prints a table, then one JSON line.
 import { performance } from 'node:perf_hooks';
 import * as hdr from 'hdr-histogram-js';
 import type { LogEntry, Message } from '../../raft/core/messages.js';
@@ -33,6 +35,9 @@ interface Row {
   p50Ms: number;
   p99Ms: number;
   maxMs: number;
+  messages: number;
+  cpuUsPerEntry: number;
+  cpuUsPerMessage: number;
 }
 
 const quiet: DriverLogger = { info: () => {}, warn: () => {}, error: (f, m) => console.error(m, f) };
@@ -141,19 +146,30 @@ async function oneBatch(leader: Node, batch: number, payload: Uint8Array): Promi
   return performance.now() - t0;
 }
 
-async function measure(leader: Node, batch: number, seconds: number): Promise<Row> {
+function framesOut(nodes: readonly Node[]): number {
+  let n = 0;
+  for (const node of nodes) n += node.transport.stats().framesOut;
+  return n;
+}
+
+async function measure(nodes: readonly Node[], leader: Node, batch: number, seconds: number): Promise<Row> {
   const payload = new Uint8Array(ENTRY_BYTES).fill(0x61);
   const warmEnd = performance.now() + WARMUP_MS;
   while (performance.now() < warmEnd) await oneBatch(leader, batch, payload);
   const histogram = hdr.build({ lowestDiscernibleValue: 1, highestTrackableValue: 60_000_000, numberOfSignificantValueDigits: 3 });
   const start = performance.now();
   const end = start + seconds * 1000;
+  const cpu0 = process.cpuUsage();
+  const frames0 = framesOut(nodes);
   let batches = 0;
   while (performance.now() < end) {
     histogram.recordValue(Math.max(1, Math.round((await oneBatch(leader, batch, payload)) * 1000)));
     batches++;
   }
   const elapsedS = (performance.now() - start) / 1000;
+  const cpu = process.cpuUsage(cpu0);
+  const cpuUs = cpu.user + cpu.system;
+  const messages = framesOut(nodes) - frames0;
   const row: Row = {
     batch,
     batchesCommitted: batches,
@@ -161,13 +177,18 @@ async function measure(leader: Node, batch: number, seconds: number): Promise<Ro
     p50Ms: histogram.getValueAtPercentile(50) / 1000,
     p99Ms: histogram.getValueAtPercentile(99) / 1000,
     maxMs: histogram.maxValue / 1000,
+    messages,
+    cpuUsPerEntry: round2(cpuUs / (batches * batch)),
+    cpuUsPerMessage: round2(cpuUs / Math.max(1, messages)),
   };
   histogram.destroy();
   return row;
 }
 
+const round2 = (x: number): number => Math.round(x * 100) / 100;
+
 function printTable(rows: readonly Row[]): void {
-  console.log('batch  entries/s  p50 ms  p99 ms  max ms  batches');
+  console.log('batch  entries/s  p50 ms  p99 ms  max ms  batches  messages  cpu µs/entry  cpu µs/msg');
   for (const r of rows) {
     const cells = [
       String(r.batch).padStart(5),
@@ -176,6 +197,9 @@ function printTable(rows: readonly Row[]): void {
       r.p99Ms.toFixed(3).padStart(7),
       r.maxMs.toFixed(3).padStart(7),
       String(r.batchesCommitted).padStart(8),
+      String(r.messages).padStart(8),
+      r.cpuUsPerEntry.toFixed(2).padStart(12),
+      r.cpuUsPerMessage.toFixed(2).padStart(10),
     ];
     console.log(cells.join('  '));
   }
@@ -187,7 +211,7 @@ async function main(): Promise<void> {
   try {
     const leader = await waitLeader(nodes);
     const rows: Row[] = [];
-    for (const b of opts.batches) rows.push(await measure(leader, b, opts.seconds));
+    for (const b of opts.batches) rows.push(await measure(nodes, leader, b, opts.seconds));
     printTable(rows);
     const env = { node: process.version, entryBytes: ENTRY_BYTES, seconds: opts.seconds, electionTimeoutMs: opts.electionTimeoutMs };
     console.log(JSON.stringify({ bench: 'raft', topology: 'three drivers, one process, loopback TCP', ...env, rows }));
