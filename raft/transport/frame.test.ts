@@ -94,6 +94,23 @@ describe('peer link framing', { timeout: 30_000 }, () => {
     assert.equal(again.t === 'error' && again.code, 'frame-version');
   });
 
+  it('carries the version byte it is given, and accepts the versions it is told to', () => {
+    const reader = new FrameReader();
+    reader.push(encodeFrame(new Uint8Array([5]), FRAME_VERSION));
+    assert.deepEqual(reader.next(), { t: 'frame', version: FRAME_VERSION, body: Buffer.from([5]) });
+    reader.setVersions([1, 2]);
+    reader.push(
+      Buffer.concat([encodeFrame(new Uint8Array([6]), 2), encodeFrame(new Uint8Array([7]), 1), encodeFrame(new Uint8Array([8]), 3)]),
+    );
+    const got = [reader.next(), reader.next(), reader.next()];
+    assert.deepEqual(got.slice(0, 2), [
+      { t: 'frame', version: 2, body: Buffer.from([6]) },
+      { t: 'frame', version: 1, body: Buffer.from([7]) },
+    ]);
+    assert.equal(got[2].t === 'error' && got[2].code, 'frame-version');
+    assert.throws(() => reader.setVersions([256]), RangeError);
+  });
+
   it('refuses garbage bytes without throwing, whatever they are', () => {
     fc.assert(
       fc.property(fc.uint8Array({ minLength: 1, maxLength: 200 }), (junk) => {
