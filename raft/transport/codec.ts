@@ -36,6 +36,10 @@ export interface BodyCodec<M> {
   readonly versions: readonly number[];
   /** May throw on a value it cannot encode: the transport drops the message and counts it. */
   encode(msg: M): EncodedBody;
+  /** Optional, and then what the transport calls instead of encode(): the whole frame, as
+   * encodeFrame(body, version) would make it of encode()'s answer, built in place (allocFrame) to
+   * save the copy. The transport never writes into it. */
+  encodeFrame?(msg: M): Uint8Array;
   /** A decoder for one link: a decoder may keep state (msgpackr's, caches) that one peer's bytes
    * must not share with another's. */
   newDecoder(): BodyDecoder;

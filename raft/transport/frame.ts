@@ -21,18 +21,39 @@ export type FrameRead =
 
 const MORE: FrameRead = { t: 'more' };
 
-/** Wraps an encoded body in one buffer (prefix, version, body), ready for a single write. */
-export function encodeFrame(body: Uint8Array, version: number = FRAME_VERSION): Buffer {
-  const frame = Buffer.allocUnsafe(FRAME_HEADER_BYTES + body.length);
-  frame.writeUInt32BE(body.length + 1, 0);
+/** Frames up to this size are cut from a shared slab, as Buffer.allocUnsafe does for small buffers
+ * (a separate allocation of a few KiB costs several times the copy into it); larger ones get their own. */
+const POOLED_FRAME_BYTES_MAX = 64 * 1024;
+const FRAME_SLAB_BYTES = 512 * 1024;
+let slab = Buffer.allocUnsafeSlow(FRAME_SLAB_BYTES);
+let slabAt = 0;
+
+/** A frame of `bodyLength` body bytes with its prefix and version byte written; the caller writes
+ * every byte of the body at FRAME_HEADER_BYTES. Its memory may be shared with other frames (never
+ * overlapping): write only within it. */
+export function allocFrame(bodyLength: number, version: number): Buffer {
+  const n = FRAME_HEADER_BYTES + bodyLength;
+  let frame: Buffer;
+  if (n > POOLED_FRAME_BYTES_MAX) {
+    frame = Buffer.allocUnsafe(n);
+  } else {
+    if (slabAt + n > FRAME_SLAB_BYTES) {
+      slab = Buffer.allocUnsafeSlow(FRAME_SLAB_BYTES);
+      slabAt = 0;
+    }
+    frame = Buffer.from(slab.buffer, slab.byteOffset + slabAt, n);
+    slabAt = (slabAt + n + 7) & ~7; // 8-byte aligned, like the Buffer pool
+  }
+  frame.writeUInt32BE(bodyLength + 1, 0);
   frame[FRAME_PREFIX_BYTES] = version;
-  frame.set(body, FRAME_HEADER_BYTES);
   return frame;
 }
 
-/** The length field a frame of this body would carry, to check it against a bound before sending. */
-export function frameLength(body: Uint8Array): number {
-  return body.length + 1;
+/** Wraps an encoded body in one buffer (prefix, version, body), ready for a single write. */
+export function encodeFrame(body: Uint8Array, version: number = FRAME_VERSION): Buffer {
+  const frame = allocFrame(body.length, version);
+  frame.set(body, FRAME_HEADER_BYTES);
+  return frame;
 }
 
 /**

@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { afterEach, describe, it } from 'node:test';
 import { type BodyCodec, BodyRefusal, newUnpacker, packBody, unpackBody } from './codec.js';
 import { type LinkCloseCode, TransportError } from './errors.js';
-import { encodeFrame } from './frame.js';
+import { allocFrame, encodeFrame, FRAME_HEADER_BYTES } from './frame.js';
 import { frameOf, LOOPBACK, makeNode, type Node, RawPeer, settle, stopAll, type TestMsg, waitFor, wire } from './transport-harness.js';
 
 let running: Node[] = [];
@@ -57,6 +57,17 @@ const counterCodec: BodyCodec<TestMsg> = {
       if (body.length !== 4) return new BodyRefusal('body-malformed', `counter of ${body.length} bytes`);
       return { n: new DataView(body.buffer, body.byteOffset, 4).getUint32(0) };
     };
+  },
+};
+
+/** The same, building each frame in place. */
+const framingCounterCodec: BodyCodec<TestMsg> = {
+  ...counterCodec,
+  encodeFrame(msg) {
+    const { version, body } = counterCodec.encode(msg);
+    const frame = allocFrame(body.length, version);
+    frame.set(body, FRAME_HEADER_BYTES);
+    return frame;
   },
 };
 
@@ -313,16 +324,21 @@ describe('raft transport over loopback', { timeout: 60_000 }, () => {
   });
 
   it('carries messages through a pluggable body codec, each under the version it chose', async () => {
-    const [a, b] = nodes(makeNode(1, [1, 2], { codec: counterCodec }), makeNode(2, [1, 2], { codec: counterCodec }));
+    const [a, b] = nodes(makeNode(1, [1, 2], { codec: counterCodec }), makeNode(2, [1, 2], { codec: framingCounterCodec }));
     await wire([a, b]);
-    a.transport.send(2, { n: 7 });
-    a.transport.send(2, { n: 8, text: 'msgpackr' });
-    a.transport.send(2, { n: 2 ** 40 });
-    await waitFor('three messages', () => b.inbox.length === 3);
-    assert.deepEqual(
-      b.inbox.map((e) => e.msg),
-      [{ n: 7 }, { n: 8, text: 'msgpackr' }, { n: 2 ** 40 }],
-    );
+    for (const [from, to] of [
+      [a, b],
+      [b, a],
+    ] as const) {
+      from.transport.send(to.id, { n: 7 });
+      from.transport.send(to.id, { n: 8, text: 'msgpackr' });
+      from.transport.send(to.id, { n: 2 ** 40 });
+      await waitFor('three messages', () => to.inbox.length === 3);
+      assert.deepEqual(
+        to.inbox.map((e) => e.msg),
+        [{ n: 7 }, { n: 8, text: 'msgpackr' }, { n: 2 ** 40 }],
+      );
+    }
     // A node with the default codec still reads the version-1 bodies of a codec node.
     const plain = node(makeNode(3, [1, 3]));
     await plain.transport.start();

@@ -13,7 +13,7 @@ import { type AddressInfo, connect, createServer, type Server, type Socket } fro
 import { reconnectDelayMs } from './backoff.js';
 import { type BodyCodec, type EncodedBody, msgpackCodec } from './codec.js';
 import { type LinkCloseCode, TransportError } from './errors.js';
-import { encodeFrame, FRAME_BYTES_LIMIT, FRAME_BYTES_MAX_DEFAULT, frameLength } from './frame.js';
+import { encodeFrame, FRAME_BYTES_LIMIT, FRAME_BYTES_MAX_DEFAULT, FRAME_HEADER_BYTES, FRAME_PREFIX_BYTES } from './frame.js';
 import type { HelloExpectations, Incarnation, LocalIdentity } from './handshake.js';
 import { Link, type LinkDirection, type LinkOwner } from './link.js';
 import { SendQueue } from './send-queue.js';
@@ -202,24 +202,29 @@ export class Transport<M> implements LinkOwner<M> {
       this.counters.dropped++;
       return;
     }
-    let encoded: EncodedBody;
+    let frame: Uint8Array;
     try {
-      encoded = this.codec.encode(msg);
+      frame = this.encodeFrame(msg);
     } catch (err) {
       this.counters.dropped++;
       this.opts.logger.warn({ peer: to, err: (err as Error).message }, 'raft message not encodable; dropped');
       return;
     }
-    const { version, body } = encoded;
-    if (frameLength(body) > this.maxFrameBytes) {
+    if (frame.length - FRAME_PREFIX_BYTES > this.maxFrameBytes) {
       this.counters.dropped++;
-      this.opts.logger.warn({ peer: to, bytes: body.length }, 'raft message above the frame bound; dropped');
+      this.opts.logger.warn({ peer: to, bytes: frame.length - FRAME_HEADER_BYTES }, 'raft message above the frame bound; dropped');
       return;
     }
-    this.counters.dropped += peer.queue.push(encodeFrame(body, version));
+    this.counters.dropped += peer.queue.push(frame);
     if (peer.link?.ready !== true || peer.blocked) return;
     if (this.opts.callerFlushes === true) this.dirty.add(peer);
     else this.scheduleFlush(peer);
+  }
+
+  private encodeFrame(msg: M): Uint8Array {
+    if (this.codec.encodeFrame !== undefined) return this.codec.encodeFrame(msg);
+    const { version, body }: EncodedBody = this.codec.encode(msg);
+    return encodeFrame(body, version);
   }
 
   onMessage(fn: (from: number, msg: M) => void): void {
