@@ -2,6 +2,10 @@
 // and commit latency p50/p99 for batches of 1, 16 and 256 entries of 100 bytes.
 //
 //   node build/bench/raft/run.js [--seconds 3] [--election-timeout-ms 500] [--batches 1,16,256]
+//                                [--wire layout|msgpack] [--entry-cache on|off]
+//
+// --wire msgpack makes every node write msgpackr bodies only (as before the hand layout); the entry
+// cache reuses an append's encoded entries for the other follower (docs/raft.md "Wire layout").
 //
 // The three nodes run in this one process (one event loop, real TCP sockets between them), so the
 // figures include the followers' work on the same CPU thread. The loop is closed with one batch in
@@ -14,6 +18,7 @@ import { performance } from 'node:perf_hooks';
 import * as hdr from 'hdr-histogram-js';
 import type { LogEntry, Message } from '../../raft/core/messages.js';
 import { type DriverLogger, RaftDriver } from '../../raft/driver/driver.js';
+import { type RaftWireCodec, raftWireCodec } from '../../raft/driver/wire-codec.js';
 import { Transport } from '../../raft/transport/transport.js';
 
 const ENTRY_BYTES = 100;
@@ -26,6 +31,8 @@ interface Options {
   seconds: number;
   electionTimeoutMs: number;
   batches: number[];
+  wire: 'layout' | 'msgpack';
+  entryCache: boolean;
 }
 
 interface Row {
@@ -38,18 +45,23 @@ interface Row {
   messages: number;
   cpuUsPerEntry: number;
   cpuUsPerMessage: number;
+  entryCacheHits: number;
+  entryCacheMisses: number;
 }
 
 const quiet: DriverLogger = { info: () => {}, warn: () => {}, error: (f, m) => console.error(m, f) };
 
 class Node {
   readonly driver: RaftDriver;
+  readonly codec: RaftWireCodec;
   transport!: Transport<Message>;
   /** Resolves when an entry at or above `target` has been handed to the application here. */
   private target = Number.POSITIVE_INFINITY;
   private onReached: (() => void) | undefined;
 
-  constructor(id: number, electionTimeoutMs: number) {
+  constructor(id: number, opts: Options) {
+    const { electionTimeoutMs } = opts;
+    this.codec = raftWireCodec({ layout: opts.wire === 'layout', cacheEntries: opts.entryCache });
     this.driver = new RaftDriver({
       id,
       voters: IDS,
@@ -67,6 +79,7 @@ class Node {
           peers: new Map(IDS.map((p) => [p, { host: LOOPBACK, port: 0 }])),
           logger: quiet,
           validate,
+          codec: this.codec,
         });
         return this.transport;
       },
@@ -91,14 +104,16 @@ class Node {
 }
 
 function parseArgs(argv: readonly string[]): Options {
-  const o: Options = { seconds: 3, electionTimeoutMs: 500, batches: [1, 16, 256] };
+  const o: Options = { seconds: 3, electionTimeoutMs: 500, batches: [1, 16, 256], wire: 'layout', entryCache: true };
   for (let k = 0; k < argv.length; k += 2) {
     const v = argv[k + 1];
     if (v === undefined) usage(`${argv[k]} needs a value`);
     if (argv[k] === '--seconds') o.seconds = positive(v, '--seconds');
     else if (argv[k] === '--election-timeout-ms') o.electionTimeoutMs = positive(v, '--election-timeout-ms');
     else if (argv[k] === '--batches') o.batches = v.split(',').map((b) => positive(b, '--batches'));
-    else usage(`unknown flag ${argv[k]}`);
+    else if (argv[k] === '--wire' && (v === 'layout' || v === 'msgpack')) o.wire = v;
+    else if (argv[k] === '--entry-cache' && (v === 'on' || v === 'off')) o.entryCache = v === 'on';
+    else usage(`unknown flag or value: ${argv[k]} ${v}`);
   }
   return o;
 }
@@ -110,14 +125,16 @@ function positive(v: string, flag: string): number {
 }
 
 function usage(why: string): never {
-  console.error(`raft bench: ${why}\nusage: node build/bench/raft/run.js [--seconds 3] [--election-timeout-ms 500] [--batches 1,16,256]`);
+  console.error(
+    `raft bench: ${why}\nusage: node build/bench/raft/run.js [--seconds 3] [--election-timeout-ms 500] [--batches 1,16,256] [--wire layout|msgpack] [--entry-cache on|off]`,
+  );
   process.exit(2);
 }
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
-async function startNodes(electionTimeoutMs: number): Promise<Node[]> {
-  const nodes = IDS.map((id) => new Node(id, electionTimeoutMs));
+async function startNodes(opts: Options): Promise<Node[]> {
+  const nodes = IDS.map((id) => new Node(id, opts));
   for (const n of nodes) await n.driver.start();
   for (const n of nodes) for (const o of nodes) if (o !== n) n.transport.setPeerAddress(o.driver.id, o.transport.address());
   return nodes;
@@ -152,6 +169,15 @@ function framesOut(nodes: readonly Node[]): number {
   return n;
 }
 
+function entryCache(nodes: readonly Node[]): { hits: number; misses: number } {
+  const sum = { hits: 0, misses: 0 };
+  for (const node of nodes) {
+    sum.hits += node.codec.encoder.entryCache.hits;
+    sum.misses += node.codec.encoder.entryCache.misses;
+  }
+  return sum;
+}
+
 async function measure(nodes: readonly Node[], leader: Node, batch: number, seconds: number): Promise<Row> {
   const payload = new Uint8Array(ENTRY_BYTES).fill(0x61);
   const warmEnd = performance.now() + WARMUP_MS;
@@ -161,6 +187,7 @@ async function measure(nodes: readonly Node[], leader: Node, batch: number, seco
   const end = start + seconds * 1000;
   const cpu0 = process.cpuUsage();
   const frames0 = framesOut(nodes);
+  const cache0 = entryCache(nodes);
   let batches = 0;
   while (performance.now() < end) {
     histogram.recordValue(Math.max(1, Math.round((await oneBatch(leader, batch, payload)) * 1000)));
@@ -170,6 +197,7 @@ async function measure(nodes: readonly Node[], leader: Node, batch: number, seco
   const cpu = process.cpuUsage(cpu0);
   const cpuUs = cpu.user + cpu.system;
   const messages = framesOut(nodes) - frames0;
+  const cache = entryCache(nodes);
   const row: Row = {
     batch,
     batchesCommitted: batches,
@@ -180,6 +208,8 @@ async function measure(nodes: readonly Node[], leader: Node, batch: number, seco
     messages,
     cpuUsPerEntry: round2(cpuUs / (batches * batch)),
     cpuUsPerMessage: round2(cpuUs / Math.max(1, messages)),
+    entryCacheHits: cache.hits - cache0.hits,
+    entryCacheMisses: cache.misses - cache0.misses,
   };
   histogram.destroy();
   return row;
@@ -207,13 +237,20 @@ function printTable(rows: readonly Row[]): void {
 
 async function main(): Promise<void> {
   const opts = parseArgs(process.argv.slice(2));
-  const nodes = await startNodes(opts.electionTimeoutMs);
+  const nodes = await startNodes(opts);
   try {
     const leader = await waitLeader(nodes);
     const rows: Row[] = [];
     for (const b of opts.batches) rows.push(await measure(nodes, leader, b, opts.seconds));
     printTable(rows);
-    const env = { node: process.version, entryBytes: ENTRY_BYTES, seconds: opts.seconds, electionTimeoutMs: opts.electionTimeoutMs };
+    const env = {
+      node: process.version,
+      entryBytes: ENTRY_BYTES,
+      seconds: opts.seconds,
+      electionTimeoutMs: opts.electionTimeoutMs,
+      wire: opts.wire,
+      entryCache: opts.entryCache,
+    };
     console.log(JSON.stringify({ bench: 'raft', topology: 'three drivers, one process, loopback TCP', ...env, rows }));
   } finally {
     await Promise.all(nodes.map((n) => n.driver.stop()));
