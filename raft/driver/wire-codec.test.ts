@@ -5,6 +5,7 @@ import type { Append, AppendResponse, Heartbeat, HeartbeatResponse, LogEntry, Me
 import { type ValidationContext, validateMessage } from '../core/validate.js';
 import { BodyRefusal, packBody } from '../transport/codec.js';
 import {
+  ENCODED_RUNS_CACHED,
   ENTRY_FIXED_BYTES,
   RaftWireDecoder,
   RaftWireEncoder,
@@ -372,6 +373,35 @@ describe('raft wire layout', { timeout: 60_000 }, () => {
     assert.deepEqual(encoder.entryCache, { hits: 2, misses: 2 });
     same({ ...to2, prevIndex: 9, entries: [{ index: 10, term: 3, time: 4999, data: null }, ...copies.slice(0, 5)] });
     assert.deepEqual(encoder.entryCache, { hits: 2, misses: 3 });
+  });
+
+  it('remembers a whole window of appends to one follower for the next follower, and not large ones', () => {
+    const encoder = new RaftWireEncoder();
+    const log: LogEntry[] = Array.from({ length: 256 }, (_, k) => ({ index: 1 + k, term: 3, time: k, data: new Uint8Array(100).fill(k) }));
+    const window = (to: number): Append[] =>
+      [0, 64, 128, 192].map((lo) => ({ ...sampleAppend, to, prevIndex: lo, prevTerm: lo === 0 ? 0 : 3, entries: log.slice(lo, lo + 64) }));
+    const first = window(2).map((m) => hex(encoder.encode(m).body));
+    const second = window(3).map((m) => hex(encoder.encode(m).body));
+    assert.deepEqual(encoder.entryCache, { hits: 4, misses: 4 });
+    const uncached = new RaftWireEncoder({ cacheEntries: false });
+    assert.deepEqual(
+      first,
+      window(2).map((m) => hex(uncached.encode(m).body)),
+    );
+    assert.deepEqual(
+      second,
+      window(3).map((m) => hex(uncached.encode(m).body)),
+    );
+    // Past ENCODED_RUNS_CACHED appends the oldest is forgotten.
+    for (let k = 0; k < ENCODED_RUNS_CACHED; k++)
+      encoder.encode({ ...sampleAppend, prevIndex: 1000 + k, entries: [{ index: 1001 + k, term: 3, time: 0, data: null }] });
+    encoder.encode(window(2)[0]!);
+    assert.deepEqual(encoder.entryCache, { hits: 4, misses: 4 + ENCODED_RUNS_CACHED + 1 });
+    // An entry section above 64 KiB is encoded each time, never remembered.
+    const big: Append = { ...sampleAppend, entries: [{ index: 5, term: 3, time: 0, data: new Uint8Array(70_000) }] };
+    encoder.encode(big);
+    encoder.encode(big);
+    assert.deepEqual(encoder.entryCache, { hits: 4, misses: 4 + ENCODED_RUNS_CACHED + 1 });
   });
 
   it('the codec reads both versions, and can be told to write msgpackr only', () => {

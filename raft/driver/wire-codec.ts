@@ -55,23 +55,38 @@ class Memory {
   }
 }
 
+/** The entries of one append already encoded, and where their bytes lie in its frame. */
+interface EncodedRun {
+  entries: readonly LogEntry[]; // the objects as they were encoded
+  firstIndex: number;
+  u8: Uint8Array; // all of the frame's ArrayBuffer
+  offsets: Int32Array; // absolute start of entry k's bytes in u8; [entries.length]: the end
+}
+
+/** Appends whose entries the encoder remembers: a leader streams up to inflightAppendsMax (8)
+ * appends to one follower, then the same ones to the other. */
+export const ENCODED_RUNS_CACHED = 16;
+/** Larger entry sections are not remembered: their cost is copying the data, which a hit does too,
+ * and they would keep big frames alive. */
+const ENCODED_RUN_BYTES_MAX = 64 * 1024;
+
 /**
  * Encodes raft messages, each straight into the frame the transport sends (allocFrame).
  *
- * The entries of an append are encoded once: the encoder remembers the LogEntry objects of the last
- * append it encoded and where their bytes lie in that append's frame (frames are never written
- * after they are made), and an append whose entries are the same objects, or a run of them (the
- * same turn's append to the other follower, most often), copies those bytes instead of encoding
- * them again. Log entries are immutable, so the identity of the objects is the identity of the bytes.
+ * The entries of an append are encoded once: the encoder remembers the LogEntry objects of the
+ * last ENCODED_RUNS_CACHED appends it encoded and where their bytes lie in those appends' frames
+ * (frames are never written after they are made), and an append whose entries are the same
+ * objects, or a run of them (the same turn's appends to the other follower, most often), copies
+ * those bytes instead of encoding them again. Log entries are immutable, so the identity of the
+ * objects is the identity of the bytes.
  */
 export class RaftWireEncoder {
   readonly cacheEntries: boolean;
   readonly entryCache: EntryCacheStats = { hits: 0, misses: 0 };
   private readonly strings = new Map<string, Uint8Array | null>();
   private readonly mem = new Memory();
-  private cached: readonly LogEntry[] = [];
-  private cachedU8: Uint8Array = new Uint8Array(0); // all of the cached frame's ArrayBuffer
-  private cachedOffsets = new Int32Array(65); // absolute start of cached entry k's bytes; [length]: end
+  private readonly runs: EncodedRun[] = [];
+  private nextRun = 0; // the slot of runs the next remembered append takes
 
   constructor(opts: { cacheEntries?: boolean } = {}) {
     this.cacheEntries = opts.cacheEntries ?? true;
@@ -155,8 +170,9 @@ export class RaftWireEncoder {
     if (!numbers4(m.prevIndex, m.prevTerm, m.commit, m.sentAt) || !Array.isArray(m.entries)) return null;
     const entries = m.entries;
     const n = entries.length;
-    const run = n > 0 && this.cacheEntries ? this.cachedRun(entries) : -1;
-    const sectionBytes = run >= 0 ? (this.cachedOffsets[run + n] as number) - (this.cachedOffsets[run] as number) : entriesBytes(entries);
+    const hit = n > 0 && this.cacheEntries ? this.encodedRun(entries) : null;
+    const from = hit === null ? 0 : (hit.run.offsets[hit.k0] as number);
+    const sectionBytes = hit === null ? entriesBytes(entries) : (hit.run.offsets[hit.k0 + n] as number) - from;
     if (sectionBytes < 0) return null;
     const b = this.begin(m, TAG_APPEND, 4 * 8 + 4 + sectionBytes);
     if (b === null) return null;
@@ -168,33 +184,50 @@ export class RaftWireEncoder {
     dv.setFloat64(at + 24, m.sentAt, true);
     dv.setUint32(at + 32, n, true);
     const section = at + 36;
-    if (run >= 0) {
+    if (hit !== null) {
       this.entryCache.hits++;
-      const from = this.cachedOffsets[run] as number;
-      if (this.cachedU8.buffer === u8.buffer) u8.copyWithin(section, from, from + sectionBytes);
-      else u8.set(this.cachedU8.subarray(from, from + sectionBytes), section);
-    } else if (n > 0 && this.cacheEntries) {
+      if (hit.run.u8.buffer === u8.buffer) u8.copyWithin(section, from, from + sectionBytes);
+      else u8.set(hit.run.u8.subarray(from, from + sectionBytes), section);
+    } else if (n > 0 && this.cacheEntries && sectionBytes <= ENCODED_RUN_BYTES_MAX) {
       this.entryCache.misses++;
-      if (this.cachedOffsets.length <= n) this.cachedOffsets = new Int32Array(n + 1);
-      putEntries(u8, dv, section, entries, this.cachedOffsets);
-      this.cached = entries.slice(); // the objects as they were encoded, whatever becomes of the array
-      this.cachedU8 = u8;
+      putEntries(u8, dv, section, entries, this.remember(entries, u8));
     } else {
       putEntries(u8, dv, section, entries, undefined);
     }
     return b.frame;
   }
 
-  /** Where `entries` start among the cached entries, if they are a run of them (the very objects); else -1. */
-  private cachedRun(entries: readonly LogEntry[]): number {
-    const cached = this.cached;
-    if (cached.length === 0) return -1;
+  /** The remembered append whose entries hold `entries` as a run (the very objects), and where. */
+  private encodedRun(entries: readonly LogEntry[]): { run: EncodedRun; k0: number } | null {
     const first = (entries[0] as LogEntry | null)?.index;
-    const k0 = typeof first === 'number' ? first - (cached[0] as LogEntry).index : -1;
+    if (typeof first !== 'number') return null;
     const n = entries.length;
-    if (!(k0 >= 0 && k0 + n <= cached.length)) return -1;
-    for (let k = 0; k < n; k++) if (cached[k0 + k] !== entries[k]) return -1;
-    return k0;
+    for (const run of this.runs) {
+      const k0 = first - run.firstIndex;
+      if (!(k0 >= 0 && k0 + n <= run.entries.length) || run.entries[k0] !== entries[0]) continue;
+      let k = 1;
+      while (k < n && run.entries[k0 + k] === entries[k]) k++;
+      if (k === n) return { run, k0 };
+    }
+    return null;
+  }
+
+  /** Takes the next slot for entries about to be encoded into u8; answers the offsets to fill. */
+  private remember(entries: readonly LogEntry[], u8: Uint8Array): Int32Array {
+    let run = this.runs[this.nextRun];
+    const copy = entries.slice(); // the objects as they are encoded, whatever becomes of the array
+    const firstIndex = (entries[0] as LogEntry).index;
+    if (run === undefined) {
+      run = { entries: copy, firstIndex, u8, offsets: new Int32Array(entries.length + 1) };
+      this.runs.push(run);
+    } else {
+      run.entries = copy;
+      run.firstIndex = firstIndex;
+      run.u8 = u8;
+      if (run.offsets.length <= entries.length) run.offsets = new Int32Array(entries.length + 1);
+    }
+    this.nextRun = (this.nextRun + 1) % ENCODED_RUNS_CACHED;
+    return run.offsets;
   }
 
   private appendResponse(m: AppendResponse): Uint8Array | null {
