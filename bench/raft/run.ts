@@ -26,6 +26,8 @@ const IDS = [1, 2, 3];
 const LOOPBACK = '127.0.0.1';
 const WARMUP_MS = 500;
 const LEADER_WAIT_MS = 30_000;
+/** A batch not committed by then is lost (its leader was deposed before it replicated): fail, not hang. */
+const BATCH_WAIT_MS = 10_000;
 
 interface Options {
   seconds: number;
@@ -159,7 +161,18 @@ async function oneBatch(leader: Node, batch: number, payload: Uint8Array): Promi
     if (r instanceof Error) throw r;
     last = r.index;
   }
-  await leader.waitFor(last);
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      const why = `batch not committed within ${BATCH_WAIT_MS} ms; node ${leader.driver.id} is ${leader.driver.currentRole}`;
+      reject(new Error(why));
+    }, BATCH_WAIT_MS);
+  });
+  try {
+    await Promise.race([leader.waitFor(last), late]);
+  } finally {
+    clearTimeout(timer);
+  }
   return performance.now() - t0;
 }
 
@@ -250,6 +263,7 @@ async function main(): Promise<void> {
       electionTimeoutMs: opts.electionTimeoutMs,
       wire: opts.wire,
       entryCache: opts.entryCache,
+      badFrames: nodes.reduce((n, node) => n + node.transport.stats().badFrames, 0),
     };
     console.log(JSON.stringify({ bench: 'raft', topology: 'three drivers, one process, loopback TCP', ...env, rows }));
   } finally {
