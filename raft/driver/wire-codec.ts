@@ -63,9 +63,9 @@ interface EncodedRun {
   offsets: Int32Array; // absolute start of entry k's bytes in u8; [entries.length]: the end
 }
 
-/** Appends whose entries the encoder remembers: a leader streams up to inflightAppendsMax (8)
- * appends to one follower, then the same ones to the other. */
-export const ENCODED_RUNS_CACHED = 16;
+/** Appends whose entries the encoder remembers: a leader streams up to inflightAppendsMax appends
+ * to one follower (the driver's default is 32), then the same ones to the other. */
+export const ENCODED_RUNS_CACHED = 32;
 /** Larger entry sections are not remembered: their cost is copying the data, which a hit does too,
  * and they would keep big frames alive. */
 const ENCODED_RUN_BYTES_MAX = 64 * 1024;
