@@ -5,6 +5,8 @@ import { afterEach, describe, test } from 'node:test';
 import type { LogEntry, Message } from '../raft/core/messages.js';
 import { staticEnvelope } from '../raft/core/test-cluster.js';
 import { type DriverLogger, RaftDriver } from '../raft/driver/driver.js';
+import { type RaftWireCodec, type RaftWireOptions, raftWireCodec } from '../raft/driver/wire-codec.js';
+import { encodeFrame } from '../raft/transport/frame.js';
 import { Transport } from '../raft/transport/transport.js';
 import { frameOf, LOOPBACK, RawPeer, settle, waitFor } from '../raft/transport/transport-harness.js';
 
@@ -27,6 +29,7 @@ class Recorder implements DriverLogger {
 interface Harness {
   driver: RaftDriver;
   transport: Transport<Message>;
+  codec: RaftWireCodec;
   logger: Recorder;
   committed: LogEntry[];
   sent: Message[];
@@ -41,16 +44,22 @@ afterEach(async () => {
   raws = [];
 });
 
-function makeDriver(id: number, opts: { uncommittedBytesMax?: number } = {}): Harness {
+interface DriverOptions {
+  uncommittedBytesMax?: number;
+  /** The wire codec's options; by default the hot messages go in the layout. */
+  wire?: (id: number) => RaftWireOptions;
+}
+
+function makeDriver(id: number, opts: DriverOptions = {}): Harness {
   const logger = new Recorder();
-  const h = { logger, committed: [], sent: [] } as unknown as Harness;
+  const h = { logger, committed: [], sent: [], codec: raftWireCodec(opts.wire?.(id)) } as unknown as Harness;
   h.driver = new RaftDriver({
     id,
     voters: IDS,
     electionTimeoutMs: E,
     logger,
     seed: id,
-    ...opts,
+    ...(opts.uncommittedBytesMax === undefined ? {} : { uncommittedBytesMax: opts.uncommittedBytesMax }),
     onCommitted: (entries) => h.committed.push(...entries),
     transport: (validate) => {
       h.transport = new Transport<Message>({
@@ -62,6 +71,7 @@ function makeDriver(id: number, opts: { uncommittedBytesMax?: number } = {}): Ha
         peers: new Map(IDS.map((p) => [p, { host: LOOPBACK, port: 0 }])),
         logger,
         validate,
+        codec: h.codec,
         random: () => 0.5,
       });
       // Record what the driver hands to the transport, then pass it on.
@@ -77,7 +87,7 @@ function makeDriver(id: number, opts: { uncommittedBytesMax?: number } = {}): Ha
   return h;
 }
 
-async function startCluster(opts: { uncommittedBytesMax?: number } = {}): Promise<Harness[]> {
+async function startCluster(opts: DriverOptions = {}): Promise<Harness[]> {
   const hs = IDS.map((id) => makeDriver(id, opts));
   for (const h of hs) await h.driver.start();
   for (const h of hs) for (const o of hs) if (o !== h) h.transport.setPeerAddress(o.driver.id, o.transport.address());
@@ -115,6 +125,7 @@ describe('RaftDriver over loopback TCP', { timeout: 60_000 }, () => {
     const appends = leader.sent.filter((m) => m.type === 'append' && m.entries.length > 0);
     assert.equal(appends.length, 2, 'one append with entries to each of the two followers');
     for (const a of appends) assert.equal(a.type === 'append' && a.entries.length, 10);
+    assert.ok(leader.codec.encoder.entryCache.hits >= 1, 'the second follower got the bytes encoded for the first');
     const first = leader.committed.find((e) => e.data !== null)!;
     assert.deepEqual(
       tickets.map((t) => (t instanceof Error ? t.message : t.index)),
@@ -128,6 +139,14 @@ describe('RaftDriver over loopback TCP', { timeout: 60_000 }, () => {
       );
       assert.equal(h.driver.appliedIndex, h.committed.at(-1)!.index);
     }
+  });
+
+  test('a node that writes msgpackr only serves with nodes that write the layout', async () => {
+    const hs = await startCluster({ wire: (id) => ({ layout: id !== 1 }) });
+    const leader = await leaderOf(hs);
+    for (let k = 0; k < 5; k++) leader.driver.propose(bytes(50, k));
+    await waitFor('five entries on every node', () => hs.every((h) => h.committed.filter((e) => e.data !== null).length === 5), 10_000);
+    for (const h of hs) assert.equal(h.transport.stats().badFrames, 0);
   });
 
   test('a follower refuses proposals, naming the leader it knows', async () => {
@@ -229,6 +248,53 @@ describe('RaftDriver over loopback TCP', { timeout: 60_000 }, () => {
     const refused = h.logger.lines.filter((l) => l.msg === 'raft message refused; closing its link');
     assert.equal(refused.length, 1);
     assert.equal(refused[0]!.fields.code, 'RAFT_BAD_MESSAGE');
+  });
+
+  test('a layout body that does not fit, or fails validation, closes its link and never reaches the core', async () => {
+    const h = makeDriver(1);
+    await h.driver.start();
+    const encoder = raftWireCodec();
+    const termBefore = h.driver.currentTerm;
+    // Out of sequence at a far higher term: the layout carries it, the validator refuses it.
+    const badAppend: Message = {
+      ...staticEnvelope,
+      type: 'append',
+      from: 2,
+      to: 1,
+      term: 99,
+      prevIndex: 0,
+      prevTerm: 0,
+      commit: 0,
+      sentAt: 0,
+      entries: [{ index: 5, term: 99, time: 0, data: null }],
+    };
+    const appendBody = Uint8Array.from(encoder.encode(badAppend).body);
+    const heartbeat = encoder.encode({ ...staticEnvelope, type: 'heartbeat', from: 2, to: 1, term: 99, commit: 0, sentAt: 0 });
+    const truncated = heartbeat.body.subarray(0, heartbeat.body.length - 1);
+    const cases = [
+      { frame: encodeFrame(appendBody, 2), log: 'raft message refused; closing its link' },
+      { frame: encodeFrame(truncated, 2), log: 'peer link closed', code: 'body-malformed' },
+    ];
+    for (const c of cases) {
+      const r = new RawPeer(h.transport.address().port);
+      raws.push(r);
+      r.write(frameOf(RawPeer.hello(2)));
+      await waitFor(
+        'the inbound link from node 2',
+        () => h.logger.lines.some((l) => l.msg === 'peer link up' && l.fields.peer === 2),
+        5_000,
+      );
+      h.logger.lines.length = 0;
+      r.write(c.frame);
+      await r.waitClosed();
+      assert.ok(
+        h.logger.lines.some((l) => l.msg === c.log && (c.code === undefined || l.fields.code === c.code)),
+        c.log,
+      );
+    }
+    assert.equal(h.driver.currentTerm, termBefore);
+    assert.equal(h.driver.status().refusedMessages, 1);
+    assert.equal(h.transport.stats().badFrames, 2);
   });
 
   test('a message claiming another sender than its link is dropped', async () => {

@@ -69,6 +69,9 @@ export type ForceStartPhase =
 /** Default of `forceStartTimeoutMs`, in E. */
 export const forceStartTimeoutE = 60;
 
+/** Default of `entriesPerAppendMax`: also the bound a wire decoder checks an append's count against. */
+export const entriesPerAppendMaxDefault = 64;
+
 /** What survives a restart (as if resumed from a state file); commit and role do not. */
 export interface DurableState {
   readonly term: number;
@@ -339,7 +342,7 @@ export class RaftCore {
     this.heartbeatIntervalMs = opts.heartbeatIntervalMs ?? Math.max(1, Math.floor(opts.electionTimeoutMs / 5));
     this.inflightAppendsMax = opts.inflightAppendsMax ?? 8;
     this.commitNoticeDelayMs = opts.commitNoticeDelayMs ?? 0;
-    this.entriesPerAppendMax = opts.entriesPerAppendMax ?? 64;
+    this.entriesPerAppendMax = opts.entriesPerAppendMax ?? entriesPerAppendMaxDefault;
     this.uncommittedEntriesMax = opts.uncommittedEntriesMax ?? 10_000;
     this.appendBytesMax = opts.appendBytesMax ?? 1024 * 1024;
     this.logEntriesMax = opts.logEntriesMax ?? logEntriesMaxDefault;

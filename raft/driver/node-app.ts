@@ -15,6 +15,7 @@ import { type DriverIdentity, type DriverLogger, RaftDriver } from './driver.js'
 import type { DriverError } from './errors.js';
 import type { NodeArgs } from './node-args.js';
 import { hostPort } from './node-args.js';
+import { raftWireCodec } from './wire-codec.js';
 
 /** Exit codes of the node program besides 0 (clean stop) and 2 (bad arguments). */
 export const EXIT_CORE_FAILED = 70;
@@ -61,6 +62,7 @@ export class NodeApp {
         secret: args.secret,
         logger,
         validate,
+        codec: raftWireCodec(),
       });
       return this.transport;
     };

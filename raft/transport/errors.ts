@@ -4,8 +4,9 @@
 export type LinkCloseCode =
   | 'frame-oversize' // length prefix above the bound, refused before the body is buffered
   | 'frame-empty' // length 0: no room for the version byte
-  | 'frame-version' // version byte is not FRAME_VERSION
+  | 'frame-version' // version byte not accepted: FRAME_VERSION in the handshake, the codec's after
   | 'body-not-msgpack'
+  | 'body-malformed' // the codec's own layout refused the body: a length, count or value out of bounds
   | 'message-invalid' // decoded, but the caller's validate refused it
   | 'hello-invalid' // handshake frame of the wrong shape
   | 'cluster-mismatch'

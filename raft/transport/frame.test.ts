@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
-import { encodeFrame, FRAME_VERSION, type FrameRead, FrameReader } from './frame.js';
+import { allocFrame, encodeFrame, FRAME_HEADER_BYTES, FRAME_VERSION, type FrameRead, FrameReader } from './frame.js';
 
 /** Feeds the chunks in order and gathers every frame body, stopping at the first error. */
 function readAll(reader: FrameReader, chunks: Uint8Array[]): { bodies: Uint8Array[]; error?: FrameRead } {
@@ -92,6 +92,42 @@ describe('peer link framing', { timeout: 30_000 }, () => {
     reader.push(encodeFrame(new Uint8Array([1])));
     const again = reader.next();
     assert.equal(again.t === 'error' && again.code, 'frame-version');
+  });
+
+  it('cuts frames that never overlap, small ones from a shared slab and large ones on their own', () => {
+    fc.assert(
+      fc.property(fc.array(fc.integer({ min: 0, max: 100_000 }), { minLength: 1, maxLength: 40 }), (sizes) => {
+        const frames = sizes.map((n, k) => {
+          const f = allocFrame(n, 2);
+          f.fill(k & 0xff, FRAME_HEADER_BYTES);
+          return f;
+        });
+        frames.forEach((f, k) => {
+          assert.equal(f.length, FRAME_HEADER_BYTES + sizes[k]!);
+          assert.equal(f.readUInt32BE(0), sizes[k]! + 1);
+          assert.equal(f[4], 2);
+          assert.ok(f.subarray(FRAME_HEADER_BYTES).every((b) => b === (k & 0xff)));
+        });
+      }),
+      { numRuns: 30 },
+    );
+  });
+
+  it('carries the version byte it is given, and accepts the versions it is told to', () => {
+    const reader = new FrameReader();
+    reader.push(encodeFrame(new Uint8Array([5]), FRAME_VERSION));
+    assert.deepEqual(reader.next(), { t: 'frame', version: FRAME_VERSION, body: Buffer.from([5]) });
+    reader.setVersions([1, 2]);
+    reader.push(
+      Buffer.concat([encodeFrame(new Uint8Array([6]), 2), encodeFrame(new Uint8Array([7]), 1), encodeFrame(new Uint8Array([8]), 3)]),
+    );
+    const got = [reader.next(), reader.next(), reader.next()];
+    assert.deepEqual(got.slice(0, 2), [
+      { t: 'frame', version: 2, body: Buffer.from([6]) },
+      { t: 'frame', version: 1, body: Buffer.from([7]) },
+    ]);
+    assert.equal(got[2].t === 'error' && got[2].code, 'frame-version');
+    assert.throws(() => reader.setVersions([256]), RangeError);
   });
 
   it('refuses garbage bytes without throwing, whatever they are', () => {

@@ -1,6 +1,7 @@
-// Peer link framing: a 4-byte big-endian length, then a version byte, then a msgpackr body. The
-// length counts the version byte and the body (everything after the prefix), so the smallest valid
-// length is 1. The reader refuses an oversize length as soon as the prefix is complete, before any
+// Peer link framing: a 4-byte big-endian length, then a version byte, then a body. The version
+// byte names the body's layout: FRAME_VERSION is msgpackr (every handshake frame, and every message
+// under the default codec); a codec may read others (codec.ts). The length counts the version byte
+// and the body (everything after the prefix), so the smallest valid length is 1. The reader refuses an oversize length as soon as the prefix is complete, before any
 // of the body is buffered: a peer cannot make us hold more than maxFrameBytes plus one socket chunk.
 
 export const FRAME_VERSION = 1;
@@ -13,22 +14,46 @@ export const FRAME_BYTES_LIMIT = 0xffff_ffff;
 
 export type FrameErrorCode = 'frame-oversize' | 'frame-empty' | 'frame-version';
 
-export type FrameRead = { t: 'frame'; body: Uint8Array } | { t: 'more' } | { t: 'error'; code: FrameErrorCode; detail: string };
+export type FrameRead =
+  | { t: 'frame'; version: number; body: Uint8Array }
+  | { t: 'more' }
+  | { t: 'error'; code: FrameErrorCode; detail: string };
 
 const MORE: FrameRead = { t: 'more' };
 
-/** Wraps an encoded body in one buffer (prefix, version, body), ready for a single write. */
-export function encodeFrame(body: Uint8Array): Buffer {
-  const frame = Buffer.allocUnsafe(FRAME_HEADER_BYTES + body.length);
-  frame.writeUInt32BE(body.length + 1, 0);
-  frame[FRAME_PREFIX_BYTES] = FRAME_VERSION;
-  frame.set(body, FRAME_HEADER_BYTES);
+/** Frames up to this size are cut from a shared slab, as Buffer.allocUnsafe does for small buffers
+ * (a separate allocation of a few KiB costs several times the copy into it); larger ones get their own. */
+const POOLED_FRAME_BYTES_MAX = 64 * 1024;
+const FRAME_SLAB_BYTES = 512 * 1024;
+let slab = Buffer.allocUnsafeSlow(FRAME_SLAB_BYTES);
+let slabAt = 0;
+
+/** A frame of `bodyLength` body bytes with its prefix and version byte written; the caller writes
+ * every byte of the body at FRAME_HEADER_BYTES. Its memory may be shared with other frames (never
+ * overlapping): write only within it. */
+export function allocFrame(bodyLength: number, version: number): Buffer {
+  const n = FRAME_HEADER_BYTES + bodyLength;
+  let frame: Buffer;
+  if (n > POOLED_FRAME_BYTES_MAX) {
+    frame = Buffer.allocUnsafe(n);
+  } else {
+    if (slabAt + n > FRAME_SLAB_BYTES) {
+      slab = Buffer.allocUnsafeSlow(FRAME_SLAB_BYTES);
+      slabAt = 0;
+    }
+    frame = Buffer.from(slab.buffer, slab.byteOffset + slabAt, n);
+    slabAt = (slabAt + n + 7) & ~7; // 8-byte aligned, like the Buffer pool
+  }
+  frame.writeUInt32BE(bodyLength + 1, 0);
+  frame[FRAME_PREFIX_BYTES] = version;
   return frame;
 }
 
-/** The length field a frame of this body would carry, to check it against a bound before sending. */
-export function frameLength(body: Uint8Array): number {
-  return body.length + 1;
+/** Wraps an encoded body in one buffer (prefix, version, body), ready for a single write. */
+export function encodeFrame(body: Uint8Array, version: number = FRAME_VERSION): Buffer {
+  const frame = allocFrame(body.length, version);
+  frame.set(body, FRAME_HEADER_BYTES);
+  return frame;
 }
 
 /**
@@ -43,9 +68,18 @@ export class FrameReader {
   private pendingLength = -1; // length of the frame whose prefix is read, or -1
   private failure: FrameRead | undefined;
   private maxFrameBytes: number;
+  private accepted: Uint8Array = versionTable([FRAME_VERSION]); // 1 at each accepted version byte
+  private acceptedText = String(FRAME_VERSION);
 
   constructor(maxFrameBytes: number = FRAME_BYTES_MAX_DEFAULT) {
     this.maxFrameBytes = checkBound(maxFrameBytes);
+  }
+
+  /** Changes the version bytes accepted from the next frame returned on (by default FRAME_VERSION
+   * only: the handshake's; a link accepts its codec's once the handshake is done). */
+  setVersions(versions: readonly number[]): void {
+    this.accepted = versionTable(versions);
+    this.acceptedText = versions.join(' or ');
   }
 
   /** Changes the bound for frames whose prefix has not been read yet (the handshake uses a small one). */
@@ -78,10 +112,11 @@ export class FrameReader {
     if (this.buffered < this.pendingLength) return MORE;
     const bytes = this.take(this.pendingLength);
     this.pendingLength = -1;
-    if (bytes[0] !== FRAME_VERSION) {
-      return this.fail('frame-version', `frame version ${bytes[0]} (expected ${FRAME_VERSION})`);
+    const version = bytes[0];
+    if (this.accepted[version] !== 1) {
+      return this.fail('frame-version', `frame version ${version} (expected ${this.acceptedText})`);
     }
-    return { t: 'frame', body: bytes.subarray(1) };
+    return { t: 'frame', version, body: bytes.subarray(1) };
   }
 
   private fail(code: FrameErrorCode, detail: string): FrameRead {
@@ -125,6 +160,15 @@ export class FrameReader {
     this.buffered -= n;
     return out;
   }
+}
+
+function versionTable(versions: readonly number[]): Uint8Array {
+  const table = new Uint8Array(256);
+  for (const v of versions) {
+    if (!Number.isInteger(v) || v < 0 || v > 255) throw new RangeError(`a frame version is a byte, got ${v}`);
+    table[v] = 1;
+  }
+  return table;
 }
 
 function checkBound(maxFrameBytes: number): number {

@@ -2,7 +2,7 @@
 // what the peer sends; every refusal closes the socket and reports a LinkCloseCode to its owner.
 import { randomBytes } from 'node:crypto';
 import type { Socket } from 'node:net';
-import { Packr } from 'msgpackr';
+import { type BodyDecoder, BodyRefusal, newUnpacker, packBody, unpackBody } from './codec.js';
 import type { LinkCloseCode } from './errors.js';
 import { encodeFrame, FrameReader } from './frame.js';
 import {
@@ -34,17 +34,13 @@ export interface LinkOptions<M> {
   maxFrameBytes: number;
   handshakeTimeoutMs: number;
   validate: (m: unknown) => m is M;
+  /** The frame versions accepted after the handshake, and this link's decoder for them. */
+  versions: readonly number[];
+  decode: BodyDecoder;
   owner: LinkOwner<M>;
 }
 
-/** Encodes without saved record structures (DESIGN.md "Encoding"), so bytes depend only on the value. */
-const encoder = new Packr({ useRecords: false, mapsAsObjects: true });
-
-export function encodeBody(value: unknown): Uint8Array {
-  return encoder.pack(value);
-}
-
-const NOT_MSGPACK = Symbol('not msgpack');
+const REFUSED = Symbol('refused');
 
 type Phase = 'handshake' | 'ready' | 'closed';
 
@@ -56,9 +52,8 @@ export class Link<M> {
   private phase: Phase = 'handshake';
   private readonly opts: LinkOptions<M>;
   private readonly reader = new FrameReader(HANDSHAKE_FRAME_BYTES_MAX);
-  // Each link decodes with its own Packr: msgpackr keeps record definitions it decodes, and one
-  // peer's definitions must not change how another peer's bytes decode.
-  private readonly decoder = new Packr({ useRecords: false, mapsAsObjects: true });
+  // Handshake frames are msgpackr whatever the codec; each link has its own unpacker for them.
+  private readonly unpacker = newUnpacker();
   private readonly nonce: Uint8Array | undefined;
   private readonly helloBody: Uint8Array;
   private peerHelloBody: Uint8Array | undefined;
@@ -71,7 +66,7 @@ export class Link<M> {
     this.socket = opts.socket;
     this.direction = opts.direction;
     this.nonce = opts.secret === undefined ? undefined : randomBytes(NONCE_BYTES);
-    this.helloBody = encodeBody(makeHello(opts.expectations.local, this.nonce));
+    this.helloBody = packBody(makeHello(opts.expectations.local, this.nonce));
     this.socket.setNoDelay(true);
     this.socket.on('data', this.onData);
     this.socket.on('error', this.onError);
@@ -114,14 +109,14 @@ export class Link<M> {
       const r = this.reader.next();
       if (r.t === 'more') return;
       if (r.t === 'error') this.close(r.code, r.detail);
-      else if (this.phase === 'ready') this.receive(r.body);
+      else if (this.phase === 'ready') this.receive(r.version, r.body);
       else this.handshakeFrame(r.body);
     }
   };
 
-  private receive(body: Uint8Array): void {
-    const value = this.decode(body);
-    if (value === NOT_MSGPACK) return;
+  private receive(version: number, body: Uint8Array): void {
+    const value = this.decode(version, body);
+    if (value === REFUSED) return;
     let valid = false;
     try {
       valid = this.opts.validate(value);
@@ -132,18 +127,26 @@ export class Link<M> {
     else this.close('message-invalid', 'message refused by validate');
   }
 
-  private decode(body: Uint8Array): unknown {
+  /** The codec's decoded value, or REFUSED once the link is closed for the body. */
+  private decode(version: number, body: Uint8Array): unknown {
+    let value: unknown;
     try {
-      return this.decoder.unpack(body);
+      value = this.opts.decode(version, body);
     } catch (err) {
-      this.close('body-not-msgpack', (err as Error).message);
-      return NOT_MSGPACK;
+      value = new BodyRefusal('body-not-msgpack', (err as Error).message); // a decoder that throws has refused
     }
+    if (!(value instanceof BodyRefusal)) return value;
+    this.close(value.code, value.detail);
+    return REFUSED;
   }
 
+  /** The reader accepts only FRAME_VERSION until the handshake is done. */
   private handshakeFrame(body: Uint8Array): void {
-    const value = this.decode(body);
-    if (value === NOT_MSGPACK) return;
+    const value = unpackBody(this.unpacker, body);
+    if (value instanceof BodyRefusal) {
+      this.close(value.code, value.detail);
+      return;
+    }
     const frame = parseHandshakeFrame(value);
     if (frame === undefined) {
       this.close('hello-invalid', 'expected a hello or proof frame');
@@ -174,7 +177,7 @@ export class Link<M> {
     this.peerHelloBody = Uint8Array.from(body);
     const secret = this.opts.secret;
     if (secret !== undefined) {
-      this.socket.write(encodeFrame(encodeBody({ t: 'proof', mac: proofMac(secret, hello.nonce!, this.helloBody) })));
+      this.socket.write(encodeFrame(packBody({ t: 'proof', mac: proofMac(secret, hello.nonce!, this.helloBody) })));
     }
     this.maybeReady();
   }
@@ -199,6 +202,7 @@ export class Link<M> {
     this.wasReady = true;
     clearTimeout(this.timer);
     this.reader.setMaxFrameBytes(this.opts.maxFrameBytes);
+    this.reader.setVersions(this.opts.versions);
     this.opts.owner.linkReady(this);
   }
 

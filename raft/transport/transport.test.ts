@@ -1,8 +1,9 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { afterEach, describe, it } from 'node:test';
+import { type BodyCodec, BodyRefusal, newUnpacker, packBody, unpackBody } from './codec.js';
 import { type LinkCloseCode, TransportError } from './errors.js';
-import { encodeFrame } from './frame.js';
+import { allocFrame, encodeFrame, FRAME_HEADER_BYTES } from './frame.js';
 import { frameOf, LOOPBACK, makeNode, type Node, RawPeer, settle, stopAll, type TestMsg, waitFor, wire } from './transport-harness.js';
 
 let running: Node[] = [];
@@ -37,6 +38,41 @@ async function handshaken(node: Node, as: number): Promise<RawPeer> {
   await waitFor('the transport hello', () => r.frames.length === 1);
   await waitFor('the inbound link to be up', () => node.logger.lines.some((l) => l.msg === 'peer link up' && l.fields.peer === as));
   return r;
+}
+
+/** A codec with a layout of its own under version 7 for messages without text (n as a uint32), and
+ * msgpackr under version 1 for the rest. */
+const counterCodec: BodyCodec<TestMsg> = {
+  versions: [1, 7],
+  encode(msg) {
+    if (msg.text !== undefined || !Number.isInteger(msg.n) || msg.n < 0 || msg.n > 0xffff_ffff) return { version: 1, body: packBody(msg) };
+    const body = new Uint8Array(4);
+    new DataView(body.buffer).setUint32(0, msg.n);
+    return { version: 7, body };
+  },
+  newDecoder() {
+    const unpacker = newUnpacker();
+    return (version, body) => {
+      if (version === 1) return unpackBody(unpacker, body);
+      if (body.length !== 4) return new BodyRefusal('body-malformed', `counter of ${body.length} bytes`);
+      return { n: new DataView(body.buffer, body.byteOffset, 4).getUint32(0) };
+    };
+  },
+};
+
+/** The same, building each frame in place. */
+const framingCounterCodec: BodyCodec<TestMsg> = {
+  ...counterCodec,
+  encodeFrame(msg) {
+    const { version, body } = counterCodec.encode(msg);
+    const frame = allocFrame(body.length, version);
+    frame.set(body, FRAME_HEADER_BYTES);
+    return frame;
+  },
+};
+
+function counterFrame(bytes: number[], version = 7): Buffer {
+  return encodeFrame(Uint8Array.from(bytes), version);
 }
 
 describe('raft transport over loopback', { timeout: 60_000 }, () => {
@@ -287,8 +323,74 @@ describe('raft transport over loopback', { timeout: 60_000 }, () => {
     assert.equal(s.peers[0].queuedFrames, 0);
   });
 
+  it('carries messages through a pluggable body codec, each under the version it chose', async () => {
+    const [a, b] = nodes(makeNode(1, [1, 2], { codec: counterCodec }), makeNode(2, [1, 2], { codec: framingCounterCodec }));
+    await wire([a, b]);
+    for (const [from, to] of [
+      [a, b],
+      [b, a],
+    ] as const) {
+      from.transport.send(to.id, { n: 7 });
+      from.transport.send(to.id, { n: 8, text: 'msgpackr' });
+      from.transport.send(to.id, { n: 2 ** 40 });
+      await waitFor('three messages', () => to.inbox.length === 3);
+      assert.deepEqual(
+        to.inbox.map((e) => e.msg),
+        [{ n: 7 }, { n: 8, text: 'msgpackr' }, { n: 2 ** 40 }],
+      );
+    }
+    // A node with the default codec still reads the version-1 bodies of a codec node.
+    const plain = node(makeNode(3, [1, 3]));
+    await plain.transport.start();
+    const r = await handshaken(plain, 1);
+    r.write(frameOf({ n: 9 }));
+    await waitFor('the msgpackr message', () => plain.inbox.length === 1);
+  });
+
+  it('closes a link whose codec refuses a body, and refuses versions the codec does not name', async () => {
+    const a = node(makeNode(1, [1, 2, 3], { codec: counterCodec }));
+    await a.transport.start();
+    const port = a.transport.address().port;
+    const cases: Array<{ bytes: Uint8Array; code: LinkCloseCode; handshake: boolean }> = [
+      { bytes: counterFrame([0, 0, 1]), code: 'body-malformed', handshake: true },
+      { bytes: counterFrame([0, 0, 0, 1], 9), code: 'frame-version', handshake: true },
+      { bytes: encodeFrame(new Uint8Array([0x92, 0x01])), code: 'body-not-msgpack', handshake: true },
+      // Before the handshake only msgpackr under version 1 is read, whatever the codec.
+      { bytes: counterFrame([0, 0, 0, 1]), code: 'frame-version', handshake: false },
+    ];
+    for (const c of cases) {
+      a.logger.lines.length = 0;
+      const r = c.handshake ? await handshaken(a, 2) : raw(port);
+      r.write(counterFrame([0, 0, 0, 5]));
+      r.write(c.bytes);
+      await r.waitClosed();
+      assert.ok(a.logger.closedWith(c.code), c.code);
+    }
+    // Only the well-formed counters of the handshaken links arrived, each before its link closed.
+    assert.deepEqual(
+      a.inbox.map((e) => e.msg),
+      [{ n: 5 }, { n: 5 }, { n: 5 }],
+    );
+    assert.equal(a.transport.stats().badFrames, cases.length);
+    // A node with the default codec refuses version 7 after the handshake too.
+    const plain = node(makeNode(3, [1, 3]));
+    await plain.transport.start();
+    const p = await handshaken(plain, 1);
+    p.write(counterFrame([0, 0, 0, 1]));
+    await p.waitClosed();
+    assert.ok(plain.logger.closedWith('frame-version'));
+    assert.equal(plain.inbox.length, 0);
+  });
+
   it('refuses bad options with a stable code instead of misbehaving later', () => {
-    const bad = [{ maxFrameBytes: 0 }, { sendQueueBytesMax: -1 }, { secret: '' }, { listen: { host: LOOPBACK, port: 70_000 } }];
+    const bad = [
+      { maxFrameBytes: 0 },
+      { sendQueueBytesMax: -1 },
+      { secret: '' },
+      { listen: { host: LOOPBACK, port: 70_000 } },
+      { codec: { ...counterCodec, versions: [] } },
+      { codec: { ...counterCodec, versions: [1, 256] } },
+    ];
     for (const opts of bad) {
       assert.throws(
         () => makeNode(1, [1, 2], opts),

@@ -1,5 +1,6 @@
 // TCP links between raft nodes (DESIGN.md "Raft", Links). Generic over the message type M: the
-// transport carries plain msgpackr-encodable objects and knows nothing of raft/core.
+// transport carries whatever its body codec encodes (by default plain msgpackr-encodable objects)
+// and knows nothing of raft/core.
 //
 // Topology: each node dials every peer and uses that dialed link only for its own sends; it
 // accepts inbound links and only reads from them. So between two nodes there are two TCP
@@ -10,10 +11,11 @@
 // are dropped; frames written to a link that then breaks are lost; nothing is ever retried here.
 import { type AddressInfo, connect, createServer, type Server, type Socket } from 'node:net';
 import { reconnectDelayMs } from './backoff.js';
+import { type BodyCodec, type EncodedBody, msgpackCodec } from './codec.js';
 import { type LinkCloseCode, TransportError } from './errors.js';
-import { encodeFrame, FRAME_BYTES_LIMIT, FRAME_BYTES_MAX_DEFAULT, frameLength } from './frame.js';
+import { encodeFrame, FRAME_BYTES_LIMIT, FRAME_BYTES_MAX_DEFAULT, FRAME_HEADER_BYTES, FRAME_PREFIX_BYTES } from './frame.js';
 import type { HelloExpectations, Incarnation, LocalIdentity } from './handshake.js';
-import { encodeBody, Link, type LinkDirection, type LinkOwner } from './link.js';
+import { Link, type LinkDirection, type LinkOwner } from './link.js';
 import { SendQueue } from './send-queue.js';
 
 export interface PeerAddress {
@@ -41,6 +43,8 @@ export interface TransportOptions<M> {
   secret?: string | Uint8Array;
   logger: TransportLogger;
   validate: (m: unknown) => m is M;
+  /** How messages become frame bodies and back; default msgpackCodec (msgpackr under FRAME_VERSION). */
+  codec?: BodyCodec<M>;
   /** Bound on a frame's length field (version byte and body), in bytes; default 64 MiB. */
   maxFrameBytes?: number;
   /** Bound on the frames queued for one peer, in bytes; default 64 MiB. */
@@ -82,6 +86,7 @@ const BAD_FRAME_CODES: ReadonlySet<LinkCloseCode> = new Set<LinkCloseCode>([
   'frame-empty',
   'frame-version',
   'body-not-msgpack',
+  'body-malformed',
   'message-invalid',
   'hello-invalid',
 ]);
@@ -119,6 +124,7 @@ export class Transport<M> implements LinkOwner<M> {
   private readonly handshakeTimeoutMs: number;
   private readonly random: () => number;
   private readonly epochAccepts: (local: unknown, remote: unknown) => boolean;
+  private readonly codec: BodyCodec<M>;
   private readonly out = new Map<number, Peer<M>>();
   private readonly outPeerOf = new Map<Link<M>, Peer<M>>();
   private readonly inbound = new Map<number, Link<M>>(); // ready inbound link per node
@@ -140,6 +146,7 @@ export class Transport<M> implements LinkOwner<M> {
     this.handshakeTimeoutMs = opts.handshakeTimeoutMs ?? HANDSHAKE_TIMEOUT_MS_DEFAULT;
     this.random = opts.random ?? Math.random;
     this.epochAccepts = opts.epochAccepts ?? acceptEveryEpoch;
+    this.codec = opts.codec ?? (msgpackCodec as BodyCodec<M>);
     const queueBytesMax = opts.sendQueueBytesMax ?? SEND_QUEUE_BYTES_MAX_DEFAULT;
     for (const [nodeId, address] of opts.peers) {
       if (nodeId === opts.nodeId) continue;
@@ -195,23 +202,29 @@ export class Transport<M> implements LinkOwner<M> {
       this.counters.dropped++;
       return;
     }
-    let body: Uint8Array;
+    let frame: Uint8Array;
     try {
-      body = encodeBody(msg);
+      frame = this.encodeFrame(msg);
     } catch (err) {
       this.counters.dropped++;
       this.opts.logger.warn({ peer: to, err: (err as Error).message }, 'raft message not encodable; dropped');
       return;
     }
-    if (frameLength(body) > this.maxFrameBytes) {
+    if (frame.length - FRAME_PREFIX_BYTES > this.maxFrameBytes) {
       this.counters.dropped++;
-      this.opts.logger.warn({ peer: to, bytes: body.length }, 'raft message above the frame bound; dropped');
+      this.opts.logger.warn({ peer: to, bytes: frame.length - FRAME_HEADER_BYTES }, 'raft message above the frame bound; dropped');
       return;
     }
-    this.counters.dropped += peer.queue.push(encodeFrame(body));
+    this.counters.dropped += peer.queue.push(frame);
     if (peer.link?.ready !== true || peer.blocked) return;
     if (this.opts.callerFlushes === true) this.dirty.add(peer);
     else this.scheduleFlush(peer);
+  }
+
+  private encodeFrame(msg: M): Uint8Array {
+    if (this.codec.encodeFrame !== undefined) return this.codec.encodeFrame(msg);
+    const { version, body }: EncodedBody = this.codec.encode(msg);
+    return encodeFrame(body, version);
   }
 
   onMessage(fn: (from: number, msg: M) => void): void {
@@ -318,6 +331,8 @@ export class Transport<M> implements LinkOwner<M> {
       maxFrameBytes: this.maxFrameBytes,
       handshakeTimeoutMs: this.handshakeTimeoutMs,
       validate: this.opts.validate,
+      versions: this.codec.versions,
+      decode: this.codec.newDecoder(),
       owner: this,
     });
   }
@@ -447,9 +462,16 @@ function checkOptions<M>(opts: TransportOptions<M>): void {
   }
   checkBytes(opts.maxFrameBytes, 'maxFrameBytes', FRAME_BYTES_LIMIT);
   checkBytes(opts.sendQueueBytesMax, 'sendQueueBytesMax', Number.MAX_SAFE_INTEGER);
+  if (opts.codec !== undefined && (opts.codec.versions.length === 0 || !opts.codec.versions.every(isByte))) {
+    throw new TransportError('RAFT_TRANSPORT_BAD_OPTIONS', `codec versions must be bytes, got ${String(opts.codec.versions)}`);
+  }
   if (opts.secret !== undefined && opts.secret.length === 0) {
     throw new TransportError('RAFT_TRANSPORT_BAD_OPTIONS', 'cluster secret is empty');
   }
+}
+
+function isByte(v: number): boolean {
+  return Number.isInteger(v) && v >= 0 && v <= 255;
 }
 
 function checkAddress(a: PeerAddress, what: string): void {

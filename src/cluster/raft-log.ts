@@ -11,6 +11,7 @@ import type { ForceStartPhase, Role, SoftState } from '../../raft/core/raft.js';
 import type { Snapshot } from '../../raft/core/snapshot.js';
 import { type DriverLogger, type ProposeTicket, RaftDriver } from '../../raft/driver/driver.js';
 import type { DriverError } from '../../raft/driver/errors.js';
+import { raftWireCodec } from '../../raft/driver/wire-codec.js';
 import { type PeerAddress, Transport } from '../../raft/transport/transport.js';
 import type { Command, Entry, Settings } from '../broker/commands.js';
 import type { BrokerLog, LogListener } from '../log/broker-log.js';
@@ -276,6 +277,7 @@ export class RaftLog implements BrokerLog, LeaseView {
               logger: o.logger,
               validate,
               callerFlushes: true,
+              codec: raftWireCodec(),
             });
             return transport;
           },
