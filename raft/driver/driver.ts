@@ -200,6 +200,9 @@ const UNCOMMITTED_ENTRIES_MAX_DEFAULT = 100_000;
  * compaction snapshots the whole broker state: at 10,000 entries a fleet of 10,000 sessions
  * publishing was snapshotted several times a second. */
 const LOG_ENTRIES_MAX_DEFAULT = 100_000;
+/** Each node compacts at its own count (node id × this more), so the three do not snapshot the
+ * same index at the same moment: the leader commits through whichever follower is not busy. */
+const LOG_ENTRIES_STAGGER = 10_000;
 /** Appends in flight to one follower (8 in the core). A QoS 1 message costs two entries and a
  * commit update takes a slot of its own, so under fan-in load 8 appends of at most 64 entries
  * filled thousands of times a second and entries waited for a response to go out. */
@@ -316,7 +319,7 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     const opts = this.opts;
     const plan = this.plan;
     const base = {
-      logEntriesMax: LOG_ENTRIES_MAX_DEFAULT,
+      logEntriesMax: LOG_ENTRIES_MAX_DEFAULT + (this.id % 8) * LOG_ENTRIES_STAGGER,
       inflightAppendsMax: INFLIGHT_APPENDS_MAX_DEFAULT,
       commitNoticeDelayMs: COMMIT_NOTICE_DELAY_MS_DEFAULT,
       ...opts.core,
@@ -705,7 +708,7 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     const inc = randomBytes(8).toString('hex');
     this.opts.logger.warn({ from: this.core.epoch.generation, to: to.generation, incarnation: inc }, 'raft switches to a newer epoch');
     this.core = new RaftCore({
-      logEntriesMax: LOG_ENTRIES_MAX_DEFAULT,
+      logEntriesMax: LOG_ENTRIES_MAX_DEFAULT + (this.id % 8) * LOG_ENTRIES_STAGGER,
       inflightAppendsMax: INFLIGHT_APPENDS_MAX_DEFAULT,
       commitNoticeDelayMs: COMMIT_NOTICE_DELAY_MS_DEFAULT,
       ...this.opts.core,
