@@ -1,9 +1,7 @@
-// CPU and memory of processes by PID from /proc (Linux): utime+stime in clock ticks (CLK_TCK is
-// 100 on Linux), resident and peak-resident size. A sample of a process that has exited is null.
+// CPU and memory of processes by PID from /proc (Linux), read by bench/proc.ts, plus the peak
+// resident size. A sample of a process that has exited is null.
 import { readFileSync } from 'node:fs';
-
-const CLK_TCK = 100;
-const PAGE = 4096;
+import { clockTicks, sampleProc as readProc } from '../proc.js';
 
 export interface ProcSample {
   pid: number;
@@ -13,18 +11,16 @@ export interface ProcSample {
 }
 
 export function sampleProc(pid: number): ProcSample | null {
+  const s = readProc(pid);
+  if (s === null) return null;
+  let hwmBytes = 0;
   try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    // Fields after the command name, which is in parentheses and may hold spaces: state is [0],
-    // utime (field 14) is [11], stime [12], rss in pages (field 24) [21].
-    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    const cpuS = (Number(f[11]) + Number(f[12])) / CLK_TCK;
-    const rssBytes = Number(f[21]) * PAGE;
     const hwm = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-    return { pid, cpuS, rssBytes, hwmBytes: hwm === null ? 0 : Number(hwm[1]) * 1024 };
+    if (hwm !== null) hwmBytes = Number(hwm[1]) * 1024;
   } catch {
     return null;
   }
+  return { pid, cpuS: s.ticks / clockTicks(), rssBytes: s.rssKb * 1024, hwmBytes };
 }
 
 export interface ProcUsage {
@@ -81,7 +77,7 @@ function hostBusyS(): number {
   try {
     const f = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
     const total = f.reduce((s, v) => s + v, 0);
-    return (total - (f[3] ?? 0) - (f[4] ?? 0)) / CLK_TCK;
+    return (total - (f[3] ?? 0) - (f[4] ?? 0)) / clockTicks();
   } catch {
     return 0;
   }
