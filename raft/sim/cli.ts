@@ -1,17 +1,22 @@
 #!/usr/bin/env node
 // The deterministic Raft simulator: `npm run sim -- --seeds N --first-seed S [--faults LIST]`.
 // Exit 0: every seed passed; 1: a violation (seed, property and event trace printed); 2: bad usage.
+import { randomInt } from 'node:crypto';
 import { realpathSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import type { UnsafeRule } from '../core/raft.js';
+import { formatMutantReport, mutantReport } from './mutants.js';
 import type { Fault } from './sim.js';
 import { faultNames, runSeed } from './sim.js';
 
 const usage =
-  'usage: sim --seeds N --first-seed S [--faults drop,dup,reorder,partition,crash,pause,clock,transfer,amnesia,restart,snapshot,force-start|all|none] ' +
-  '[--break grant-every-vote|commit-old-terms|answer-every-vote|swap-member|install-any-chunk]';
-const unsafeRules: readonly UnsafeRule[] = [
+  `usage: sim --seeds N --first-seed S [--faults ${faultNames.join(',')}|all|none] ` +
+  '[--break grant-every-vote|commit-old-terms|answer-every-vote|swap-member|install-any-chunk]\n' +
+  '       sim --mutants [--seeds N] [--first-seed S] [--blocks B] [--min-caught K] [--faults ...]: every --break rule ' +
+  'over B disjoint blocks of N seeds (default 3 x 500 from a random first seed); exit 1 unless each is caught in at ' +
+  'least K seeds (default 5) of every block';
+export const unsafeRules: readonly UnsafeRule[] = [
   'grant-every-vote',
   'commit-old-terms',
   'answer-every-vote',
@@ -58,10 +63,13 @@ function parseFlags(argv: readonly string[]) {
     return parseArgs({
       args: [...argv],
       options: {
-        seeds: { type: 'string', default: '100' },
-        'first-seed': { type: 'string', default: '1' },
+        seeds: { type: 'string' },
+        'first-seed': { type: 'string' },
         faults: { type: 'string', default: 'all' },
         break: { type: 'string' },
+        mutants: { type: 'boolean', default: false },
+        blocks: { type: 'string', default: '3' },
+        'min-caught': { type: 'string', default: '5' },
         help: { type: 'boolean', default: false },
       },
       strict: true,
@@ -89,9 +97,23 @@ function simulate(argv: readonly string[], io: CliOutput): number {
     io.out(usage);
     return exitOk;
   }
+  const faults = parseFaults(v.faults ?? 'all');
+  if (v.mutants === true) {
+    if (v.break !== undefined) fail('--mutants runs every --break rule; give one or the other');
+    const report = mutantReport({
+      rules: unsafeRules,
+      faults,
+      seeds: parseCount('seeds', v.seeds ?? '500', 1),
+      // Seeds nobody chose: a random block unless one is asked for (printed, so a run replays).
+      first: parseCount('first-seed', v['first-seed'] ?? String(randomInt(1, 2 ** 31)), 0),
+      blocks: parseCount('blocks', v.blocks ?? '3', 1),
+      minCaught: parseCount('min-caught', v['min-caught'] ?? '5', 1),
+    });
+    for (const line of formatMutantReport(report)) io.out(line);
+    return report.ok ? exitOk : exitViolation;
+  }
   const seeds = parseCount('seeds', v.seeds ?? '100', 1);
   const first = parseCount('first-seed', v['first-seed'] ?? '1', 0);
-  const faults = parseFaults(v.faults ?? 'all');
   const broken = v.break;
   if (broken !== undefined && !(unsafeRules as readonly string[]).includes(broken)) fail(`unknown rule "${broken}" for --break`);
   const faultList = [...faults].join(',') || 'none';

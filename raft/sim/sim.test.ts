@@ -34,6 +34,46 @@ describe('raft simulator', { timeout: 60_000 }, () => {
     assert.ok(failure.trace.length > 0, 'the failing seed comes with its event trace');
   });
 
+  it('fault figure8 builds Figure 8 of §5.4.2 and catches a core that commits old-term entries by counting', () => {
+    let episodes = 0;
+    for (let seed = 1; seed <= 20; seed++) {
+      const r = runSeed({ seed, faults: new Set<Fault>(['figure8']) });
+      assert.ok(r.ok, r.ok ? '' : `seed ${seed}: ${r.violation}`);
+      episodes += r.stats.figure8Episodes;
+    }
+    assert.ok(episodes >= 20, `${episodes} episodes reached the rival's return`);
+    const caught = firstFailure(20, (seed) => runSeed({ seed, faults: new Set<Fault>(['figure8']), unsafe: 'commit-old-terms' }));
+    assert.ok(caught !== undefined && !caught.ok, 'the unsafe commit rule must be caught');
+    assert.ok(['leader completeness', 'state machine safety', 'applied state'].includes(caught.property), caught.property);
+  });
+
+  it('fault deaf-follower catches a core that answers votes while a leader holds its lease', () => {
+    let episodes = 0;
+    for (let seed = 1; seed <= 20; seed++) {
+      const r = runSeed({ seed, faults: new Set<Fault>(['deaf-follower']) });
+      assert.ok(r.ok, r.ok ? '' : `seed ${seed}: ${r.violation}`);
+      episodes += r.stats.deafEpisodes;
+    }
+    assert.ok(episodes >= 20, `${episodes} links cut`);
+    const caught = firstFailure(40, (seed) => runSeed({ seed, faults: new Set<Fault>(['deaf-follower']), unsafe: 'answer-every-vote' }));
+    assert.ok(caught !== undefined && !caught.ok, 'the lease checker must catch it');
+    assert.equal(caught.property, 'lease overlap');
+  });
+
+  it('--mutants reports every rule per block and refuses --break beside it', () => {
+    const out: string[] = [];
+    const io = { out: (l: string) => out.push(l), err: (l: string) => out.push(l) };
+    const code = runCli(
+      ['--mutants', '--seeds', '4', '--blocks', '2', '--min-caught', '1', '--first-seed', '100', '--faults', 'figure8'],
+      io,
+    );
+    const rows = out.filter((l) => /^\| [a-z-]+ \| \d+ \|/.test(l));
+    assert.equal(rows.length, 5 * 2, out.join('\n'));
+    assert.ok(rows.some((l) => l.startsWith('| commit-old-terms | 100 |')));
+    assert.equal(code, out.some((l) => l.includes('NOT CAUGHT')) ? 1 : 0);
+    assert.equal(runCli(['--mutants', '--break', 'commit-old-terms'], io), 2);
+  });
+
   it('fault snapshot: nodes compact while one lags, the lagging one installs a snapshot, some installs crash midway, and every state matches', () => {
     let compactions = 0;
     let restores = 0;

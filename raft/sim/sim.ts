@@ -26,6 +26,8 @@ export const faultNames = [
   'restart',
   'snapshot',
   'force-start',
+  'figure8',
+  'deaf-follower',
 ] as const;
 export type Fault = (typeof faultNames)[number];
 
@@ -145,6 +147,9 @@ export interface SimStats {
   /** Epochs in which something committed, and the newest generation any node ended in. */
   readonly epochs: number;
   readonly finalGeneration: number;
+  /** Fault figure8: episodes that got as far as the rival's return; fault deaf-follower: links cut. */
+  readonly figure8Episodes: number;
+  readonly deafEpisodes: number;
 }
 
 export type SimResult =
@@ -163,6 +168,28 @@ export type SimResult =
       readonly violation: string;
       readonly trace: readonly string[];
     };
+
+/** Fault `figure8` (Raft §5.4.2, Figure 8, on three nodes): the leader is cut off right after a
+ * burst of proposals, so entries of its term exist only on it; a rival wins the next term and is
+ * cut off as it wins, before its own entries leave; the old leader, with the longer log, wins again
+ * with the third node's vote and starts repairing that node's log with its old-term entries; the
+ * link to the third node fails during the repair, the old leader is cut off, and the rival comes
+ * back. A core that commits an old-term entry by counting replicas has then called an entry
+ * committed that the rival, whose last term is higher, overwrites. */
+type Figure8 =
+  | { readonly phase: 'idle'; readonly token: number }
+  | { readonly phase: 'old-isolated'; readonly token: number; readonly old: number }
+  | { readonly phase: 'rival-cut'; readonly token: number; readonly old: number; readonly rival: number; readonly third: number }
+  | {
+      readonly phase: 'old-repairs';
+      readonly token: number;
+      readonly old: number;
+      readonly rival: number;
+      readonly third: number;
+      repairs: number;
+      readonly cutAfter: number;
+    }
+  | { readonly phase: 'rival-returns'; readonly token: number; readonly old: number; readonly rival: number; readonly third: number };
 
 type SimEvent =
   | { readonly kind: 'tick'; readonly node: number }
@@ -184,11 +211,30 @@ type SimEvent =
   | { readonly kind: 'lag'; readonly node: number }
   | { readonly kind: 'lag-end'; readonly node: number }
   | { readonly kind: 'campaign'; readonly node: number }
+  | { readonly kind: 'figure8' }
+  | { readonly kind: 'figure8-step'; readonly token: number }
+  | { readonly kind: 'deaf-follower' }
+  | { readonly kind: 'deaf-cut'; readonly leader: number; readonly follower: number }
+  | { readonly kind: 'deaf-end' }
   | { readonly kind: 'quiet' }
   | { readonly kind: 'liveness-probe' }
   | { readonly kind: 'end' };
 
 const ids = [1, 2, 3] as const;
+/** Events a scenario or an episode scheduled for itself, as opposed to a random fault's. */
+const scripted = (ev: SimEvent): boolean =>
+  (ev.kind === 'amnesia' && ev.again === true) || ((ev.kind === 'force-start' || ev.kind === 'stop') && ev.downMs !== undefined);
+const waitsForFigure8: ReadonlySet<SimEvent['kind']> = new Set<SimEvent['kind']>([
+  'crash',
+  'amnesia',
+  'stop',
+  'force-start',
+  'partition',
+  'pause',
+  'clock-fault',
+  'transfer',
+  'lag',
+]);
 /** Quiet period after the faults: a majority connected for 10E (the brief's liveness window). */
 const quietPeriodsE = 10;
 /** With amnesia, every node must be a caught-up voter again within this many E of quiet (issue 7:
@@ -342,6 +388,15 @@ class Simulation {
   private readonly servingUntil = new Map<string, number>();
   /** Highest epoch generation that has served. */
   private servedGeneration = 0;
+  /** Fault `figure8`: the episode under way, its own cuts (kept apart from the partition fault's,
+   * which heal on their own schedule) and its own random source (drawn only with the fault, so
+   * other fault sets replay as before). */
+  private figure8: Figure8 = { phase: 'idle', token: 0 };
+  private readonly figure8Cut = new Set<string>();
+  /** Fault `deaf-follower` under way: clients are idle, and one follower stops hearing the leader. */
+  private deaf = false;
+  private readonly episodes = { figure8: 0, deaf: 0 };
+  private readonly figure8Random: Prng;
 
   constructor(private readonly opts: SimOptions) {
     this.app = opts.app?.() ?? null;
@@ -349,6 +404,7 @@ class Simulation {
     this.e = opts.electionTimeoutMs ?? (opts.scenario === 'stopped-for-hours' ? 1000 : 100);
     this.prng = new Prng(opts.seed);
     this.netRandom = this.prng.fork();
+    this.figure8Random = new Prng((opts.seed ^ 0x5f3759df) >>> 0);
     this.faults = opts.faults;
     this.trace = opts.trace === true ? [] : null;
     this.faultEnd = opts.faultPhaseMs ?? (opts.scenario === 'stopped-for-hours' ? 40 * this.e + hoursStoppedMs : 200 * this.e);
@@ -429,6 +485,8 @@ class Simulation {
       switches: this.force.switches,
       epochs: this.checker.epochCount,
       finalGeneration: Math.max(...ids.map((id) => this.node(id).epoch.generation)),
+      figure8Episodes: this.episodes.figure8,
+      deafEpisodes: this.episodes.deaf,
     };
     return { ok: true, seed: this.opts.seed, stats, trace: this.trace ?? [] };
   }
@@ -480,6 +538,8 @@ class Simulation {
     if (this.faults.has('snapshot')) this.queue.push(this.prng.range(2 * this.e, 10 * this.e), { kind: 'lag', node: this.pickNode() });
     if (this.faults.has('force-start'))
       this.queue.push(this.prng.range(20 * this.e, 60 * this.e), { kind: 'force-start', node: this.pickNode() });
+    if (this.faults.has('figure8')) this.queue.push(this.figure8Random.range(3 * this.e, 15 * this.e), { kind: 'figure8' });
+    if (this.faults.has('deaf-follower')) this.queue.push(this.figure8Random.range(3 * this.e, 15 * this.e), { kind: 'deaf-follower' });
     if (this.opts.scenario !== undefined) this.scheduleScenario(this.opts.scenario);
     this.queue.push(this.faultEnd, { kind: 'quiet' });
     this.queue.push(this.faultEnd + probeStartE * this.e, { kind: 'liveness-probe' });
@@ -488,6 +548,13 @@ class Simulation {
 
   /** Returns true at the end of the run. */
   private handle(ev: SimEvent): boolean {
+    // A figure8 episode is the one fault of its moment: faults that start meanwhile wait until it
+    // is over (those that end a fault, restart, resume, heal and lag-end, go on), since in the mix
+    // they would break the episode up before it builds its situation.
+    if ((this.figure8.phase !== 'idle' || this.deaf) && waitsForFigure8.has(ev.kind) && !scripted(ev)) {
+      this.queue.push(this.now + this.e, ev);
+      return false;
+    }
     switch (ev.kind) {
       case 'tick':
         return this.onTick(ev.node);
@@ -532,6 +599,25 @@ class Simulation {
       case 'lag-end':
         this.lagging.delete(ev.node);
         this.record(`lag of ${ev.node} ends`);
+        return false;
+      case 'figure8':
+        this.onFigure8();
+        return false;
+      case 'figure8-step':
+        if (ev.token === this.figure8.token) this.figure8Step();
+        return false;
+      case 'deaf-follower':
+        this.onDeafFollower();
+        return false;
+      case 'deaf-cut':
+        if (!this.deaf) return false;
+        this.episodes.deaf++;
+        this.figure8Cut.add(`${ev.leader}>${ev.follower}`);
+        this.figure8Cut.add(`${ev.follower}>${ev.leader}`);
+        this.record(`deaf-follower: the link between ${ev.leader} and ${ev.follower} fails`);
+        return false;
+      case 'deaf-end':
+        this.endDeafFollower();
         return false;
       case 'campaign':
         this.node(ev.node).campaign();
@@ -620,7 +706,7 @@ class Simulation {
     const sparse = this.opts.scenario === 'stopped-for-hours' && this.down.size > 0;
     const leaders = ids.filter((id) => this.runs(id) && this.node(id).role === 'leader');
     const id = leaders[this.prng.int(leaders.length)];
-    if (id !== undefined) {
+    if (id !== undefined && !this.deaf) {
       const count = 1 + this.prng.int(3);
       const node = this.node(id);
       const data: Uint8Array[] = this.app?.proposals(id, this.view(node)) ?? [];
@@ -916,6 +1002,9 @@ class Simulation {
     this.quiet = true;
     this.dropRate = 0;
     this.blocked.clear();
+    this.endFigure8('quiet');
+    this.endDeafFollower();
+    this.figure8Cut.clear();
     this.lagging.clear();
     // Quiet restarts resume their files: a force-start now would leave too little of the quiet
     // period to prove liveness.
@@ -1113,6 +1202,139 @@ class Simulation {
     return c;
   }
 
+  // ---- fault figure8 (see the Figure8 type) ----
+
+  /** An episode begins once a leader runs with both peers up; one episode at a time. */
+  private onFigure8(): void {
+    if (this.quiet || this.figure8.phase !== 'idle') return;
+    if (this.deaf) {
+      this.queue.push(this.now + this.e, { kind: 'figure8' });
+      return;
+    }
+    const old = ids.find((id) => this.runs(id) && this.node(id).role === 'leader');
+    const calm = ids.every((id) => this.runs(id)) && this.blocked.size === 0 && this.lagging.size === 0;
+    if (old === undefined || !calm) {
+      this.queue.push(this.now + this.e, { kind: 'figure8' });
+      return;
+    }
+    this.figure8Cut.clear();
+    this.cutOff(old);
+    this.setFigure8({ phase: 'old-isolated', token: this.figure8.token + 1, old }, 6 * this.e);
+    // More entries than one append carries, so repairing a log with them takes several appends.
+    const burst = this.entriesPerAppendMax + 1 + this.figure8Random.int(8);
+    const node = this.node(old);
+    const data: Uint8Array[] = [];
+    for (let k = 0; k < burst; k++) {
+      const more = this.app?.proposals(old, this.view(node));
+      if (more === undefined) data.push(encoder.encode(`p${++this.proposals}`));
+      else data.push(...more);
+    }
+    const r = data.length > 0 ? node.propose(data) : null;
+    this.record(
+      `figure8: leader ${old} cut off after a burst ${r === null ? 'of none' : r.ok ? `${r.firstIndex}..${r.lastIndex}` : r.error.code}`,
+    );
+    this.flush(node);
+  }
+
+  /** A node became leader (seen before its Ready's messages leave). */
+  private onFigure8Leader(node: RaftCore): void {
+    const f = this.figure8;
+    const id = node.id;
+    if (f.phase === 'old-isolated' && id !== f.old) {
+      const third = ids.find((x) => x !== f.old && x !== id) ?? id;
+      this.figure8Cut.clear();
+      this.cutOff(id);
+      this.setFigure8({ phase: 'rival-cut', token: f.token + 1, old: f.old, rival: id, third }, 8 * this.e);
+      this.record(`figure8: rival ${id} leads term ${node.currentTerm} and is cut off; ${f.old} and ${third} reconnect`);
+    } else if (f.phase === 'rival-cut' && id === f.old) {
+      const cutAfter = 1 + this.figure8Random.int(2);
+      this.setFigure8({ ...f, phase: 'old-repairs', token: f.token + 1, repairs: 0, cutAfter }, 4 * this.e);
+      this.record(`figure8: ${id} leads again at term ${node.currentTerm}; link ${id}>${f.third} fails after ${cutAfter} repair append(s)`);
+    } else if (f.phase === 'rival-cut' && id === f.third) {
+      this.endFigure8(`${id} won instead`);
+    } else if (f.phase === 'rival-returns' && id !== f.old) {
+      this.endFigure8(`${id} leads term ${node.currentTerm}`);
+    }
+  }
+
+  /** An append of old-term entries from the old leader to the third node went out. */
+  private onFigure8Repair(m: Message, link: string): void {
+    const f = this.figure8;
+    if (f.phase !== 'old-repairs' || m.type !== 'append' || m.from !== f.old || m.to !== f.third) return;
+    const first = m.entries[0];
+    if (first === undefined || first.term >= m.term || f.repairs >= f.cutAfter) return;
+    f.repairs++;
+    if (f.repairs < f.cutAfter) return;
+    this.figure8Cut.add(link);
+    this.record(`figure8: link ${link} fails`);
+    this.setFigure8({ ...f, token: f.token + 1 }, this.figure8Random.range(this.e / 10, this.e / 2));
+  }
+
+  /** A phase's deadline, or the planned step after the repair link failed. */
+  private figure8Step(): void {
+    const f = this.figure8;
+    if (f.phase === 'old-repairs' && f.repairs >= f.cutAfter) {
+      this.figure8Cut.clear();
+      this.cutOff(f.old);
+      this.episodes.figure8++;
+      this.setFigure8({ phase: 'rival-returns', token: f.token + 1, old: f.old, rival: f.rival, third: f.third }, 8 * this.e);
+      this.record(`figure8: ${f.old} cut off; ${f.rival} and ${f.third} reconnect`);
+      return;
+    }
+    this.endFigure8(`phase ${f.phase} timed out`);
+  }
+
+  private setFigure8(next: Figure8, stepInMs: number): void {
+    this.figure8 = next;
+    this.queue.push(this.now + Math.max(1, Math.floor(stepInMs)), { kind: 'figure8-step', token: next.token });
+  }
+
+  private endFigure8(reason: string): void {
+    if (this.figure8.phase === 'idle') return;
+    this.figure8Cut.clear();
+    this.figure8 = { phase: 'idle', token: this.figure8.token + 1 };
+    this.record(`figure8: episode over (${reason})`);
+    if (!this.quiet) this.queue.push(this.now + this.figure8Random.range(10 * this.e, 30 * this.e), { kind: 'figure8' });
+  }
+
+  // ---- fault deaf-follower ----
+
+  /** Clients go idle; once what was proposed has reached every node, the leader's link to one
+   * follower fails one way for 2E-4E: that follower stops hearing the leader and campaigns with a
+   * log as long as the other follower's, which still hears the leader and must ignore it while the
+   * leader's lease may run (the vote-ignoring rule). */
+  private onDeafFollower(): void {
+    if (this.quiet || this.deaf || this.figure8.phase !== 'idle') return;
+    const leader = ids.find((id) => this.runs(id) && this.node(id).role === 'leader');
+    const calm = ids.every((id) => this.runs(id)) && this.blocked.size === 0 && this.lagging.size === 0;
+    if (leader === undefined || !calm) {
+      this.queue.push(this.now + this.e, { kind: 'deaf-follower' });
+      return;
+    }
+    const followers = ids.filter((id) => id !== leader);
+    const follower = followers[this.figure8Random.int(followers.length)] ?? leader;
+    this.deaf = true;
+    this.record(`deaf-follower: clients idle; ${follower} stops hearing ${leader} soon`);
+    this.queue.push(this.now + this.figure8Random.range(this.e / 4, this.e / 2), { kind: 'deaf-cut', leader, follower });
+    this.queue.push(this.now + this.figure8Random.range(2 * this.e, 4 * this.e), { kind: 'deaf-end' });
+  }
+
+  private endDeafFollower(): void {
+    if (!this.deaf) return;
+    this.deaf = false;
+    this.figure8Cut.clear();
+    this.record('deaf-follower: over');
+    if (!this.quiet) this.queue.push(this.now + this.figure8Random.range(10 * this.e, 30 * this.e), { kind: 'deaf-follower' });
+  }
+
+  private cutOff(id: number): void {
+    for (const other of ids) {
+      if (other === id) continue;
+      this.figure8Cut.add(`${id}>${other}`);
+      this.figure8Cut.add(`${other}>${id}`);
+    }
+  }
+
   private isolate(id: number): void {
     for (const other of ids) {
       if (other === id) continue;
@@ -1222,6 +1444,7 @@ class Simulation {
     if (node.hasLease(mono)) this.noteServing(node, clock.trueAt(node.leaseUntil()));
     for (const c of node.excludedClocks()) this.excluded.add(c);
     if (node.role === 'leader') this.onLeaderAppended(node, ready.appended);
+    if (s !== null && s.role === 'leader' && this.figure8.phase !== 'idle') this.onFigure8Leader(node);
   }
 
   private applyCommitted(node: RaftCore, entries: readonly LogEntry[]): void {
@@ -1361,11 +1584,12 @@ class Simulation {
     if (m.type === 'timeout-now') this.transfers++;
     const link = `${m.from}>${m.to}`;
     const lags = this.lagging.has(m.from) || this.lagging.has(m.to);
-    if (this.blocked.has(link) || lags || this.netRandom.chance(this.dropRate)) {
+    if (this.blocked.has(link) || this.figure8Cut.has(link) || lags || this.netRandom.chance(this.dropRate)) {
       if (this.trace !== null) this.record(`drop ${formatMessage(m)}`);
       return;
     }
     this.enqueue(m, link);
+    if (this.figure8.phase === 'old-repairs') this.onFigure8Repair(m, link);
     if (!this.quiet && this.faults.has('dup') && this.netRandom.chance(0.05)) this.enqueue(m, link);
   }
 
