@@ -791,7 +791,7 @@ export class Broker implements BrokerState {
   private publish(cmd: PublishCommand, now: number, out: Effects): void {
     const s = this.byConn.get(cmd.conn);
     const pid = cmd.pid ?? 0;
-    // Method A: a QoS 2 PUBLISH whose id is held was delivered already; answer it again [MQTT-4.3.3-10].
+    // Method B: a QoS 2 PUBLISH whose id is held was delivered already; answer it again [MQTT-4.3.3-10].
     if (cmd.msg.qos === 2 && s?.inbound?.has(pid) === true) {
       out?.push({ t: 'send', conn: cmd.conn, packet: { type: 'pubrec', pid, code: RC.SUCCESS } });
       return;
