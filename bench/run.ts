@@ -1,6 +1,6 @@
 // The broker benchmark: raftmq on one node, raftmq as a three-node cluster and Mosquitto side by side
-// in one run, driven by mqttload (an independent C load generator, ../shared/tools/mqttload beside
-// the repository) with the same scenarios, one broker after the other, each on fresh processes.
+// in one run, driven by mqttload (an independent C load generator, its source given by --mqttload
+// DIR) with the same scenarios, one broker after the other, each on fresh processes.
 // CPU and RSS of every broker process and of mqttload come from /proc over the measurement window.
 // The fleet scenarios (fleet-failover, fleet, connect-tls), when named, run after them: one
 // `node build/bench/fleet.js` child per scenario and target (bench/fleet-child.ts).
@@ -109,8 +109,9 @@ function num(v: string | undefined, flag: string, dflt: number): number {
   return n;
 }
 
-/** The mqttload source: --mqttload, else tools/ beside this checkout, else beside the main
- * checkout (a git worktree lives elsewhere but shares the main checkout's .git). */
+/** The mqttload source: --mqttload, else shared/tools/mqttload in the folder that holds this
+ * checkout, else in the one that holds the main checkout (a git worktree lives elsewhere but
+ * shares the main checkout's .git). */
 function defaultMqttloadSrc(): string {
   const candidates = [resolve(REPO, '..', 'shared', 'tools', 'mqttload')];
   const common = spawnSync('git', ['rev-parse', '--path-format=absolute', '--git-common-dir'], { cwd: REPO, encoding: 'utf8' });

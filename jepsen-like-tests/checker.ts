@@ -12,7 +12,7 @@
 // the other nodes'. A process is (node, run): a node id restarted after a kill is a new process
 // whose writes must not fall inside its dead predecessor's lease, which elections wait out like any
 // other. The one lease that ends early is a clean stop's: on SIGTERM a node stops serving, then gives
-// its lease up before it hands leadership over (DESIGN.md "Leases and votes", "State file"), so a
+// its lease up before it hands leadership over (docs/design.md "Leases and votes", docs/design.md "State file"), so a
 // stopped process's lease intervals are cut at its serve-end (at the SIGTERM when it was not serving).
 import type { History } from './workload.js';
 

@@ -126,7 +126,7 @@ async function startAgain(ctx: FaultContext, f: AppliedFault, nodes: readonly No
   );
 }
 
-/** SIGTERM, and the exit code recorded; an exit other than 0 is an anomaly (DESIGN.md "State file":
+/** SIGTERM, and the exit code recorded; an exit other than 0 is an anomaly (docs/design.md "State file":
  * the stop writes the state file and exits). */
 async function terminate(ctx: FaultContext, f: AppliedFault, n: NodeProcess): Promise<void> {
   let code: number | null;

@@ -2,9 +2,9 @@
 // names the same schedule). Each window injects one fault at `atMs` (from the start of the workload)
 // and heals it `forMs` later; windows never overlap, and a quiet gap follows each so the cluster can
 // recover. A kill is healed by starting the process again with the same flags (it comes back
-// amnesiac, DESIGN.md "Fresh, amnesiac, bootstrap"); a restart stops a node with SIGTERM and starts it
+// amnesiac, docs/design.md "Fresh, amnesiac, bootstrap"); a restart stops a node with SIGTERM and starts it
 // again from its state file. The model allows one memory loss at a time, the next only after /health
-// says `redundant` (DESIGN.md "What the cluster guarantees and how"): that wait depends on the
+// says `redundant` (docs/design.md "The model"): that wait depends on the
 // cluster, so the runner does it before each fault that stops a process, and shifts the rest of the
 // schedule by what it waited.
 import { Prng } from '../raft/core/prng.js';

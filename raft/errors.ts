@@ -7,7 +7,7 @@ export const RaftErrorCodes = {
   RAFT_BAD_MESSAGE: 'malformed raft message',
   /** A message names a sender or receiver that is not a voter of this node's configuration. */
   RAFT_UNKNOWN_PEER: 'raft message from or to an unknown node',
-  /** A message from another cluster or epoch (DESIGN.md "Identity"); it changed nothing. */
+  /** A message from another cluster or epoch (docs/design.md "Identity"); it changed nothing. */
   RAFT_FOREIGN_MESSAGE: 'raft message from another cluster or epoch',
   /** A message meant for another incarnation of this node id; it changed nothing. */
   RAFT_OTHER_MEMBER: 'raft message for another incarnation',
@@ -22,7 +22,7 @@ export const RaftErrorCodes = {
   /** compact() at an index not above the current snapshot's, or above what was applied. */
   RAFT_SNAPSHOT_STALE: 'stale raft snapshot',
   /** propose() on a force-started leader before two node ids are voters in its epoch
-   * (DESIGN.md "Force-start": the new epoch serves only then). */
+   * (docs/design.md "Force-start": the new epoch serves only then). */
   RAFT_NOT_SERVING: 'force-started epoch does not serve yet',
   /** Options given to the core or the simulator are out of range. */
   RAFT_BAD_OPTIONS: 'bad raft options',

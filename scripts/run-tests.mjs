@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Runs the compiled tests in layers (DESIGN.md "Testing layers").
+// Runs the compiled tests in layers (docs/architecture.md "Testing layers").
 //   quick: unit and property tests beside the code, then single-node integration tests in test/.
 //   full:  quick, then every *.slow.test.js (long simulator runs, cluster tests).
 // Node 20 finds no tests without explicit files, so the lists are built here. Pure tests run two at

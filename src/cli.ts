@@ -28,7 +28,7 @@ function version(): string {
 /** Sampling interval of the event-loop delay histogram; its values include this interval. */
 const LOOP_DELAY_RESOLUTION_MS = 10;
 
-/** Logs the event-loop delay histogram (DESIGN.md "Performance principles") since the previous
+/** Logs the event-loop delay histogram (docs/design.md "Performance principles") since the previous
  * report, on SIGUSR2 and at stop, then resets it. Values are ms and include the sampling interval.
  * The signal is an explicit request, so the line is written at info even under --log-level warn. */
 function watchLoopDelay(logger: pino.Logger): () => void {

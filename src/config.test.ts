@@ -28,7 +28,7 @@ function refusal(argv: string[]): ConfigError {
 }
 
 describe('configuration', { timeout: 10_000 }, () => {
-  it('uses the documented defaults of DESIGN.md when nothing is given', () => {
+  it('uses the defaults of docs/configuration.md when nothing is given', () => {
     const c = run([]);
     assert.deepEqual(c, defaults());
     assert.equal(c.port, 1883);

@@ -139,7 +139,7 @@ describe('raftmq cluster links', { timeout: 30_000 }, () => {
 
 describe('raftmq cluster mode: a node given other configuration', { timeout: 60_000 }, () => {
   it('/health configMatchesServing is false exactly on nodes whose settings differ from the serving leader', async () => {
-    // DESIGN.md "The seam": every node is given the same files, and /health reports a node whose
+    // docs/design.md "The seam": every node is given the same files, and /health reports a node whose
     // configuration differs. Node 3 gets another will grace; whoever serves, the odd side says so.
     const cluster = await LocalCluster.start({ extra: (id) => (id === 3 ? ['--will-grace-s', '31'] : []) });
     try {

@@ -1,4 +1,4 @@
-// One wrong wall clock (DESIGN.md "Cluster time", "What a client may see": never an early expiry or
+// One wrong wall clock (docs/design.md "Cluster time", docs/design.md "What a client may see": never an early expiry or
 // will caused by one wrong clock). Node 1 of three real raftmq processes runs with its wall clock
 // ten minutes ahead (libfaketime; its monotonic clock is left alone). Whether node 1 follows or
 // leads, a will with a 120 s delay does not go and a retained message with a 120 s expiry stays,

@@ -1,5 +1,5 @@
-// Three raftmq processes on loopback with MQTT.js clients (DESIGN.md "What the cluster guarantees
-// and how"): one serving leader; acknowledged QoS 1 messages of a persistent session survive kill -9
+// Three raftmq processes on loopback with MQTT.js clients (docs/design.md "What a
+// client is promised"): one serving leader; acknowledged QoS 1 messages of a persistent session survive kill -9
 // of the leader; QoS 2 arrives exactly once across it; a SIGSTOP shorter than the lease changes
 // nothing. The time from kill to the first CONNACK on the new leader is printed, not asserted.
 import assert from 'node:assert/strict';

@@ -1,6 +1,6 @@
 // The BrokerLog contract (src/log/broker-log.contract.ts) against RaftLog: three in-process nodes
 // over the TCP transport on loopback; the suite drives the node that wins the election, which serves
-// once it holds a lease (DESIGN.md "One server at a time").
+// once it holds a lease (docs/design.md "One server at a time").
 import type { Entry } from '../src/broker/commands.js';
 import { RaftLog } from '../src/cluster/raft-log.js';
 import { brokerLogContract, contractSettings } from '../src/log/broker-log.contract.js';

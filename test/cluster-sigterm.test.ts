@@ -1,4 +1,4 @@
-// SIGTERM of the serving leader (DESIGN.md "State file", "Operating it"): it stops serving, hands
+// SIGTERM of the serving leader (docs/design.md "State file", docs/operations.md "What happens on each failure"): it stops serving, hands
 // leadership to a caught-up peer, stops raft traffic and exits within --shutdown-timeout-ms; another
 // node serves after about a round trip instead of an election timeout. The time from the signal to
 // the first CONNACK on the new leader is printed, never asserted.

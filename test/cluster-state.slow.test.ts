@@ -1,5 +1,5 @@
-// Memory loss, clean stops and force-start with three real raftmq processes on loopback (DESIGN.md
-// "State file", "Force-start", "Beyond the model"): a node killed with SIGKILL comes back amnesiac
+// Memory loss, clean stops and force-start with three real raftmq processes on loopback (docs/design.md
+// "State file", docs/design.md "Force-start", docs/design.md "Beyond the model"): a node killed with SIGKILL comes back amnesiac
 // and is made a voter again, after which a second leader kill is survived; a cluster stopped with
 // SIGTERM on every node starts again with its sessions, queued and retained messages; kill -9 of
 // all three leaves nobody serving and every node saying needsForceStart; force-start is refused

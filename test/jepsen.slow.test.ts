@@ -1,4 +1,4 @@
-// The jepsen-like harness end to end (DESIGN.md "Testing layers" item 5): three real processes
+// The jepsen-like harness end to end (docs/architecture.md "Testing layers"): three real processes
 // behind relays, MQTT.js publishers and persistent subscribers, a short seeded schedule with every
 // fault class: pause, symmetric and one-way partition, delay, drop, a clean restart of one node and
 // of all three (each resumes its state file), and two kill -9s, each started again with the same

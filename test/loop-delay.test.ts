@@ -1,4 +1,4 @@
-// The event-loop delay report (DESIGN.md "Performance principles"): the benchmark reads it from the
+// The event-loop delay report (docs/design.md "Performance principles"): the benchmark reads it from the
 // broker's log, under --log-level warn, on SIGUSR2 and at stop.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';

@@ -1,4 +1,4 @@
-// cluster-scripts/newest-state on real state files (DESIGN.md "Force-start", "Beyond the model"):
+// cluster-scripts/newest-state on real state files (docs/design.md "Force-start", docs/design.md "Beyond the model"):
 // three raft node programs commit entries; one is stopped with SIGTERM early, so its file lacks what
 // came after; another is stopped and resumed, which leaves its consumed FILE.prev behind; then the
 // rest are stopped. The script must rank the newest file first, say how many entries each other file

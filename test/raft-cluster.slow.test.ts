@@ -79,7 +79,7 @@ describe('three raft node processes on loopback', { timeout: 120_000 }, () => {
     await oldLeader.kill();
     // The killed node stays down: restarting it with an empty log and no memory of its vote could
     // let it vote twice in a term or forget acknowledged entries; rejoining waits for part 3's
-    // incarnations and amnesiac-learner rule (DESIGN.md "Fresh, amnesiac, bootstrap").
+    // incarnations and amnesiac-learner rule (docs/design.md "Fresh, amnesiac, bootstrap").
     const survivors = nodes.filter((n) => n !== oldLeader);
     const newLeader = await waitUntil('a new leader among the survivors', () => agreedLeader(survivors), ELECTION_WAIT_MS);
     assert.notEqual(newLeader.id, oldLeader.id);

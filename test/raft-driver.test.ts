@@ -185,7 +185,7 @@ describe('RaftDriver over loopback TCP', { timeout: 60_000 }, () => {
           const st = h.driver.status();
           const heard = Object.values(st.lastContactAgoMs).some((v) => v !== null);
           // Cluster time follows the voters' wall clocks once the leader has samples from two that
-          // agree; until then it is the log's last time (DESIGN.md "Cluster time").
+          // agree; until then it is the log's last time (docs/design.md "Cluster time").
           const followsClocks = Math.abs(st.clusterTime - Date.now()) < 60_000;
           if (st.role === 'leader' && st.hasLease && heard && followsClocks) {
             s = st;

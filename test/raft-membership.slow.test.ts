@@ -1,5 +1,5 @@
-// Three raft node programs with state files (DESIGN.md "Fresh, amnesiac, bootstrap", "State
-// file", "Force-start"), one story in order: bootstrap from fresh; a follower killed and restarted
+// Three raft node programs with state files (docs/design.md "Fresh, amnesiac, bootstrap",
+// docs/design.md "State file", docs/design.md "Force-start"), one story in order: bootstrap from fresh; a follower killed and restarted
 // without its memory is replaced; a clean stop of all three resumes the committed log; two memory
 // losses leave nobody serving; a force-start of the survivor brings the cluster back. Waits are
 // bounded and fail naming what they waited for; nothing asserts speed.

@@ -1,4 +1,4 @@
-// State file and membership record I/O (DESIGN.md "State file"): what is written reads back, and
+// State file and membership record I/O (docs/design.md "State file"): what is written reads back, and
 // every corrupt, foreign, consumed or restored file is refused with its code and its path named.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';

@@ -1,4 +1,4 @@
-// The node program refuses a state file it must not resume (DESIGN.md "State file"): corrupt,
+// The node program refuses a state file it must not resume (docs/design.md "State file"): corrupt,
 // another node's, or a consumed copy put back; and a second process on the same state file. Each
 // exits 78 with a message naming the file, before it takes part in raft.
 import assert from 'node:assert/strict';

@@ -1,4 +1,4 @@
-// DESIGN.md "One server at a time": the lease is checked at each write. Effects applied while the
+// docs/design.md "One server at a time": the lease is checked at each write. Effects applied while the
 // node served are buffered per connection and written once per batch; if the lease lapsed in
 // between (a long batch, a stalled event loop), that buffered output must never reach a client,
 // because another node may already be serving. A BrokerNode runs over a log whose lease the test

@@ -1,13 +1,13 @@
 import { assert } from './assert.js';
 
-/** Cluster time as DESIGN.md "Cluster time" defines it, kept by the leader. Voters' wall clocks are
+/** Cluster time as docs/design.md "Cluster time" defines it, kept by the leader. Voters' wall clocks are
  * sampled as offsets from the leader's monotonic clock; the target is the lower median of the
  * clocks that agree with the median; cluster time follows the leader's monotonic clock steered
  * toward the target, never backwards. Pure: every reading of a clock is a parameter. */
 
-/** Steering changes the rate of cluster time by at most this fraction (DESIGN.md: ±5 %). */
+/** Steering changes the rate of cluster time by at most this fraction (docs/design.md "Cluster time": ±5 %). */
 export const steerRateMax = 0.05;
-/** A clock sample older than this many E is stale (DESIGN.md). */
+/** A clock sample older than this many E is stale (docs/design.md "Timing bounds"). */
 export const sampleStaleE = 4;
 
 /** One voter's wall clock, as `wall - leader monotonic` at the midpoint of a round trip. */
@@ -107,7 +107,7 @@ export class ClusterClock {
   }
 
   /** This term's cluster time follows the voters' clocks: it had a target at start(), or has
-   * since jumped to one. Until then it runs from the log's last time (DESIGN.md "Cluster time"). */
+   * since jumped to one. Until then it runs from the log's last time (docs/design.md "Cluster time"). */
   get followsClocks(): boolean {
     return !this.awaitingTarget;
   }

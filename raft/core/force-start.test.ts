@@ -5,7 +5,7 @@ import type { LogEntry, Message } from './messages.js';
 import { Prng } from './prng.js';
 import { forceStartProbeE, RaftCore } from './raft.js';
 
-// DESIGN.md "Force-start", one core at a time: the probe, the forced epoch, its refusals and its
+// docs/design.md "Force-start", one core at a time: the probe, the forced epoch, its refusals and its
 // timeout. The simulator's force-start scenarios cover the cluster-wide rules.
 const E = 100;
 const TIMEOUT = 10 * E;
@@ -75,7 +75,7 @@ function runTo(n: RaftCore, until: number, from = 0): void {
   for (let t = from; t <= until; t += 5) n.tick(t, 1_700_000_000_000 + t);
 }
 
-describe('raft force-start (DESIGN.md "Force-start")', { timeout: 10_000 }, () => {
+describe('raft force-start (docs/design.md "Force-start")', { timeout: 10_000 }, () => {
   it('after the probe it leads the next epoch alone, in a term above the file, with the whole file committed, and does not serve', () => {
     const n = forcing();
     runTo(n, forceStartProbeE * E - 5);

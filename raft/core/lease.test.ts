@@ -69,7 +69,7 @@ describe('raft core: leases, transfer and cluster time', { timeout: 10_000 }, ()
   });
 
   it('a bootstrapping leader is not clusterTimeReady until two clocks agree, and then its time follows them', () => {
-    // DESIGN.md "Cluster time": the bootstrap entry has time 0 and no clock samples exist yet; the
+    // docs/design.md "Cluster time": the bootstrap entry has time 0 and no clock samples exist yet; the
     // broker waits for this predicate before it proposes serve-start, so the one jump forward
     // happens before any serving period.
     const c = new TestCluster({ electionTimeoutMs: E, fresh: true });

@@ -19,7 +19,7 @@ export interface LogBase {
   readonly time: number;
 }
 
-/** The log, in memory by design (DESIGN.md "Raft"), possibly compacted up to `base` (§7).
+/** The log, in memory by design (docs/design.md "Raft"), possibly compacted up to `base` (§7).
  * Invariants: the held indexes are contiguous from base.index + 1; terms and times never decrease
  * along the log, the base included; base.index <= commit <= last, and the committed prefix never
  * changes. */

@@ -24,7 +24,7 @@ function configsOf(node: RaftCore): string[] {
   return node.entries().flatMap((e) => (e.config === undefined ? [] : [formatConfig(e.config)]));
 }
 
-describe('raft identity and membership (DESIGN.md "Identity", "Configuration")', { timeout: 30_000 }, () => {
+describe('raft identity and membership (docs/design.md "Identity", docs/design.md "Configuration")', { timeout: 30_000 }, () => {
   it('majorities overlap across a one-server change and not across a swap in one entry', () => {
     const abc: Configuration = [m(1, 'a'), m(2, 'b'), m(3, 'c')];
     assert.equal(majoritiesOverlap(abc, [m(1, 'a'), m(2, 'b')]), true, 'remove one');

@@ -1,4 +1,4 @@
-/** Identity and configuration (DESIGN.md "Raft": Identity, Configuration). A member is a node id
+/** Identity and configuration (docs/design.md "Identity", docs/design.md "Configuration"). A member is a node id
  * plus an incarnation, drawn at every start that does not resume a state file: a process that
  * forgot its term, vote and log comes back as another member, so "one vote per term" (§5.2) holds
  * per member without a disk. */
@@ -17,7 +17,7 @@ export interface Epoch {
 
 export const noEpoch: Epoch = { generation: 0, id: '' };
 
-/** What a node knows of itself at start (DESIGN.md "Fresh, amnesiac, bootstrap"): `fresh` has no
+/** What a node knows of itself at start (docs/design.md "Fresh, amnesiac, bootstrap"): `fresh` has no
  * membership record, `amnesiac` has one but no resumable state file, `member` resumed a state file
  * (or was given a static configuration). */
 export type Membership = 'fresh' | 'amnesiac' | 'member';

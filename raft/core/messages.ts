@@ -1,5 +1,5 @@
 /** Raft messages and log entries. Every message carries the sender's term (§5.1: a node that sees a
- * higher term adopts it; a lower one marks the message stale), and the identity of DESIGN.md
+ * higher term adopts it; a lower one marks the message stale), and the identity of docs/design.md
  * "Identity": cluster id, epoch, the sender's member and the member it is meant for. RaftCore.step
  * checks the identity in one place before any handler runs. */
 import type { Configuration, Membership } from './membership.js';
@@ -7,14 +7,14 @@ import type { Configuration, Membership } from './membership.js';
 /** One log entry. `data` is null for the empty entry a new leader appends in its own term (§5.4.2,
  * §8); the application skips it. Entries are immutable once created: logs and messages share them.
  * `time` is cluster time (integer ms since the Unix epoch), stamped by the leader once per append
- * and never decreasing along the log (DESIGN.md "Cluster time"); apply reads time from nowhere else. */
+ * and never decreasing along the log (docs/design.md "Cluster time"); apply reads time from nowhere else. */
 export interface LogEntry {
   readonly index: number;
   readonly term: number;
   readonly time: number;
   readonly data: Uint8Array | null;
   /** Set on a configuration entry (data null): the voters from this index on, committed or not
-   * (DESIGN.md "Configuration"). */
+   * (docs/design.md "Configuration"). */
   readonly config?: Configuration;
 }
 
@@ -53,7 +53,7 @@ export interface PreVoteResponse extends Envelope {
 /** `transfer`: sent by the target of a leadership transfer (thesis §3.10), whose old leader gave up
  * its lease before TimeoutNow; only such a request overrides the vote-ignoring rule. `sentAt` is the
  * candidate's monotonic ms, echoed with the voter's wall clock: a new leader starts its term with
- * clock samples (DESIGN.md "Cluster time"). */
+ * clock samples (docs/design.md "Cluster time"). */
 export interface VoteRequest extends Envelope {
   readonly type: 'vote-request';
   readonly lastIndex: number;
@@ -79,7 +79,7 @@ export interface Append extends Envelope {
   readonly entries: readonly LogEntry[];
   /** Leader's commit index. */
   readonly commit: number;
-  /** Leader's monotonic ms when it sent this round; the lease runs from it (DESIGN.md "Leases"). */
+  /** Leader's monotonic ms when it sent this round; the lease runs from it (docs/design.md "Leases and votes"). */
   readonly sentAt: number;
 }
 
@@ -105,7 +105,7 @@ export interface Heartbeat extends Envelope {
 }
 
 /** Carries the follower's wall clock; the leader places it at the midpoint of the round trip in
- * its own monotonic frame (DESIGN.md "Cluster time"). */
+ * its own monotonic frame (docs/design.md "Cluster time"). */
 export interface HeartbeatResponse extends Envelope {
   readonly type: 'heartbeat-response';
   /** The heartbeat's sentAt, echoed. */
@@ -153,7 +153,7 @@ export interface SnapshotResponse extends Envelope {
 
 /** Sent every E/5 by a node that is not a voter of its own configuration, or has heard no leader
  * for E: a leader learns a learner to replicate to, the lowest node id learns whether it may
- * bootstrap (DESIGN.md "Fresh, amnesiac, bootstrap"), and everyone learns whether the cluster can
+ * bootstrap (docs/design.md "Fresh, amnesiac, bootstrap"), and everyone learns whether the cluster can
  * still elect anyone. */
 export interface Announce extends Envelope {
   readonly type: 'announce';
@@ -167,7 +167,7 @@ export interface Announce extends Envelope {
   /** The sender judged that no configuration it knows can elect a leader again. */
   readonly stuck: boolean;
   /** The leader the sender follows (itself if it leads); 0: none. A force-start refuses while a
-   * peer shows a leader in the old epoch (DESIGN.md "Force-start"). */
+   * peer shows a leader in the old epoch (docs/design.md "Force-start"). */
   readonly leader: number;
   /** Node ids that are voters in the sender's newest committed configuration, when it leads; 0
    * otherwise. A member of an older epoch switches to the sender's once this is at least two. */

@@ -9,7 +9,7 @@ import type { Snapshot } from './snapshot.js';
 export type ProgressState = 'probe' | 'replicate' | 'snapshot';
 
 export class Progress {
-  /** The member replicated to (DESIGN.md "Identity"). */
+  /** The member replicated to (docs/design.md "Identity"). */
   readonly node: number;
   readonly inc: string;
   /** Listed as a voter by the leader's newest configuration; otherwise a learner, whose acks count
@@ -37,7 +37,7 @@ export class Progress {
   /** Monotonic ms of the latest message from this follower in the current term (check-quorum). */
   lastHeardAt: number;
   /** Leader monotonic send time of the newest round this follower answered in this term; the lease
-   * runs from the newest round a majority answered (DESIGN.md "Leases and votes"). */
+   * runs from the newest round a majority answered (docs/design.md "Leases and votes"). */
   ackedSentAt = Number.NEGATIVE_INFINITY;
 
   constructor(node: number, inc: string, voter: boolean, next: number, now: number) {

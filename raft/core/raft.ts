@@ -32,19 +32,19 @@ export type Role = 'follower' | 'pre-candidate' | 'candidate' | 'leader';
  * 'grant-every-vote' ignores votedFor (§5.2: one vote per term); 'commit-old-terms' commits any
  * majority-replicated entry by counting, the bug of the paper's Figure 8 (§5.4.2);
  * 'answer-every-vote' drops the vote-ignoring rule, so elections no longer wait out leases;
- * 'swap-member' replaces a forgotten member by its new incarnation in one entry (DESIGN.md "Never
- * swap in one entry"); 'install-any-chunk' assembles snapshot chunks in whatever order they come. */
+ * 'swap-member' replaces a forgotten member by its new incarnation in one entry (docs/design.md "Replacing
+ * a node that forgot": never swap in one entry); 'install-any-chunk' assembles snapshot chunks in whatever order they come. */
 export type UnsafeRule = 'grant-every-vote' | 'commit-old-terms' | 'answer-every-vote' | 'swap-member' | 'install-any-chunk';
 
-/** ρ: monotonic clocks keep the real rate within 0.1 % (DESIGN.md "What the cluster guarantees"). */
+/** ρ: monotonic clocks keep the real rate within 0.1 % (docs/design.md "The model"). */
 export const clockDriftMax = 0.001;
 /** The lease margin, as a fraction of E; also the wall-over-monotonic jump taken as a frozen
- * machine (DESIGN.md "Leases and votes"). */
+ * machine (docs/design.md "Leases and votes"). */
 export const leaseMarginFraction = 0.05;
 /** A leadership transfer that has not completed within this many E is aborted (thesis §3.10). */
 export const transferTimeoutE = 1;
 
-/** Replacing a member that forgot (DESIGN.md): it must have been silent this many E. */
+/** Replacing a member that forgot (docs/design.md "Replacing a node that forgot"): it must have been silent this many E. */
 export const replaceSilentE = 2;
 /** A learner is caught up when it holds the whole log and answered a round sent within this many E. */
 export const caughtUpRoundE = 1;
@@ -52,10 +52,10 @@ export const caughtUpRoundE = 1;
 export const announceStaleE = 4;
 /** A force-start first listens this many E for a peer showing a leader or a newer log in the old
  * epoch (announcements go out every E/5, and a leader answers one within a round trip), and for
- * any old lease to run out (DESIGN.md "Force-start"). */
+ * any old lease to run out (docs/design.md "Force-start"). */
 export const forceStartProbeE = 3;
 
-/** Where a force-start stands (DESIGN.md "Force-start"). */
+/** Where a force-start stands (docs/design.md "Force-start"). */
 export type ForceStartPhase =
   /** Listening to peers before making the new epoch. */
   | 'probing'
@@ -77,7 +77,7 @@ export interface DurableState {
   readonly term: number;
   /** Node id voted for in `term`; 0: none. */
   readonly vote: number;
-  /** Incarnation of the member voted for (DESIGN.md "Identity": one vote per term per member). */
+  /** Incarnation of the member voted for (docs/design.md "Identity": one vote per term per member). */
   readonly voteInc?: string;
   /** The log after the snapshot: entries from snapshot.index + 1 (from 1 without one). */
   readonly entries: readonly LogEntry[];
@@ -97,7 +97,7 @@ export interface RaftOptions {
   readonly id: number;
   /** A static first configuration: these node ids are voters, each with incarnation '0', as if
    * bootstrapped out of band (unit tests, scenario scripts). Without it the node starts with no
-   * configuration and joins or bootstraps one (DESIGN.md "Fresh, amnesiac, bootstrap"). */
+   * configuration and joins or bootstraps one (docs/design.md "Fresh, amnesiac, bootstrap"). */
   readonly voters?: readonly number[];
   /** Every configured node id (--cluster-peers), this one included. Default: `voters`. */
   readonly nodes?: readonly number[];
@@ -142,13 +142,13 @@ export interface RaftOptions {
   /** Monotonic ms at construction. */
   readonly now: number;
   readonly restore?: DurableState;
-  /** Monotonic ms before which every vote and pre-vote request is ignored. DESIGN.md's third case
-   * of the vote-ignoring rule: the part-3 driver sets it to now + 2E when it resumes a state file
+  /** Monotonic ms before which every vote and pre-vote request is ignored. The third case
+   * of the vote-ignoring rule (docs/design.md "Leases and votes"): the part-3 driver sets it to now + 2E when it resumes a state file
    * (the node cannot know when it last heard from a leader); the simulator does on each restart. */
   readonly ignoreVotesUntil?: number;
   /** A wall clock farther than this from the median is excluded from cluster time. Default 1000. */
   readonly maxClockOffsetMs?: number;
-  /** DESIGN.md "Force-start": with `restore` (the node's whole file, treated as committed) and
+  /** docs/design.md "Force-start": with `restore` (the node's whole file, treated as committed) and
    * `epoch` (the file's), make the next epoch with this member as its only voter. Needs an
    * incarnation other than the file's. */
   readonly forceStart?: boolean;
@@ -202,7 +202,7 @@ interface Transfer {
   timeoutNowSent: boolean;
 }
 
-/** The latest announcement heard from a node (DESIGN.md "Fresh, amnesiac, bootstrap"). */
+/** The latest announcement heard from a node (docs/design.md "Fresh, amnesiac, bootstrap"). */
 interface Announced {
   readonly inc: string;
   readonly membership: Membership;
@@ -239,7 +239,7 @@ export class RaftCore {
   private baseConfig: Configuration | null;
   /** Indexes of the configuration entries in the log, ascending. */
   private readonly configIndexes: number[] = [];
-  /** The newest configuration in the log, committed or not (DESIGN.md "Configuration"). */
+  /** The newest configuration in the log, committed or not (docs/design.md "Configuration"). */
   private config: Configuration = [];
   private quorum = 1;
   private isVoter = false;
@@ -264,7 +264,7 @@ export class RaftCore {
   private readonly checkQuorum: boolean;
   private readonly random: RandomSource;
   private readonly unsafe: UnsafeRule | null;
-  /** E·(1−2ρ) − margin (DESIGN.md "Leases and votes"). */
+  /** E·(1−2ρ) − margin (docs/design.md "Leases and votes"). */
   private readonly leaseDurationMs: number;
   private readonly leaseMarginMs: number;
   private readonly ignoreVotesUntil: number;
@@ -397,7 +397,7 @@ export class RaftCore {
     this.handler.tick();
   }
 
-  /** DESIGN.md "Leases and votes": a machine frozen with its monotonic clock (a suspended VM) sees
+  /** docs/design.md "Leases and votes": a machine frozen with its monotonic clock (a suspended VM) sees
    * its wall clock step ahead on resume. The lease ends, and rounds sent before now never renew
    * it, since their answers may be older than they look. */
   private detectFreeze(wallAhead: number): void {
@@ -442,7 +442,7 @@ export class RaftCore {
     return null;
   }
 
-  /** DESIGN.md "Identity": a message from another cluster or epoch, or meant for another
+  /** docs/design.md "Identity": a message from another cluster or epoch, or meant for another
    * incarnation of this node id, changes nothing. A node without an epoch (fresh or amnesiac)
    * takes any epoch of its cluster. */
   private refuseForIdentity(m: Message): RaftError | null {
@@ -456,7 +456,7 @@ export class RaftCore {
     return new RaftError('RAFT_FOREIGN_MESSAGE', `${m.type} from ${m.from} of epoch ${m.epoch}/${m.epochId}`);
   }
 
-  /** One process per node id runs at a time (DESIGN.md "Links": port and PID lock), so a raft
+  /** One process per node id runs at a time (docs/design.md "Links": port and PID lock), so a raft
    * message from one incarnation shows that an announcement heard earlier from another is stale.
    * Kept, it would make a leader that missed the newer member's announcements take that member
    * for replaced and remove it. */
@@ -493,8 +493,8 @@ export class RaftCore {
     return null;
   }
 
-  /** Appends one entry per item and sends them as one round of appends (DESIGN.md: all proposals of
-   * one turn travel as one append). */
+  /** Appends one entry per item and sends them as one round of appends (docs/design.md "Batch":
+   * the proposals of one turn travel together). */
   propose(data: readonly Uint8Array[]): ProposeResult {
     if (this.handler.role !== 'leader') {
       return { ok: false, error: new RaftError('RAFT_NOT_LEADER', `node ${this.id} is ${this.handler.role}`), leader: this.leader };
@@ -520,7 +520,7 @@ export class RaftCore {
 
   /** Starts an election now, as an election timeout would (with pre-vote when enabled). */
   campaign(): void {
-    // DESIGN.md "Configuration": a learner never campaigns.
+    // docs/design.md "Configuration": a learner never campaigns.
     if (this.handler.role === 'leader' || !this.isVoter) return;
     if (this.preVote) this.becomePreCandidate();
     else this.becomeCandidate(false);
@@ -539,7 +539,7 @@ export class RaftCore {
     return null;
   }
 
-  // ---- leases (DESIGN.md "Leases and votes") ----
+  // ---- leases (docs/design.md "Leases and votes") ----
 
   /** True while this node leads and holds a lease at monotonic ms `monotonic`. */
   hasLease(monotonic: number): boolean {
@@ -647,14 +647,14 @@ export class RaftCore {
   }
 
   /** A newer epoch serves with two node ids and this node is a member of an older one: the driver
-   * must replace this core by an amnesiac one of that epoch (DESIGN.md "Force-start": a live
+   * must replace this core by an amnesiac one of that epoch (docs/design.md "Force-start": a live
    * member of the old epoch switches only then). */
   epochToJoin(): Epoch | null {
     return this.switchTo;
   }
 
   /** Leader only: every configured node id is a voter with its current incarnation, and each
-   * holds the whole log (DESIGN.md: /health `redundant`). */
+   * holds the whole log (docs/operations.md "Health and metrics": `redundant`). */
   isRedundant(): boolean {
     if (this.handler.role !== 'leader' || this.config.length !== this.nodes.length) return false;
     if (this.log.termAt(this.log.commit) !== this.term || (this.configIndexes.at(-1) ?? 0) > this.log.commit) return false;
@@ -668,7 +668,7 @@ export class RaftCore {
     return true;
   }
 
-  /** DESIGN.md "Beyond the model": no configuration this node knows can elect a leader again,
+  /** docs/design.md "Beyond the model": no configuration this node knows can elect a leader again,
    * because too many of its members forgot (their node ids answer as other incarnations), or all
    * three nodes are amnesiac, or a peer that knows more said so. */
   needsForceStart(): boolean {
@@ -804,7 +804,7 @@ export class RaftCore {
     return true;
   }
 
-  /** The vote-ignoring rule of DESIGN.md ("Leases and votes"): within E of hearing from a leader,
+  /** The vote-ignoring rule of docs/design.md "Leases and votes": within E of hearing from a leader,
    * while leading with a lease, and before `ignoreVotesUntil` (2E after resuming a state file). A
    * node that answered a leader's round thus votes for nobody until that leader's lease, measured
    * from the round's send time and shorter by the drift bound and a margin, is over: elections wait
@@ -841,7 +841,7 @@ export class RaftCore {
 
   private handleVoteRequest(m: PreVoteRequest | VoteRequest): void {
     const pre = m.type === 'pre-vote-request';
-    // One vote per term per member (§5.2, DESIGN.md "Identity"); a learner answers as itself.
+    // One vote per term per member (§5.2, docs/design.md "Identity"); a learner answers as itself.
     const votedFor = this.vote === m.from && this.voteInc === m.fromInc;
     const canVote = this.unsafe === 'grant-every-vote' || votedFor || (this.vote === 0 && this.leader === 0) || (pre && m.term > this.term);
     const granted = canVote && this.log.isUpToDate(m.lastIndex, m.lastTerm);
@@ -913,7 +913,7 @@ export class RaftCore {
     this.leaseFloor = this.now;
     this.leaseForfeited = false;
     this.transfer = null;
-    // DESIGN.md "Cluster time": the one jump forward is at the start of a term, to the target the
+    // docs/design.md "Cluster time": the one jump forward is at the start of a term, to the target the
     // vote answers' clocks give.
     this.clock.sampleSelf(this.id, this.wall, this.now);
     this.clock.start(this.now, this.log.lastTime());
@@ -1061,7 +1061,7 @@ export class RaftCore {
    * stepTerm has already shown is not above ours. */
   private countVote(m: PreVoteResponse | VoteResponse, pollTerm: number): void {
     if (m.granted ? m.term !== pollTerm : m.term !== this.term) return;
-    // DESIGN.md "Identity": a vote counts only for a member the configuration lists as a voter.
+    // docs/design.md "Identity": a vote counts only for a member the configuration lists as a voter.
     if (!hasMember(this.config, m.from, m.fromInc)) return;
     this.votes.set(m.from, m.granted);
     this.tallyVotes();
@@ -1200,7 +1200,7 @@ export class RaftCore {
   /** A follower answered the round sent at `sentAt` in this term, so it ignores votes for E from
    * when it got it. The lease runs from the newest round a majority (this node included, at once)
    * answered, for E·(1−2ρ) − margin: even with both clocks off by ρ, it ends before any of that
-   * majority will vote again (DESIGN.md "Leases and votes"). */
+   * majority will vote again (docs/design.md "Leases and votes"). */
   private roundAnswered(pr: Progress, sentAt: number): void {
     if (sentAt <= pr.ackedSentAt) return;
     pr.ackedSentAt = sentAt;
@@ -1215,7 +1215,7 @@ export class RaftCore {
     this.leaseEnd = Math.max(this.leaseEnd, round + this.leaseDurationMs);
   }
 
-  // ---- configuration (DESIGN.md "Configuration", "Replacing a node that forgot") ----
+  // ---- configuration (docs/design.md "Configuration", docs/design.md "Replacing a node that forgot") ----
 
   /** A node uses the newest configuration in its log, committed or not: note configuration
    * entries just written, after any truncation that removed some. */
@@ -1250,7 +1250,7 @@ export class RaftCore {
   }
 
   /** Leader: one progress per voter member of the configuration, and one per learner (a node id
-   * that announced a member the configuration does not list, DESIGN.md "Configuration"). */
+   * that announced a member the configuration does not list, docs/design.md "Configuration"). */
   private syncProgress(): void {
     const next = this.log.lastIndex() + 1;
     const wanted = new Map<string, Member & { voter: boolean }>();
@@ -1313,7 +1313,7 @@ export class RaftCore {
     this.maybeCommit();
   }
 
-  // ---- announcements and bootstrap (DESIGN.md "Fresh, amnesiac, bootstrap") ----
+  // ---- announcements and bootstrap (docs/design.md "Fresh, amnesiac, bootstrap") ----
 
   /** A node that is not a voter tells every peer who it is; so does a voter that judged that its
    * configuration can no longer elect anyone, so the learners learn it too. */
@@ -1327,7 +1327,7 @@ export class RaftCore {
 
   /** A leader tells every node id it does not replicate to who it leads and how many node ids
    * vote in its committed configuration, so a node of an older epoch learns of a newer one
-   * (DESIGN.md "Force-start"). */
+   * (docs/design.md "Force-start"). */
   private announceAsLeader(): void {
     for (const to of this.nodes) {
       if (to === this.id || this.progressOf(to) !== undefined) continue;
@@ -1404,12 +1404,12 @@ export class RaftCore {
     this.vote = this.id;
     this.voteInc = this.incarnation;
     // No clock samples yet: cluster time starts at 0 and jumps forward once two clocks agree
-    // (DESIGN.md "Cluster time"), never trusting this node's wall clock alone.
+    // (docs/design.md "Cluster time"), never trusting this node's wall clock alone.
     this.appendOwn([{ index: 1, term: 1, time: 0, data: null, config }]);
     this.becomeLeader();
   }
 
-  // ---- force-start (DESIGN.md "Force-start") ----
+  // ---- force-start (docs/design.md "Force-start") ----
 
   /** True when the tick is used up by the force-start: probing, failed, or just timed out. */
   private tickForceStart(): boolean {
@@ -1811,14 +1811,14 @@ export class RaftCore {
     if (commit > pr.commitSent) pr.commitSent = commit;
   }
 
-  /** DESIGN.md "Cluster time": one time per append, never below the log's last. */
+  /** docs/design.md "Cluster time": one time per append, never below the log's last. */
   private stampTime(): number {
     return Math.max(this.log.lastTime(), Math.floor(this.clock.read(this.now)));
   }
 
   // ---- plumbing ----
 
-  /** Adds the identity of DESIGN.md "Identity" to a message built by a handler, in place. */
+  /** Adds the identity of docs/design.md "Identity" to a message built by a handler, in place. */
   private send(m: Outgoing, toInc: string): void {
     const full = m as Outgoing & { -readonly [K in keyof Message]?: unknown };
     full.cluster = this.clusterId;

@@ -19,7 +19,7 @@ export interface TestClusterOptions {
   readonly restore?: ReadonlyMap<number, DurableState>;
   /** Sees every Ready (e.g. the simulator's safety checker) and every process start. */
   readonly observer?: ClusterObserver;
-  /** Start with no configuration, as fresh nodes that must bootstrap (DESIGN.md "Fresh, amnesiac,
+  /** Start with no configuration, as fresh nodes that must bootstrap (docs/design.md "Fresh, amnesiac,
    * bootstrap"), each with its own incarnation; default: a static configuration of `ids`. */
   readonly fresh?: boolean;
   /** With `fresh`: how each node starts (default 'fresh'). */

@@ -1,4 +1,4 @@
-// Runs a RaftCore on real time and a real transport (DESIGN.md "Raft": Timing, Links). The core is a
+// Runs a RaftCore on real time and a real transport (docs/design.md "Timing", docs/design.md "Links"). The core is a
 // pure step machine; this is the loop around it: clocks in, messages in and out, Ready batches
 // drained in order after every input, and the application's proposals batched per event-loop turn.
 
@@ -51,7 +51,7 @@ export interface DriverTransport {
   flush?(): void;
 }
 
-/** Who this process is, for the transport's hello (DESIGN.md "Identity"). */
+/** Who this process is, for the transport's hello (docs/design.md "Identity"). */
 export interface DriverIdentity {
   /** The member's incarnation: the state file's when it resumes one, else random. */
   readonly incarnation: string;
@@ -92,17 +92,17 @@ export interface RaftDriverOptions {
   readonly nodes?: readonly number[];
   /** Default 'raftmq'. */
   readonly clusterId?: string;
-  /** DESIGN.md "State file": identity and membership come from this file and the record beside
+  /** docs/design.md "State file": identity and membership come from this file and the record beside
    * it. A valid file is resumed (consumed at start()); without one the start is fresh (no record)
    * or amnesiac. */
   readonly stateFile?: string;
-  /** DESIGN.md "Force-start": make the next epoch from the state file (FILE, else FILE.prev). */
+  /** docs/design.md "Force-start": make the next epoch from the state file (FILE, else FILE.prev). */
   readonly forceStart?: boolean;
   /** A forced epoch that has no second voter within this gives up. Default 60E. */
   readonly forceStartTimeoutMs?: number;
   /** The force-start was refused or timed out: the process must exit (the driver has stopped). */
   readonly onForceStartFailed?: (err: DriverError) => void;
-  /** E in ms (DESIGN.md "Timing"). */
+  /** E in ms (docs/design.md "Timing"). */
   readonly electionTimeoutMs: number;
   /** Builds the transport around the driver's message check, which it must use as `validate`,
    * and with this process's identity in its hello. */
@@ -130,7 +130,7 @@ export interface RaftDriverOptions {
   /** Replace the application's state with a snapshot's (from the leader, §7); the committed
    * entries that follow continue from snapshot.index + 1. Required if any peer compacts. */
   readonly onSnapshot?: (snapshot: Snapshot) => void;
-  /** DESIGN.md "Force-start": the driver replaced its core by a new member of a newer epoch, which
+  /** docs/design.md "Force-start": the driver replaced its core by a new member of a newer epoch, which
    * serves elsewhere; the application drops its state, and committed entries (or a snapshot) of
    * that epoch follow from the start. Without it the driver stops there (onFatal): an application
    * that kept its state would apply the new epoch's log on top of the old one's. */
@@ -171,7 +171,7 @@ export interface DriverStatus {
   snapshotIndex: number;
   logEntries: number;
   logBytes: number;
-  /** How this process started (DESIGN.md "Fresh, amnesiac, bootstrap"). */
+  /** How this process started (docs/design.md "Fresh, amnesiac, bootstrap"). */
   membership: Membership;
   epoch: Epoch;
   incarnation: string;
@@ -235,14 +235,14 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
   private readonly nodes: readonly number[];
   private readonly plan: StartPlan;
   private readonly expected: Expected;
-  /** The epoch the membership record holds (DESIGN.md: written before anything of an epoch is
-   * applied); null without a state file. */
+  /** The epoch the membership record holds (docs/design.md "Fresh, amnesiac, bootstrap":
+   * written before anything of an epoch is applied); null without a state file. */
   private recordEpoch: Epoch | null;
   private recordConsumed: readonly string[];
   private releaseLock: (() => void) | null = null;
   private forceFailureReported = false;
   private failed = false;
-  /** Set once start() has consumed the state file: nothing reaches the core before (DESIGN.md
+  /** Set once start() has consumed the state file: nothing reaches the core before (docs/design.md
    * "State file": consumed before the first raft message), though the port is bound already. */
   private live = false;
   private readonly transport: DriverTransport;
@@ -262,7 +262,7 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
   private role: Role = 'follower';
   private term = 0;
   private leaderId = 0;
-  /** Proposals of this turn, flushed as one core.propose() (DESIGN.md "Batch"). */
+  /** Proposals of this turn, flushed as one core.propose() (docs/design.md "Batch"). */
   private pending: Uint8Array[] = [];
   private pendingBytes = 0;
   /** Flushed batches not yet committed, oldest first: last index and bytes of each. */
@@ -339,7 +339,7 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
       membership: plan.membership,
       ...(plan.epoch === undefined ? {} : { epoch: plan.epoch }),
       ...(plan.restore === undefined ? {} : { restore: plan.restore }),
-      // DESIGN.md "Leases and votes": a resumed member cannot know when it last heard from a
+      // docs/design.md "Leases and votes": a resumed member cannot know when it last heard from a
       // leader, so it ignores vote requests for 2E.
       ...(resumed ? { ignoreVotesUntil: this.lastTick + 2 * opts.electionTimeoutMs } : {}),
       ...(opts.forceStart === true ? { forceStart: true, forceStartAbove: plan.record?.epoch.generation ?? 0 } : {}),
@@ -347,7 +347,7 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     });
   }
 
-  /** Binds the peer port (DESIGN.md "Links": before anything else, so a second process of this
+  /** Binds the peer port (docs/design.md "Links": before anything else, so a second process of this
    * node id on this host fails here), takes the PID lock beside the state file, consumes the file
    * it resumes (before any raft message is sent), then starts the timers. Rejects, with nothing
    * left running, on a bind failure or a refused state file or lock. */
@@ -369,7 +369,7 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     this.onTick();
   }
 
-  /** DESIGN.md "State file": the record notes the file id, the file becomes FILE.prev, the
+  /** docs/design.md "State file": the record notes the file id, the file becomes FILE.prev, the
    * directory is synced, all before the first raft message. */
   private takeStateFile(): void {
     const path = this.opts.stateFile;
@@ -410,7 +410,7 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     this.state = 'stopped';
   }
 
-  /** DESIGN.md "State file", the clean stop: only after stop() (no raft traffic any more), writes
+  /** docs/design.md "State file", the clean stop: only after stop() (no raft traffic any more), writes
    * the whole state (write-temp, fsync, rename, fsync of the directory) and releases the PID lock.
    * Returns the path, or null when there is nothing a later start could resume: no state file
    * configured, a node that never joined an epoch, a force-start that did not make its epoch, or
@@ -431,7 +431,7 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     return written;
   }
 
-  /** DESIGN.md "State file": a leader hands over before it stops. Transfers to the voter with the
+  /** docs/design.md "State file": a leader hands over before it stops. Transfers to the voter with the
    * highest match index and waits until this node no longer leads, at most `timeoutMs` (default
    * 2E). True if leadership moved; false if there was none to hand over or it did not move. */
   async handOver(timeoutMs = 2 * this.opts.electionTimeoutMs): Promise<boolean> {
@@ -453,7 +453,7 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     return this.core.role !== 'leader';
   }
 
-  /** The whole clean stop, in DESIGN.md's order: hand over if leading, stop all raft traffic,
+  /** The whole clean stop, in the order of docs/design.md "State file": hand over if leading, stop all raft traffic,
    * then write the state file. The application stops serving before calling it. */
   async shutdown(): Promise<string | null> {
     await this.handOver();
@@ -676,7 +676,7 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     else if (this.core.epochToJoin() !== null) this.switchEpoch();
   }
 
-  /** DESIGN.md "Fresh, amnesiac, bootstrap": before a node first applies (or acknowledges)
+  /** docs/design.md "Fresh, amnesiac, bootstrap": before a node first applies (or acknowledges)
    * anything of an epoch, it durably writes the membership record; the transport's hellos carry
    * the epoch from then on. */
   private noteEpoch(): void {
@@ -694,7 +694,7 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     this.recordEpoch = epoch;
   }
 
-  /** DESIGN.md "Force-start": a member of an older epoch whose node ids went over to a newer one
+  /** docs/design.md "Force-start": a member of an older epoch whose node ids went over to a newer one
    * that serves becomes a new amnesiac member of that epoch (a new incarnation: its term, vote
    * and log of the old epoch mean nothing there). The transport keeps its hello incarnation. */
   private switchEpoch(): void {
@@ -789,7 +789,7 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     try {
       this.opts.onCommitted(entries);
     } catch (err) {
-      // DESIGN.md: apply never throws; a throw is the application's bug, reported, not raft's.
+      // docs/design.md "Apply judges each command": apply never throws; a throw is the application's bug, reported, not raft's.
       this.opts.logger.error({ err: (err as Error).message, from: entries[0]!.index, to: last.index }, 'committed-entry callback threw');
     }
     this.applied = last.index;
@@ -839,12 +839,12 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     return this.applied;
   }
 
-  /** Whether this node holds a leader lease now (DESIGN.md "Leases and votes"). */
+  /** Whether this node holds a leader lease now (docs/design.md "Leases and votes"). */
   hasLease(): boolean {
     return this.core.hasLease(Math.floor(this.clock.monotonic()));
   }
 
-  /** Cluster ms (DESIGN.md "Cluster time"). */
+  /** Cluster ms (docs/design.md "Cluster time"). */
   clusterTime(): number {
     return this.core.clusterTime(Math.floor(this.clock.monotonic()));
   }
@@ -945,7 +945,7 @@ const restoreOf = (f: StateFile): DurableState => ({
   snapshot: f.snapshot,
 });
 
-/** DESIGN.md "Fresh, amnesiac, bootstrap" and "State file", read-only: a valid unconsumed file is
+/** docs/design.md "Fresh, amnesiac, bootstrap" and docs/design.md "State file", read-only: a valid unconsumed file is
  * resumed as the same member; without one the start is amnesiac if a record exists, else fresh,
  * with a new incarnation; a force-start takes FILE or FILE.prev with a new incarnation. */
 function planStart(path: string, expected: Expected, force: boolean): StartPlan {

@@ -13,12 +13,12 @@ export const DriverErrorCodes = {
   RAFT_STATE_FILE_CORRUPT: 'raft state file is corrupt',
   /** A state file of another cluster or node id; the message names the file. */
   RAFT_STATE_FILE_FOREIGN: 'raft state file belongs to another cluster or node',
-  /** A state file already consumed, or restored from an older copy (DESIGN.md "State file"). */
+  /** A state file already consumed, or restored from an older copy (docs/design.md "State file"). */
   RAFT_STATE_FILE_CONSUMED: 'raft state file was already consumed',
   /** --cluster-force-start found neither the state file nor its consumed .prev copy. */
   RAFT_STATE_FILE_MISSING: 'no raft state file to force-start from',
   /** The force-start was refused (a peer shows a leader, a newer log or a newer epoch) or its
-   * epoch found no second voter in time (DESIGN.md "Force-start"). */
+   * epoch found no second voter in time (docs/design.md "Force-start"). */
   RAFT_FORCE_START_FAILED: 'raft force-start failed',
   /** Another live process holds the PID lock beside the state file. */
   RAFT_STATE_FILE_LOCKED: 'raft state file is locked by another process',

@@ -5,7 +5,7 @@
 //   status              -> the driver's status as JSON
 //   peer ID HOST:PORT   -> "ok": learn a peer's address (tests start every node on port 0)
 //   entries FROM COUNT  -> JSON [[index, term, text or null], ...] of applied entries
-// With --state-file the node starts fresh, amnesiac or resumed from its file (DESIGN.md "State
+// With --state-file the node starts fresh, amnesiac or resumed from its file (docs/design.md "State
 // file"), and SIGTERM hands over, stops raft traffic, then writes the file (stop()).
 // Proposal replies come in commit order; a client pipelining proposals gets them in its own order.
 import { createServer, type Server, type Socket } from 'node:net';

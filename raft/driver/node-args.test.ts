@@ -66,11 +66,11 @@ describe('raft node program flags', { timeout: 10_000 }, () => {
       '--peers',
       PEERS,
       '--state-file',
-      '/tmp/n1.state',
+      'state/n1.state',
       '--force-start-timeout-ms',
       '9000',
     ]);
-    assert.equal(forced.stateFile, '/tmp/n1.state');
+    assert.equal(forced.stateFile, 'state/n1.state');
     assert.equal(forced.forceStart, true);
     assert.equal(forced.forceStartTimeoutMs, 9000);
     assert.equal(forced.id, 1);

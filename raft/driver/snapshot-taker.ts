@@ -1,4 +1,4 @@
-// Reads the application's snapshot cursor a slice at a time (DESIGN.md "Performance principles": no
+// Reads the application's snapshot cursor a slice at a time (docs/design.md "Performance principles": no
 // event-loop turn longer than about E/10). Each turn takes chunks for at most sliceMs (at least one
 // chunk), then yields with setImmediate, so timers, heartbeats and socket reads run in between; once
 // the cursor is done the log is compacted to the index the cursor was opened at.

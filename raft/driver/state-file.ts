@@ -1,4 +1,4 @@
-// The state file and the membership record beside it (DESIGN.md "State file", "Fresh, amnesiac,
+// The state file and the membership record beside it (docs/design.md "State file", docs/design.md "Fresh, amnesiac,
 // bootstrap"). Layout of both: 8 magic bytes, a 32-byte SHA-256 of the body, then the msgpackr
 // body. Every byte read back is untrusted: a bad checksum, a bad shape, another cluster or node, or
 // a file already consumed is refused with a stable code and a message naming the file.
@@ -235,7 +235,7 @@ export function syncDir(dir: string): void {
   }
 }
 
-/** Written only after raft traffic has stopped (DESIGN.md "State file"). */
+/** Written only after raft traffic has stopped (docs/design.md "State file"). */
 export function writeStateFile(path: string, s: StateFile): void {
   writeDurably(path, encodeStateFile(s));
 }
@@ -287,7 +287,7 @@ export function peekStateFile(path: string, expected: Expected): StateFile | nul
   return file;
 }
 
-/** DESIGN.md "Force-start": the file to force from, FILE or else the consumed FILE.prev (a
+/** docs/design.md "Force-start": the file to force from, FILE or else the consumed FILE.prev (a
  * force-start is not a resume, so a consumed file may serve, and so may one older than the epoch
  * the record shows: the forced epoch is made newer than both). */
 export function readForceStartFile(path: string, expected: Expected): { file: StateFile; path: string } {
@@ -308,7 +308,7 @@ function readIfExists(path: string): Buffer | null {
   }
 }
 
-// ---- PID lock (DESIGN.md "Links": covers a second process of one node id on one host) ----
+// ---- PID lock (docs/design.md "Links": covers a second process of one node id on one host) ----
 
 /** Takes the lock beside the state file; a lock whose PID is gone is taken over. */
 export function acquirePidLock(stateFile: string): () => void {

@@ -40,7 +40,7 @@ export class SafetyChecker {
   private readonly memberTerm = new Map<string, number>();
   /** Per epoch (`generation.id`): the committed log and configuration. Within an epoch the
    * paper's properties hold; across a force-start the new epoch's committed log starts as the
-   * forced file's log (DESIGN.md "Force-start"). */
+   * forced file's log (docs/design.md "Force-start"). */
   private readonly epochs = new Map<string, EpochLog>();
   /** `${index}/${term}` -> the entry's data and the term before it, as first seen on any node. */
   private readonly entryAt = new Map<string, { data: string; prevTerm: number }>();
@@ -257,7 +257,7 @@ export class SafetyChecker {
       if (known === undefined) {
         committed.push({ term: e.term, time: e.time, data, commitTerm: node.currentTerm });
         if (e.config !== undefined) this.checkConfigChange(epoch, e.index, e.config);
-        // DESIGN.md "Force-start": an epoch serves only once two node ids vote in it, so no
+        // docs/design.md "Force-start": an epoch serves only once two node ids vote in it, so no
         // proposal commits while its configuration lists one.
         if (e.data !== null && epoch.config !== null && epoch.config.length < 2) {
           throw new Violation(

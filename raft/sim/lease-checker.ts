@@ -1,6 +1,6 @@
 import { Violation } from './checker.js';
 
-/** DESIGN.md "One server at a time": lease intervals of different nodes never overlap in true
+/** docs/design.md "One server at a time": lease intervals of different nodes never overlap in true
  * time. After every input to a node the simulator reports until when, in true time, the node
  * believes it holds a lease (its clock running on from now). A node can only learn that its lease
  * ended at a later input, so an interval recorded now lasts at least until the node's next input;

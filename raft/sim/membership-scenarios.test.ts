@@ -20,7 +20,7 @@ function scenario(name: Scenario, seeds = 3): Stats[] {
 
 const membersOf = (config: string): string[] => config.split(',');
 
-describe('raft simulator: membership scenarios (DESIGN.md "Replacing a node that forgot")', { timeout: 60_000 }, () => {
+describe('raft simulator: membership scenarios (docs/design.md "Replacing a node that forgot")', { timeout: 60_000 }, () => {
   it('three fresh nodes bootstrap one configuration of all three, proposed once', () => {
     for (const s of scenario('bootstrap-all-fresh')) assert.deepEqual(s.configs, ['1.a1,2.b1,3.c1']);
   });
@@ -72,7 +72,7 @@ describe('raft simulator: membership scenarios (DESIGN.md "Replacing a node that
   });
 });
 
-describe('raft simulator: force-start scenarios (DESIGN.md "Force-start")', { timeout: 60_000 }, () => {
+describe('raft simulator: force-start scenarios (docs/design.md "Force-start")', { timeout: 60_000 }, () => {
   it('a force-start while the other two are alive and led is refused; the node comes back amnesiac and is replaced', () => {
     for (const s of scenario('force-start-alive')) {
       assert.equal(s.forceStarts, 1);

@@ -55,7 +55,7 @@ export const scenarioNames = [
   'restored-state-file',
   'bootstrap-two-fresh-one-member',
 ] as const;
-/** Scenarios that start three fresh nodes, which bootstrap (DESIGN.md "Fresh, amnesiac, bootstrap"). */
+/** Scenarios that start three fresh nodes, which bootstrap (docs/design.md "Fresh, amnesiac, bootstrap"). */
 const membershipScenarios: ReadonlySet<string> = new Set(scenarioNames.slice(5));
 export type Scenario = (typeof scenarioNames)[number];
 
@@ -748,7 +748,7 @@ class Simulation {
       return false;
     }
     if (file !== undefined && !this.consume(id, file)) {
-      // DESIGN.md "State file": a consumed file put back is refused; the operator starts the node
+      // docs/design.md "State file": a consumed file put back is refused; the operator starts the node
       // without it, so it comes back amnesiac.
       this.refusedFiles++;
       this.startNode(id, undefined, 'amnesiac');
@@ -761,7 +761,7 @@ class Simulation {
   }
 
   /** kill -9: the process and its memory are gone; the node id comes back as a new member. One
-   * memory loss at a time (DESIGN.md's model): only once every node is a caught-up voter. */
+   * memory loss at a time (docs/design.md "The model"): only once every node is a caught-up voter. */
   private onAmnesia(id: number, again: boolean): boolean {
     if (this.quiet) return false;
     const leader = ids.find((x) => this.runs(x) && this.node(x).role === 'leader');
@@ -835,7 +835,7 @@ class Simulation {
     this.record('every node needs a force-start');
   }
 
-  /** The operator's procedure (DESIGN.md "Force-start"): SIGTERM (the state file is written even
+  /** The operator's procedure (docs/design.md "Force-start"): SIGTERM (the state file is written even
    * when the node does not serve), then a start with --cluster-force-start from that file. At a
    * random time it is mostly refused, since the others are alive and led; cut off by a partition,
    * it makes an epoch that nobody joins, and gives up. */
@@ -945,7 +945,7 @@ class Simulation {
     this.record(`${id} switches to epoch ${epoch.generation}.${epoch.id} as ${this.node(id).incarnation}`);
   }
 
-  /** DESIGN.md "Force-start": once a newer epoch has served, no node of an older one counts an
+  /** docs/design.md "Force-start": once a newer epoch has served, no node of an older one counts an
    * acknowledgement from a member of its own epoch. */
   private checkOldEpochAck(m: Message, to: RaftCore): void {
     const ack =
@@ -1059,7 +1059,7 @@ class Simulation {
     return false;
   }
 
-  /** One wall clock goes wrong (DESIGN.md's model allows one): a skew, repeated jumps, or a step
+  /** One wall clock goes wrong (docs/design.md "The model" allows one): a skew, repeated jumps, or a step
    * of the leader's clock; or none, leaving drift only. */
   private onClockFault(): boolean {
     if (this.quiet) return false;
@@ -1384,7 +1384,7 @@ class Simulation {
       random: this.prng.fork(),
       now: mono,
       forceStartTimeoutMs: forceTimeoutE * this.e,
-      // DESIGN.md: a node that resumed a state file ignores votes for 2E.
+      // docs/design.md "Leases and votes": a node that resumed a state file ignores votes for 2E.
       ignoreVotesUntil: crashed === undefined ? mono : mono + 2 * this.e,
       ...(restore === undefined ? {} : { restore }),
       ...(this.opts.unsafe === undefined ? {} : { unsafe: this.opts.unsafe }),
@@ -1493,7 +1493,7 @@ class Simulation {
     return st;
   }
 
-  /** Per epoch: a forced epoch's log need not match the old one's at an index (DESIGN.md
+  /** Per epoch: a forced epoch's log need not match the old one's at an index (docs/design.md
    * "Force-start"). */
   private hashesOf(id: number): number[] {
     const epoch = this.node(id).epoch;

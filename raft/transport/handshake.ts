@@ -1,4 +1,4 @@
-// The first frames of every link, in both directions (DESIGN.md "Raft", Links and Identity).
+// The first frames of every link, in both directions (docs/design.md "Links", docs/design.md "Identity").
 //
 //   each side:  hello {clusterId, epoch, nodeId, incarnation, nonce?}
 //   with a cluster secret, each side, on the other's hello:

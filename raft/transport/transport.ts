@@ -1,4 +1,4 @@
-// TCP links between raft nodes (DESIGN.md "Raft", Links). Generic over the message type M: the
+// TCP links between raft nodes (docs/design.md "Links"). Generic over the message type M: the
 // transport carries whatever its body codec encodes (by default plain msgpackr-encodable objects)
 // and knows nothing of raft/core.
 //
@@ -50,7 +50,7 @@ export interface TransportOptions<M> {
   /** Bound on the frames queued for one peer, in bytes; default 64 MiB. */
   sendQueueBytesMax?: number;
   /** Whether a peer of epoch `remote` may link with this node; default: every epoch may, because
-   * nodes of different epochs must still meet to find the newer one (DESIGN.md "Force-start"). */
+   * nodes of different epochs must still meet to find the newer one (docs/design.md "Force-start"). */
   epochAccepts?: (local: unknown, remote: unknown) => boolean;
   /** Uniform in [0, 1), for reconnect jitter; default Math.random. */
   random?: () => number;
@@ -166,7 +166,7 @@ export class Transport<M> implements LinkOwner<M> {
   }
 
   /** Binds the listen address before anything else, so a second process with this node id on the
-   * same host fails here at once (DESIGN.md "Links"); then dials every peer. */
+   * same host fails here at once (docs/design.md "Links"); then dials every peer. */
   async start(): Promise<void> {
     if (this.state !== 'new') throw new TransportError('RAFT_TRANSPORT_STATE', `start() when ${this.state}`);
     this.state = 'starting';

@@ -2,7 +2,7 @@ import type { AclRule } from './commands.js';
 
 // Access control in Mosquitto's acl_file model (mosquitto.conf(5), "acl_file"), as a pure
 // evaluator over the plain rule table that Settings carries, so that every replica decides
-// delivery the same way (DESIGN.md "The seam").
+// delivery the same way (docs/design.md "Settings").
 //
 // The rules, as Mosquitto applies them:
 // - `topic` lines before the first `user` line belong to anonymous clients (no username); after a

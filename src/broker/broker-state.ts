@@ -1,6 +1,6 @@
 import type { Effect, Entry } from './commands.js';
 
-/** The replicated state machine (DESIGN.md "The seam"). Pure: no clock, timers, randomness or I/O.
+/** The replicated state machine (docs/design.md "The seam"). Pure: no clock, timers, randomness or I/O.
  * Every replica that applies the same entries holds the same state and the same digest. */
 export interface BrokerState {
   /** Applies one committed entry, appending the effects it decides to `out`. Never throws on any

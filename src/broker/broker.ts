@@ -50,12 +50,13 @@ import { type CursorCapture, SNAPSHOT_CURSOR_DEFAULTS, SnapshotCursor, type Snap
 import { TopicTrie } from './topic-trie.js';
 import { commandProblem } from './validate.js';
 
-// The broker state machine (DESIGN.md "The seam"): sessions, subscriptions, retained messages,
+// The broker state machine (docs/design.md "The seam"): sessions, subscriptions, retained messages,
 // queues, QoS 1/2 flows and wills, changed only by applying committed entries. Pure: time is the
 // entry's time, and every decision depends only on the state and the entry, so every replica
 // decides the same.
 
-/** The defaults of DESIGN.md "Operating it", used until the first serve-start. */
+/** The settings used until the first serve-start (docs/design.md "Settings"); the flags' defaults
+ * are in src/config.ts. */
 export const DEFAULT_SETTINGS: Settings = {
   maxQueuedMessages: 10_000,
   maxQueuedBytes: 64 * 1024 * 1024,
@@ -72,7 +73,7 @@ export const DEFAULT_SETTINGS: Settings = {
  * (the serving node proposes a tick at once while some are left). Ending a session costs up to
  * about 30 µs (its subscriptions, its will's fan-out), so an entry stays near 1 ms even when
  * thousands of deadlines fall due together, as after a mass disconnect or a failover. A rule of
- * apply, so every replica splits the work alike (DESIGN.md "Deadlines live in the state"). */
+ * apply, so every replica splits the work alike (docs/design.md "Deadlines live in the state"). */
 export const DEADLINES_PER_ENTRY_MAX = 32;
 
 const GRANTED: readonly number[] = [RC.GRANTED_QOS_0, RC.GRANTED_QOS_1, RC.GRANTED_QOS_2];
@@ -195,7 +196,7 @@ export class Broker implements BrokerState {
   }
 
   /** Routes a QoS 0, non-retained publish to the online sessions it matches, without a log entry
-   * (DESIGN.md "The seam"): QoS 0 is never queued or put in flight, so replicated state does not
+   * (docs/design.md "The seam"): QoS 0 is never queued or put in flight, so replicated state does not
    * change; shared subscriptions use a local cursor. Returns the number of matching sessions. */
   routeQos0(from: ConnId, msg: Message, out: Effect[]): number {
     try {
@@ -376,7 +377,7 @@ export class Broker implements BrokerState {
   // ---- serving periods and settings ----
 
   /** A node begins serving: every connection of an older period ended without DISCONNECT at this
-   * time (DESIGN.md "Failover"). The first serve-start of a higher epoch generation than one seen
+   * time (docs/design.md "Failover"). The first serve-start of a higher epoch generation than one seen
    * before is a forced epoch's: clients may hold packet ids of flows its file lacks, so every
    * session's ids are fenced (deliver.ts "Fence"). */
   private serveStart(settings: Settings, generation: number | undefined, index: number, now: number, out: Effects): void {
@@ -396,7 +397,7 @@ export class Broker implements BrokerState {
 
   /** Its will waits max(grace, will delay) even where the session ends sooner, and is dropped if
    * the client connects again within it: a documented deviation from the "earlier of" rule, for
-   * clients that reconnect to the new leader (DESIGN.md "Failover"). */
+   * clients that reconnect to the new leader (docs/design.md "Failover"). */
   private endByFailover(s: Session, now: number, out: Effects): void {
     this.cow(s);
     this.detach(s);
@@ -785,12 +786,12 @@ export class Broker implements BrokerState {
 
   // ---- publishing ----
 
-  /** A publish is routed even if its connection has gone (DESIGN.md "Apply judges each command");
+  /** A publish is routed even if its connection has gone (docs/design.md "Apply judges each command");
    * acks and the QoS 2 packet id hold need the session the connection holds. */
   private publish(cmd: PublishCommand, now: number, out: Effects): void {
     const s = this.byConn.get(cmd.conn);
     const pid = cmd.pid ?? 0;
-    // Method A: a QoS 2 PUBLISH whose id is held was delivered already; answer it again [MQTT-4.3.3-10].
+    // Method B: a QoS 2 PUBLISH whose id is held was delivered already; answer it again [MQTT-4.3.3-10].
     if (cmd.msg.qos === 2 && s?.inbound?.has(pid) === true) {
       out?.push({ t: 'send', conn: cmd.conn, packet: { type: 'pubrec', pid, code: RC.SUCCESS } });
       return;
@@ -892,7 +893,7 @@ export class Broker implements BrokerState {
     const t = this.routeMerging ? this.findTarget(sub.clientId) : undefined;
     if (t === undefined) {
       const s = this.sessions.get(sub.clientId);
-      // Read access is judged per message against the subscriber as it is now (DESIGN.md "The seam").
+      // Read access is judged per message against the subscriber as it is now (docs/design.md "Settings").
       if (s !== undefined && aclAllows(this.settings.acl, s, 'read', msg.topic)) this.addTarget(s, sub);
       return;
     }

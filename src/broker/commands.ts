@@ -1,4 +1,4 @@
-// The seam between connections, the log and the state machine (DESIGN.md "The seam").
+// The seam between connections, the log and the state machine (docs/design.md "The seam").
 //
 // Every change to broker state that must survive a failover is a Command. A log (LocalLog on one
 // node, RaftLog on three) orders commands into Entries and stamps each with a time; the pure state
@@ -57,7 +57,7 @@ export interface SubscriptionRequest {
 }
 
 /** Settings decided by configuration that apply() consults. Carried by `serve-start` and
- * `settings` so that every replica decides the same way (DESIGN.md "The seam"). */
+ * `settings` so that every replica decides the same way (docs/design.md "Settings"). */
 export interface Settings {
   /** Queue admission bound per session, in messages. */
   maxQueuedMessages: number;
@@ -101,7 +101,7 @@ export type Command =
   /** A node begins serving; ends every connection of an older serving period. configHash: the
    * serving node's configuration (src/cluster/config-hash.ts), compared by every replica; apply
    * ignores it. generation: the raft epoch generation of the proposing leader (absent from
-   * LocalLog); one above the last seen fences every session's packet ids (DESIGN.md
+   * LocalLog); one above the last seen fences every session's packet ids (docs/design.md
    * "Force-start"; src/broker/deliver.ts). */
   | { t: 'serve-start'; node: number; settings: Settings; configHash?: string; generation?: number }
   /** Configuration reload; configHash as for serve-start. */

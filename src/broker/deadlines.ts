@@ -1,5 +1,5 @@
 // Will and session-expiry deadlines, popped in (time, client id, kind) order so that every replica
-// fires them in the same order (DESIGN.md "Deadlines live in the state"). A binary min-heap with
+// fires them in the same order (docs/design.md "Deadlines live in the state"). A binary min-heap with
 // lazy deletion: a cancelled deadline stays in the heap and the owner checks, when it pops, that
 // the state still holds that deadline. The heap is derived state, rebuilt on restore.
 

@@ -6,7 +6,7 @@ import { type Delivery, type Inflight, PID_MAX, type Queued, type Session } from
 
 // Outbound delivery to one session: inflight window, packet ids, queue admission, message expiry
 // and packet size. Every decision that consumes replicated resources is made here, in apply, so
-// every leader re-sends the same packet ids (DESIGN.md "Order of dependent steps").
+// every leader re-sends the same packet ids (docs/design.md "Order of dependent steps").
 
 /** Where apply puts the effects of one entry. null: the caller drops them (a node that does not
  * serve), so apply builds none; every decision and every change to the state is the same either
@@ -52,7 +52,7 @@ function sendPublish(s: Session, d: Delivery, pid: number | undefined, dup: bool
   out.push({ t: 'send', conn: s.conn, packet });
 }
 
-// Fence (DESIGN.md "Force-start"). A forced epoch's state is its file's: the client may still hold
+// Fence (docs/design.md "Force-start"). A forced epoch's state is its file's: the client may still hold
 // an inbound QoS 2 id X from a later flow of the old epoch (PUBREC sent, PUBREL never came). A
 // receiver that delivers on PUBLISH and holds the id until PUBREL ([MQTT-4.3.3], Method B) would
 // take a new PUBLISH X for that flow's duplicate and drop it. So after a serve-start of a higher

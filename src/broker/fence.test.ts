@@ -6,7 +6,7 @@ import { events, Harness, msg, sent, testSettings, text } from './broker-harness
 import type { Effect, OutPacket, Settings } from './commands.js';
 import { PID_MAX } from './session.js';
 
-// The packet id fence of a forced epoch (deliver.ts "Fence", DESIGN.md "Force-start"): after a
+// The packet id fence of a forced epoch (deliver.ts "Fence", docs/design.md "Force-start"): after a
 // serve-start of a higher epoch generation, the first use of each outbound packet id sends PUBREL
 // first, so a subscriber that still holds that id from a flow of the old epoch releases it, and a
 // QoS 2 PUBLISH under it waits for the PUBCOMP.

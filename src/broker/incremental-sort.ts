@@ -1,5 +1,5 @@
 // A merge sort that runs in bounded steps, so a snapshot cursor can put a large state in its
-// canonical order across many event-loop turns (DESIGN.md "Performance principles"): sorting
+// canonical order across many event-loop turns (docs/design.md "Performance principles"): sorting
 // 100k client ids at once took about 60 ms, 1M about 800 ms, against a turn budget of a few ms.
 
 /** Bottom-up merge sort over two buffers: each pass merges runs of `width` into runs of 2 width.

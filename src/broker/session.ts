@@ -90,7 +90,7 @@ export interface Session {
 }
 
 /** A will waiting for its delay, keyed by client id. A will of a failover-ended connection
- * outlives its session and is dropped when the client connects again (DESIGN.md "Failover"). */
+ * outlives its session and is dropped when the client connects again (docs/design.md "Failover"). */
 export interface PendingWill {
   clientId: string;
   msg: Message;

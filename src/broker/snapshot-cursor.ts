@@ -15,7 +15,7 @@ import {
   SnapshotError,
 } from './snapshot.js';
 
-// A lazy snapshot (DESIGN.md "Snapshots"): the state is captured at the index where the cursor
+// A lazy snapshot (docs/design.md "Snapshots"): the state is captured at the index where the cursor
 // opens, and encoded a chunk per pull while apply goes on mutating the live state. The bytes are
 // those of encodeImage() at the opening index, streamed part by part under the same msgpack array
 // headers.

@@ -14,7 +14,7 @@ import {
 } from './session.js';
 import { isMessage, isSettings } from './validate.js';
 
-// The canonical image of the replicated state (DESIGN.md "Snapshots"): positional arrays in a fixed
+// The canonical image of the replicated state (docs/design.md "Snapshots"): positional arrays in a fixed
 // order, maps as arrays sorted by key, optional fields as null, encoded by msgpackr without record
 // structures. Equal states give equal bytes, which is what the digest hashes. Derived indexes (the
 // topic trie, conn index, deadline heap, pids in use, queue bytes) are not stored; the broker

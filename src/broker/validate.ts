@@ -13,7 +13,7 @@ import { connPeriod } from './session.js';
 
 // Shape checks of commands before apply acts on them. Commands are validated by the proposer, so a
 // command that fails here is a bug or corruption elsewhere: apply turns it into a no-op and an
-// event instead of throwing on every replica (DESIGN.md "Apply judges each command").
+// event instead of throwing on every replica (docs/design.md "Apply judges each command").
 
 const isObj = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 const isInt = (v: unknown, min: number, max: number): v is number => typeof v === 'number' && Number.isInteger(v) && v >= min && v <= max;

@@ -1,4 +1,4 @@
-// The audit stream (DESIGN.md "Operating it"): with --audit-log FILE, every ack, every delivery write
+// The audit stream (docs/operations.md "The audit stream"): with --audit-log FILE, every ack, every delivery write
 // and every lease renewal becomes one JSON line, so an outside checker can prove that serving
 // periods never overlapped and that nothing went out beyond a lease (jepsen-like-tests/).
 //

@@ -1,4 +1,4 @@
-// When the serving leader proposes a `check` (DESIGN.md "The seam": replicas compare state). After
+// When the serving leader proposes a `check` (docs/design.md "The seam": replicas compare state). After
 // each check every replica hashes its state at that index, a slice per turn (src/server/
 // digest-runner.ts), and the check carries the leader's newest finished digest, which every replica
 // compares with its own. A digest hashes the whole state, so checks are rare: one per CHECK_ENTRIES_DEFAULT committed entries or CHECK_INTERVAL_MS_DEFAULT of

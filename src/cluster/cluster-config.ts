@@ -1,4 +1,5 @@
-// The cluster settings of a configuration, checked together (DESIGN.md "Operating it", "Links").
+// The cluster settings of a configuration, checked together (docs/operations.md "Deployment",
+// docs/design.md "Links").
 // Every refusal names the flag it is about. This stage runs the fixed three-voter configuration:
 // a peer list of any other size is refused.
 import type { Config } from '../config.js';
@@ -19,7 +20,7 @@ export interface ClusterSettings {
   /** undefined: links are not authenticated (a warning is logged at start). */
   secret: string | undefined;
   electionTimeoutMs: number;
-  /** DESIGN.md "State file": written on a clean stop, resumed at start. */
+  /** docs/design.md "State file": written on a clean stop, resumed at start. */
   stateFile: string;
   forceStart: boolean;
   forceStartTimeoutMs: number;

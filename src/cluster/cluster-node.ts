@@ -110,7 +110,7 @@ export async function startClusterNode(
     log,
     raftPort,
     healthPort,
-    /** DESIGN.md "State file" order: node.stop() ends serving, then the log hands over leadership,
+    /** docs/design.md "State file" order: node.stop() ends serving, then the log hands over leadership,
      * stops raft traffic and writes the state file. */
     async stop() {
       await node.stop();

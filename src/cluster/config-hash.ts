@@ -1,4 +1,4 @@
-// A node's configuration as one hash (DESIGN.md "The seam": every node is given the same files, and
+// A node's configuration as one hash (docs/design.md "The seam": every node is given the same files, and
 // /health reports a node whose configuration differs). The serving leader's hash travels in its
 // serve-start; every replica compares it with its own. Covered: the replicated Settings (limits,
 // will grace, ACL rules as parsed) and the bytes of the password and ACL files; a password file

@@ -1,4 +1,4 @@
-// The ranking of state files for a force-start (DESIGN.md "Force-start", "Beyond the model"): epoch
+// The ranking of state files for a force-start (docs/design.md "Force-start", docs/design.md "Beyond the model"): epoch
 // generation, then last log term, then last index; what each file lacks relative to the best; the
 // command and the move-aside of an older FILE when the best is FILE.prev.
 import assert from 'node:assert/strict';

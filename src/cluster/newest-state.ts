@@ -1,4 +1,4 @@
-// Which state file to force-start from (DESIGN.md "Force-start", "Beyond the model"): every node's
+// Which state file to force-start from (docs/design.md "Force-start", docs/design.md "Beyond the model"): every node's
 // FILE and FILE.prev, ranked by epoch generation, then last log term, then last index. The epoch
 // comes first because a newer epoch was forced later and the older one can never serve again; within
 // an epoch, term then index is Raft's "at least as up-to-date" order (§5.4.1), so the first file
@@ -223,7 +223,7 @@ function procedure(plan: ForceStartPlan): string[] {
     'Force-start only when the cluster cannot come back by itself (every /health says needsForceStart: true).',
     'After a clean stop of all three nodes, start them as usual instead: any two of the files resume everything committed.',
     '',
-    `Procedure (DESIGN.md "Force-start"), from node ${n}'s file ${plan.from}:`,
+    `Procedure (docs/operations.md "Choosing the file to force-start from"), from node ${n}'s file ${plan.from}:`,
     '  1. Stop every node that still runs with SIGTERM (each writes its state file, even when not serving),',
     '     then run newest-state again on the files they wrote.',
   ];

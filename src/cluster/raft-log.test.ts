@@ -1,4 +1,4 @@
-// The serving rule of RaftLog (DESIGN.md "One server at a time"), driven by hand through a fake
+// The serving rule of RaftLog (docs/design.md "One server at a time"), driven by hand through a fake
 // driver: role, term, lease and commits are set by the test, so each condition can be taken away
 // alone. The real driver over TCP runs the BrokerLog contract in test/cluster-raft-log.slow.test.ts.
 import assert from 'node:assert/strict';
@@ -549,7 +549,7 @@ describe('RaftLog serving rule', { timeout: 10_000 }, () => {
   });
 
   it('stop() on a leader hands leadership to the most caught-up peer before raft traffic stops', async () => {
-    // DESIGN.md "State file": stop serving, hand over leadership if leading, stop raft traffic.
+    // docs/design.md "State file": stop serving, hand over leadership if leading, stop raft traffic.
     const { log, driver, listener } = await setup();
     await serve(driver, 2);
     driver.matches.set(2, 1);

@@ -1,4 +1,4 @@
-// RaftLog: the broker's log over raft/ (DESIGN.md "The seam", "Raft", "One server at a time").
+// RaftLog: the broker's log over raft/ (docs/design.md "The seam", docs/design.md "Raft", docs/design.md "One server at a time").
 // Commands are encoded once, all proposals of one event-loop turn go to raft as one append,
 // and committed entries are decoded and handed to the broker in log order on every node. Only a
 // node that leads, has applied an entry of its own term, has committed its serve-start and holds a
@@ -35,7 +35,7 @@ export interface ClusterDriver {
   /** Monotonic ms (performance.now()) at which the lease ends; 0 without one. */
   leaseUntil(): number;
   leaseRemainingMs(): number;
-  /** Cluster ms (DESIGN.md "Cluster time"); null without a cluster-time implementation. */
+  /** Cluster ms (docs/design.md "Cluster time"); null without a cluster-time implementation. */
   clusterTime(): number | null;
   /** This leader's cluster time follows the voters' clocks (it has made its one jump forward). */
   clusterTimeReady(): boolean;
@@ -43,11 +43,11 @@ export interface ClusterDriver {
   lastContact(peer: number): number | undefined;
   /** Thesis §3.10: hand leadership to `to`; an Error when it cannot start. */
   transferLeadership(to: number): Error | null;
-  /** Leader only: voters whose wall clock its cluster time leaves out (DESIGN.md "Cluster time"). */
+  /** Leader only: voters whose wall clock its cluster time leaves out (docs/design.md "Cluster time"). */
   excludedClocks(): number[];
-  /** Membership and epoch for /health (DESIGN.md "Operating it"). */
+  /** Membership and epoch for /health (docs/operations.md "Health and metrics"). */
   status(): MembershipStatus;
-  /** After stop(): writes the state file (DESIGN.md "State file"); the path, or null when there is
+  /** After stop(): writes the state file (docs/design.md "State file"); the path, or null when there is
    * nothing a later start could resume. Throws if the write fails. */
   writeStateFile(): string | null;
   on(event: 'drain', fn: () => void): unknown;
@@ -75,7 +75,7 @@ export interface DriverHooks {
   onStateChange(s: SoftState): void;
   onFatal(err: Error): void;
   onLeaseRenewed(leaseEnd: number, term: number): void;
-  /** DESIGN.md "Force-start": the node joined a newer epoch that serves elsewhere; the broker's
+  /** docs/design.md "Force-start": the node joined a newer epoch that serves elsewhere; the broker's
    * state of the old epoch is dropped and the new epoch's log follows from its start. */
   onReset(): void;
 }
@@ -119,7 +119,7 @@ export interface RaftLogOptions {
 /** How often stop() looks whether the handover finished (ms). */
 const HANDOVER_POLL_MS = 5;
 
-/** The fields of /health that the log knows (DESIGN.md "Operating it"). */
+/** The fields of /health that the log knows (docs/operations.md "Health and metrics"). */
 export interface ClusterStatus {
   node: number;
   serving: boolean;
@@ -143,7 +143,7 @@ export interface ClusterStatus {
   /** The force-start phase of this process; null unless started with --cluster-force-start. */
   forceStart: ForceStartPhase | null;
   /** Leader only: voters whose wall clock is farther than --cluster-max-clock-offset-ms from the
-   * median of the voters' clocks, left out of cluster time (DESIGN.md "Cluster time"). */
+   * median of the voters' clocks, left out of cluster time (docs/design.md "Cluster time"). */
   excludedClocks: number[];
   failure: string | null;
   /** This node's configuration hash equals the one the serving leader's serve-start carried (true
@@ -162,7 +162,7 @@ export interface TcpClusterOptions {
   logger: DriverLogger;
   check?: CheckPolicy;
   configHashOf?: (settings: Settings) => string;
-  /** DESIGN.md "State file"; without it the three nodes are a static configuration (tests). */
+  /** docs/design.md "State file"; without it the three nodes are a static configuration (tests). */
   stateFile?: string;
   forceStart?: boolean;
   forceStartTimeoutMs?: number;
@@ -293,7 +293,7 @@ export class RaftLog implements BrokerLog, LeaseView {
     return { log, transport: () => transport };
   }
 
-  /** Binds the peer port and starts raft (DESIGN.md "Links": the bind comes before anything else,
+  /** Binds the peer port and starts raft (docs/design.md "Links": the bind comes before anything else,
    * so a second process with this node id fails here). Rejects with the transport's error. */
   async open(): Promise<void> {
     if (this.opened) return;
@@ -340,7 +340,7 @@ export class RaftLog implements BrokerLog, LeaseView {
     );
   }
 
-  /** DESIGN.md "Force-start": this node switched to a newer epoch made elsewhere. What it applied
+  /** docs/design.md "Force-start": this node switched to a newer epoch made elsewhere. What it applied
    * of the old epoch is gone; the new epoch's log (or its snapshot) follows from the start, so time,
    * term and the serving configuration start over with it. */
   private reset(): void {
@@ -417,7 +417,7 @@ export class RaftLog implements BrokerLog, LeaseView {
   }
 
   /** Encoded once; the driver sends every proposal of this turn as one append, and raft/core
-   * stamps that append with one cluster time (DESIGN.md "Batch", "Cluster time"). */
+   * stamps that append with one cluster time (docs/design.md "Batch", docs/design.md "Cluster time"). */
   propose(cmd: Command): void {
     if (this.stopped || !this.serving) return;
     // A reload's settings carry this node's hash, so every replica can compare its own with it.
@@ -431,7 +431,7 @@ export class RaftLog implements BrokerLog, LeaseView {
     this.configHash = this.opts.configHashOf?.(settings);
   }
 
-  /** DESIGN.md "State file": serving has already stopped (the broker closed its connections);
+  /** docs/design.md "State file": serving has already stopped (the broker closed its connections);
    * a leader hands leadership to its most caught-up connected peer, so another node serves after
    * about one round trip instead of an election timeout; then all raft traffic stops. */
   async stop(): Promise<void> {
@@ -661,7 +661,7 @@ export class RaftLog implements BrokerLog, LeaseView {
 
   // ---- the serving rule ----
 
-  /** DESIGN.md "One server at a time": leader, an entry of its own term applied, its serve-start
+  /** docs/design.md "One server at a time": leader, an entry of its own term applied, its serve-start
    * committed, a lease; and a sound state machine. */
   private servingHolds(): boolean {
     const d = this.driver;
@@ -693,13 +693,13 @@ export class RaftLog implements BrokerLog, LeaseView {
     if (this.readyPeriod !== 0 && this.readyTerm !== term) this.readyPeriod = 0;
     if (this.startTicket !== null && this.startTicket.term !== term) this.startTicket = null;
     if (this.readyPeriod === 0 && this.startTicket === null) {
-      // DESIGN.md "Cluster time": time jumps forward only at the start of a serving period, and
+      // docs/design.md "Cluster time": time jumps forward only at the start of a serving period, and
       // apply must never expire anything early. A leader without two agreeing clocks stamps the
       // log's last time and jumps later; serve-start waits for that jump, so the whole period runs
       // on time that follows the voters' clocks. The poll re-judges this every E/10.
       if (!this.driver.clusterTimeReady()) return;
       const hash = this.configHash;
-      // The generation lets apply see a forced epoch's first serve-start (DESIGN.md "Force-start").
+      // The generation lets apply see a forced epoch's first serve-start (docs/design.md "Force-start").
       const generation = this.driver.status().epoch.generation;
       const cmd: Command = { t: 'serve-start', node: this.node, settings: this.settings, generation };
       if (hash !== undefined) cmd.configHash = hash;
@@ -722,7 +722,7 @@ export class RaftLog implements BrokerLog, LeaseView {
   }
 
   /** The period is over for good: a later one needs a serve-start of its own, so ConnIds of this
-   * period are never reused (DESIGN.md "The seam"). */
+   * period are never reused (docs/design.md "The seam"). */
   private endServing(): void {
     const d = this.driver;
     const why =

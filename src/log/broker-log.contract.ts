@@ -1,4 +1,4 @@
-// The contract every BrokerLog keeps (DESIGN.md "The seam"), as one suite run against each
+// The contract every BrokerLog keeps (docs/design.md "The seam"), as one suite run against each
 // implementation: LocalLog here, RaftLog in the cluster work.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';

@@ -11,7 +11,7 @@ export interface LogListener {
   drain(): void;
 }
 
-/** The log under the broker: LocalLog on one node, RaftLog on three (DESIGN.md "The seam").
+/** The log under the broker: LocalLog on one node, RaftLog on three (docs/design.md "The seam").
  * Both pass the contract suite in src/log/broker-log.contract.ts. */
 export interface BrokerLog {
   /** Queues a command; all proposals of one event-loop turn travel as one append. Proposals made

@@ -3,7 +3,7 @@ import { Packr } from 'msgpackr';
 import { ACKS_PER_COMMAND_MAX, type AckItem, type Command, type PublishCommand } from '../broker/commands.js';
 
 // Commands are encoded once, without saved record structures, so the bytes depend on nothing but
-// the command (DESIGN.md "Encoding"). Both logs apply decoded bytes, never the proposer's object,
+// the command (docs/design.md "Encoding"). Both logs apply decoded bytes, never the proposer's object,
 // so single-node and cluster mode apply exactly the same values.
 //
 // The bulk of the log, a publish without MQTT 5 properties and a subscriber's ack, has a

@@ -17,7 +17,7 @@ export interface LocalLogOptions {
 
 /** Entries handed to the listener in one event-loop turn. Applying and executing an entry costs
  * up to about 30 µs (a disconnect that ends a session and closes its socket), so 1,024 keep a turn
- * well under E/10 = 50 ms (DESIGN.md "Performance principles"); measured: 10,000 clients
+ * well under E/10 = 50 ms (docs/design.md "Performance principles"); measured: 10,000 clients
  * disconnecting at once were one 10,000-entry turn and stalled the event loop for 340 ms. */
 export const ENTRIES_PER_TURN_MAX = 1024;
 

@@ -1,6 +1,6 @@
 // The protocol rules of enhanced authentication for one connection (§4.12), apart from the
 // connection's I/O: which AUTH is allowed when, what the server answers, and when it refuses.
-// Connection-scoped: nothing of it is replicated (DESIGN.md "The seam").
+// Connection-scoped: nothing of it is replicated (docs/design.md "The seam").
 import type { AuthPacket, ConnectPacket } from '../protocol/packets.js';
 import { RC } from '../protocol/reason-codes.js';
 import { type AuthExchange, type AuthStep, type EnhancedAuthMethod, safeStep } from './enhanced-auth.js';

@@ -7,7 +7,7 @@ import type { Transport } from './transport.js';
 export type AuthResult = { ok: true } | { ok: false; reason: number };
 
 /** Decides whether a CONNECT may proceed. Authentication stays local to the serving node
- * (DESIGN.md "The seam"); a synchronous answer costs no promise, an asynchronous one (a password
+ * (docs/design.md "The seam"); a synchronous answer costs no promise, an asynchronous one (a password
  * file lookup, an external service) pauses the connection until it settles. */
 export interface Authenticator {
   /** `connect.username` is already the certificate identity when `transport.certIdentity` is set

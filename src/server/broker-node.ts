@@ -1,5 +1,5 @@
 // A broker node: the log, the state machine applied in log order, and the MQTT listener that is
-// open only while the log says this node serves (DESIGN.md "The seam").
+// open only while the log says this node serves (docs/design.md "The seam").
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import { Broker } from '../broker/broker.js';
@@ -73,7 +73,7 @@ const TIMER_MAX_MS = 0x7fffffff;
 const STALE_DEADLINE_RETRY_MS = 1_000;
 /** Sockets ended after their peer's FIN in one event-loop turn. Ending and closing one costs
  * about 30–40 µs (Node's stream teardown, the close() system call, the disconnect proposal and
- * its apply), so 64 keep a turn near 2 ms however many clients leave at once (DESIGN.md
+ * its apply), so 64 keep a turn near 2 ms however many clients leave at once (docs/design.md
  * "Performance principles": no turn beyond E/10). Measured with bench/disconnect-storm.ts, 10,000
  * clients: event-loop delay max 20–65 ms at 64 per turn, 43–175 ms at 256, 120–490 ms with every
  * socket closed in the poll phase that read its FIN. */
@@ -82,7 +82,7 @@ export const PEER_ENDS_PER_TURN_MAX = 64;
  * bytes after which a turn stops early; the rest are written in the next turns, in the order they
  * became dirty. A write costs about 10–20 µs in the kernel, so 256 keep the flush of a turn near
  * 4 ms when thousands of clients reconnect at once and each gets its CONNACK and queued messages
- * (DESIGN.md "Performance principles": no turn beyond E/10). The byte bound is high (copying
+ * (docs/design.md "Performance principles": no turn beyond E/10). The byte bound is high (copying
  * 4 MiB into socket buffers is about a millisecond) so that a turn writing many messages to a few
  * subscribers is not split. */
 export const FLUSHES_PER_TURN_MAX = 256;
@@ -498,7 +498,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     }
   }
 
-  /** A broken invariant in apply: this node stops serving and says why (DESIGN.md "The seam"). */
+  /** A broken invariant in apply: this node stops serving and says why (docs/design.md "The seam"). */
   private halt(reason: string): void {
     this.halted = true;
     this.logger.error({ reason }, 'state machine failed; this node stops serving');
@@ -627,7 +627,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
   // ---- output ----
 
   /** A QoS 0 delivery without per-subscription fields is the same bytes for every subscriber of
-   * one level (DESIGN.md "Performance principles": encode a PUBLISH once per fan-out). QoS 1/2
+   * one level (docs/design.md "Performance principles": encode a PUBLISH once per fan-out). QoS 1/2
    * deliveries differ in packet id and are encoded each. */
   encodePublish(p: Extract<OutPacket, { type: 'publish' }>, level: ProtocolLevel, limits: ConnackLimits): Buffer {
     if (p.qos !== 0 || p.dup || p.subIds !== undefined || p.expiryS !== undefined) {
@@ -652,7 +652,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     this.sharedPublish.fill(null);
     if (this.dirty.length === 0) return;
     if (this.period !== 0 && !this.log.serving) {
-      // Each write checks the lease (DESIGN.md "One server at a time"): it lapsed since the last
+      // Each write checks the lease (docs/design.md "One server at a time"): it lapsed since the last
       // event, so this node stops serving before anything more goes out.
       this.logger.info({ period: this.period }, 'serve-end at write');
       void this.stopServing(RC.SERVER_SHUTTING_DOWN, true);
@@ -768,7 +768,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
   // ---- the deadline timer ----
 
   /** One timer on the state's next deadline, in log time; when it passes a `tick` is proposed so
-   * idle time still advances (DESIGN.md "Deadlines live in the state"). */
+   * idle time still advances (docs/design.md "Deadlines live in the state"). */
   private armTick(): void {
     if (!this.log.serving || this.halted || this.stopped) {
       this.clearTick();

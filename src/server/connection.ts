@@ -1,7 +1,7 @@
 // One MQTT connection: bytes → Decoder → CONNECT gate → validation → commands proposed to the log;
 // effects of committed entries → packets → one socket write per event-loop turn.
 //
-// Connection-scoped protocol state lives here and starts fresh with every connection (DESIGN.md
+// Connection-scoped protocol state lives here and starts fresh with every connection (docs/design.md
 // "The seam"): keep-alive, inbound topic aliases, the inbound Receive Maximum count. Everything a
 // client may expect to find again after reconnecting is decided by apply.
 import { performance } from 'node:perf_hooks';
@@ -98,7 +98,7 @@ type Phase =
   | 'closed';
 
 /** A reply the connection decides itself; it waits behind this connection's unapplied proposals
- * so that replies keep arrival order (DESIGN.md "Replies keep arrival order"). */
+ * so that replies keep arrival order (docs/design.md "Replies keep arrival order"). */
 type LocalAction =
   | { k: 'send'; packet: OutPacket }
   | { k: 'pingresp' }
@@ -599,7 +599,7 @@ export class Connection implements WheelMember {
     this.propose(cmd);
   }
 
-  /** --max-publish-rate is the publisher's own quota (DESIGN.md "Queues are bounded by admission":
+  /** --max-publish-rate is the publisher's own quota (docs/design.md "Queues are bounded by admission":
    * 0x97 answers the publisher's own quotas). A PUBLISH over it is not routed: QoS 0 is dropped,
    * QoS 1/2 are answered 0x97 [§3.4.2.1, §3.5.2.1]. Excess beyond the rate itself again (sending
    * at more than twice the rate) is abuse: DISCONNECT 0x96. A 3.1.1 PUBACK cannot refuse, and a
@@ -897,7 +897,7 @@ export class Connection implements WheelMember {
 
   /** The node stops serving: close without proposing anything. `discard`: serving ended (lease
    * lapsed, higher term, failed state machine), so output buffered this turn is dropped, not sent
-   * (DESIGN.md "One server at a time": the lease is checked at each write). */
+   * (docs/design.md "One server at a time": the lease is checked at each write). */
   shutdown(reason: number, discard: boolean): void {
     this.disconnectProposed = true;
     if (discard) {
@@ -957,7 +957,7 @@ export class Connection implements WheelMember {
     }
   }
 
-  /** One socket write for everything buffered so far (DESIGN.md "Performance principles");
+  /** One socket write for everything buffered so far (docs/design.md "Performance principles");
    * returns the bytes handed to the socket. */
   flush(): number {
     this.dirty = false;

@@ -1,4 +1,4 @@
-// The state digests that replicas compare at `check` entries (DESIGN.md "Snapshots", docs/
+// The state digests that replicas compare at `check` entries (docs/design.md "Snapshots", docs/
 // operations.md "State checks"). Apply no longer hashes: right after a node applies a check entry it
 // opens a run over a snapshot cursor at that index and hashes the cursor's chunks into one sha256 a
 // slice per event-loop turn (at least one chunk, then at most sliceMs), so no turn stalls for the

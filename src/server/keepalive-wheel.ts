@@ -1,6 +1,6 @@
 import { performance } from 'node:perf_hooks';
 
-// Keep-alive deadlines of every connection on one timer (DESIGN.md "Performance principles": almost
+// Keep-alive deadlines of every connection on one timer (docs/design.md "Performance principles": almost
 // nothing per idle connection). A Node Timeout with its callback cost about 210 bytes per idle
 // connection (heap snapshot, bench idle scenario); a wheel member costs three small integers on
 // the connection and a slot in an array. Deadlines fire up to one slot late, never early, which

@@ -1,4 +1,4 @@
-// Local limits of the serving node (DESIGN.md "The seam": rate limits are connection-scoped state):
+// Local limits of the serving node (docs/design.md "The seam": rate limits are connection-scoped state):
 // token buckets for publish and connect rates, and a bounded table of per-key state so that a storm
 // of distinct addresses or usernames costs at most `entriesMax` entries. Time is a parameter
 // (monotonic milliseconds), so the module is tested without a clock.

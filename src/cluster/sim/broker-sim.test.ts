@@ -1,6 +1,6 @@
 // The broker over the raft simulator, quick layer: a few hundred seeds with every raft fault class
-// and a few seeds of each force-start scenario that makes a new epoch serve (DESIGN.md "Testing
-// layers" 2, "Force-start"). Each seed checks, per epoch, equal digests at equal applied index, no
+// and a few seeds of each force-start scenario that makes a new epoch serve (docs/architecture.md
+// "Testing layers", docs/design.md "Force-start"). Each seed checks, per epoch, equal digests at equal applied index, no
 // acknowledged publish lost and no QoS 2 duplicate, and across a force-start that the new epoch
 // starts from the forced file, that no older epoch serves again and that no QoS 2 message is
 // dropped for a packet id an older epoch's flow still holds (see broker-sim.ts); more seeds

@@ -1,4 +1,4 @@
-// The broker over the raft simulator (DESIGN.md "Testing layers" 2): each simulated node applies
+// The broker over the raft simulator (docs/architecture.md "Testing layers"): each simulated node applies
 // committed entries to a real Broker; simulated MQTT clients propose commands to whichever node
 // serves; MQTT-level invariants are checked across raft's fault classes and its force-start
 // scenarios. Every check is keyed by epoch (SimNodeView.epoch, `generation.id`), since a forced
@@ -12,7 +12,7 @@
 //   every node of the final epoch holding its whole log (a reconnect of its session drains it);
 // - no QoS 2 duplicate: the subscriber's application sees each QoS 2 message at most once from the
 //   nodes of one epoch (the end-of-run drain included).
-// Across a force-start (DESIGN.md "Force-start": it keeps exactly what its file holds; anything
+// Across a force-start (docs/design.md "Force-start": it keeps exactly what its file holds; anything
 // acknowledged later is lost and QoS 2 flows in progress may be duplicated):
 // - the new epoch's broker state starts from the forced file's log: the forcing node, which starts
 //   from a fresh Broker (its process restarted), reaches at the index its previous process had
