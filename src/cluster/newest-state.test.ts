@@ -33,6 +33,7 @@ function fileOf(s: Shape): StateFile {
   const terms = [s.snapshot?.term ?? 0, ...s.terms];
   return {
     clusterId: 'raftmq',
+    clusterUid: '',
     epoch: { generation: s.generation ?? 1, id: s.epochId ?? 'e1' },
     member: { node: s.node ?? 1, inc: 'i' },
     term: Math.max(...terms, 1),
