@@ -5,10 +5,10 @@
 // own to compare says at error level, once, and in /health that its peers leave it out, while its
 // cluster goes on with the other two. State files written before identities existed (fixtures of
 // format 1) are resumed once and rewritten in format 2; one of another such cluster is refused by
-// its epoch.
+// its epoch; such a cluster gets its identity at its next force-start.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
@@ -26,10 +26,7 @@ const OUT_OF_MEMBERSHIP_WAIT_MS = 30_000;
 const EXIT_STATE_FILE_REFUSED = 78;
 const FORMAT_1 = fileURLToPath(new URL('../../test/fixtures/state-format-1', import.meta.url));
 
-type IdentityHealth = Health['body'] & {
-  clusterUid: string | null;
-  outOfMembership: { forMs: number; peers: Record<string, string> } | null;
-};
+type IdentityHealth = Health['body'];
 
 const clusters: LocalCluster[] = [];
 const extra: ClusterNodeProcess[] = [];
@@ -239,9 +236,27 @@ describe('cluster identity', { timeout: 240_000 }, () => {
       assert.equal(readFileSync(`${path}.member`).subarray(0, 8).toString(), 'RAFTMQR2');
     }
     // Adopted once: the format 1 file put back is a consumed copy.
+    const written = readFileSync(cluster.stateFile(1));
     copyFileSync(join(FORMAT_1, 'a', 'node1.state'), cluster.stateFile(1));
     const again = spawnSync(process.execPath, [CLI, ...argsOf(cluster, 1)], { encoding: 'utf8', timeout: EXIT_WAIT_MS });
     assert.equal(again.status, EXIT_STATE_FILE_REFUSED, again.stderr);
     assert.match(again.stderr, /consumed before/);
+
+    // A force-start makes the identity such a cluster lacks, and the two nodes that lost their
+    // state learn it from the forced node's hellos of the new epoch.
+    writeFileSync(cluster.stateFile(1), written);
+    for (const id of [2, 3]) rmSync(cluster.stateFile(id));
+    await Promise.all([cluster.restart(1, ['--cluster-force-start']), cluster.restart(2), cluster.restart(3)]);
+    await cluster.serving(SERVE_WAIT_MS);
+    const made = await until(
+      'one identity on all three',
+      async () => {
+        const uids = new Set((await Promise.all(cluster.nodes.map(healthOf))).map((h) => h?.clusterUid ?? null));
+        const [only] = [...uids];
+        return uids.size === 1 && typeof only === 'string' ? only : null;
+      },
+      IDENTITY_WAIT_MS,
+    );
+    assert.match(made, /^[0-9a-f]{32}$/);
   });
 });

@@ -32,6 +32,8 @@ export interface Health {
     epoch: unknown;
     forceStart: string | null;
     excludedClocks: number[];
+    clusterUid: string | null;
+    outOfMembership: { forMs: number; peers: Record<string, string> } | null;
     failure: string | null;
     configMatchesServing: boolean;
   };
