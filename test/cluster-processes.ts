@@ -32,6 +32,8 @@ export interface Health {
     epoch: unknown;
     forceStart: string | null;
     excludedClocks: number[];
+    clusterUid: string | null;
+    outOfMembership: { forMs: number; peers: Record<string, string> } | null;
     failure: string | null;
     configMatchesServing: boolean;
   };
@@ -125,6 +127,8 @@ export interface ClusterOptions {
   extra?: (id: number) => string[];
   /** Environment added for node `id` (e.g. a wall clock moved with libfaketime). */
   env?: (id: number) => Record<string, string> | undefined;
+  /** Called with the cluster's directory before any node starts (to put state files there). */
+  prepare?: (dir: string) => void;
 }
 
 export class LocalCluster {
@@ -159,6 +163,7 @@ export class LocalCluster {
       ...(o.extra?.(id) ?? []),
     ];
     const envOf = o.env ?? (() => undefined);
+    o.prepare?.(dir);
     const nodes = [1, 2, 3].map((id) => ClusterNodeProcess.spawn(id, argsOf(id), envOf(id)));
     const cluster = new LocalCluster(nodes, peers, dir, argsOf, envOf);
     try {

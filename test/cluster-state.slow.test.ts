@@ -221,6 +221,7 @@ describe('cluster memory loss, clean stop and force-start', { timeout: 240_000 }
 
   it('force-start is refused while the others serve, and after two memory losses brings the cluster back from the survivor', async () => {
     const { cluster, leader } = await startCluster();
+    const uid = (await untilHealth(leader, 'a cluster identity', (h) => h.body.clusterUid !== null, SERVE_WAIT_MS)).body.clusterUid;
     await persistentSubscriber(leader.mqttPort, 'sub-f', 'f/#');
     await publish(leader.mqttPort, 'keep/f', 'kept-', 1, true);
     const queued = await publish(leader.mqttPort, 'f/x', 'queued-', 20);
@@ -270,6 +271,9 @@ describe('cluster memory loss, clean stop and force-start', { timeout: 240_000 }
     console.log(`# force-start of node ${forced.id} to a serving leader (node ${next.id}): ${Math.round(performance.now() - t0)} ms`);
     const h = await next.health();
     assert.equal((h.body.epoch as { generation: number }).generation, 2, 'a new epoch');
+    for (const n of cluster.nodes) {
+      await untilHealth(n, 'the identity in the forced epoch', (x) => x.body.clusterUid === uid, SERVE_WAIT_MS);
+    }
     await drain(next.mqttPort, 'sub-f', queued);
     assert.equal(await retainedOn(next.mqttPort, 'keep/f'), 'kept-0');
   });

@@ -6,6 +6,7 @@ import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileS
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
+import { fileURLToPath } from 'node:url';
 import { DriverError } from '../raft/driver/errors.js';
 import {
   acquirePidLock,
@@ -15,6 +16,7 @@ import {
   lockPathOf,
   newFileId,
   prevPathOf,
+  readForceStartFile,
   readRecord,
   type StateFile,
   writeStateFile,
@@ -29,6 +31,7 @@ const expected = { clusterId: 'raftmq', nodeId: 2 };
 function sample(overrides: Partial<StateFile> = {}): StateFile {
   return {
     clusterId: 'raftmq',
+    clusterUid: '5f0c6a9e1d2b4c8fa3e7d6b1c0a9f8e7',
     epoch: { generation: 1, id: 'k3' },
     member: { node: 2, inc: 'b7' },
     term: 4,
@@ -169,6 +172,62 @@ describe('raft state file', { timeout: 20_000 }, () => {
     consumeStateFile(path, expected);
     writeStateFile(path, sample({ epoch: { generation: 2, id: 'y' } }));
     refusedWith('RAFT_STATE_FILE_CONSUMED', path, () => consumeStateFile(path, expected));
+  });
+
+  it('consuming notes the cluster identity in the record; a file of another identity or of an epoch the record does not hold is refused, untouched', () => {
+    const path = freshPath();
+    const s = sample();
+    writeStateFile(path, s);
+    consumeStateFile(path, expected);
+    assert.equal(readRecord(path, expected)?.clusterUid, s.clusterUid);
+    const record = readFileSync(`${path}.member`);
+    const foreign = [
+      sample({ clusterUid: '0123456789abcdef0123456789abcdef' }),
+      sample({ epoch: { generation: 1, id: 'other' } }), // same generation, another epoch: the defect's case
+      sample({ epoch: { generation: 2, id: 'k4' } }), // newer than any the record names
+      sample({ clusterUid: '', epoch: { generation: 1, id: 'other' } }), // format 1 of another cluster
+    ];
+    for (const f of foreign) {
+      const bytes = encodeStateFile(f);
+      writeFileSync(path, bytes);
+      refusedWith('RAFT_STATE_FILE_FOREIGN', path, () => consumeStateFile(path, expected));
+      assert.deepEqual(readFileSync(path), bytes, 'the file is as it was');
+      assert.deepEqual(readFileSync(`${path}.member`), record, 'the record is as it was');
+    }
+    // A force-start may use an older file, never one of another identity.
+    writeStateFile(path, sample({ clusterUid: '0123456789abcdef0123456789abcdef', epoch: { generation: 1, id: 'k0' } }));
+    refusedWith('RAFT_STATE_FILE_FOREIGN', path, () => readForceStartFile(path, expected));
+  });
+
+  it('a format 1 file and record (written before identities) read back with none, and are resumed by their epoch', () => {
+    const fixture = fileURLToPath(new URL('../../test/fixtures/state-format-1/a', import.meta.url));
+    const path = freshPath();
+    copyFileSync(join(fixture, 'node2.state'), path);
+    copyFileSync(join(fixture, 'node2.state.member'), `${path}.member`);
+    const old = decodeStateFile(readFileSync(path), path, expected);
+    assert.equal(old.clusterUid, '');
+    assert.equal(old.member.node, 2);
+    const oldRecord = readRecord(path, expected);
+    assert.equal(oldRecord?.clusterUid, '');
+    assert.deepEqual(oldRecord?.epoch, old.epoch);
+    assert.equal(consumeStateFile(path, expected)?.fileId, old.fileId);
+    const rewritten = readFileSync(`${path}.member`);
+    assert.equal(rewritten.subarray(0, 8).toString(), 'RAFTMQR2', 'the record is rewritten in format 2');
+    assert.deepEqual(readRecord(path, expected)?.consumed.at(-1), old.fileId);
+    // Another cluster's format 1 file beside this record: its epoch was never this node's.
+    copyFileSync(fileURLToPath(new URL('../../test/fixtures/state-format-1/b/node2.state', import.meta.url)), path);
+    refusedWith('RAFT_STATE_FILE_FOREIGN', path, () => consumeStateFile(path, expected));
+  });
+
+  it('a cluster identity that is not a short string, or a format 1 body that claims one, is corrupt', () => {
+    const path = freshPath();
+    for (const clusterUid of [7, 'x'.repeat(65)]) {
+      const bytes = encodeStateFile(sample({ clusterUid } as unknown as Partial<StateFile>));
+      refusedWith('RAFT_STATE_FILE_CORRUPT', path, () => decodeStateFile(bytes, path, expected));
+    }
+    const v2 = encodeStateFile(sample());
+    const v1 = Buffer.concat([Buffer.from('RAFTMQS1'), v2.subarray(8)]);
+    refusedWith('RAFT_STATE_FILE_CORRUPT', path, () => decodeStateFile(v1, path, expected));
   });
 
   it('a corrupt membership record is refused, naming it', () => {

@@ -24,6 +24,7 @@ function stateOf(node: number): StateFile {
   const inc = `inc${node}`;
   return {
     clusterId: 'raftmq',
+    clusterUid: '',
     epoch: { generation: 1, id: 'e1' },
     member: { node, inc },
     term: 2,

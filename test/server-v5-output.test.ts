@@ -266,13 +266,4 @@ describe('server over MQTT 5: output shaped by the client', { timeout: 60_000 },
     assert.equal((await dup.waitFor('disconnect')).code, RC.PROTOCOL_ERROR);
     await dup.waitClosed();
   });
-
-  it('closes a client whose CONNACK cannot fit its Maximum Packet Size instead of exceeding it', async () => {
-    await start();
-    const r = await f.rawOpen();
-    r.send(connectPacket({ level: 5, clientId: 'too-tiny', props: { maxPacketSize: 8 } }));
-    await r.waitClosed();
-    assert.ok(r.packets.every((p) => p.type !== 'connack'));
-    assert.equal(f.node!.counters.get('packet-too-large-for-client'), 1);
-  });
 });

@@ -318,6 +318,8 @@ export class RaftCore {
   private forceFailure: string | null = null;
   /** A newer epoch that serves with two node ids: this member of an older epoch must switch. */
   private switchTo: Epoch | null = null;
+  /** This core bootstrapped its epoch (made generation 1 for a fresh cluster). */
+  private bootstrappedHere = false;
 
   private messages: Message[] = [];
   private appended: LogEntry[] = [];
@@ -651,6 +653,12 @@ export class RaftCore {
    * member of the old epoch switches only then). */
   epochToJoin(): Epoch | null {
     return this.switchTo;
+  }
+
+  /** True once this core made its epoch by bootstrap: the cluster is new, and the driver makes its
+   * identity (docs/design.md "Identity"). */
+  get bootstrapped(): boolean {
+    return this.bootstrappedHere;
   }
 
   /** Leader only: every configured node id is a voter with its current incarnation, and each
@@ -1400,6 +1408,7 @@ export class RaftCore {
       config.push({ node: n, inc: a.inc });
     }
     this.epochNow = { generation: 1, id: this.random.int(2 ** 31).toString(36) };
+    this.bootstrappedHere = true;
     this.term = 1;
     this.vote = this.id;
     this.voteInc = this.incarnation;

@@ -24,11 +24,13 @@ import {
   consumeStateFile,
   type Expected,
   type MembershipRecord,
+  newClusterUid,
   newFileId,
   peekStateFile,
   prevPathOf,
   readForceStartFile,
   readRecord,
+  resumedUid,
   type StateFile,
   stateOfCore,
   syncDir,
@@ -49,7 +51,20 @@ export interface DriverTransport {
   /** Writes what send() queued now rather than at the transport's own end-of-turn flush; the
    * driver calls it once a turn, after proposing the turn's batch. */
   flush?(): void;
+  /** Hellos carry this cluster identity from now on (raft/transport's Transport makes its links
+   * again, so that peers learn it). */
+  setClusterUid?(uid: string): void;
+  /** Makes every link again, with hellos of the epoch and identity as they are now. */
+  remakeLinks?(): void;
+  /** Links that came up (with the peer's hello) and hellos refused for another identity. */
+  onLink?(fn: (event: DriverLinkEvent) => void): void;
 }
+
+/** The link events the driver reads (raft/transport's LinkEvent has these and more). */
+export type DriverLinkEvent =
+  | { t: 'up'; nodeId: number; epoch: unknown; clusterUid: string }
+  | { t: 'down'; nodeId: number }
+  | { t: 'identity-refused'; nodeId: number; clusterUid: string; detail: string };
 
 /** Who this process is, for the transport's hello (docs/design.md "Identity"). */
 export interface DriverIdentity {
@@ -57,6 +72,8 @@ export interface DriverIdentity {
   readonly incarnation: string;
   /** The epoch it resumes; generation 0 (none) for a fresh or amnesiac start. */
   readonly epoch: Epoch;
+  /** The cluster identity (docs/design.md "Identity"); '' while not known. */
+  readonly clusterUid: string;
 }
 
 export interface DriverClock {
@@ -188,6 +205,19 @@ export interface DriverStatus {
   /** Leader only: voters whose wall clock its latest estimate left out of cluster time (farther than
    * maxClockOffsetMs from the median). */
   excludedClocks: number[];
+  /** The cluster identity made at bootstrap; '' while this node knows none. */
+  clusterUid: string;
+  /** Set while this node has stayed out of its cluster's membership for OUT_OF_MEMBERSHIP_E
+   * election timeouts although peers answer: why, per peer. Null otherwise. */
+  outOfMembership: OutOfMembership | null;
+}
+
+export interface OutOfMembership {
+  /** Ms this has lasted. */
+  forMs: number;
+  /** What each peer that leaves this node out did: refused its cluster identity, or sent
+   * messages for another member of this node id or of another epoch. */
+  peers: Record<string, string>;
 }
 
 export const UNCOMMITTED_BYTES_MAX_DEFAULT = 64 * 1024 * 1024;
@@ -211,6 +241,13 @@ const INFLIGHT_APPENDS_MAX_DEFAULT = 32;
  * an empty one. Immediate notices (the core's default) sent every follower an extra append per
  * commit: under load about a tenth of all appends, at a fixed 5,000 msg/s about half. */
 const COMMIT_NOTICE_DELAY_MS_DEFAULT = 5;
+/** A node that is not a voter hearing a leader, while peers refuse it or address another member,
+ * for this many election timeouts says so at error level: a node rejoining after losing its memory
+ * is taken in within a few, a node of another cluster never is. */
+const OUT_OF_MEMBERSHIP_E = 10;
+/** Core refusals that mean a peer does not count this member in: messages for another incarnation
+ * of this node id, or of another epoch. */
+const LEFT_OUT_CODES: ReadonlySet<string> = new Set(['RAFT_OTHER_MEMBER', 'RAFT_FOREIGN_MESSAGE']);
 
 type State = 'new' | 'started' | 'stopping' | 'stopped';
 
@@ -224,6 +261,9 @@ interface StartPlan {
   /** The file to consume at start(): the resumed one, or FILE when forcing from it. */
   readonly consume: StateFile | null;
   readonly record: MembershipRecord | null;
+  /** The cluster identity to start with: the resumed file's or the record's; a force-start that
+   * knows none makes one. '' when not known. */
+  readonly clusterUid: string;
 }
 
 const systemClock: DriverClock = { monotonic: () => performance.now(), wall: () => Date.now() };
@@ -238,6 +278,17 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
   /** The epoch the membership record holds (docs/design.md "Fresh, amnesiac, bootstrap":
    * written before anything of an epoch is applied); null without a state file. */
   private recordEpoch: Epoch | null;
+  /** The cluster identity the membership record holds. */
+  private recordUid: string;
+  /** docs/design.md "Identity": made at bootstrap, learned from peers of the same epoch, kept in the
+   * record and state file; '' while not known. */
+  private clusterUid: string;
+  /** Each peer's latest hello (of a link that came up): its epoch and cluster identity. */
+  private readonly hellos = new Map<number, { epoch: unknown; clusterUid: string }>();
+  /** Peers that leave this node out, with what each did last. */
+  private readonly leftOutBy = new Map<number, string>();
+  private outSince = -1;
+  private outReported = false;
   private recordConsumed: readonly string[];
   private releaseLock: (() => void) | null = null;
   private forceFailureReported = false;
@@ -292,6 +343,8 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     this.random = new Prng(opts.seed ?? randomInt(2 ** 32));
     this.plan = opts.stateFile === undefined ? staticPlan() : planStart(opts.stateFile, this.expected, opts.forceStart === true);
     this.recordEpoch = opts.stateFile === undefined ? null : (this.plan.record?.epoch ?? noEpoch);
+    this.recordUid = this.plan.record?.clusterUid ?? '';
+    this.clusterUid = this.plan.clusterUid;
     this.recordConsumed = this.plan.record?.consumed ?? [];
     this.core = this.makeCore();
     const entriesPerAppendMax = opts.core?.entriesPerAppendMax ?? 64;
@@ -309,8 +362,13 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
       logger: opts.logger,
     });
     this.gate = new MessageGate(ctx, opts.logger, this.limiter, () => this.clock.monotonic());
-    this.transport = opts.transport(this.gate.validate, { incarnation: this.plan.incarnation, epoch: this.plan.epoch ?? noEpoch });
+    this.transport = opts.transport(this.gate.validate, {
+      incarnation: this.plan.incarnation,
+      epoch: this.plan.epoch ?? noEpoch,
+      clusterUid: this.clusterUid,
+    });
     this.transport.onMessage(this.onMessage);
+    this.transport.onLink?.(this.onLink);
   }
 
   private readonly random: Prng;
@@ -380,8 +438,9 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     if (this.opts.forceStart === true) {
       // Forcing from FILE uses it up too: it must never be resumed into the old epoch afterwards.
       const consumed = [...this.recordConsumed, planned.fileId];
-      writeRecord(path, { ...this.expected, epoch: this.recordEpoch ?? noEpoch, consumed });
+      writeRecord(path, { ...this.expected, clusterUid: this.clusterUid, epoch: this.recordEpoch ?? noEpoch, consumed });
       this.recordConsumed = consumed;
+      this.recordUid = this.clusterUid;
       renameSync(path, prevPathOf(path));
       syncDir(dirname(path));
       return;
@@ -391,6 +450,7 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
       throw new DriverError('RAFT_STATE_FILE_CONSUMED', `${path} changed between reading and consuming it`);
     }
     this.recordEpoch = file.epoch;
+    this.recordUid = this.clusterUid;
     this.recordConsumed = [...this.recordConsumed, file.fileId];
   }
 
@@ -423,7 +483,7 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     let written: string | null = null;
     if (path !== undefined && !this.failed && core.epoch.generation !== 0 && phase !== 'probing' && phase !== 'failed') {
       this.writeRecordFor(core.epoch);
-      writeStateFile(path, stateOfCore(core, core.clusterTime(Math.floor(this.clock.monotonic())), newFileId()));
+      writeStateFile(path, stateOfCore(core, core.clusterTime(Math.floor(this.clock.monotonic())), newFileId(), this.clusterUid));
       written = path;
     }
     this.releaseLock?.();
@@ -611,7 +671,85 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     this.lastTick = Math.max(this.lastTick, Math.floor(this.clock.monotonic()));
     this.tickCore();
     this.drainReady();
+    this.judgeMembership();
   };
+
+  /** docs/design.md "Identity": a link refused for another cluster identity, or messages for another
+   * member, tell this node that a peer leaves it out; an accepted message or a link of the same
+   * identity takes that back. */
+  private readonly onLink = (e: DriverLinkEvent): void => {
+    if (this.state !== 'started') return;
+    switch (e.t) {
+      case 'up':
+        this.hellos.set(e.nodeId, { epoch: e.epoch, clusterUid: e.clusterUid });
+        this.leftOutBy.delete(e.nodeId);
+        if (this.live) this.learnClusterUid();
+        return;
+      case 'down':
+        return;
+      case 'identity-refused':
+        if (this.peers.includes(e.nodeId)) this.leftOutBy.set(e.nodeId, e.detail);
+        return;
+      default: {
+        const _: never = e;
+        void _;
+      }
+    }
+  };
+
+  /** Error level once when this node has stayed out of its cluster's membership for
+   * OUT_OF_MEMBERSHIP_E election timeouts while peers are there to say so; info when it is back. */
+  private judgeMembership(): void {
+    const core = this.core;
+    const inside = core.voter && (core.role === 'leader' || core.softState().leader !== 0);
+    if (inside || this.leftOutBy.size === 0) {
+      if (this.outReported)
+        this.opts.logger.info({ epoch: core.epoch.generation, voter: core.voter }, 'raft node back in its cluster membership');
+      this.outSince = -1;
+      this.outReported = false;
+      return;
+    }
+    if (this.outSince < 0) this.outSince = this.lastTick;
+    if (this.outReported || this.lastTick - this.outSince < OUT_OF_MEMBERSHIP_E * this.opts.electionTimeoutMs) return;
+    this.outReported = true;
+    this.opts.logger.error(
+      {
+        code: 'RAFT_OUT_OF_MEMBERSHIP',
+        node: this.id,
+        epoch: `${core.epoch.generation}/${core.epoch.id}`,
+        clusterUid: this.clusterUid,
+        incarnation: core.incarnation,
+        peers: Object.fromEntries(this.leftOutBy),
+        stateFile: this.opts.stateFile,
+      },
+      'raft node stays out of its cluster membership: its peers do not count it in (a state file of another cluster?)',
+    );
+  }
+
+  private outOfMembership(): OutOfMembership | null {
+    if (!this.outReported) return null;
+    return { forMs: this.lastTick - this.outSince, peers: Object.fromEntries(this.leftOutBy) };
+  }
+
+  /** A node that knows no cluster identity takes the one a peer of its own epoch sent in its hello
+   * (the link is authenticated where a secret is set); the epoch id is random, so a peer of the
+   * same epoch is of the same cluster. */
+  private learnClusterUid(): void {
+    const epoch = this.core.epoch;
+    if (this.clusterUid !== '' || epoch.generation === 0) return;
+    for (const [peer, hello] of this.hellos) {
+      if (hello.clusterUid === '' || !isSameEpoch(hello.epoch, epoch)) continue;
+      this.adoptClusterUid(hello.clusterUid, `learned from node ${peer}`);
+      return;
+    }
+  }
+
+  private adoptClusterUid(uid: string, how: string): void {
+    this.clusterUid = uid;
+    this.writeRecordFor(this.core.epoch);
+    this.transport.setClusterUid?.(uid);
+    this.opts.logger.info({ clusterUid: uid, epoch: this.core.epoch.generation }, `raft cluster identity ${how}`);
+  }
 
   private readonly onMessage = (from: number, m: Message): void => {
     if (this.state !== 'started' || !this.live) return;
@@ -629,7 +767,12 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
       this.fail(err);
       return;
     }
-    if (error !== null) this.refuse(error.code, { peer: from, detail: error.message });
+    if (error !== null) {
+      this.refuse(error.code, { peer: from, detail: error.message });
+      if (LEFT_OUT_CODES.has(error.code)) this.leftOutBy.set(from, `${error.code}: ${error.message}`);
+    } else {
+      this.leftOutBy.delete(from);
+    }
     this.drainReady();
   };
 
@@ -682,16 +825,32 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
   private noteEpoch(): void {
     const epoch = this.core.epoch;
     if (this.recordEpoch === null || epoch.generation === 0 || sameEpoch(epoch, this.recordEpoch)) return;
+    // docs/design.md "Identity": the node that bootstraps a cluster makes its identity, before its
+    // first entry reaches a peer; the others learn it from the hellos of peers of this epoch.
+    const made = this.clusterUid === '' && this.core.bootstrapped;
+    if (made) this.clusterUid = newClusterUid();
     this.writeRecordFor(epoch);
     this.transport.setEpoch?.(epoch);
     this.opts.logger.info({ epoch: epoch.generation, epochId: epoch.id, incarnation: this.core.incarnation }, 'raft epoch joined');
+    if (this.clusterUid === '') {
+      this.learnClusterUid();
+      return;
+    }
+    // setClusterUid makes the links again when the identity is new to the transport. A forced
+    // epoch keeps the identity the transport had, so its links are made again here: either way
+    // the peers that will join this epoch get hellos of it, with the identity, to learn from.
+    this.transport.setClusterUid?.(this.clusterUid);
+    const phase = this.core.forceStartPhase;
+    if (!made && (phase === 'waiting' || phase === 'serving')) this.transport.remakeLinks?.();
   }
 
   private writeRecordFor(epoch: Epoch): void {
     const path = this.opts.stateFile;
-    if (path === undefined || (this.recordEpoch !== null && sameEpoch(epoch, this.recordEpoch))) return;
-    writeRecord(path, { ...this.expected, epoch, consumed: this.recordConsumed });
+    if (path === undefined) return;
+    if (this.recordEpoch !== null && sameEpoch(epoch, this.recordEpoch) && this.recordUid === this.clusterUid) return;
+    writeRecord(path, { ...this.expected, clusterUid: this.clusterUid, epoch, consumed: this.recordConsumed });
     this.recordEpoch = epoch;
+    this.recordUid = this.clusterUid;
   }
 
   /** docs/design.md "Force-start": a member of an older epoch whose node ids went over to a newer one
@@ -928,12 +1087,21 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
       needsForceStart: this.core.needsForceStart(),
       forceStart: this.core.forceStartPhase,
       excludedClocks: this.core.excludedClocks(),
+      clusterUid: this.clusterUid,
+      outOfMembership: this.outOfMembership(),
     };
   }
 }
 
+/** `hello` (an untrusted value from a peer's hello) names `epoch`. */
+function isSameEpoch(hello: unknown, epoch: Epoch): boolean {
+  if (typeof hello !== 'object' || hello === null) return false;
+  const h = hello as Partial<Epoch>;
+  return h.generation === epoch.generation && h.id === epoch.id;
+}
+
 function staticPlan(): StartPlan {
-  return { membership: 'member', incarnation: '0', epoch: undefined, restore: undefined, consume: null, record: null };
+  return { membership: 'member', incarnation: '0', epoch: undefined, restore: undefined, consume: null, record: null, clusterUid: '' };
 }
 
 const restoreOf = (f: StateFile): DurableState => ({
@@ -960,12 +1128,25 @@ function planStart(path: string, expected: Expected, force: boolean): StartPlan 
       restore: restoreOf(file),
       consume: from === path ? file : null,
       record,
+      // A forced epoch stays of its cluster; one formed before identities existed gets one now.
+      clusterUid: resumedUid(file, record) || newClusterUid(),
     };
   }
   const file = peekStateFile(path, expected);
-  if (file === null)
-    return { membership: record === null ? 'fresh' : 'amnesiac', incarnation, epoch: undefined, restore: undefined, consume: null, record };
-  return { membership: 'member', incarnation: file.member.inc, epoch: file.epoch, restore: restoreOf(file), consume: file, record };
+  if (file === null) {
+    const membership = record === null ? 'fresh' : 'amnesiac';
+    return { membership, incarnation, epoch: undefined, restore: undefined, consume: null, record, clusterUid: record?.clusterUid ?? '' };
+  }
+  const clusterUid = resumedUid(file, record);
+  return {
+    membership: 'member',
+    incarnation: file.member.inc,
+    epoch: file.epoch,
+    restore: restoreOf(file),
+    consume: file,
+    record,
+    clusterUid,
+  };
 }
 
 function checkOptions(opts: RaftDriverOptions): void {

@@ -57,6 +57,7 @@ export class NodeApp {
         incarnation: identity.incarnation,
         clusterId: args.clusterId,
         epoch: identity.epoch,
+        clusterUid: identity.clusterUid,
         listen: args.listen,
         peers: args.peers,
         secret: args.secret,

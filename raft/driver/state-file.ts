@@ -2,18 +2,28 @@
 // bootstrap"). Layout of both: 8 magic bytes, a 32-byte SHA-256 of the body, then the msgpackr
 // body. Every byte read back is untrusted: a bad checksum, a bad shape, another cluster or node, or
 // a file already consumed is refused with a stable code and a message naming the file.
+//
+// Format 2 (magic RAFTMQS2 / RAFTMQR2) adds the cluster identity: a random id made when a cluster
+// is bootstrapped (or force-started without one), which no two clusters share whatever their
+// --cluster-id. Format 1 files and records, written before it existed, are still read, with an
+// empty identity; a node writes format 2 from then on.
 import { createHash, randomBytes } from 'node:crypto';
 import { closeSync, fsyncSync, openSync, readFileSync, renameSync, unlinkSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { Packr } from 'msgpackr';
-import type { Configuration, Epoch, Member } from '../core/membership.js';
+import { type Configuration, type Epoch, type Member, sameEpoch } from '../core/membership.js';
 import type { LogEntry } from '../core/messages.js';
 import type { RaftCore } from '../core/raft.js';
 import type { Snapshot } from '../core/snapshot.js';
 import { DriverError } from './errors.js';
 
-const stateMagic = Buffer.from('RAFTMQS1');
-const recordMagic = Buffer.from('RAFTMQR1');
+const stateMagic = Buffer.from('RAFTMQS2');
+const recordMagic = Buffer.from('RAFTMQR2');
+/** Format 1: no cluster identity. */
+const stateMagicV1 = Buffer.from('RAFTMQS1');
+const recordMagicV1 = Buffer.from('RAFTMQR1');
+/** A cluster identity is 32 hex digits; a longer string read back is refused as corrupt. */
+const clusterUidCharsMax = 64;
 const digestBytes = 32;
 /** The record remembers this many consumed file ids: enough for every file a node could be handed. */
 export const consumedIdsMax = 64;
@@ -21,6 +31,8 @@ const packr = new Packr({ useRecords: false, mapsAsObjects: true });
 
 export interface StateFile {
   readonly clusterId: string;
+  /** The cluster identity ('' in a format 1 file, or for a node that never learned it). */
+  readonly clusterUid: string;
   readonly epoch: Epoch;
   readonly member: Member;
   readonly term: number;
@@ -43,6 +55,8 @@ export interface StateFile {
  * anything of an epoch, and when it consumes a state file. */
 export interface MembershipRecord {
   readonly clusterId: string;
+  /** The cluster identity this node took part in ('' in a format 1 record, or none known yet). */
+  readonly clusterUid: string;
   readonly nodeId: number;
   readonly epoch: Epoch;
   /** File ids of state files consumed, newest last (at most consumedIdsMax). */
@@ -55,6 +69,8 @@ export interface Expected {
 }
 
 export const newFileId = (): string => randomBytes(16).toString('hex');
+/** 128 random bits: made once per cluster, at bootstrap or at a force-start that knows none. */
+export const newClusterUid = (): string => randomBytes(16).toString('hex');
 export const recordPathOf = (stateFile: string): string => `${stateFile}.member`;
 export const lockPathOf = (stateFile: string): string => `${stateFile}.lock`;
 export const prevPathOf = (stateFile: string): string => `${stateFile}.prev`;
@@ -62,11 +78,12 @@ export const prevPathOf = (stateFile: string): string => `${stateFile}.prev`;
 // ---- encoding ----
 
 /** What a state file records of a core: its identity, durable state, log and commit index, with
- * the cluster time and file id the caller gives. */
-export function stateOfCore(core: RaftCore, clusterTime: number, fileId: string): StateFile {
+ * the cluster time, file id and cluster identity the caller gives. */
+export function stateOfCore(core: RaftCore, clusterTime: number, fileId: string, clusterUid: string): StateFile {
   const d = core.durableState();
   return {
     clusterId: core.clusterId,
+    clusterUid,
     epoch: core.epoch,
     member: core.member,
     term: d.term,
@@ -97,9 +114,16 @@ export function decodeStateFile(bytes: Uint8Array, path: string, expected: Expec
 /** Checksum, shape and log rules only, for a file whose owner is not known yet (newest-state reads
  * every node's file and learns each one's node id from it). */
 export function decodeAnyStateFile(bytes: Uint8Array, path: string): StateFile {
-  const v = open(stateMagic, bytes, path);
+  const { value, version } = open([stateMagic, stateMagicV1], bytes, path, 'state file');
+  const v = version === 1 ? withoutUid(value) : value;
   if (!isStateFile(v)) throw new DriverError('RAFT_STATE_FILE_CORRUPT', `${path}: fields missing or of the wrong type`);
   return v;
+}
+
+/** A format 1 body with the identity it did not have; a body that claims one anyway is refused. */
+function withoutUid(v: unknown): unknown {
+  if (typeof v !== 'object' || v === null || 'clusterUid' in v) return null;
+  return { ...v, clusterUid: '' };
 }
 
 export function encodeRecord(r: MembershipRecord): Buffer {
@@ -107,11 +131,13 @@ export function encodeRecord(r: MembershipRecord): Buffer {
 }
 
 export function decodeRecord(bytes: Uint8Array, path: string, expected: Expected): MembershipRecord {
-  const v = open(recordMagic, bytes, path) as Partial<MembershipRecord> | null;
+  const { value, version } = open([recordMagic, recordMagicV1], bytes, path, 'membership record');
+  const v = (version === 1 ? withoutUid(value) : value) as Partial<MembershipRecord> | null;
   const ok =
     typeof v === 'object' &&
     v !== null &&
     typeof v.clusterId === 'string' &&
+    isClusterUid(v.clusterUid) &&
     Number.isSafeInteger(v.nodeId) &&
     isEpoch(v.epoch) &&
     Array.isArray(v.consumed) &&
@@ -130,24 +156,27 @@ function seal(magic: Buffer, value: unknown): Buffer {
   return Buffer.concat([magic, digest, body]);
 }
 
-function open(magic: Buffer, bytes: Uint8Array, path: string): unknown {
+/** The body under one of `magics` (newest format first; all of one length), and its format: 2 for
+ * the first magic, 1 for the second. */
+function open(magics: readonly [Buffer, Buffer], bytes: Uint8Array, path: string, what: string): { value: unknown; version: 1 | 2 } {
   const buf = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  const head = magic.length + digestBytes;
-  if (buf.length < head || !buf.subarray(0, magic.length).equals(magic)) {
-    throw new DriverError('RAFT_STATE_FILE_CORRUPT', `${path}: not a raftmq ${magic === stateMagic ? 'state file' : 'membership record'}`);
-  }
+  const magicBytes = magics[0].length;
+  const head = magicBytes + digestBytes;
+  const at = buf.length < head ? -1 : magics.findIndex((m) => buf.subarray(0, magicBytes).equals(m));
+  if (at < 0) throw new DriverError('RAFT_STATE_FILE_CORRUPT', `${path}: not a raftmq ${what}`);
   const body = buf.subarray(head);
-  if (!createHash('sha256').update(body).digest().equals(buf.subarray(magic.length, head))) {
+  if (!createHash('sha256').update(body).digest().equals(buf.subarray(magicBytes, head))) {
     throw new DriverError('RAFT_STATE_FILE_CORRUPT', `${path}: checksum mismatch`);
   }
   try {
-    return packr.unpack(body);
+    return { value: packr.unpack(body), version: at === 0 ? 2 : 1 };
   } catch (err) {
     throw new DriverError('RAFT_STATE_FILE_CORRUPT', `${path}: ${(err as Error).message}`);
   }
 }
 
 const isCount = (v: unknown): v is number => Number.isSafeInteger(v) && (v as number) >= 0;
+const isClusterUid = (v: unknown): v is string => typeof v === 'string' && v.length <= clusterUidCharsMax;
 const isEpoch = (v: unknown): v is Epoch =>
   typeof v === 'object' && v !== null && isCount((v as Epoch).generation) && typeof (v as Epoch).id === 'string';
 const isMember = (v: unknown): v is Member =>
@@ -193,6 +222,7 @@ function isStateFile(v: unknown): v is StateFile {
   const s = v as Partial<StateFile>;
   return (
     typeof s.clusterId === 'string' &&
+    isClusterUid(s.clusterUid) &&
     isEpoch(s.epoch) &&
     isMember(s.member) &&
     isCount(s.term) &&
@@ -261,7 +291,8 @@ export function consumeStateFile(path: string, expected: Expected): StateFile | 
   if (file === null) return null;
   const record = readRecord(path, expected);
   const consumed = [...(record?.consumed ?? []), file.fileId].slice(-consumedIdsMax);
-  writeRecord(path, { clusterId: expected.clusterId, nodeId: expected.nodeId, epoch: file.epoch, consumed });
+  const clusterUid = resumedUid(file, record);
+  writeRecord(path, { clusterId: expected.clusterId, clusterUid, nodeId: expected.nodeId, epoch: file.epoch, consumed });
   renameSync(path, prevPathOf(path));
   syncDir(dirname(path));
   return file;
@@ -283,18 +314,58 @@ export function peekStateFile(path: string, expected: Expected): StateFile | nul
         `${path} is of epoch ${file.epoch.generation}, older than ${record.epoch.generation}`,
       );
     }
+    refuseOtherCluster(file, record, path);
   }
   return file;
+}
+
+/** A file this node wrote is of the epoch its record holds: the record is written before a node
+ * takes part in an epoch, and again before each state file. So a file of another epoch that is not
+ * older (older ones are restored copies, refused above), or of another cluster identity, was
+ * written by a node of another cluster, whatever --cluster-id they share: resuming it would take
+ * this node out of its own cluster. A format 1 file (no identity) is judged by its epoch alone, so
+ * that the file a node wrote before identities existed is adopted once. */
+function refuseOtherCluster(file: StateFile, record: MembershipRecord, path: string): void {
+  const recordUid = record.clusterUid;
+  if (recordUid !== '' && file.clusterUid !== '' && file.clusterUid !== recordUid) {
+    throw new DriverError(
+      'RAFT_STATE_FILE_FOREIGN',
+      `${path} is of cluster identity ${file.clusterUid}; this node's record ${recordPathOf(path)} is of ${recordUid}`,
+    );
+  }
+  if (record.epoch.generation !== 0 && !sameEpoch(file.epoch, record.epoch)) {
+    const of = (e: Epoch): string => `${e.generation}/${e.id}`;
+    throw new DriverError(
+      'RAFT_STATE_FILE_FOREIGN',
+      `${path} is of epoch ${of(file.epoch)}, which this node never joined (its record ${recordPathOf(path)} is of epoch ${of(record.epoch)}): a file of another cluster`,
+    );
+  }
+}
+
+/** The identity a node resuming `file` runs with: the file's, else the record's (a format 1 file
+ * adopted by a node that learned the identity in the same epoch); '' when neither knows one. */
+export function resumedUid(file: StateFile, record: MembershipRecord | null): string {
+  return file.clusterUid !== '' ? file.clusterUid : (record?.clusterUid ?? '');
 }
 
 /** docs/design.md "Force-start": the file to force from, FILE or else the consumed FILE.prev (a
  * force-start is not a resume, so a consumed file may serve, and so may one older than the epoch
  * the record shows: the forced epoch is made newer than both). */
 export function readForceStartFile(path: string, expected: Expected): { file: StateFile; path: string } {
+  const record = readRecord(path, expected);
   for (const p of [path, prevPathOf(path)]) {
     const bytes = readIfExists(p);
     if (bytes === null) continue;
-    return { file: decodeStateFile(bytes, p, expected), path: p };
+    const file = decodeStateFile(bytes, p, expected);
+    // Forcing may use a file older than the record, but not one of another cluster identity.
+    const recordUid = record?.clusterUid ?? '';
+    if (recordUid !== '' && file.clusterUid !== '' && file.clusterUid !== recordUid) {
+      throw new DriverError(
+        'RAFT_STATE_FILE_FOREIGN',
+        `${p} is of cluster identity ${file.clusterUid}; this node's record is of ${recordUid}`,
+      );
+    }
+    return { file, path: p };
   }
   throw new DriverError('RAFT_STATE_FILE_MISSING', `neither ${path} nor ${prevPathOf(path)} exists to force-start from`);
 }

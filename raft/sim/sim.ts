@@ -877,7 +877,7 @@ class Simulation {
 
   private encodeState(n: RaftCore): Uint8Array {
     const clusterTime = Math.floor(n.clusterTime(this.clock(n.id).mono(this.now)));
-    return encodeStateFile(stateOfCore(n, clusterTime, `f${this.prng.int(2 ** 31)}`));
+    return encodeStateFile(stateOfCore(n, clusterTime, `f${this.prng.int(2 ** 31)}`, ''));
   }
 
   /** `--cluster-force-start` from the state file the node just wrote: a new member that probes,

@@ -10,6 +10,7 @@ export type LinkCloseCode =
   | 'message-invalid' // decoded, but the caller's validate refused it
   | 'hello-invalid' // handshake frame of the wrong shape
   | 'cluster-mismatch'
+  | 'identity-mismatch' // both sides know a cluster identity (made at bootstrap) and they differ
   | 'epoch-refused' // the caller's epoch comparison refused the peer's epoch
   | 'node-unexpected' // not the dialed peer, or not a configured peer
   | 'auth-missing' // we hold a secret and the peer sent no challenge

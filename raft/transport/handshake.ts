@@ -1,6 +1,6 @@
 // The first frames of every link, in both directions (docs/design.md "Links", docs/design.md "Identity").
 //
-//   each side:  hello {clusterId, epoch, nodeId, incarnation, nonce?}
+//   each side:  hello {clusterId, epoch, nodeId, incarnation, nonce?, clusterUid?}
 //   with a cluster secret, each side, on the other's hello:
 //               proof {mac = HMAC-SHA256(secret, other's nonce || bytes of own hello body)}
 //
@@ -8,6 +8,9 @@
 // disagree about what was signed, and it binds the sender's identity to the receiver's fresh
 // nonce. A side that reflects a hello back cannot pass: the acceptor refuses a hello with its own
 // node id, and each nonce is drawn per link.
+//
+// clusterUid, the cluster identity made at bootstrap, is sent only by a node that knows one: a
+// hello without it is the hello of older versions, which ignore the field when they read it.
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import type { LinkCloseCode } from './errors.js';
 
@@ -24,10 +27,16 @@ export interface LocalIdentity {
   epoch: unknown;
   nodeId: number;
   incarnation: Incarnation;
+  /** The cluster identity; '' or absent: not known (a fresh node, or one of a cluster formed before
+   * identities existed). */
+  clusterUid?: string;
 }
 
+/** A cluster identity is 32 hex digits; anything longer in a hello is refused as invalid. */
+export const CLUSTER_UID_CHARS_MAX = 64;
+
 export type HandshakeFrame =
-  | { t: 'hello'; clusterId: string; epoch: unknown; nodeId: number; incarnation: Incarnation; nonce?: Uint8Array }
+  | { t: 'hello'; clusterId: string; epoch: unknown; nodeId: number; incarnation: Incarnation; nonce?: Uint8Array; clusterUid?: string }
   | { t: 'proof'; mac: Uint8Array };
 
 export type Hello = Extract<HandshakeFrame, { t: 'hello' }>;
@@ -41,6 +50,7 @@ export function makeHello(local: LocalIdentity, nonce: Uint8Array | undefined): 
     incarnation: local.incarnation,
   };
   if (nonce !== undefined) hello.nonce = nonce;
+  if (local.clusterUid !== undefined && local.clusterUid !== '') hello.clusterUid = local.clusterUid;
   return hello;
 }
 
@@ -55,10 +65,11 @@ export function parseHandshakeFrame(value: unknown): HandshakeFrame | undefined 
   if (typeof v.clusterId !== 'string' || !('epoch' in v)) return undefined;
   if (!Number.isSafeInteger(v.nodeId) || !isIncarnation(v.incarnation)) return undefined;
   if (v.nonce !== undefined && !(v.nonce instanceof Uint8Array && v.nonce.length === NONCE_BYTES)) return undefined;
-  const hello = makeHello(
-    { clusterId: v.clusterId, epoch: v.epoch, nodeId: v.nodeId as number, incarnation: v.incarnation },
-    v.nonce as Uint8Array | undefined,
-  );
+  const uid = v.clusterUid;
+  if (uid !== undefined && !(typeof uid === 'string' && uid !== '' && uid.length <= CLUSTER_UID_CHARS_MAX)) return undefined;
+  const local: LocalIdentity = { clusterId: v.clusterId, epoch: v.epoch, nodeId: v.nodeId as number, incarnation: v.incarnation };
+  if (uid !== undefined) local.clusterUid = uid;
+  const hello = makeHello(local, v.nonce as Uint8Array | undefined);
   return hello;
 }
 
@@ -81,6 +92,16 @@ export function judgeHello(hello: Hello, x: HelloExpectations): { code: LinkClos
   }
   if (!x.expectNode(hello.nodeId)) {
     return { code: 'node-unexpected', detail: `peer says it is node ${hello.nodeId}` };
+  }
+  // Both know a cluster identity and they differ: the same --cluster-id, another cluster (a node
+  // that resumed a state file of that cluster). Where either knows none, the link is made and the
+  // one without learns it from peers of its epoch.
+  const mine = x.local.clusterUid ?? '';
+  if (mine !== '' && hello.clusterUid !== undefined && hello.clusterUid !== mine) {
+    return {
+      code: 'identity-mismatch',
+      detail: `peer node ${hello.nodeId} is of cluster identity ${hello.clusterUid}, this node of ${mine}`,
+    };
   }
   if (!epochAcceptsSafely(x, hello.epoch)) return { code: 'epoch-refused', detail: 'peer epoch refused' };
   if (x.hasSecret && hello.nonce === undefined) {

@@ -49,6 +49,8 @@ export class Link<M> {
   readonly direction: LinkDirection;
   /** The peer's hello, once received and accepted. */
   peer: Hello | undefined;
+  /** The peer's hello as received, accepted or not (unauthenticated until the link is ready). */
+  heard: Hello | undefined;
   private phase: Phase = 'handshake';
   private readonly opts: LinkOptions<M>;
   private readonly reader = new FrameReader(HANDSHAKE_FRAME_BYTES_MAX);
@@ -167,6 +169,7 @@ export class Link<M> {
   }
 
   private receiveHello(hello: Hello, body: Uint8Array): void {
+    this.heard ??= hello;
     const refusal =
       this.peer === undefined ? judgeHello(hello, this.opts.expectations) : { code: 'hello-invalid' as const, detail: 'second hello' };
     if (refusal !== undefined) {

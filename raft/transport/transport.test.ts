@@ -4,6 +4,7 @@ import { afterEach, describe, it } from 'node:test';
 import { type BodyCodec, BodyRefusal, newUnpacker, packBody, unpackBody } from './codec.js';
 import { type LinkCloseCode, TransportError } from './errors.js';
 import { allocFrame, encodeFrame, FRAME_HEADER_BYTES } from './frame.js';
+import type { LinkEvent } from './transport.js';
 import { frameOf, LOOPBACK, makeNode, type Node, RawPeer, settle, stopAll, type TestMsg, waitFor, wire } from './transport-harness.js';
 
 let running: Node[] = [];
@@ -207,9 +208,44 @@ describe('raft transport over loopback', { timeout: 60_000 }, () => {
       new Set(events.map((e) => JSON.stringify(e))),
       new Set(
         ['out', 'in'].map((direction) =>
-          JSON.stringify({ t: 'up', nodeId: 2, direction, incarnation: 'inc-2', epoch: { generation: 2, id: 'e2' } }),
+          JSON.stringify({ t: 'up', nodeId: 2, direction, incarnation: 'inc-2', epoch: { generation: 2, id: 'e2' }, clusterUid: '' }),
         ),
       ),
+    );
+  });
+
+  it('refuses a peer of another cluster identity, logging it once, and links with one that knows none', async () => {
+    const a = makeNode(1, [1, 2, 3], { clusterUid: 'aaaa' });
+    const other = makeNode(2, [1, 2, 3], { clusterUid: 'bbbb' });
+    const unknown = makeNode(3, [1, 2, 3]);
+    const events: LinkEvent[] = [];
+    a.transport.onLink((e) => events.push(e));
+    await wire(nodes(a, other, unknown));
+    await waitFor('node 1 to link with node 3 both ways', () => events.filter((e) => e.t === 'up' && e.nodeId === 3).length === 2);
+    // Node 2 redials after each refusal; several refusals, one line.
+    await waitFor('two refusals of node 2', () => events.filter((e) => e.t === 'identity-refused').length >= 2, 20_000);
+    const refused = events.filter((e) => e.t === 'identity-refused');
+    assert.ok(refused.every((e) => e.t === 'identity-refused' && e.nodeId === 2 && e.clusterUid === 'bbbb'));
+    assert.equal(a.logger.lines.filter((l) => l.fields.code === 'identity-mismatch').length, 1, 'logged once');
+    assert.ok(other.logger.closedWith('identity-mismatch'), 'the other side refuses too');
+    assert.equal(
+      events.some((e) => e.t === 'up' && e.nodeId === 2),
+      false,
+    );
+  });
+
+  it('makes its links again when it learns its cluster identity, so that peers see it in the hello', async () => {
+    const a = makeNode(1, [1, 2]);
+    const b = makeNode(2, [1, 2]);
+    const seen: LinkEvent[] = [];
+    b.transport.onLink((e) => seen.push(e));
+    await wire(nodes(a, b));
+    await waitFor('both links up', () => seen.filter((e) => e.t === 'up').length === 2);
+    assert.ok(seen.every((e) => e.t !== 'up' || e.clusterUid === ''));
+    a.transport.setClusterUid('cafe');
+    await waitFor(
+      'both links made again with the identity',
+      () => seen.filter((e) => e.t === 'up' && e.clusterUid === 'cafe').length === 2,
     );
   });
 

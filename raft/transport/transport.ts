@@ -35,6 +35,9 @@ export interface TransportOptions<M> {
   clusterId: string;
   /** Any msgpackr value; sent in every hello and judged by epochAccepts. */
   epoch: unknown;
+  /** The cluster identity, sent in every hello; a peer that sends another one is refused. Absent or
+   * '': not known yet (see setClusterUid). */
+  clusterUid?: string;
   listen: PeerAddress;
   /** Every node of the cluster; an entry for this node is ignored. Port 0: address not known yet
    * (see setPeerAddress); such a peer is not dialed. */
@@ -73,13 +76,17 @@ export interface TransportStats {
 }
 
 export type LinkEvent =
-  | { t: 'up'; nodeId: number; direction: LinkDirection; incarnation: Incarnation; epoch: unknown }
-  | { t: 'down'; nodeId: number; direction: LinkDirection; code: LinkCloseCode };
+  | { t: 'up'; nodeId: number; direction: LinkDirection; incarnation: Incarnation; epoch: unknown; clusterUid: string }
+  | { t: 'down'; nodeId: number; direction: LinkDirection; code: LinkCloseCode }
+  /** A hello named another cluster identity (not authenticated: for reporting only). */
+  | { t: 'identity-refused'; nodeId: number; clusterUid: string; detail: string };
 
 /** Unauthenticated inbound connections are bounded; three nodes need two inbound links. */
 export const INBOUND_CONNECTIONS_MAX = 64;
 export const HANDSHAKE_TIMEOUT_MS_DEFAULT = 3_000;
 export const SEND_QUEUE_BYTES_MAX_DEFAULT = 64 * 1024 * 1024;
+/** Distinct refused identities logged; beyond, refusals are only counted (refusedLinks). */
+const IDENTITY_LOGGED_MAX = 64;
 
 const BAD_FRAME_CODES: ReadonlySet<LinkCloseCode> = new Set<LinkCloseCode>([
   'frame-oversize',
@@ -92,6 +99,7 @@ const BAD_FRAME_CODES: ReadonlySet<LinkCloseCode> = new Set<LinkCloseCode>([
 ]);
 const REFUSAL_CODES: ReadonlySet<LinkCloseCode> = new Set<LinkCloseCode>([
   'cluster-mismatch',
+  'identity-mismatch',
   'epoch-refused',
   'node-unexpected',
   'auth-missing',
@@ -135,12 +143,20 @@ export class Transport<M> implements LinkOwner<M> {
   private flushScheduled = false;
   private messageHandler: ((from: number, msg: M) => void) | undefined;
   private linkHandler: ((event: LinkEvent) => void) | undefined;
+  /** `node/identity` pairs whose refusal was logged. */
+  private readonly identityLogged = new Set<string>();
   private readonly counters = { framesIn: 0, framesOut: 0, dropped: 0, badFrames: 0, refusedLinks: 0, reconnects: 0 };
 
   constructor(opts: TransportOptions<M>) {
     checkOptions(opts);
     this.opts = opts;
-    this.identity = { clusterId: opts.clusterId, epoch: opts.epoch, nodeId: opts.nodeId, incarnation: opts.incarnation };
+    this.identity = {
+      clusterId: opts.clusterId,
+      epoch: opts.epoch,
+      nodeId: opts.nodeId,
+      incarnation: opts.incarnation,
+      clusterUid: opts.clusterUid ?? '',
+    };
     this.authenticatesPeers = opts.secret !== undefined;
     this.maxFrameBytes = opts.maxFrameBytes ?? FRAME_BYTES_MAX_DEFAULT;
     this.handshakeTimeoutMs = opts.handshakeTimeoutMs ?? HANDSHAKE_TIMEOUT_MS_DEFAULT;
@@ -239,6 +255,22 @@ export class Transport<M> implements LinkOwner<M> {
   /** Hellos of links made from now on carry this epoch (after a force-start). */
   setEpoch(epoch: unknown): void {
     this.identity.epoch = epoch;
+  }
+
+  /** This node made or learned its cluster identity (once per process). Links already made carry
+   * hellos without it, from which no peer could learn it, so they are made again. */
+  setClusterUid(uid: string): void {
+    if (this.identity.clusterUid === uid) return;
+    this.identity.clusterUid = uid;
+    this.remakeLinks('cluster identity set');
+  }
+
+  /** Closes every link, so that each is made again with a hello of the identity as it is now (a
+   * node that made a new epoch: peers learn the identity from hellos of that epoch). Queued frames
+   * wait for the new links. */
+  remakeLinks(why = 'identity changed'): void {
+    for (const peer of this.out.values()) peer.link?.close('superseded', why);
+    for (const link of [...this.inbound.values(), ...this.inboundPending]) link.close('superseded', why);
   }
 
   /** Learns or changes a peer's address; the dialed link to it is made again at once. */
@@ -352,7 +384,14 @@ export class Transport<M> implements LinkOwner<M> {
       older?.close('superseded', 'a newer link from the same node');
     }
     this.opts.logger.info({ peer: hello.nodeId, direction: link.direction, incarnation: hello.incarnation }, 'peer link up');
-    this.linkHandler?.({ t: 'up', nodeId: hello.nodeId, direction: link.direction, incarnation: hello.incarnation, epoch: hello.epoch });
+    this.linkHandler?.({
+      t: 'up',
+      nodeId: hello.nodeId,
+      direction: link.direction,
+      incarnation: hello.incarnation,
+      epoch: hello.epoch,
+      clusterUid: hello.clusterUid ?? '',
+    });
   }
 
   linkMessage(link: Link<M>, msg: M): void {
@@ -371,7 +410,8 @@ export class Transport<M> implements LinkOwner<M> {
   linkClosed(link: Link<M>, code: LinkCloseCode, detail: string): void {
     const wasUp = link.established;
     this.countClose(code);
-    this.logClose(link, code, detail, wasUp);
+    if (code === 'identity-mismatch') this.identityRefused(link, detail);
+    else this.logClose(link, code, detail, wasUp);
     if (link.direction === 'out') this.outLinkClosed(link);
     else this.inLinkClosed(link);
     if (wasUp) this.linkHandler?.({ t: 'down', nodeId: link.peer!.nodeId, direction: link.direction, code });
@@ -400,6 +440,21 @@ export class Transport<M> implements LinkOwner<M> {
   private countClose(code: LinkCloseCode): void {
     if (BAD_FRAME_CODES.has(code)) this.counters.badFrames++;
     else if (REFUSAL_CODES.has(code)) this.counters.refusedLinks++;
+  }
+
+  /** Logged once per peer node id and identity: the peer redials every few seconds for as long as
+   * it runs, and the owner reports the lasting state (RaftDriver: out of membership). */
+  private identityRefused(link: Link<M>, detail: string): void {
+    const heard = link.heard;
+    const nodeId = heard?.nodeId ?? 0;
+    const uid = heard?.clusterUid ?? '';
+    const key = `${nodeId}/${uid}`;
+    if (!this.identityLogged.has(key) && this.identityLogged.size < IDENTITY_LOGGED_MAX) {
+      this.identityLogged.add(key);
+      const remote = `${link.socket.remoteAddress}:${link.socket.remotePort}`;
+      this.opts.logger.warn({ peer: nodeId, remote, code: 'identity-mismatch', detail }, 'peer link refused: another cluster');
+    }
+    this.linkHandler?.({ t: 'identity-refused', nodeId, clusterUid: uid, detail });
   }
 
   private logClose(link: Link<M>, code: LinkCloseCode, detail: string, wasUp: boolean): void {

@@ -173,6 +173,12 @@ export function sessionPreimage(s: Session): Session {
   };
 }
 
+/** The client id apply gives a connection that sent an empty one [MQTT-3.1.3-6]: one per
+ * connection, known before its CONNECT is proposed, so that the connection can size its CONNACK. */
+export function assignedClientId(conn: string): string {
+  return `auto-${conn}`;
+}
+
 /** Digits of each part of a ConnId at most: 15 keep the period a safe integer. */
 const CONN_PART_DIGITS_MAX = 15;
 const DIGIT_0 = 0x30;

@@ -149,6 +149,8 @@ export function singleNodeStatus(node: BrokerNode): ClusterStatus {
     epoch: null,
     forceStart: null,
     excludedClocks: [],
+    clusterUid: null,
+    outOfMembership: null,
     failure,
     configMatchesServing: true,
   };

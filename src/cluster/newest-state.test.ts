@@ -19,6 +19,7 @@ import {
 
 interface Shape {
   node?: number;
+  clusterUid?: string;
   generation?: number;
   epochId?: string;
   /** Terms of the log entries after the snapshot, in order. */
@@ -33,6 +34,7 @@ function fileOf(s: Shape): StateFile {
   const terms = [s.snapshot?.term ?? 0, ...s.terms];
   return {
     clusterId: 'raftmq',
+    clusterUid: s.clusterUid ?? '',
     epoch: { generation: s.generation ?? 1, id: s.epochId ?? 'e1' },
     member: { node: s.node ?? 1, inc: 'i' },
     term: Math.max(...terms, 1),
@@ -107,6 +109,31 @@ describe('newest-state ranking', { timeout: 30_000 }, () => {
     const a = candidate('/a', { generation: 2, epochId: 'x', terms: [1, 1] });
     const b = candidate('/b', { generation: 2, epochId: 'y', terms: [1] });
     assert.deepEqual(rank([a, b])[1]!.lacks, { kind: 'other-epoch' });
+  });
+
+  it('leaves out the files of another cluster identity, and every identity-bearing file when none is held by more nodes', () => {
+    const own1 = candidate('/1', { node: 1, clusterUid: 'aa', terms: [1] });
+    const own3 = candidate('/3', { node: 3, clusterUid: 'aa', terms: [1] });
+    // Node 2's file is another cluster's, with a newer epoch and a longer log: it would rank first.
+    const copied = candidate('/2', { node: 2, clusterUid: 'bb', generation: 5, epochId: 'x', terms: [1, 1, 1] });
+    const r = report('raftmq', [own1, copied, own3], []);
+    assert.deepEqual(
+      r.ranking.map((x) => x.path),
+      ['/1', '/3'],
+    );
+    assert.deepEqual(
+      r.unusable.map((u) => [u.path, u.code]),
+      [['/2', 'RAFT_STATE_FILE_FOREIGN']],
+    );
+    assert.equal(r.forceStart?.node, 1);
+    const old = candidate('/4', { node: 2, terms: [1, 1] });
+    const even = report('raftmq', [own1, copied, old], []);
+    assert.deepEqual(
+      even.ranking.map((x) => x.path),
+      ['/4'],
+      'one node each: neither identity is used; a file without one still is',
+    );
+    assert.deepEqual(even.unusable.map((u) => u.path).sort(), ['/1', '/2']);
   });
 
   it('prefers FILE to an equal FILE.prev, so nothing needs moving aside', () => {

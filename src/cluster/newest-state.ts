@@ -164,9 +164,44 @@ export function planForceStart(best: Candidate): ForceStartPlan {
 }
 
 export function report(clusterId: string, candidates: readonly Candidate[], unusable: readonly Unusable[]): Report {
-  const ranking = rank(candidates);
-  const best = [...candidates].sort(compareCandidates)[0];
-  return { clusterId, ranking, unusable, forceStart: best === undefined ? null : planForceStart(best) };
+  const { ofCluster, foreign } = byClusterIdentity(candidates);
+  const ranking = rank(ofCluster);
+  const best = [...ofCluster].sort(compareCandidates)[0];
+  return { clusterId, ranking, unusable: [...unusable, ...foreign], forceStart: best === undefined ? null : planForceStart(best) };
+}
+
+/** Files of one --cluster-id may still be of two clusters (each made its identity at bootstrap): a
+ * force-start from the other's file would bring that cluster's state here. The identity that the
+ * files of the most node ids carry is the cluster's; files of another one are unusable, and when no
+ * identity is carried by more node ids than every other, none of the files that carry one is used.
+ * Files without an identity (format 1, or written before the node learned it) are ranked as before. */
+export function byClusterIdentity(candidates: readonly Candidate[]): { ofCluster: Candidate[]; foreign: Unusable[] } {
+  const nodesOf = new Map<string, Set<number>>();
+  for (const c of candidates) {
+    const uid = c.file.clusterUid;
+    if (uid === '') continue;
+    const nodes = nodesOf.get(uid) ?? new Set<number>();
+    nodes.add(c.file.member.node);
+    nodesOf.set(uid, nodes);
+  }
+  if (nodesOf.size <= 1) return { ofCluster: [...candidates], foreign: [] };
+  const counts = [...nodesOf].map(([uid, nodes]) => ({ uid, nodes: nodes.size })).sort((a, b) => b.nodes - a.nodes);
+  const winner = counts[0]!.nodes > counts[1]!.nodes ? counts[0]!.uid : null;
+  const ofCluster: Candidate[] = [];
+  const foreign: Unusable[] = [];
+  for (const c of candidates) {
+    const uid = c.file.clusterUid;
+    if (uid === '' || uid === winner) {
+      ofCluster.push(c);
+      continue;
+    }
+    const reason =
+      winner === null
+        ? `${c.path} is of cluster identity ${uid}; the files given are of ${nodesOf.size} identities, none held by more nodes`
+        : `${c.path} is of cluster identity ${uid}, the other files of ${winner}: a file of another cluster`;
+    foreign.push({ path: c.path, code: 'RAFT_STATE_FILE_FOREIGN', reason });
+  }
+  return { ofCluster, foreign };
 }
 
 // ---- text ----

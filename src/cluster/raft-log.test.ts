@@ -103,6 +103,8 @@ class FakeDriver implements ClusterDriver {
     needsForceStart: false,
     forceStart: null,
     excludedClocks: [],
+    clusterUid: '9a1f',
+    outOfMembership: null,
   };
   excludedClocks(): number[] {
     return this.membership.excludedClocks;
@@ -598,6 +600,8 @@ describe('RaftLog serving rule', { timeout: 10_000 }, () => {
         needsForceStart: true,
         forceStart: null,
         excludedClocks: [],
+        clusterUid: '',
+        outOfMembership: { forMs: 5000, peers: { '1': 'RAFT_OTHER_MEMBER: append from 1 for incarnation x of node 2' } },
       };
       const s = log.status();
       assert.equal(s.membership, 'amnesiac');
@@ -605,6 +609,8 @@ describe('RaftLog serving rule', { timeout: 10_000 }, () => {
       assert.equal(s.voter, false);
       assert.equal(s.needsForceStart, true);
       assert.equal(s.serving, false);
+      assert.equal(s.clusterUid, null, 'no cluster identity known');
+      assert.deepEqual(s.outOfMembership?.peers, { '1': 'RAFT_OTHER_MEMBER: append from 1 for incarnation x of node 2' });
     } finally {
       await log.stop();
     }

@@ -9,7 +9,7 @@ import type { Epoch, Membership } from '../../raft/core/membership.js';
 import type { LogEntry, Message } from '../../raft/core/messages.js';
 import type { ForceStartPhase, Role, SoftState } from '../../raft/core/raft.js';
 import type { Snapshot } from '../../raft/core/snapshot.js';
-import { type DriverLogger, type ProposeTicket, RaftDriver } from '../../raft/driver/driver.js';
+import { type DriverLogger, type OutOfMembership, type ProposeTicket, RaftDriver } from '../../raft/driver/driver.js';
 import type { DriverError } from '../../raft/driver/errors.js';
 import { raftWireCodec } from '../../raft/driver/wire-codec.js';
 import { type PeerAddress, Transport } from '../../raft/transport/transport.js';
@@ -62,6 +62,8 @@ export interface MembershipStatus {
   needsForceStart: boolean;
   forceStart: ForceStartPhase | null;
   excludedClocks: number[];
+  clusterUid: string;
+  outOfMembership: OutOfMembership | null;
 }
 
 /** The driver's callbacks, which RaftLog owns. */
@@ -145,6 +147,13 @@ export interface ClusterStatus {
   /** Leader only: voters whose wall clock is farther than --cluster-max-clock-offset-ms from the
    * median of the voters' clocks, left out of cluster time (docs/design.md "Cluster time"). */
   excludedClocks: number[];
+  /** The cluster identity made when the cluster was bootstrapped; null while this node knows none
+   * (fresh, or of a cluster formed before identities existed). */
+  clusterUid: string | null;
+  /** Set once this node has stayed out of its cluster's membership for 10 election timeouts while
+   * its peers refused it or addressed another member (a state file of another cluster): for how
+   * long, and what each peer did. Null otherwise. */
+  outOfMembership: OutOfMembership | null;
   failure: string | null;
   /** This node's configuration hash equals the one the serving leader's serve-start carried (true
    * before any serve-start with a hash was applied: nothing to differ from). */
@@ -271,6 +280,7 @@ export class RaftLog implements BrokerLog, LeaseView {
               incarnation: id.incarnation,
               clusterId: o.clusterId,
               epoch: id.epoch,
+              clusterUid: id.clusterUid,
               listen: o.listen,
               peers: new Map(o.peers),
               secret: o.secret,
@@ -536,6 +546,8 @@ export class RaftLog implements BrokerLog, LeaseView {
       epoch: m.epoch.generation === 0 ? null : m.epoch,
       forceStart: m.forceStart,
       excludedClocks: m.excludedClocks,
+      clusterUid: m.clusterUid === '' ? null : m.clusterUid,
+      outOfMembership: m.outOfMembership,
       failure: this.source?.failure() ?? null,
       configMatchesServing: this.servingConfigHash === null || this.servingConfigHash === this.configHash,
     };

@@ -15,6 +15,7 @@ import {
   type ProtocolLevel,
   type SubscriptionRequest,
 } from '../broker/commands.js';
+import { assignedClientId } from '../broker/session.js';
 import { Decoder } from '../protocol/decoder.js';
 import { encode } from '../protocol/encoder.js';
 import type {
@@ -35,7 +36,7 @@ import type { EnhancedAuthMethod } from './enhanced-auth.js';
 import { connectExpiryS, messageFromPublish, payloadFormatValid, RECEIVE_MAX_DEFAULT, willFromConnect } from './inbound.js';
 import { keepAliveWheel, type WheelMember } from './keepalive-wheel.js';
 import { type NodeLimits, TokenBucket, topicLimitProblem } from './limits.js';
-import { type ConnackLimits, publishWithAlias, reasonText, toWire, withoutProblemInfo } from './outbound.js';
+import { type ConnackLimits, codesAckBytes, publishWithAlias, reasonText, toWire, withoutProblemInfo } from './outbound.js';
 import { OutboundAliases } from './topic-alias-out.js';
 import type { ByteStream, Transport } from './transport.js';
 
@@ -326,6 +327,8 @@ export class Connection implements WheelMember {
 
   private onConnect(connect: ConnectPacket): void {
     this.level = connect.level;
+    // [MQTT-3.1.2-24] holds for every packet from now on, a refusing CONNACK and AUTH included.
+    if (connect.level === 5) this.clientMaxPacket = connect.props.maxPacketSize ?? 0;
     const limited = this.host.admitConnect(this.transport.remoteAddress, this);
     if (limited === RC.CONNECTION_RATE_EXCEEDED && connect.level !== 5) {
       this.closeNow(NO_DISCONNECT); // 3.1.1 has no return code for a rate: closed without CONNACK.
@@ -410,10 +413,16 @@ export class Connection implements WheelMember {
       this.refuseConnect(r.reason);
       return;
     }
-    this.phase = 'connecting';
     if (c.level === 5) this.takeClientLimits(c);
+    const keepAliveS = this.keepAliveFor(c);
+    const unanswerable = c.level === 5 ? this.connackRefusal(c) : null;
+    if (unanswerable !== null) {
+      this.refuseConnect(unanswerable);
+      return;
+    }
+    this.phase = 'connecting';
     this.connectExpiry = connectExpiryS(c);
-    this.keepAliveMs = this.keepAliveFor(c) * KEEPALIVE_FACTOR_PER_S_MS;
+    this.keepAliveMs = keepAliveS * KEEPALIVE_FACTOR_PER_S_MS;
     this.clearTimer();
     if (this.keepAliveMs > 0) keepAliveWheel.schedule(this, performance.now() + this.keepAliveMs);
     this.connectProposed = true;
@@ -442,7 +451,39 @@ export class Connection implements WheelMember {
     if (p.requestResponseInfo === 1) this.limits.responseInfoFor = c.clientId;
     const aliasMax = Math.min(p.topicAliasMax ?? 0, this.host.limits.topicAliasMaximum);
     if (aliasMax > 0) this.aliasesOut = new OutboundAliases(aliasMax);
-    this.clientMaxPacket = p.maxPacketSize ?? 0;
+  }
+
+  /** The successful CONNACK apply will send is known here but for Session Present, which does not
+   * change its size; it must be encodable and within the client's Maximum Packet Size
+   * [MQTT-3.1.2-24]. Checked before the CONNECT is proposed: a CONNACK found too large only when
+   * it is sent would leave a session the client was never told of. Response Information is
+   * optional (§3.2.2.3.15), so it goes first; a CONNACK that does not fit without it refuses the
+   * CONNECT with 0x95 (a reply to it would exceed a maximum packet size). Returns the refusal's
+   * reason code, or null when the CONNACK fits. */
+  private connackRefusal(c: ConnectPacket): number | null {
+    const assigned = c.clientId === '' ? assignedClientId(this.id) : undefined;
+    if (this.connackFits(assigned)) return null;
+    if (this.limits.responseInfoFor !== undefined) {
+      this.limits.responseInfoFor = undefined;
+      this.host.event('response-info-omitted', { conn: this.id });
+      if (this.connackFits(assigned)) return null;
+    }
+    this.host.event('connack-too-large-for-client', { conn: this.id, maxPacketSize: this.clientMaxPacket });
+    return RC.PACKET_TOO_LARGE;
+  }
+
+  private connackFits(assigned: string | undefined): boolean {
+    const connack: OutPacket = { type: 'connack', sessionPresent: true, code: RC.SUCCESS };
+    if (assigned !== undefined) connack.assignedClientId = assigned;
+    let bytes: number;
+    try {
+      bytes = encode(toWire(connack, 5, this.limits), 5).length;
+    } catch (err) {
+      // A property over its wire limit (a string or binary value over 65535 bytes).
+      if (err instanceof RangeError) return false;
+      throw err;
+    }
+    return this.clientMaxPacket === 0 || bytes <= this.clientMaxPacket;
   }
 
   // ---- enhanced authentication (§4.12; rules in auth-exchange.ts) ----
@@ -679,6 +720,7 @@ export class Connection implements WheelMember {
    * merged in order when the SUBACK effect arrives. A packet with no valid filter is answered
    * locally (behind this connection's unapplied proposals). */
   private onSubscribe(s: SubscribePacket): void {
+    if (!this.codesAckFits(s.subs.length, 'suback')) return;
     let codes: number[] | null = null;
     const valid: SubscriptionRequest[] = [];
     for (let i = 0; i < s.subs.length; i++) {
@@ -707,6 +749,19 @@ export class Connection implements WheelMember {
     this.propose(cmd);
   }
 
+  /** A SUBACK or UNSUBACK has one reason code per filter, so a client may ask more filters than
+   * its own Maximum Packet Size lets it be answered for. That is known before proposing: the
+   * connection fails with 0x95 and the subscriptions are not made, rather than made and never
+   * acknowledged (writeControl would have to drop the reply). */
+  private codesAckFits(codes: number, type: 'suback' | 'unsuback'): boolean {
+    if (this.level !== 5 || this.clientMaxPacket === 0) return true;
+    const bytes = codesAckBytes(codes);
+    if (bytes <= this.clientMaxPacket) return true;
+    this.host.event('packet-too-large-for-client', { conn: this.id, type, bytes });
+    this.fail(RC.PACKET_TOO_LARGE, `${type}-too-large-for-client`, `${type} of ${bytes} bytes over ${this.clientMaxPacket}`);
+    return false;
+  }
+
   /** A topic name or filter over --max-topic-levels or --max-topic-length is a limit, counted as
    * such (`limit-topic`), not a protocol error; the caller refuses it with its reason code. */
   private topicWithinLimits(topic: string): boolean {
@@ -717,6 +772,7 @@ export class Connection implements WheelMember {
   }
 
   private onUnsubscribe(u: UnsubscribePacket): void {
+    if (!this.codesAckFits(u.filters.length, 'unsuback')) return;
     let codes: number[] | null = null;
     const valid: string[] = [];
     for (let i = 0; i < u.filters.length; i++) {

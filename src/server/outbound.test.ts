@@ -1,9 +1,10 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { Message } from '../broker/commands.js';
+import { encode } from '../protocol/encoder.js';
 import type { Packet } from '../protocol/packets.js';
 import { RC, SUBACK_FAILURE_V4 } from '../protocol/reason-codes.js';
-import { type ConnackLimits, publishWithAlias, responseInformation, toWire, withoutProblemInfo } from './outbound.js';
+import { type ConnackLimits, codesAckBytes, publishWithAlias, responseInformation, toWire, withoutProblemInfo } from './outbound.js';
 
 const limits: ConnackLimits = {
   receiveMaximum: 64,
@@ -104,6 +105,22 @@ describe('v5 output shaped by what the client asked', { timeout: 30_000 }, () =>
     >;
     assert.deepEqual(refused.props, { reasonString: 'not authorized' });
     assert.equal(responseInformation('a+b'), undefined, 'no topic prefix from a wildcard client id');
+  });
+
+  it('leaves Response Information out where it would exceed an MQTT string, counting UTF-8 bytes', () => {
+    assert.equal(responseInformation('a'.repeat(65_525))?.length, 65_535);
+    assert.equal(responseInformation('a'.repeat(65_526)), undefined);
+    // 'é' is two bytes: 32,763 of them make 65,526 bytes although the string has 32,763 characters.
+    assert.equal(responseInformation(`${'é'.repeat(32_762)}a`), `response/${'é'.repeat(32_762)}a/`);
+    assert.equal(responseInformation('é'.repeat(32_763)), undefined);
+  });
+
+  it('sizes a SUBACK and an UNSUBACK without properties as the encoder writes them', () => {
+    for (const n of [1, 2, 124, 125, 126, 16_380, 16_381, 16_382, 40_000]) {
+      const codes = new Array<number>(n).fill(RC.GRANTED_QOS_1);
+      assert.equal(codesAckBytes(n), encode({ type: 'suback', pid: 7, codes, props: {} }, 5).length, `SUBACK of ${n}`);
+      assert.equal(codesAckBytes(n), encode({ type: 'unsuback', pid: 7, codes, props: {} }, 5).length, `UNSUBACK of ${n}`);
+    }
   });
 
   it('strips Reason String and User Properties, and reports when there were none', () => {

@@ -1,5 +1,6 @@
 // Semantic packets decided by apply (OutPacket) turned into wire packets for one protocol level.
 import type { OutPacket } from '../broker/commands.js';
+import { vbiSize } from '../protocol/codec-writer.js';
 import type { AckProps, ConnackProps, Packet, PublishProps } from '../protocol/packets.js';
 import { connackReturnCode, RC, SUBACK_FAILURE_V4 } from '../protocol/reason-codes.js';
 
@@ -26,10 +27,24 @@ export interface ConnackLimits {
  * `pattern readwrite response/%c/#` keeps it private. */
 export const RESPONSE_INFO_PREFIX = 'response/';
 
+/** An MQTT string holds at most this many bytes of UTF-8 (§1.5.4). */
+const MQTT_STRING_BYTES_MAX = 0xffff;
+
+/** Response Information for a client, or undefined where the server omits it, as it may
+ * (§3.2.2.3.15). A client id with a wildcard character would make no valid topic name. A client id
+ * of 65,526 bytes or more would make a prefix longer than an MQTT string: it is left out rather than
+ * shortened, since a shortened prefix would no longer be this client's alone. */
 export function responseInformation(clientId: string): string | undefined {
-  // A client id with a wildcard character would make no valid topic name; the server may omit it.
   if (clientId === '' || clientId.includes('+') || clientId.includes('#')) return undefined;
-  return `${RESPONSE_INFO_PREFIX}${clientId}/`;
+  const info = `${RESPONSE_INFO_PREFIX}${clientId}/`;
+  return Buffer.byteLength(info) <= MQTT_STRING_BYTES_MAX ? info : undefined;
+}
+
+/** The bytes of a v5 SUBACK or UNSUBACK carrying `codes` reason codes and no property: the least
+ * that answer can be, known before the SUBSCRIBE or UNSUBSCRIBE is proposed. */
+export function codesAckBytes(codes: number): number {
+  const remaining = 2 + 1 + codes; // packet id, property length 0, one byte per code
+  return 1 + vbiSize(remaining) + remaining;
 }
 
 /** Reason String text for a reason code: its RC name in words ('QUOTA_EXCEEDED' → 'quota exceeded'). */
