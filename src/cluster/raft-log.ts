@@ -41,6 +41,10 @@ export interface ClusterDriver {
   clusterTimeReady(): boolean;
   matchIndex(peer: number): number | undefined;
   lastContact(peer: number): number | undefined;
+  /** Ms since the last valid message from `peer`; null: never heard. */
+  lastContactAgoMs(peer: number): number | null;
+  /** Leader only: each voter wall clock's distance from the voters' median (ms). */
+  clockOffsets(): Map<number, number>;
   /** Thesis §3.10: hand leadership to `to`; an Error when it cannot start. */
   transferLeadership(to: number): Error | null;
   /** Leader only: voters whose wall clock its cluster time leaves out (DESIGN.md "Cluster time"). */
@@ -114,6 +118,19 @@ export interface RaftLogOptions {
   /** How long stop() waits for a leadership handover before it stops raft anyway (ms). Default
    * 2E: the core aborts a transfer after E. */
   handoverTimeoutMs?: number;
+}
+
+/** What /metrics reads of raft beyond ClusterStatus; counters of this process. */
+export interface RaftMetrics {
+  lastIndex: number;
+  /** Every other configured node: the leader's view of its log (null elsewhere) and its link. */
+  peers: { id: number; matchLag: number | null; lastContactAgoMs: number | null; connected: boolean }[];
+  /** Terms this node stood as a candidate in. */
+  elections: number;
+  /** Times this node learned of a leader other than the one it knew (the first one included). */
+  leaderChanges: number;
+  /** Leader only: voter clock offsets from the median (ms), by node. */
+  clockOffsetsMs: Map<number, number>;
 }
 
 /** How often stop() looks whether the handover finished (ms). */
@@ -213,6 +230,12 @@ export class RaftLog implements BrokerLog, LeaseView {
   /** What this node's next serve-start carries: the settings of the latest reload, and their hash. */
   private settings: Settings;
   private configHash: string | undefined;
+  // ---- metrics: plain counters, read at scrape time ----
+  private elections = 0;
+  private leaderChanges = 0;
+  private knownLeader = 0;
+  private knownRole: Role = 'follower';
+  private knownTerm = 0;
 
   constructor(opts: RaftLogOptions) {
     this.opts = opts;
@@ -223,7 +246,10 @@ export class RaftLog implements BrokerLog, LeaseView {
     this.configHash = opts.configHashOf?.(opts.settings);
     this.driver = opts.driver({
       onCommitted: (entries) => this.onCommitted(entries),
-      onStateChange: () => this.evaluate(),
+      onStateChange: (s) => {
+        this.noteSoftState(s);
+        this.evaluate();
+      },
       onFatal: (err) => this.onFatal(err),
       onLeaseRenewed: (leaseEnd, term) => this.audit?.leaseRenewed(leaseEnd, term),
       snapshotSource: () => this.snapshotSource(),
@@ -515,6 +541,36 @@ export class RaftLog implements BrokerLog, LeaseView {
 
   // ---- status ----
 
+  raftMetrics(): RaftMetrics {
+    const d = this.driver;
+    const last = d.lastIndex;
+    return {
+      lastIndex: last,
+      peers: this.peers.map((id) => {
+        const match = d.matchIndex(id);
+        return {
+          id,
+          matchLag: match === undefined ? null : Math.max(0, last - match),
+          lastContactAgoMs: d.lastContactAgoMs(id),
+          connected: this.opts.peerConnected?.(id) ?? true,
+        };
+      }),
+      elections: this.elections,
+      leaderChanges: this.leaderChanges,
+      clockOffsetsMs: d.currentRole === 'leader' ? d.clockOffsets() : new Map(),
+    };
+  }
+
+  private noteSoftState(s: SoftState): void {
+    if (s.role === 'candidate' && (this.knownRole !== 'candidate' || s.term !== this.knownTerm)) this.elections++;
+    if (s.leader !== 0 && s.leader !== this.knownLeader) {
+      this.leaderChanges++;
+      this.knownLeader = s.leader;
+    }
+    this.knownRole = s.role;
+    this.knownTerm = s.term;
+  }
+
   status(): ClusterStatus {
     const serving = this.serving && this.source?.failure() == null;
     const m = this.driver.status();
@@ -615,6 +671,7 @@ export class RaftLog implements BrokerLog, LeaseView {
       if (entry.cmd.t === 'check') checks++;
       out.push(entry);
     }
+
     this.checks.noteApplied(out.length, checks);
     if (this.listener === null || this.earlyPending) {
       for (const e of out) this.early.push(e);

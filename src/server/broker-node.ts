@@ -2,7 +2,7 @@
 // open only while the log says this node serves (DESIGN.md "The seam").
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
-import { Broker } from '../broker/broker.js';
+import { Broker, type StateTotals } from '../broker/broker.js';
 import type { AclRule, Command, ConnId, Effect, Entry, Message, OutPacket, ProtocolLevel, Settings } from '../broker/commands.js';
 import { Fifo } from '../broker/fifo.js';
 import type { AuditSink } from '../cluster/audit-log.js';
@@ -20,6 +20,7 @@ import { Listener, type ListenerHost } from './listeners/listener.js';
 import type { TlsMaterial } from './listeners/tls-material.js';
 import { type ConnackLimits, toWire } from './outbound.js';
 import { RateLimitedLog } from './rate-limited-log.js';
+import { sum, Traffic } from './traffic.js';
 import type { ByteStream, Transport } from './transport.js';
 
 export interface NodeOptions {
@@ -139,6 +140,7 @@ function eventLevel(kind: string): 'debug' | 'info' | 'warn' | 'error' {
     case 'limit-connect-rate':
     case 'limit-publish-rate':
     case 'limit-topic':
+    case 'acl-denied-subscribe':
       return 'warn';
     default:
       return 'info';
@@ -175,9 +177,8 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
   readonly enhancedAuth: ReadonlyMap<string, EnhancedAuthMethod>;
   /** Event counts (apply events, protocol errors, drops), for metrics. */
   readonly counters = new Map<string, number>();
-  /** PUBLISH packets received from clients (every QoS) and written to clients, for metrics. */
-  messagesIn = 0;
-  messagesOut = 0;
+  /** Bytes, PUBLISH packets and connections of this process, for metrics and $SYS. */
+  readonly traffic = new Traffic();
   private readonly opts: NodeOptions;
   private readonly log: BrokerLog;
   private readonly broker = new Broker();
@@ -284,6 +285,26 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
 
   get readsPaused(): boolean {
     return this.paused;
+  }
+
+  /** PUBLISH packets received from clients (every QoS). */
+  get messagesIn(): number {
+    return sum(this.traffic.publishIn);
+  }
+
+  /** PUBLISH packets handed to client sockets (every QoS). */
+  get messagesOut(): number {
+    return sum(this.traffic.publishOut);
+  }
+
+  /** Connections holding an admitted CONNECT (counted from CONNECT to the socket's close). */
+  get connectedCount(): number {
+    return this.admitted.size;
+  }
+
+  /** Sizes of the replicated state (sessions, subscriptions, retained, queues); O(sessions). */
+  stateTotals(): StateTotals {
+    return this.broker.totals();
   }
 
   /** Open MQTT connections of the current serving period. */
@@ -444,7 +465,6 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
   private executeFor(conn: Connection, e: Exclude<Effect, { t: 'event' }>): void {
     switch (e.t) {
       case 'send':
-        if (e.packet.type === 'publish') this.messagesOut++;
         conn.deliver(e.packet);
         if (this.opts.audit != null) this.opts.audit.packet(e.packet, this.broker.clientIdOf(e.conn));
         return;
@@ -549,11 +569,11 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
       return RC.QUOTA_EXCEEDED;
     }
     this.admitted.add(conn.id);
+    if (this.admitted.size > this.traffic.connectedMax) this.traffic.connectedMax = this.admitted.size;
     return null;
   }
 
   propose(cmd: Command): void {
-    if (cmd.t === 'publish') this.messagesIn++;
     this.log.propose(cmd);
     if (!this.paused && !this.log.accepting) {
       this.paused = true;
@@ -564,7 +584,6 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
 
   routeQos0(from: ConnId, msg: Message): void {
     if (!this.log.serving) return;
-    this.messagesIn++;
     const out = this.routeOut;
     out.length = 0;
     this.broker.routeQos0(from, msg, out);
@@ -736,6 +755,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
       return;
     }
     const id: ConnId = `${this.period}.${++this.seq}`;
+    this.traffic.connectionsAccepted++;
     this.conns.set(id, new Connection(id, stream, transport, this));
   }
 

@@ -37,6 +37,7 @@ import { keepAliveWheel, type WheelMember } from './keepalive-wheel.js';
 import { type NodeLimits, TokenBucket, topicLimitProblem } from './limits.js';
 import { type ConnackLimits, publishWithAlias, reasonText, toWire, withoutProblemInfo } from './outbound.js';
 import { OutboundAliases } from './topic-alias-out.js';
+import type { Traffic } from './traffic.js';
 import type { ByteStream, Transport } from './transport.js';
 
 /** The limits a connection enforces; a subset of NodeOptions. */
@@ -78,6 +79,8 @@ export interface ConnectionHost {
   protocolError(key: string, fields: Record<string, unknown>, message: string): void;
   /** True while the log refuses more input; new and resumed sockets stay paused. */
   readonly readsPaused: boolean;
+  /** The node's traffic counters, bumped in place here. */
+  readonly traffic: Traffic;
 }
 
 /** A connection that decided to close waits at most this long for its queued replies. */
@@ -207,6 +210,7 @@ export class Connection implements WheelMember {
   /** The socket's 'data', through the shared listener. */
   onData(chunk: Buffer): void {
     this.lastRxMs = performance.now();
+    this.host.traffic.bytesIn += chunk.length;
     if (this.phase === 'closing' || this.phase === 'closed') return;
     try {
       const { packets, error } = this.decoder.feed(chunk);
@@ -558,6 +562,9 @@ export class Connection implements WheelMember {
   // ---- PUBLISH ----
 
   private onPublish(p: PublishPacket): void {
+    const traffic = this.host.traffic;
+    traffic.publishIn[p.qos]++;
+    traffic.publishInBytes[p.qos] += p.payload.length;
     const topic = this.resolveTopic(p);
     if (topic === null) return;
     const l = this.host.limits;
@@ -869,6 +876,8 @@ export class Connection implements WheelMember {
           this.host.event('qos0-dropped-slow-consumer', { conn: this.id });
           return;
         }
+        this.host.traffic.publishOut[p.qos]++;
+        this.host.traffic.publishOutBytes[p.qos] += p.msg.payload.length;
         this.sendOut(p);
         return;
       default: {
@@ -967,6 +976,7 @@ export class Connection implements WheelMember {
     this.out = [];
     this.outBytes = 0;
     if (this.socket.destroyed) return 0;
+    this.host.traffic.bytesOut += buf.length;
     if (this.socket.write(buf) || this.outputFull) return buf.length;
     if (this.socket.writableLength > this.host.limits.maxWriteBufferBytes) {
       // A client that publishes but does not read must not grow our memory: its own input waits.

@@ -1,0 +1,25 @@
+// What one node's connections moved, as plain number fields bumped in place on the message path and
+// read only by the metrics and $SYS collectors. Counters of this process: they start at 0 with it
+// and never reset, so every reader sees totals that only grow.
+
+export class Traffic {
+  /** Bytes read from and written to client sockets (MQTT bytes; WebSocket framing excluded). */
+  bytesIn = 0;
+  bytesOut = 0;
+  /** PUBLISH packets from clients, by QoS, and their payload bytes. */
+  readonly publishIn = [0, 0, 0];
+  readonly publishInBytes = [0, 0, 0];
+  /** PUBLISH packets handed to client sockets, by delivered QoS, and their payload bytes. */
+  readonly publishOut = [0, 0, 0];
+  readonly publishOutBytes = [0, 0, 0];
+  /** Connections accepted past their transport handshake. */
+  connectionsAccepted = 0;
+  /** The most connections that held an admitted CONNECT at once. */
+  connectedMax = 0;
+}
+
+export function sum(xs: readonly number[]): number {
+  let n = 0;
+  for (let i = 0; i < xs.length; i++) n += xs[i] as number;
+  return n;
+}
