@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { CLI } from './broker-process.js';
 import { ClusterNodeProcess, freePort, httpGet, LOOPBACK, LocalCluster } from './cluster-processes.js';
+import { connectClient, disconnect, publish, subscribe } from './helpers.js';
 import { parseMetrics } from './prom-text.js';
 
 const ELECTION_WAIT_MS = 10_000;
@@ -95,6 +96,22 @@ describe('raftmq cluster mode', { timeout: 60_000 }, () => {
         throw new Error(`no leader with every raft series; have ${[...m.keys()].filter((k) => k.startsWith('raftmq_raft')).join(' ')}`);
       await new Promise((res) => setTimeout(res, 50));
     }
+  });
+
+  it('times the commit of a client command on the leader, and its delivery', async () => {
+    const leader = await cluster.serving(ELECTION_WAIT_MS);
+    const c = await connectClient(leader.mqttPort, { clientId: 'metrics-commit' });
+    try {
+      await subscribe(c, 'commit/#', 1);
+      // One PUBLISH in 32 is offered as a delivery probe.
+      for (let i = 0; i < 40; i++) await publish(c, 'commit/x', String(i), { qos: 1 });
+      await c.waitFor(() => c.messages.length === 40, 'the 40 messages back');
+    } finally {
+      await disconnect(c);
+    }
+    const m = parseMetrics((await httpGet(leader.healthPort, '/metrics')).text);
+    assert.ok((m.get('raftmq_raft_commit_latency_seconds_count') ?? 0) >= 1, 'commit latency sampled');
+    assert.ok((m.get('raftmq_publish_delivery_latency_seconds_count') ?? 0) >= 1, 'delivery latency sampled');
   });
 
   it('refuses a second process of the same node id at once, naming the peer port', () => {

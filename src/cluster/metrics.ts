@@ -4,9 +4,10 @@
 // prefix raftmq_, counters end in _total, bytes in _bytes, times in _seconds; labels take values
 // from fixed sets only (never a client id or a topic).
 import { type IntervalHistogram, monitorEventLoopDelay } from 'node:perf_hooks';
-import { Counter, collectDefaultMetrics, Gauge, type Registry } from 'prom-client';
+import { Counter, collectDefaultMetrics, Gauge, type Metric, type Registry } from 'prom-client';
 import type { StateTotals } from '../broker/broker.js';
 import type { BrokerNode } from '../server/broker-node.js';
+import type { LatencyBuckets } from '../server/latency-buckets.js';
 import type { ClusterStatus, RaftLog } from './raft-log.js';
 
 /** What /metrics reads. `raft` is null on a single node. */
@@ -108,6 +109,7 @@ export class NodeMetrics {
     this.defineRefusals();
     this.defineRaft();
     this.defineLoop();
+    this.defineLatencies();
   }
 
   /** The Prometheus text of every series, read now. */
@@ -310,6 +312,49 @@ export class NodeMetrics {
       "voter wall clock minus the median of the voters' clocks (leader only)",
       'node',
       () => [...raft.raftMetrics().clockOffsetsMs].map(([n, ms]) => [String(n), ms / 1000]),
+    );
+  }
+
+  /** A histogram kept by the node as plain counts (LatencyBuckets), written out as Prometheus
+   * cumulative buckets at scrape time. prom-client's Histogram cannot be set from counts, so this
+   * is a metric object of the shape its registry reads (name, help, type, get()). */
+  private histogram(name: string, help: string, read: () => LatencyBuckets): void {
+    const metric = {
+      name,
+      help,
+      type: 'histogram',
+      aggregator: 'sum',
+      get: async () => {
+        const h = read();
+        const values: { metricName: string; labels: Record<string, string | number>; value: number }[] = [];
+        let cumulative = 0;
+        for (let i = 0; i < h.counts.length; i++) {
+          cumulative += h.counts[i] as number;
+          const le = i < h.bounds.length ? String(h.bounds[i]) : '+Inf';
+          values.push({ metricName: `${name}_bucket`, labels: { le }, value: cumulative });
+        }
+        values.push({ metricName: `${name}_sum`, labels: {}, value: h.sum });
+        values.push({ metricName: `${name}_count`, labels: {}, value: h.count });
+        return { name, help, type: 'histogram', aggregator: 'sum', values };
+      },
+      reset: () => {},
+    };
+    this.registry.registerMetric(metric as unknown as Metric);
+  }
+
+  private defineLatencies(): void {
+    const node = this.source.node;
+    this.histogram(
+      'raftmq_publish_delivery_latency_seconds',
+      'PUBLISH read from a socket to the socket write of its first delivery; one PUBLISH in 32 offered, one timed at a time',
+      () => node.deliveryLatency,
+    );
+    const raft = this.source.raft;
+    if (raft === null) return;
+    this.histogram(
+      'raftmq_raft_commit_latency_seconds',
+      'proposal to commit of a raft entry; one proposal timed at a time',
+      () => raft.raftMetrics().commitLatency,
     );
   }
 

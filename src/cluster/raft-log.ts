@@ -16,6 +16,7 @@ import { type PeerAddress, Transport } from '../../raft/transport/transport.js';
 import type { Command, Entry, Settings } from '../broker/commands.js';
 import type { BrokerLog, LogListener } from '../log/broker-log.js';
 import { decodeCommand, encodeCommand } from '../log/command-codec.js';
+import { LatencyBuckets } from '../server/latency-buckets.js';
 import type { AuditLog, LeaseView } from './audit-log.js';
 import { type CheckPolicy, CheckScheduler, defaultCheckPolicy } from './check-scheduler.js';
 
@@ -131,6 +132,8 @@ export interface RaftMetrics {
   leaderChanges: number;
   /** Leader only: voter clock offsets from the median (ms), by node. */
   clockOffsetsMs: Map<number, number>;
+  /** Proposal to commit, sampled: one proposal timed at a time. */
+  commitLatency: LatencyBuckets;
 }
 
 /** How often stop() looks whether the handover finished (ms). */
@@ -236,6 +239,12 @@ export class RaftLog implements BrokerLog, LeaseView {
   private knownLeader = 0;
   private knownRole: Role = 'follower';
   private knownTerm = 0;
+  private readonly commitLatency = new LatencyBuckets();
+  /** The one proposal whose commit is being timed: index, term, proposed at (ms); index 0: none.
+   * One at a time keeps the cost to a clock read per commit round, not per command. */
+  private probeIndex = 0;
+  private probeTerm = 0;
+  private probeAt = 0;
 
   constructor(opts: RaftLogOptions) {
     this.opts = opts;
@@ -358,6 +367,7 @@ export class RaftLog implements BrokerLog, LeaseView {
     const started = performance.now();
     source.restore(s.chunks);
     this.early = [];
+    this.probeIndex = 0;
     this.lastAppliedTime = Math.max(this.lastAppliedTime, s.time);
     this.lastAppliedTerm = s.term;
     this.opts.logger.info(
@@ -374,6 +384,7 @@ export class RaftLog implements BrokerLog, LeaseView {
     if (source === null) throw new Error('an epoch switch arrived before the broker attached');
     source.reset();
     this.early = [];
+    this.probeIndex = 0;
     this.lastAppliedTime = 0;
     this.lastAppliedTerm = 0;
     this.servingConfigHash = null;
@@ -450,6 +461,11 @@ export class RaftLog implements BrokerLog, LeaseView {
     if (cmd.t === 'settings' && this.configHash !== undefined) cmd = { ...cmd, configHash: this.configHash };
     const r = this.driver.propose(encodeCommand(cmd));
     if (r instanceof Error) this.noteDropped(r);
+    else if (this.probeIndex === 0) {
+      this.probeIndex = r.index;
+      this.probeTerm = r.term;
+      this.probeAt = performance.now();
+    }
   }
 
   updateSettings(settings: Settings): void {
@@ -558,7 +574,14 @@ export class RaftLog implements BrokerLog, LeaseView {
       elections: this.elections,
       leaderChanges: this.leaderChanges,
       clockOffsetsMs: d.currentRole === 'leader' ? d.clockOffsets() : new Map(),
+      commitLatency: this.commitLatency,
     };
+  }
+
+  /** The timed proposal's index was committed: with its term, it was this proposal. */
+  private endProbe(term: number): void {
+    if (term === this.probeTerm) this.commitLatency.observe((performance.now() - this.probeAt) / 1000);
+    this.probeIndex = 0;
   }
 
   private noteSoftState(s: SoftState): void {
@@ -657,6 +680,7 @@ export class RaftLog implements BrokerLog, LeaseView {
     for (let i = 0; i < raw.length; i++) {
       const e = raw[i] as LogEntry;
       this.lastAppliedTerm = e.term;
+      if (e.index === this.probeIndex) this.endProbe(e.term);
       const ticket = this.startTicket;
       if (ticket !== null && e.index === ticket.index) {
         this.startTicket = null;
@@ -671,6 +695,8 @@ export class RaftLog implements BrokerLog, LeaseView {
       if (entry.cmd.t === 'check') checks++;
       out.push(entry);
     }
+    // Passed without its index (a snapshot, a truncation): not timed.
+    if (this.probeIndex !== 0 && raw.length > 0 && (raw[raw.length - 1] as LogEntry).index > this.probeIndex) this.probeIndex = 0;
 
     this.checks.noteApplied(out.length, checks);
     if (this.listener === null || this.earlyPending) {

@@ -14,13 +14,14 @@ import { type Authenticator, allowAll } from './authenticator.js';
 import { Connection, type ConnectionHost, type ConnectionLimits } from './connection.js';
 import { DIGEST_CURSOR, DIGEST_SLICE_MS, DigestRunner, type RunStats, type Verdict } from './digest-runner.js';
 import { type EnhancedAuthMethod, methodTable } from './enhanced-auth.js';
+import { LatencyBuckets } from './latency-buckets.js';
 import { ConnectRateLimiter, DEFAULT_NODE_LIMITS, type NodeLimits, WRITE_BUFFER_BYTES_DEFAULT } from './limits.js';
 import { type ListenerSpec, listenerUrl } from './listeners/listen-url.js';
 import { Listener, type ListenerHost } from './listeners/listener.js';
 import type { TlsMaterial } from './listeners/tls-material.js';
 import { type ConnackLimits, toWire } from './outbound.js';
 import { RateLimitedLog } from './rate-limited-log.js';
-import { sum, Traffic } from './traffic.js';
+import { PROBE_EVERY, sum, Traffic } from './traffic.js';
 import type { ByteStream, Transport } from './transport.js';
 
 export interface NodeOptions {
@@ -63,6 +64,9 @@ export interface NodeOptions {
   /** The audit stream (--audit-log): every ack and delivery this node executes. */
   audit?: AuditSink | null;
 }
+
+/** A latency probe not delivered within this is dropped, so another can start (ms). */
+const PROBE_STALE_MS = 10_000;
 
 /** At most one log line per key per window (protocol errors, apply events). */
 const LOG_WINDOW_MS = 10_000;
@@ -179,6 +183,16 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
   readonly counters = new Map<string, number>();
   /** Bytes, PUBLISH packets and connections of this process, for metrics and $SYS. */
   readonly traffic = new Traffic();
+  /** PUBLISH read to the socket write of its first delivery, sampled (Traffic.probeCountdown). */
+  readonly deliveryLatency = new LatencyBuckets();
+  /** The probe: its message once known (a QoS 0 one at once, a QoS 1/2 one when applied), else the
+   * connection and packet id that find its entry; the time of its read; the connection that got
+   * its first delivery, whose next write ends the probe. probeAt 0: no probe. */
+  private probeMsg: Message | null = null;
+  private probeConn: ConnId | null = null;
+  private probePid = 0;
+  private probeAt = 0;
+  private probeTarget: Connection | null = null;
   private readonly opts: NodeOptions;
   private readonly log: BrokerLog;
   private readonly broker = new Broker();
@@ -432,7 +446,10 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     if (out !== null) out.length = 0;
     this.broker.apply(e, out);
     if (e.cmd.t === 'check') this.checkApplied(e.index, e.cmd.atIndex, e.cmd.digest);
+    const probed = this.probeConn !== null && e.cmd.t === 'publish' && e.cmd.conn === this.probeConn && e.cmd.pid === this.probePid;
+    if (probed) this.probeMsg = (e.cmd as Extract<Command, { t: 'publish' }>).msg;
     if (out !== null && this.log.serving) this.execute(out);
+    if (probed && this.probeTarget === null) this.clearProbe();
     const id = connOf(e.cmd);
     const conn = id === undefined ? undefined : this.conns.get(id);
     if (conn === undefined) return;
@@ -465,6 +482,9 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
   private executeFor(conn: Connection, e: Exclude<Effect, { t: 'event' }>): void {
     switch (e.t) {
       case 'send':
+        if (this.probeMsg !== null && e.packet.type === 'publish' && e.packet.msg === this.probeMsg && this.probeTarget === null) {
+          this.probeTarget = conn;
+        }
         conn.deliver(e.packet);
         if (this.opts.audit != null) this.opts.audit.packet(e.packet, this.broker.clientIdOf(e.conn));
         return;
@@ -588,6 +608,31 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     out.length = 0;
     this.broker.routeQos0(from, msg, out);
     this.execute(out);
+    // Nobody to deliver the probe to: the next one may start.
+    if (msg === this.probeMsg && this.probeTarget === null) this.clearProbe();
+  }
+
+  probePublish(conn: ConnId, msg: Message | null, pid: number, readAt: number): void {
+    this.traffic.probeCountdown = PROBE_EVERY;
+    if (this.probeAt !== 0 && readAt - this.probeAt < PROBE_STALE_MS) return;
+    this.probeMsg = msg;
+    this.probeConn = msg === null ? conn : null;
+    this.probePid = pid;
+    this.probeAt = readAt;
+    this.probeTarget = null;
+  }
+
+  private clearProbe(): void {
+    this.probeMsg = null;
+    this.probeConn = null;
+    this.probeAt = 0;
+    this.probeTarget = null;
+  }
+
+  /** The probe's first delivery went to its socket. */
+  private endProbe(): void {
+    this.deliveryLatency.observe((performance.now() - this.probeAt) / 1000);
+    this.clearProbe();
   }
 
   markDirty(c: Connection): void {
@@ -627,6 +672,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
   }
 
   closed(c: Connection): void {
+    if (c === this.probeTarget) this.clearProbe();
     if (this.conns.get(c.id) === c) {
       this.conns.delete(c.id);
       this.admitted.delete(c.id);
@@ -682,6 +728,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
       const c = this.dirty.shift();
       if (c === undefined) return;
       written += c.flush();
+      if (c === this.probeTarget) this.endProbe();
     }
     if (this.dirty.length > 0) {
       this.event('flush-continued', { left: this.dirty.length });
@@ -773,6 +820,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     this.listeners = null;
     // Before closing, so the flush inside closeAll sends the DISCONNECTs instead of re-entering.
     this.period = 0;
+    this.clearProbe();
     this.closeAll(reason, discard);
     if (listeners !== null) await Promise.all(listeners.map((l) => l.close(STOP_GRACE_MS)));
   }

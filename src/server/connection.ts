@@ -81,6 +81,9 @@ export interface ConnectionHost {
   readonly readsPaused: boolean;
   /** The node's traffic counters, bumped in place here. */
   readonly traffic: Traffic;
+  /** Offers a PUBLISH read at `readAt` (performance.now() of its socket read) as the latency probe:
+   * a QoS 0 one by its message, a QoS 1/2 one by its packet id. */
+  probePublish(conn: ConnId, msg: Message | null, pid: number, readAt: number): void;
 }
 
 /** A connection that decided to close waits at most this long for its queued replies. */
@@ -592,6 +595,10 @@ export class Connection implements WheelMember {
     // After the alias is resolved, so that a refused PUBLISH still sets its alias (§3.3.2.3.4).
     if (!this.withinPublishRate(p, topic)) return;
     const msg = messageFromPublish(p, topic);
+    // A retained QoS 0 PUBLISH goes through the log without a packet id to find it by: not probed.
+    if (--traffic.probeCountdown <= 0 && (p.qos > 0 || !p.retain)) {
+      this.host.probePublish(this.id, p.qos === 0 ? msg : null, p.pid ?? 0, this.lastRxMs);
+    }
     if (p.qos === 0 && !p.retain) {
       // The common case routes at once without allocating a queued action.
       if (this.pending === 0 && this.local.length === 0) {

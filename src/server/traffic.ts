@@ -16,7 +16,14 @@ export class Traffic {
   connectionsAccepted = 0;
   /** The most connections that held an admitted CONNECT at once. */
   connectedMax = 0;
+  /** PUBLISH packets left until the next is offered as a latency probe (BrokerNode.probePublish). */
+  probeCountdown = PROBE_EVERY;
 }
+
+/** One PUBLISH in this many is offered as a publish-to-delivery latency probe, and one probe is
+ * timed at a time: the message path pays a decrement per PUBLISH, a comparison per delivery and
+ * per flushed connection, and two clock reads per probe. */
+export const PROBE_EVERY = 32;
 
 export function sum(xs: readonly number[]): number {
   let n = 0;
