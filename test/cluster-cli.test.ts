@@ -114,6 +114,23 @@ describe('raftmq cluster mode', { timeout: 60_000 }, () => {
     assert.ok((m.get('raftmq_publish_delivery_latency_seconds_count') ?? 0) >= 1, 'delivery latency sampled');
   });
 
+  it('publishes $SYS/broker/cluster/... from the serving leader, from its local table', async () => {
+    const leader = await cluster.serving(ELECTION_WAIT_MS);
+    const c = await connectClient(leader.mqttPort, { clientId: 'sys-cluster' });
+    try {
+      await subscribe(c, '$SYS/broker/cluster/#');
+      await c.waitFor(() => c.messages.length >= 4, 'the four cluster topics');
+      const got = new Map(c.messages.map((m) => [m.topic, m.payload]));
+      const h = (await leader.health()).body;
+      assert.equal(got.get('$SYS/broker/cluster/role'), 'leader');
+      assert.equal(got.get('$SYS/broker/cluster/leader'), String(leader.id));
+      assert.equal(got.get('$SYS/broker/cluster/term'), String(h.term));
+      assert.match(got.get('$SYS/broker/cluster/redundant') ?? '', /^(true|false)$/);
+    } finally {
+      await disconnect(c);
+    }
+  });
+
   it('refuses a second process of the same node id at once, naming the peer port', () => {
     const r = spawnSync(
       process.execPath,

@@ -225,8 +225,13 @@ export class Broker implements BrokerState {
     }
   }
 
-  /** Sizes of the replicated state, for metrics and $SYS topics. O(sessions): read at a scrape or
-   * a $SYS interval, never on the message path. */
+  /** The sizes of the replicated state that cost O(1) (StateTotals without the queues). */
+  counts(): Pick<StateTotals, 'sessions' | 'online' | 'subscriptions' | 'retained'> {
+    return { sessions: this.sessions.size, online: this.byConn.size, subscriptions: this.subsTrie.size, retained: this.retained.size };
+  }
+
+  /** Sizes of the replicated state, for metrics. O(sessions) for the queues: read at a scrape,
+   * never on the message path. */
   totals(): StateTotals {
     let queuedMessages = 0;
     let queuedBytes = 0;

@@ -73,7 +73,7 @@ export async function startClusterNode(
   }
   // The broker is attached before raft starts: a resumed state file hands its snapshot to the
   // broker in raft's first turn. Nothing listens for MQTT until this node serves.
-  const node = new BrokerNode({ ...nodeOpts, audit }, log);
+  const node = new BrokerNode({ ...nodeOpts, audit, sysCluster: () => log.status() }, log);
   created(node);
   log.attach({
     lastCheck: () => node.lastCheck,

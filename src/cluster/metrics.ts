@@ -264,6 +264,11 @@ export class NodeMetrics {
     );
     this.labelledCounter('raftmq_tls_refused_total', 'TLS refusals, by reason', 'reason', this.reasons(TLS_REFUSALS));
     this.labelledCounter('raftmq_limit_refused_total', 'refusals by a configured limit', 'limit', this.reasons(LIMIT_REFUSALS));
+    this.counter(
+      'raftmq_sys_publish_refused_total',
+      'client PUBLISH packets and wills to $SYS topics refused',
+      () => counters.get('sys-publish-refused') ?? 0,
+    );
     this.counter('raftmq_protocol_errors_total', 'connections closed for a protocol error', () => {
       let n = 0;
       for (const [k, v] of counters) if (k.startsWith('protocol-error:')) n += v;

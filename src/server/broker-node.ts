@@ -21,7 +21,8 @@ import { Listener, type ListenerHost } from './listeners/listener.js';
 import type { TlsMaterial } from './listeners/tls-material.js';
 import { type ConnackLimits, toWire } from './outbound.js';
 import { RateLimitedLog } from './rate-limited-log.js';
-import { PROBE_EVERY, sum, Traffic } from './traffic.js';
+import { filterReachesSys, type SysReadings, SysTopics } from './sys-topics.js';
+import { DROP_EVENTS, PROBE_EVERY, sum, Traffic } from './traffic.js';
 import type { ByteStream, Transport } from './transport.js';
 
 export interface NodeOptions {
@@ -63,7 +64,15 @@ export interface NodeOptions {
   gauges?: () => Record<string, number>;
   /** The audit stream (--audit-log): every ack and delivery this node executes. */
   audit?: AuditSink | null;
+  /** Seconds between updates of the $SYS topics while serving (--sys-interval); 0 or absent: off. */
+  sysIntervalS?: number;
+  /** The version $SYS/broker/version names. */
+  version?: string;
+  /** A cluster node's raft view, for $SYS/broker/cluster/...; absent on a single node. */
+  sysCluster?: () => { role: string; leader: number; term: number; redundant: boolean };
 }
+
+const EMPTY_FILTERS: ReadonlySet<string> = new Set();
 
 /** A latency probe not delivered within this is dropped, so another can start (ms). */
 const PROBE_STALE_MS = 10_000;
@@ -145,6 +154,7 @@ function eventLevel(kind: string): 'debug' | 'info' | 'warn' | 'error' {
     case 'limit-publish-rate':
     case 'limit-topic':
     case 'acl-denied-subscribe':
+    case 'sys-publish-refused':
       return 'warn';
     default:
       return 'info';
@@ -223,6 +233,10 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
   private readonly sharedPublish: (SharedPublish | null)[] = [null, null, null, null, null, null];
   private readonly applyOut: Effect[] = [];
   private readonly routeOut: Effect[] = [];
+  /** The $SYS table, local to this process; null with --sys-interval 0. */
+  private readonly sys: SysTopics | null;
+  private sysTimer: NodeJS.Timeout | null = null;
+  private readonly startedAt = performance.now();
   private tickTimer: NodeJS.Timeout | null = null;
   private tickDeadline: number | undefined;
   private readonly tickBound = (): void => this.onTick();
@@ -255,6 +269,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
       onRun: (stats) => this.digestRun(stats),
       onVerdict: (atIndex, verdict, expected, mine) => this.checkVerdict(atIndex, verdict, expected, mine),
     });
+    this.sys = (opts.sysIntervalS ?? 0) > 0 ? new SysTopics(opts.version ?? 'unknown') : null;
     this.authenticator = opts.authenticator ?? allowAll;
     this.specs = opts.listeners?.length ? opts.listeners : [{ kind: 'mqtt', host: opts.host, port: opts.port, path: '', proxy: null }];
     this.boundPorts = this.specs.map(() => 0);
@@ -426,6 +441,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     this.logger.info({ period: servePeriod }, 'serve-start');
     this.startListening();
     this.armTick();
+    this.startSys();
   }
 
   drain(): void {
@@ -444,10 +460,19 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     // again after apply, since its lease may have lapsed meanwhile (a long pause in apply).
     const out = this.log.serving ? this.applyOut : null;
     if (out !== null) out.length = 0;
+    // A subscription that may reach a $SYS topic gets the local table after its SUBACK; Retain
+    // Handling 1 needs the filters held before this entry.
+    const sysSub =
+      out !== null && this.sys !== null && e.cmd.t === 'subscribe' && e.cmd.subs.some((r) => filterReachesSys(r.filter)) ? e.cmd : null;
+    const existed = sysSub === null ? EMPTY_FILTERS : this.broker.filtersOf(sysSub.conn);
+    // The table is brought up to date first (its changes go to live subscribers as at the
+    // interval), so the new subscriber gets current values: O(1) readings, about 50 topics.
+    if (sysSub !== null) this.publishSys();
     this.broker.apply(e, out);
     if (e.cmd.t === 'check') this.checkApplied(e.index, e.cmd.atIndex, e.cmd.digest);
     const probed = this.probeConn !== null && e.cmd.t === 'publish' && e.cmd.conn === this.probeConn && e.cmd.pid === this.probePid;
     if (probed) this.probeMsg = (e.cmd as Extract<Command, { t: 'publish' }>).msg;
+    if (sysSub !== null && out !== null) this.sendSysRetained(sysSub, existed, out);
     if (out !== null && this.log.serving) this.execute(out);
     if (probed && this.probeTarget === null) this.clearProbe();
     const id = connOf(e.cmd);
@@ -496,6 +521,83 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
         void _;
       }
     }
+  }
+
+  /** The $SYS values matching the filters just granted, after the SUBACK in `out`. */
+  private sendSysRetained(cmd: Extract<Command, { t: 'subscribe' }>, existed: ReadonlySet<string>, out: Effect[]): void {
+    const sys = this.sys as SysTopics;
+    let codes: readonly number[] | null = null;
+    for (let i = 0; i < out.length && codes === null; i++) {
+      const f = out[i] as Effect;
+      if (f.t === 'send' && f.conn === cmd.conn && f.packet.type === 'suback' && f.packet.pid === cmd.pid) codes = f.packet.codes;
+    }
+    if (codes === null) return;
+    this.broker.sendLocalRetained(
+      cmd,
+      codes,
+      existed,
+      (filter, fn) => {
+        if (filterReachesSys(filter)) sys.match(filter, fn);
+      },
+      out,
+    );
+  }
+
+  // ---- $SYS ----
+
+  private startSys(): void {
+    const every = this.opts.sysIntervalS ?? 0;
+    if (this.sys === null || every <= 0) return;
+    this.stopSys();
+    this.publishSys();
+    this.sysTimer = setInterval(() => this.publishSys(), every * 1000);
+    this.sysTimer.unref();
+  }
+
+  private stopSys(): void {
+    if (this.sysTimer !== null) clearInterval(this.sysTimer);
+    this.sysTimer = null;
+  }
+
+  /** Updates the local table and routes the values that changed to live subscribers, QoS 0 and
+   * without a log entry (Broker.routeLocal); only while serving. */
+  private publishSys(): void {
+    const sys = this.sys;
+    if (sys === null || !this.log.serving || this.halted || this.stopped) return;
+    const changed = sys.update(this.sysReadings());
+    for (const msg of changed) {
+      const out = this.routeOut;
+      out.length = 0;
+      this.broker.routeLocal(msg, out);
+      this.execute(out);
+    }
+  }
+
+  private sysReadings(): SysReadings {
+    const t = this.traffic;
+    const s = this.broker.counts();
+    let dropped = 0;
+    for (const k of DROP_EVENTS) dropped += this.counters.get(k) ?? 0;
+    const r: SysReadings = {
+      uptimeS: (performance.now() - this.startedAt) / 1000,
+      connected: s.online,
+      disconnected: s.sessions - s.online,
+      maximum: t.connectedMax,
+      packetsIn: t.packetsIn,
+      packetsOut: t.packetsOut,
+      publishIn: sum(t.publishIn),
+      publishOut: sum(t.publishOut),
+      publishDropped: dropped,
+      bytesIn: t.bytesIn,
+      bytesOut: t.bytesOut,
+      connections: t.connectionsAccepted,
+      subscriptions: s.subscriptions,
+      retained: s.retained,
+      heapBytes: process.memoryUsage().heapUsed,
+    };
+    const c = this.opts.sysCluster?.();
+    if (c !== undefined) r.cluster = { role: c.role, leader: c.leader, term: c.term, redundant: c.redundant };
+    return r;
   }
 
   /** A `check` entry at `index` was applied: compare the digest it carries, then hash the state at
@@ -816,6 +918,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
   private async stopServing(reason: number | undefined, discard: boolean): Promise<void> {
     this.listenGen++;
     this.clearTick();
+    this.stopSys();
     const listeners = this.listeners;
     this.listeners = null;
     // Before closing, so the flush inside closeAll sends the DISCONNECTs instead of re-entering.

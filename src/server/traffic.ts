@@ -12,6 +12,9 @@ export class Traffic {
   /** PUBLISH packets handed to client sockets, by delivered QoS, and their payload bytes. */
   readonly publishOut = [0, 0, 0];
   readonly publishOutBytes = [0, 0, 0];
+  /** MQTT packets of any type read from and written to client connections. */
+  packetsIn = 0;
+  packetsOut = 0;
   /** Connections accepted past their transport handshake. */
   connectionsAccepted = 0;
   /** The most connections that held an admitted CONNECT at once. */
@@ -24,6 +27,17 @@ export class Traffic {
  * timed at a time: the message path pays a decrement per PUBLISH, a comparison per delivery and
  * per flushed connection, and two clock reads per probe. */
 export const PROBE_EVERY = 32;
+
+/** The node events that are a message not delivered (raftmq_messages_dropped_total's reasons). */
+export const DROP_EVENTS: readonly string[] = [
+  'queue-full',
+  'qos0-dropped-slow-consumer',
+  'too-large',
+  'expired',
+  'shared-dropped',
+  'will-dropped',
+  'limit-publish-rate',
+];
 
 export function sum(xs: readonly number[]): number {
   let n = 0;
