@@ -105,6 +105,19 @@ describe('$SYS topics', { timeout: 90_000 }, () => {
         'PUBACK',
       );
       assert.deepEqual(acks, [0x87]);
+      const recs: number[] = [];
+      pub.client.on('packetreceive', (p) => {
+        if (p.cmd === 'pubrec') recs.push((p as { reasonCode?: number }).reasonCode ?? 0);
+      });
+      await withTimeout(
+        pub.client.publishAsync('$SYS/z', 'forged', { qos: 2 }).then(
+          () => undefined,
+          () => undefined,
+        ),
+        5_000,
+        'PUBREC',
+      );
+      assert.deepEqual(recs, [0x87], 'QoS 2: PUBREC 0x87 ends the flow');
       // A QoS 0 publish (no answer) and a 3.1.1 one.
       pub.client.publish('$SYS/broker/version', 'forged', { qos: 0, retain: true });
       await publish(sub, '$SYS/y', 'forged', { qos: 1 });
@@ -125,6 +138,26 @@ describe('$SYS topics', { timeout: 90_000 }, () => {
     } finally {
       await disconnect(sub);
       await disconnect(pub);
+    }
+  });
+});
+
+describe('$SYS wills', { timeout: 30_000 }, () => {
+  it('refuses a CONNECT whose will is on $SYS: CONNACK 5 (3.1.1), 0x87 (MQTT 5)', async () => {
+    const broker = await BrokerProcess.start([]);
+    try {
+      for (const protocolVersion of [4, 5] as const) {
+        await assert.rejects(
+          connectClient(broker.port, {
+            clientId: `will-${protocolVersion}`,
+            protocolVersion,
+            will: { topic: '$SYS/broker/version', payload: Buffer.from('forged'), qos: 0, retain: true },
+          }),
+          /Not authorized|not authorized/i,
+        );
+      }
+    } finally {
+      await broker.stop();
     }
   });
 });

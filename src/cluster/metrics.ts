@@ -90,20 +90,23 @@ export class NodeMetrics {
   private readonly source: MetricsSource;
   private readonly loop: IntervalHistogram;
   private readonly loopTimer: NodeJS.Timeout;
+  private readonly loopWindowMs: number;
   /** Quantile → seconds, of the last complete window; empty before the first. */
   private loopWindow = new Map<string, number>();
   /** Read once per scrape, for the gauges that need the whole state. */
   private totals: StateTotals | null = null;
   private status: ClusterStatus | null = null;
 
-  constructor(registry: Registry, source: MetricsSource) {
+  /** `loopWindowMs`: the event-loop window (tests shorten it). */
+  constructor(registry: Registry, source: MetricsSource, loopWindowMs = LOOP_WINDOW_MS) {
     this.registry = registry;
     this.source = source;
+    this.loopWindowMs = loopWindowMs;
     collectDefaultMetrics({ register: registry });
     for (const name of RESETTING_DEFAULTS) registry.removeSingleMetric(name);
     this.loop = monitorEventLoopDelay({ resolution: LOOP_RESOLUTION_MS });
     this.loop.enable();
-    this.loopTimer = setInterval(() => this.closeLoopWindow(), LOOP_WINDOW_MS);
+    this.loopTimer = setInterval(() => this.closeLoopWindow(), loopWindowMs);
     this.loopTimer.unref();
     this.defineBroker();
     this.defineRefusals();
@@ -366,7 +369,7 @@ export class NodeMetrics {
   private defineLoop(): void {
     this.labelledGauge(
       'raftmq_event_loop_delay_seconds',
-      `event-loop delay over the last complete ${LOOP_WINDOW_MS / 1000} s window, by quantile (1: the maximum)`,
+      `event-loop delay over the last complete ${this.loopWindowMs / 1000} s window, by quantile (1: the maximum)`,
       'quantile',
       () => this.loopWindow,
     );
