@@ -104,6 +104,8 @@ export function nodeOptions(config: Config, logger: pino.Logger, tls: TlsMateria
       connectRatePerAddress: config['max-connect-rate'],
     },
     statsIntervalMs: config['stats-interval-ms'],
+    sysIntervalS: config['sys-interval'],
+    version: version(),
     logger,
   };
 }

@@ -224,6 +224,13 @@ export const SCHEMA = {
     max: 86_400_000,
     help: "log a 'stats' line (counters, connections, bounded tables) at this interval; 0: off",
   },
+  'sys-interval': {
+    kind: 'int',
+    default: 10,
+    min: 0,
+    max: 86_400,
+    help: 'seconds between updates of the $SYS topics the serving node publishes (Mosquitto names, QoS 0, retained locally, never replicated); 0: off',
+  },
   'shutdown-timeout-ms': {
     kind: 'int',
     default: 3000,

@@ -10,6 +10,8 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { CLI } from './broker-process.js';
 import { ClusterNodeProcess, freePort, httpGet, LOOPBACK, LocalCluster } from './cluster-processes.js';
+import { connectClient, disconnect, publish, subscribe } from './helpers.js';
+import { parseMetrics } from './prom-text.js';
 
 const ELECTION_WAIT_MS = 10_000;
 
@@ -50,21 +52,83 @@ describe('raftmq cluster mode', { timeout: 60_000 }, () => {
     assert.ok(hs.filter((h) => h.code === 200).length <= 1, 'never two nodes serving');
   });
 
-  it('reports Prometheus metrics: connections, messages, drops, raft term and commit index, loop delay', async () => {
+  it('reports Prometheus metrics on every node, and the raft series on the leader with its role and term', async () => {
     const r = await httpGet(cluster.nodes[0]!.healthPort, '/metrics');
     assert.equal(r.code, 200);
     for (const name of [
       'raftmq_connections',
-      'raftmq_messages_in_total',
-      'raftmq_messages_out_total',
-      'raftmq_queue_drops_total',
+      'raftmq_connections_total',
       'raftmq_raft_term',
       'raftmq_raft_commit_index',
-      'raftmq_event_loop_delay_p99_seconds',
+      'raftmq_raft_leader',
     ]) {
       assert.match(r.text, new RegExp(`^${name} [0-9.e+-]+$`, 'm'), name);
     }
     assert.equal((await httpGet(cluster.nodes[0]!.healthPort, '/nothing')).code, 404);
+
+    // The leader's view: every peer's match lag, last contact and clock offset, once its heartbeats
+    // have carried clock samples from both followers.
+    const deadline = Date.now() + ELECTION_WAIT_MS;
+    for (;;) {
+      const hs = await Promise.all(cluster.nodes.map((n) => n.health()));
+      const i = hs.findIndex((h) => h.body.role === 'leader');
+      const leader = i < 0 ? undefined : cluster.nodes[i];
+      const m = leader === undefined ? new Map<string, number>() : parseMetrics((await httpGet(leader.healthPort, '/metrics')).text);
+      const peers = [1, 2, 3].filter((id) => id !== leader?.id);
+      const want = [
+        ...peers.map((p) => `raftmq_raft_peer_match_lag{peer="${p}"}`),
+        ...peers.map((p) => `raftmq_raft_peer_last_contact_seconds{peer="${p}"}`),
+        ...[1, 2, 3].map((n) => `raftmq_raft_clock_offset_seconds{node="${n}"}`),
+      ];
+      if (leader !== undefined && want.every((s) => m.has(s))) {
+        assert.equal(m.get('raftmq_raft_role{role="leader"}'), 1);
+        assert.equal(m.get('raftmq_raft_role{role="follower"}'), 0);
+        assert.equal(m.get('raftmq_raft_term'), hs[i]!.body.term);
+        assert.equal(m.get('raftmq_raft_leader'), leader.id);
+        // A fresh cluster's first leader is its bootstrap node, elected without a campaign.
+        assert.ok(m.has('raftmq_raft_elections_total'));
+        assert.ok((m.get('raftmq_raft_leader_changes_total') ?? 0) >= 1);
+        for (const p of peers) assert.equal(m.get(`raftmq_raft_peer_connected{peer="${p}"}`), 1);
+        for (const s of ['raftmq_raft_redundant', 'raftmq_raft_needs_force_start', 'raftmq_raft_last_index']) assert.ok(m.has(s), s);
+        break;
+      }
+      if (Date.now() > deadline)
+        throw new Error(`no leader with every raft series; have ${[...m.keys()].filter((k) => k.startsWith('raftmq_raft')).join(' ')}`);
+      await new Promise((res) => setTimeout(res, 50));
+    }
+  });
+
+  it('times the commit of a client command on the leader, and its delivery', async () => {
+    const leader = await cluster.serving(ELECTION_WAIT_MS);
+    const c = await connectClient(leader.mqttPort, { clientId: 'metrics-commit' });
+    try {
+      await subscribe(c, 'commit/#', 1);
+      // One PUBLISH in 32 is offered as a delivery probe.
+      for (let i = 0; i < 40; i++) await publish(c, 'commit/x', String(i), { qos: 1 });
+      await c.waitFor(() => c.messages.length === 40, 'the 40 messages back');
+    } finally {
+      await disconnect(c);
+    }
+    const m = parseMetrics((await httpGet(leader.healthPort, '/metrics')).text);
+    assert.ok((m.get('raftmq_raft_commit_latency_seconds_count') ?? 0) >= 1, 'commit latency sampled');
+    assert.ok((m.get('raftmq_publish_delivery_latency_seconds_count') ?? 0) >= 1, 'delivery latency sampled');
+  });
+
+  it('publishes $SYS/broker/cluster/... from the serving leader, from its local table', async () => {
+    const leader = await cluster.serving(ELECTION_WAIT_MS);
+    const c = await connectClient(leader.mqttPort, { clientId: 'sys-cluster' });
+    try {
+      await subscribe(c, '$SYS/broker/cluster/#');
+      await c.waitFor(() => c.messages.length >= 4, 'the four cluster topics');
+      const got = new Map(c.messages.map((m) => [m.topic, m.payload]));
+      const h = (await leader.health()).body;
+      assert.equal(got.get('$SYS/broker/cluster/role'), 'leader');
+      assert.equal(got.get('$SYS/broker/cluster/leader'), String(leader.id));
+      assert.equal(got.get('$SYS/broker/cluster/term'), String(h.term));
+      assert.match(got.get('$SYS/broker/cluster/redundant') ?? '', /^(true|false)$/);
+    } finally {
+      await disconnect(c);
+    }
   });
 
   it('refuses a second process of the same node id at once, naming the peer port', () => {

@@ -95,6 +95,21 @@ export class ClusterClock {
     return [...this.excluded];
   }
 
+  /** Each fresh clock's distance from the median of the fresh clocks, in ms (positive: ahead), the
+   * distance that target() compares with maxClockOffsetMs. For metrics; allocates. */
+  offsets(monotonic: number): Map<number, number> {
+    const fresh: { voter: number; wall: number }[] = [];
+    for (const [voter, s] of this.samples) {
+      if (monotonic - s.at <= this.staleMs) fresh.push({ voter, wall: monotonic + s.offset });
+    }
+    const out = new Map<number, number>();
+    if (fresh.length === 0) return out;
+    fresh.sort(byWall);
+    const median = fresh[Math.floor((fresh.length - 1) / 2)]?.wall ?? 0;
+    for (const f of fresh.sort((a, b) => a.voter - b.voter)) out.set(f.voter, f.wall - median);
+    return out;
+  }
+
   /** Starts a leader's term at `monotonic`: cluster time jumps forward to the target, never below
    * `floor` (the log's last time). Without a target, it starts at `floor` and may jump once more,
    * when the term first has one (a deviation; see docs/raft.md). */

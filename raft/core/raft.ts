@@ -572,6 +572,11 @@ export class RaftCore {
     return this.handler.role === 'leader' ? this.clock.excludedClocks() : [];
   }
 
+  /** Leader only: each voter clock's distance from the median (ms; ClusterClock.offsets). */
+  clockOffsets(): Map<number, number> {
+    return this.handler.role === 'leader' ? this.clock.offsets(this.now) : new Map();
+  }
+
   // ---- output ----
 
   hasReady(): boolean {

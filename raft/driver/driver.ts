@@ -1054,6 +1054,17 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     return this.core.excludedClocks();
   }
 
+  /** Leader only: each voter wall clock's distance from the median of the voters' clocks (ms). */
+  clockOffsets(): Map<number, number> {
+    return this.core.clockOffsets();
+  }
+
+  /** Ms since the last valid message from `peer`; null: never heard. */
+  lastContactAgoMs(peer: number): number | null {
+    const at = this.contact.get(peer);
+    return at === undefined ? null : Math.floor(this.clock.monotonic()) - at;
+  }
+
   status(): DriverStatus {
     const now = Math.floor(this.clock.monotonic());
     const lastContactAgoMs: Record<string, number | null> = {};

@@ -89,6 +89,19 @@ interface Target {
   share: string | null;
 }
 
+/** Sizes of the replicated state (Broker.totals). */
+export interface StateTotals {
+  sessions: number;
+  /** Sessions held by a connection. */
+  online: number;
+  subscriptions: number;
+  retained: number;
+  queuedMessages: number;
+  queuedBytes: number;
+  /** Outbound QoS 1/2 sent and not yet completed. */
+  inflight: number;
+}
+
 /** Targets of one message found by a linear scan before route indexes them in a Map. */
 const ROUTE_TARGETS_SCANNED = 8;
 /** Stands in for the session of an unused scratch target, so the scratch holds no real session. */
@@ -212,6 +225,84 @@ export class Broker implements BrokerState {
       event(out, 'invariant', { reason: `routeQos0 threw: ${(err as Error)?.message ?? String(err)}` });
       return 0;
     }
+  }
+
+  /** The sizes of the replicated state that cost O(1) (StateTotals without the queues). */
+  counts(): Pick<StateTotals, 'sessions' | 'online' | 'subscriptions' | 'retained'> {
+    return { sessions: this.sessions.size, online: this.byConn.size, subscriptions: this.subsTrie.size, retained: this.retained.size };
+  }
+
+  /** Sizes of the replicated state, for metrics. O(sessions) for the queues: read at a scrape,
+   * never on the message path. */
+  totals(): StateTotals {
+    let queuedMessages = 0;
+    let queuedBytes = 0;
+    let inflight = 0;
+    for (const s of this.sessions.values()) {
+      queuedMessages += s.queue.length;
+      queuedBytes += s.queueBytes;
+      inflight += s.inflight.length;
+    }
+    return {
+      sessions: this.sessions.size,
+      online: this.byConn.size,
+      subscriptions: this.subsTrie.size,
+      retained: this.retained.size,
+      queuedMessages,
+      queuedBytes,
+      inflight,
+    };
+  }
+
+  /** Routes a message the serving node itself publishes (the $SYS topics), QoS 0, to the online
+   * sessions it matches, without a log entry: like routeQos0, it changes no replicated state. Read
+   * access is judged per subscriber, and no publisher's write access applies. Returns the number
+   * of matching sessions. */
+  routeLocal(msg: Message, out: Effect[]): number {
+    try {
+      if (msg.qos !== 0) {
+        event(out, 'no-op', { reason: 'routeLocal takes QoS 0' });
+        return 0;
+      }
+      return this.route(null, msg, this.time, out, this.qos0Cursors);
+    } catch (err) {
+      event(out, 'invariant', { reason: `routeLocal threw: ${(err as Error)?.message ?? String(err)}` });
+      return 0;
+    }
+  }
+
+  /** The messages of a local retained table (the $SYS topics) that a subscription just granted
+   * (`cmd`, applied; `codes` its SUBACK codes) should receive, as QoS 0 retained deliveries after
+   * its SUBACK: what sendRetained does for the replicated retained messages, by the same Retain
+   * Handling rules (`existed`: the filters the session held before this entry), with read access
+   * judged per topic. Changes no replicated state. */
+  sendLocalRetained(
+    cmd: SubscribeCommand,
+    codes: readonly number[],
+    existed: ReadonlySet<string>,
+    match: (filter: string, fn: (topic: string, msg: Message) => void) => void,
+    out: Effect[],
+  ): void {
+    const s = this.byConn.get(cmd.conn);
+    if (s === undefined) return;
+    const subIds = cmd.subId === undefined ? null : [cmd.subId];
+    for (let i = 0; i < cmd.subs.length; i++) {
+      const req = cmd.subs[i] as SubscribeCommand['subs'][number];
+      if ((codes[i] ?? RC.UNSPECIFIED_ERROR) >= RC.UNSPECIFIED_ERROR || req.filter.startsWith(SHARE_PREFIX)) continue;
+      if (s.protocol === 5 && (req.rh === 2 || (req.rh === 1 && existed.has(req.filter)))) continue;
+      match(req.filter, (topic, msg) => {
+        if (!aclAllows(this.settings.acl, s, 'read', topic)) return;
+        const d = { msg, qos: 0 as QoS, retain: true, subIds, expiresAt: null, share: null };
+        deliver(s, d, this.settings, this.time, out);
+      });
+    }
+  }
+
+  /** The filters the session of `conn` holds now (before a subscribe is applied, for Retain
+   * Handling 1 of the local retained table). */
+  filtersOf(conn: ConnId): ReadonlySet<string> {
+    const subs = this.byConn.get(conn)?.subs;
+    return subs == null ? new Set() : new Set(subs.keys());
   }
 
   nextDeadline(): number | undefined {
@@ -705,6 +796,7 @@ export class Broker implements BrokerState {
       const isNew = s.subs?.has(req.filter) !== true;
       const refusal = this.subscribeRefusal(s, sub, isNew);
       if (refusal !== null) {
+        if (refusal === RC.NOT_AUTHORIZED && out !== null) event(out, 'acl-denied-subscribe', { clientId: s.clientId, filter: req.filter });
         codes.push(refusal);
         continue;
       }

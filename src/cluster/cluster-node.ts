@@ -73,7 +73,7 @@ export async function startClusterNode(
   }
   // The broker is attached before raft starts: a resumed state file hands its snapshot to the
   // broker in raft's first turn. Nothing listens for MQTT until this node serves.
-  const node = new BrokerNode({ ...nodeOpts, audit }, log);
+  const node = new BrokerNode({ ...nodeOpts, audit, sysCluster: () => log.status() }, log);
   created(node);
   log.attach({
     lastCheck: () => node.lastCheck,
@@ -95,7 +95,7 @@ export async function startClusterNode(
   let healthPort = -1;
   try {
     if (health.port >= 0) {
-      server = new HealthServer(healthSource(node, () => log.status()));
+      server = new HealthServer(healthSource(node, () => log.status(), log));
       healthPort = await server.listen(health.host, health.port);
       logger.info({ port: healthPort }, 'health listening');
     }
@@ -119,14 +119,8 @@ export async function startClusterNode(
   };
 }
 
-export function healthSource(node: BrokerNode, status: () => ClusterStatus): HealthSource {
-  return {
-    status,
-    connections: () => node.connectionCount,
-    messagesIn: () => node.messagesIn,
-    messagesOut: () => node.messagesOut,
-    queueDrops: () => node.counters.get('queue-full') ?? 0,
-  };
+export function healthSource(node: BrokerNode, status: () => ClusterStatus, raft: RaftLog | null = null): HealthSource {
+  return { status, node, raft };
 }
 
 /** /health of a single node: it always leads and serves while its state machine is sound. */

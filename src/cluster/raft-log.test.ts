@@ -72,6 +72,12 @@ class FakeDriver implements ClusterDriver {
   transfers: number[] = [];
   stoppedAfter: number[] | null = null;
   matches = new Map<number, number>();
+  lastContactAgoMs(): number | null {
+    return null;
+  }
+  clockOffsets(): Map<number, number> {
+    return new Map();
+  }
   transferLeadership(to: number): Error | null {
     this.transfers.push(to);
     // The target wins its election a little later.

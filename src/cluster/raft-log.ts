@@ -16,6 +16,7 @@ import { type PeerAddress, Transport } from '../../raft/transport/transport.js';
 import type { Command, Entry, Settings } from '../broker/commands.js';
 import type { BrokerLog, LogListener } from '../log/broker-log.js';
 import { decodeCommand, encodeCommand } from '../log/command-codec.js';
+import { LatencyBuckets } from '../server/latency-buckets.js';
 import type { AuditLog, LeaseView } from './audit-log.js';
 import { type CheckPolicy, CheckScheduler, defaultCheckPolicy } from './check-scheduler.js';
 
@@ -41,6 +42,10 @@ export interface ClusterDriver {
   clusterTimeReady(): boolean;
   matchIndex(peer: number): number | undefined;
   lastContact(peer: number): number | undefined;
+  /** Ms since the last valid message from `peer`; null: never heard. */
+  lastContactAgoMs(peer: number): number | null;
+  /** Leader only: each voter wall clock's distance from the voters' median (ms). */
+  clockOffsets(): Map<number, number>;
   /** Thesis §3.10: hand leadership to `to`; an Error when it cannot start. */
   transferLeadership(to: number): Error | null;
   /** Leader only: voters whose wall clock its cluster time leaves out (docs/design.md "Cluster time"). */
@@ -116,6 +121,21 @@ export interface RaftLogOptions {
   /** How long stop() waits for a leadership handover before it stops raft anyway (ms). Default
    * 2E: the core aborts a transfer after E. */
   handoverTimeoutMs?: number;
+}
+
+/** What /metrics reads of raft beyond ClusterStatus; counters of this process. */
+export interface RaftMetrics {
+  lastIndex: number;
+  /** Every other configured node: the leader's view of its log (null elsewhere) and its link. */
+  peers: { id: number; matchLag: number | null; lastContactAgoMs: number | null; connected: boolean }[];
+  /** Terms this node stood as a candidate in. */
+  elections: number;
+  /** Times this node learned of a leader other than the one it knew (the first one included). */
+  leaderChanges: number;
+  /** Leader only: voter clock offsets from the median (ms), by node. */
+  clockOffsetsMs: Map<number, number>;
+  /** Proposal to commit, sampled: one proposal timed at a time. */
+  commitLatency: LatencyBuckets;
 }
 
 /** How often stop() looks whether the handover finished (ms). */
@@ -222,6 +242,18 @@ export class RaftLog implements BrokerLog, LeaseView {
   /** What this node's next serve-start carries: the settings of the latest reload, and their hash. */
   private settings: Settings;
   private configHash: string | undefined;
+  // ---- metrics: plain counters, read at scrape time ----
+  private elections = 0;
+  private leaderChanges = 0;
+  private knownLeader = 0;
+  private knownRole: Role = 'follower';
+  private knownTerm = 0;
+  private readonly commitLatency = new LatencyBuckets();
+  /** The one proposal whose commit is being timed: index, term, proposed at (ms); index 0: none.
+   * One at a time keeps the cost to a clock read per commit round, not per command. */
+  private probeIndex = 0;
+  private probeTerm = 0;
+  private probeAt = 0;
 
   constructor(opts: RaftLogOptions) {
     this.opts = opts;
@@ -232,7 +264,10 @@ export class RaftLog implements BrokerLog, LeaseView {
     this.configHash = opts.configHashOf?.(opts.settings);
     this.driver = opts.driver({
       onCommitted: (entries) => this.onCommitted(entries),
-      onStateChange: () => this.evaluate(),
+      onStateChange: (s) => {
+        this.noteSoftState(s);
+        this.evaluate();
+      },
       onFatal: (err) => this.onFatal(err),
       onLeaseRenewed: (leaseEnd, term) => this.audit?.leaseRenewed(leaseEnd, term),
       snapshotSource: () => this.snapshotSource(),
@@ -342,6 +377,7 @@ export class RaftLog implements BrokerLog, LeaseView {
     const started = performance.now();
     source.restore(s.chunks);
     this.early = [];
+    this.probeIndex = 0;
     this.lastAppliedTime = Math.max(this.lastAppliedTime, s.time);
     this.lastAppliedTerm = s.term;
     this.opts.logger.info(
@@ -358,6 +394,7 @@ export class RaftLog implements BrokerLog, LeaseView {
     if (source === null) throw new Error('an epoch switch arrived before the broker attached');
     source.reset();
     this.early = [];
+    this.probeIndex = 0;
     this.lastAppliedTime = 0;
     this.lastAppliedTerm = 0;
     this.servingConfigHash = null;
@@ -434,6 +471,11 @@ export class RaftLog implements BrokerLog, LeaseView {
     if (cmd.t === 'settings' && this.configHash !== undefined) cmd = { ...cmd, configHash: this.configHash };
     const r = this.driver.propose(encodeCommand(cmd));
     if (r instanceof Error) this.noteDropped(r);
+    else if (this.probeIndex === 0) {
+      this.probeIndex = r.index;
+      this.probeTerm = r.term;
+      this.probeAt = performance.now();
+    }
   }
 
   updateSettings(settings: Settings): void {
@@ -525,6 +567,43 @@ export class RaftLog implements BrokerLog, LeaseView {
 
   // ---- status ----
 
+  raftMetrics(): RaftMetrics {
+    const d = this.driver;
+    const last = d.lastIndex;
+    return {
+      lastIndex: last,
+      peers: this.peers.map((id) => {
+        const match = d.matchIndex(id);
+        return {
+          id,
+          matchLag: match === undefined ? null : Math.max(0, last - match),
+          lastContactAgoMs: d.lastContactAgoMs(id),
+          connected: this.opts.peerConnected?.(id) ?? true,
+        };
+      }),
+      elections: this.elections,
+      leaderChanges: this.leaderChanges,
+      clockOffsetsMs: d.currentRole === 'leader' ? d.clockOffsets() : new Map(),
+      commitLatency: this.commitLatency,
+    };
+  }
+
+  /** The timed proposal's index was committed: with its term, it was this proposal. */
+  private endProbe(term: number): void {
+    if (term === this.probeTerm) this.commitLatency.observe((performance.now() - this.probeAt) / 1000);
+    this.probeIndex = 0;
+  }
+
+  private noteSoftState(s: SoftState): void {
+    if (s.role === 'candidate' && (this.knownRole !== 'candidate' || s.term !== this.knownTerm)) this.elections++;
+    if (s.leader !== 0 && s.leader !== this.knownLeader) {
+      this.leaderChanges++;
+      this.knownLeader = s.leader;
+    }
+    this.knownRole = s.role;
+    this.knownTerm = s.term;
+  }
+
   status(): ClusterStatus {
     const serving = this.serving && this.source?.failure() == null;
     const m = this.driver.status();
@@ -613,6 +692,7 @@ export class RaftLog implements BrokerLog, LeaseView {
     for (let i = 0; i < raw.length; i++) {
       const e = raw[i] as LogEntry;
       this.lastAppliedTerm = e.term;
+      if (e.index === this.probeIndex) this.endProbe(e.term);
       const ticket = this.startTicket;
       if (ticket !== null && e.index === ticket.index) {
         this.startTicket = null;
@@ -627,6 +707,9 @@ export class RaftLog implements BrokerLog, LeaseView {
       if (entry.cmd.t === 'check') checks++;
       out.push(entry);
     }
+    // Passed without its index (a snapshot, a truncation): not timed.
+    if (this.probeIndex !== 0 && raw.length > 0 && (raw[raw.length - 1] as LogEntry).index > this.probeIndex) this.probeIndex = 0;
+
     this.checks.noteApplied(out.length, checks);
     if (this.listener === null || this.earlyPending) {
       for (const e of out) this.early.push(e);

@@ -2,7 +2,7 @@
 // open only while the log says this node serves (docs/design.md "The seam").
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
-import { Broker } from '../broker/broker.js';
+import { Broker, type StateTotals } from '../broker/broker.js';
 import type { AclRule, Command, ConnId, Effect, Entry, Message, OutPacket, ProtocolLevel, Settings } from '../broker/commands.js';
 import { Fifo } from '../broker/fifo.js';
 import type { AuditSink } from '../cluster/audit-log.js';
@@ -14,12 +14,15 @@ import { type Authenticator, allowAll } from './authenticator.js';
 import { Connection, type ConnectionHost, type ConnectionLimits } from './connection.js';
 import { DIGEST_CURSOR, DIGEST_SLICE_MS, DigestRunner, type RunStats, type Verdict } from './digest-runner.js';
 import { type EnhancedAuthMethod, methodTable } from './enhanced-auth.js';
+import { LatencyBuckets } from './latency-buckets.js';
 import { ConnectRateLimiter, DEFAULT_NODE_LIMITS, type NodeLimits, WRITE_BUFFER_BYTES_DEFAULT } from './limits.js';
 import { type ListenerSpec, listenerUrl } from './listeners/listen-url.js';
 import { Listener, type ListenerHost } from './listeners/listener.js';
 import type { TlsMaterial } from './listeners/tls-material.js';
 import { type ConnackLimits, toWire } from './outbound.js';
 import { RateLimitedLog } from './rate-limited-log.js';
+import { filterReachesSys, type SysReadings, SysTopics } from './sys-topics.js';
+import { DROP_EVENTS, PROBE_EVERY, sum, Traffic } from './traffic.js';
 import type { ByteStream, Transport } from './transport.js';
 
 export interface NodeOptions {
@@ -61,7 +64,18 @@ export interface NodeOptions {
   gauges?: () => Record<string, number>;
   /** The audit stream (--audit-log): every ack and delivery this node executes. */
   audit?: AuditSink | null;
+  /** Seconds between updates of the $SYS topics while serving (--sys-interval); 0 or absent: off. */
+  sysIntervalS?: number;
+  /** The version $SYS/broker/version names. */
+  version?: string;
+  /** A cluster node's raft view, for $SYS/broker/cluster/...; absent on a single node. */
+  sysCluster?: () => { role: string; leader: number; term: number; redundant: boolean };
 }
+
+const EMPTY_FILTERS: ReadonlySet<string> = new Set();
+
+/** A latency probe not delivered within this is dropped, so another can start (ms). */
+const PROBE_STALE_MS = 10_000;
 
 /** At most one log line per key per window (protocol errors, apply events). */
 const LOG_WINDOW_MS = 10_000;
@@ -139,6 +153,8 @@ function eventLevel(kind: string): 'debug' | 'info' | 'warn' | 'error' {
     case 'limit-connect-rate':
     case 'limit-publish-rate':
     case 'limit-topic':
+    case 'acl-denied-subscribe':
+    case 'sys-publish-refused':
       return 'warn';
     default:
       return 'info';
@@ -175,9 +191,18 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
   readonly enhancedAuth: ReadonlyMap<string, EnhancedAuthMethod>;
   /** Event counts (apply events, protocol errors, drops), for metrics. */
   readonly counters = new Map<string, number>();
-  /** PUBLISH packets received from clients (every QoS) and written to clients, for metrics. */
-  messagesIn = 0;
-  messagesOut = 0;
+  /** Bytes, PUBLISH packets and connections of this process, for metrics and $SYS. */
+  readonly traffic = new Traffic();
+  /** PUBLISH read to the socket write of its first delivery, sampled (Traffic.probeCountdown). */
+  readonly deliveryLatency = new LatencyBuckets();
+  /** The probe: its message once known (a QoS 0 one at once, a QoS 1/2 one when applied), else the
+   * connection and packet id that find its entry; the time of its read; the connection that got
+   * its first delivery, whose next write ends the probe. probeAt 0: no probe. */
+  private probeMsg: Message | null = null;
+  private probeConn: ConnId | null = null;
+  private probePid = 0;
+  private probeAt = 0;
+  private probeTarget: Connection | null = null;
   private readonly opts: NodeOptions;
   private readonly log: BrokerLog;
   private readonly broker = new Broker();
@@ -208,6 +233,10 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
   private readonly sharedPublish: (SharedPublish | null)[] = [null, null, null, null, null, null];
   private readonly applyOut: Effect[] = [];
   private readonly routeOut: Effect[] = [];
+  /** The $SYS table, local to this process; null with --sys-interval 0. */
+  private readonly sys: SysTopics | null;
+  private sysTimer: NodeJS.Timeout | null = null;
+  private readonly startedAt = performance.now();
   private tickTimer: NodeJS.Timeout | null = null;
   private tickDeadline: number | undefined;
   private readonly tickBound = (): void => this.onTick();
@@ -240,6 +269,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
       onRun: (stats) => this.digestRun(stats),
       onVerdict: (atIndex, verdict, expected, mine) => this.checkVerdict(atIndex, verdict, expected, mine),
     });
+    this.sys = (opts.sysIntervalS ?? 0) > 0 ? new SysTopics(opts.version ?? 'unknown') : null;
     this.authenticator = opts.authenticator ?? allowAll;
     this.specs = opts.listeners?.length ? opts.listeners : [{ kind: 'mqtt', host: opts.host, port: opts.port, path: '', proxy: null }];
     this.boundPorts = this.specs.map(() => 0);
@@ -284,6 +314,26 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
 
   get readsPaused(): boolean {
     return this.paused;
+  }
+
+  /** PUBLISH packets received from clients (every QoS). */
+  get messagesIn(): number {
+    return sum(this.traffic.publishIn);
+  }
+
+  /** PUBLISH packets handed to client sockets (every QoS). */
+  get messagesOut(): number {
+    return sum(this.traffic.publishOut);
+  }
+
+  /** Connections holding an admitted CONNECT (counted from CONNECT to the socket's close). */
+  get connectedCount(): number {
+    return this.admitted.size;
+  }
+
+  /** Sizes of the replicated state (sessions, subscriptions, retained, queues); O(sessions). */
+  stateTotals(): StateTotals {
+    return this.broker.totals();
   }
 
   /** Open MQTT connections of the current serving period. */
@@ -391,6 +441,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     this.logger.info({ period: servePeriod }, 'serve-start');
     this.startListening();
     this.armTick();
+    this.startSys();
   }
 
   drain(): void {
@@ -409,9 +460,21 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     // again after apply, since its lease may have lapsed meanwhile (a long pause in apply).
     const out = this.log.serving ? this.applyOut : null;
     if (out !== null) out.length = 0;
+    // A subscription that may reach a $SYS topic gets the local table after its SUBACK; Retain
+    // Handling 1 needs the filters held before this entry.
+    const sysSub =
+      out !== null && this.sys !== null && e.cmd.t === 'subscribe' && e.cmd.subs.some((r) => filterReachesSys(r.filter)) ? e.cmd : null;
+    const existed = sysSub === null ? EMPTY_FILTERS : this.broker.filtersOf(sysSub.conn);
+    // The table is brought up to date first (its changes go to live subscribers as at the
+    // interval), so the new subscriber gets current values: O(1) readings, about 50 topics.
+    if (sysSub !== null) this.publishSys();
     this.broker.apply(e, out);
     if (e.cmd.t === 'check') this.checkApplied(e.index, e.cmd.atIndex, e.cmd.digest);
+    const probed = this.probeConn !== null && e.cmd.t === 'publish' && e.cmd.conn === this.probeConn && e.cmd.pid === this.probePid;
+    if (probed) this.probeMsg = (e.cmd as Extract<Command, { t: 'publish' }>).msg;
+    if (sysSub !== null && out !== null) this.sendSysRetained(sysSub, existed, out);
     if (out !== null && this.log.serving) this.execute(out);
+    if (probed && this.probeTarget === null) this.clearProbe();
     const id = connOf(e.cmd);
     const conn = id === undefined ? undefined : this.conns.get(id);
     if (conn === undefined) return;
@@ -444,7 +507,9 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
   private executeFor(conn: Connection, e: Exclude<Effect, { t: 'event' }>): void {
     switch (e.t) {
       case 'send':
-        if (e.packet.type === 'publish') this.messagesOut++;
+        if (this.probeMsg !== null && e.packet.type === 'publish' && e.packet.msg === this.probeMsg && this.probeTarget === null) {
+          this.probeTarget = conn;
+        }
         conn.deliver(e.packet);
         if (this.opts.audit != null) this.opts.audit.packet(e.packet, this.broker.clientIdOf(e.conn));
         return;
@@ -456,6 +521,83 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
         void _;
       }
     }
+  }
+
+  /** The $SYS values matching the filters just granted, after the SUBACK in `out`. */
+  private sendSysRetained(cmd: Extract<Command, { t: 'subscribe' }>, existed: ReadonlySet<string>, out: Effect[]): void {
+    const sys = this.sys as SysTopics;
+    let codes: readonly number[] | null = null;
+    for (let i = 0; i < out.length && codes === null; i++) {
+      const f = out[i] as Effect;
+      if (f.t === 'send' && f.conn === cmd.conn && f.packet.type === 'suback' && f.packet.pid === cmd.pid) codes = f.packet.codes;
+    }
+    if (codes === null) return;
+    this.broker.sendLocalRetained(
+      cmd,
+      codes,
+      existed,
+      (filter, fn) => {
+        if (filterReachesSys(filter)) sys.match(filter, fn);
+      },
+      out,
+    );
+  }
+
+  // ---- $SYS ----
+
+  private startSys(): void {
+    const every = this.opts.sysIntervalS ?? 0;
+    if (this.sys === null || every <= 0) return;
+    this.stopSys();
+    this.publishSys();
+    this.sysTimer = setInterval(() => this.publishSys(), every * 1000);
+    this.sysTimer.unref();
+  }
+
+  private stopSys(): void {
+    if (this.sysTimer !== null) clearInterval(this.sysTimer);
+    this.sysTimer = null;
+  }
+
+  /** Updates the local table and routes the values that changed to live subscribers, QoS 0 and
+   * without a log entry (Broker.routeLocal); only while serving. */
+  private publishSys(): void {
+    const sys = this.sys;
+    if (sys === null || !this.log.serving || this.halted || this.stopped) return;
+    const changed = sys.update(this.sysReadings());
+    for (const msg of changed) {
+      const out = this.routeOut;
+      out.length = 0;
+      this.broker.routeLocal(msg, out);
+      this.execute(out);
+    }
+  }
+
+  private sysReadings(): SysReadings {
+    const t = this.traffic;
+    const s = this.broker.counts();
+    let dropped = 0;
+    for (const k of DROP_EVENTS) dropped += this.counters.get(k) ?? 0;
+    const r: SysReadings = {
+      uptimeS: (performance.now() - this.startedAt) / 1000,
+      connected: s.online,
+      disconnected: s.sessions - s.online,
+      maximum: t.connectedMax,
+      packetsIn: t.packetsIn,
+      packetsOut: t.packetsOut,
+      publishIn: sum(t.publishIn),
+      publishOut: sum(t.publishOut),
+      publishDropped: dropped,
+      bytesIn: t.bytesIn,
+      bytesOut: t.bytesOut,
+      connections: t.connectionsAccepted,
+      subscriptions: s.subscriptions,
+      retained: s.retained,
+      heapBytes: process.memoryUsage().heapUsed,
+    };
+    const c = this.opts.sysCluster?.();
+    if (c !== undefined) r.cluster = { role: c.role, leader: c.leader, term: c.term, redundant: c.redundant };
+    return r;
   }
 
   /** A `check` entry at `index` was applied: compare the digest it carries, then hash the state at
@@ -549,11 +691,11 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
       return RC.QUOTA_EXCEEDED;
     }
     this.admitted.add(conn.id);
+    if (this.admitted.size > this.traffic.connectedMax) this.traffic.connectedMax = this.admitted.size;
     return null;
   }
 
   propose(cmd: Command): void {
-    if (cmd.t === 'publish') this.messagesIn++;
     this.log.propose(cmd);
     if (!this.paused && !this.log.accepting) {
       this.paused = true;
@@ -564,11 +706,35 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
 
   routeQos0(from: ConnId, msg: Message): void {
     if (!this.log.serving) return;
-    this.messagesIn++;
     const out = this.routeOut;
     out.length = 0;
     this.broker.routeQos0(from, msg, out);
     this.execute(out);
+    // Nobody to deliver the probe to: the next one may start.
+    if (msg === this.probeMsg && this.probeTarget === null) this.clearProbe();
+  }
+
+  probePublish(conn: ConnId, msg: Message | null, pid: number, readAt: number): void {
+    this.traffic.probeCountdown = PROBE_EVERY;
+    if (this.probeAt !== 0 && readAt - this.probeAt < PROBE_STALE_MS) return;
+    this.probeMsg = msg;
+    this.probeConn = msg === null ? conn : null;
+    this.probePid = pid;
+    this.probeAt = readAt;
+    this.probeTarget = null;
+  }
+
+  private clearProbe(): void {
+    this.probeMsg = null;
+    this.probeConn = null;
+    this.probeAt = 0;
+    this.probeTarget = null;
+  }
+
+  /** The probe's first delivery went to its socket. */
+  private endProbe(): void {
+    this.deliveryLatency.observe((performance.now() - this.probeAt) / 1000);
+    this.clearProbe();
   }
 
   markDirty(c: Connection): void {
@@ -608,6 +774,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
   }
 
   closed(c: Connection): void {
+    if (c === this.probeTarget) this.clearProbe();
     if (this.conns.get(c.id) === c) {
       this.conns.delete(c.id);
       this.admitted.delete(c.id);
@@ -663,6 +830,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
       const c = this.dirty.shift();
       if (c === undefined) return;
       written += c.flush();
+      if (c === this.probeTarget) this.endProbe();
     }
     if (this.dirty.length > 0) {
       this.event('flush-continued', { left: this.dirty.length });
@@ -736,6 +904,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
       return;
     }
     const id: ConnId = `${this.period}.${++this.seq}`;
+    this.traffic.connectionsAccepted++;
     this.conns.set(id, new Connection(id, stream, transport, this));
   }
 
@@ -749,10 +918,12 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
   private async stopServing(reason: number | undefined, discard: boolean): Promise<void> {
     this.listenGen++;
     this.clearTick();
+    this.stopSys();
     const listeners = this.listeners;
     this.listeners = null;
     // Before closing, so the flush inside closeAll sends the DISCONNECTs instead of re-entering.
     this.period = 0;
+    this.clearProbe();
     this.closeAll(reason, discard);
     if (listeners !== null) await Promise.all(listeners.map((l) => l.close(STOP_GRACE_MS)));
   }

@@ -38,6 +38,7 @@ import { keepAliveWheel, type WheelMember } from './keepalive-wheel.js';
 import { type NodeLimits, TokenBucket, topicLimitProblem } from './limits.js';
 import { type ConnackLimits, codesAckBytes, publishWithAlias, reasonText, toWire, withoutProblemInfo } from './outbound.js';
 import { OutboundAliases } from './topic-alias-out.js';
+import type { Traffic } from './traffic.js';
 import type { ByteStream, Transport } from './transport.js';
 
 /** The limits a connection enforces; a subset of NodeOptions. */
@@ -79,6 +80,11 @@ export interface ConnectionHost {
   protocolError(key: string, fields: Record<string, unknown>, message: string): void;
   /** True while the log refuses more input; new and resumed sockets stay paused. */
   readonly readsPaused: boolean;
+  /** The node's traffic counters, bumped in place here. */
+  readonly traffic: Traffic;
+  /** Offers a PUBLISH read at `readAt` (performance.now() of its socket read) as the latency probe:
+   * a QoS 0 one by its message, a QoS 1/2 one by its packet id. */
+  probePublish(conn: ConnId, msg: Message | null, pid: number, readAt: number): void;
 }
 
 /** A connection that decided to close waits at most this long for its queued replies. */
@@ -109,6 +115,11 @@ type LocalAction =
 
 const NO_DISCONNECT = -1;
 const EMPTY_PAYLOAD = new Uint8Array(0);
+
+/** Topics the broker publishes itself (src/server/sys-topics.ts); clients may not. */
+export function isSysTopic(topic: string): boolean {
+  return topic.startsWith('$SYS') && (topic.length === 4 || topic.charCodeAt(4) === 0x2f);
+}
 
 /** The socket's property naming the Connection that reads it. */
 const OWNER: unique symbol = Symbol('raftmq.connection');
@@ -208,9 +219,11 @@ export class Connection implements WheelMember {
   /** The socket's 'data', through the shared listener. */
   onData(chunk: Buffer): void {
     this.lastRxMs = performance.now();
+    this.host.traffic.bytesIn += chunk.length;
     if (this.phase === 'closing' || this.phase === 'closed') return;
     try {
       const { packets, error } = this.decoder.feed(chunk);
+      this.host.traffic.packetsIn += packets.length;
       this.handleAll(packets, 0, error);
     } catch (err) {
       this.internalError(err);
@@ -382,6 +395,11 @@ export class Connection implements WheelMember {
       if (c.will.qos > l.maxQos) return RC.QOS_NOT_SUPPORTED; // [MQTT-3.2.2-12]
       if (c.will.retain && !l.retainAvailable) return RC.RETAIN_NOT_SUPPORTED; // [MQTT-3.2.2-13]
       if (validateTopicName(c.will.topic) !== null || !this.topicWithinLimits(c.will.topic)) return RC.TOPIC_NAME_INVALID;
+      // The broker's own topics: refused as an ACL denial of the will is, 0x87 (3.1.1: 5).
+      if (isSysTopic(c.will.topic)) {
+        this.host.event('sys-publish-refused', { conn: this.id, will: true });
+        return RC.NOT_AUTHORIZED;
+      }
     }
     return null;
   }
@@ -599,6 +617,9 @@ export class Connection implements WheelMember {
   // ---- PUBLISH ----
 
   private onPublish(p: PublishPacket): void {
+    const traffic = this.host.traffic;
+    traffic.publishIn[p.qos]++;
+    traffic.publishInBytes[p.qos] += p.payload.length;
     const topic = this.resolveTopic(p);
     if (topic === null) return;
     const l = this.host.limits;
@@ -625,7 +646,15 @@ export class Connection implements WheelMember {
     }
     // After the alias is resolved, so that a refused PUBLISH still sets its alias (§3.3.2.3.4).
     if (!this.withinPublishRate(p, topic)) return;
+    if (isSysTopic(topic)) {
+      this.refuseSys(p);
+      return;
+    }
     const msg = messageFromPublish(p, topic);
+    // A retained QoS 0 PUBLISH goes through the log without a packet id to find it by: not probed.
+    if (--traffic.probeCountdown <= 0 && (p.qos > 0 || !p.retain)) {
+      this.host.probePublish(this.id, p.qos === 0 ? msg : null, p.pid ?? 0, this.lastRxMs);
+    }
     if (p.qos === 0 && !p.retain) {
       // The common case routes at once without allocating a queued action.
       if (this.pending === 0 && this.local.length === 0) {
@@ -667,6 +696,18 @@ export class Connection implements WheelMember {
       this.propose({ t: 'publish', conn: this.id, pid: p.pid as number, msg, quotaExceeded: true });
     }
     return false;
+  }
+
+  /** `$SYS/...` is the broker's own: a client's PUBLISH there is refused as an ACL denial is, with
+   * 0x87 Not authorized on a v5 PUBACK/PUBREC and no route. Not 0x90 Topic Name invalid: the name
+   * is valid MQTT, and 0x90 on a QoS 0 PUBLISH would mean a DISCONNECT, while a refusal keeps the
+   * connection. QoS 0 is dropped; a 3.1.1 QoS 1/2 is acknowledged and dropped, as 3.1.1 has no
+   * negative acknowledgement. Decided here, so nothing is proposed: no replica ever stores or
+   * routes a client's $SYS message, whatever the ACL grants. */
+  private refuseSys(p: PublishPacket): void {
+    this.host.event('sys-publish-refused', { conn: this.id, qos: p.qos });
+    if (p.qos === 1) this.reply({ k: 'send', packet: { type: 'puback', pid: p.pid as number, code: RC.NOT_AUTHORIZED } });
+    else if (p.qos === 2) this.reply({ k: 'send', packet: { type: 'pubrec', pid: p.pid as number, code: RC.NOT_AUTHORIZED } });
   }
 
   /** The topic after Topic Alias resolution (§3.3.2.3.4), or null after failing the connection. */
@@ -925,6 +966,8 @@ export class Connection implements WheelMember {
           this.host.event('qos0-dropped-slow-consumer', { conn: this.id });
           return;
         }
+        this.host.traffic.publishOut[p.qos]++;
+        this.host.traffic.publishOutBytes[p.qos] += p.msg.payload.length;
         this.sendOut(p);
         return;
       default: {
@@ -1005,6 +1048,7 @@ export class Connection implements WheelMember {
   }
 
   private write(buf: Buffer): void {
+    this.host.traffic.packetsOut++;
     this.out.push(buf);
     this.outBytes += buf.length;
     if (!this.dirty) {
@@ -1023,6 +1067,7 @@ export class Connection implements WheelMember {
     this.out = [];
     this.outBytes = 0;
     if (this.socket.destroyed) return 0;
+    this.host.traffic.bytesOut += buf.length;
     if (this.socket.write(buf) || this.outputFull) return buf.length;
     if (this.socket.writableLength > this.host.limits.maxWriteBufferBytes) {
       // A client that publishes but does not read must not grow our memory: its own input waits.

@@ -281,9 +281,10 @@ export class Listener {
 
   // ---- TLS ----
 
-  private onTlsError(err: Error & { code?: string }, s: TLSSocket): void {
+  /** `key`: a failed handshake, or a verified handshake whose certificate this listener refuses. */
+  private onTlsError(err: Error & { code?: string }, s: TLSSocket, key = 'tls-handshake-refused'): void {
     this.host.refused(
-      'tls-handshake-refused',
+      key,
       { listener: this.spec.kind, remote: this.sources.get(peerKey(s))?.address ?? s.remoteAddress, reason: err.code ?? err.message },
       'TLS handshake refused',
     );
@@ -306,7 +307,7 @@ export class Listener {
   private onSecure(s: TLSSocket): void {
     const peer = this.peerIdentity(s);
     if (!peer.ok) {
-      this.onTlsError(Object.assign(new Error(peer.reason), { code: peer.reason }), s);
+      this.onTlsError(Object.assign(new Error(peer.reason), { code: peer.reason }), s, 'tls-certificate-refused');
       s.destroy();
       return;
     }
@@ -339,7 +340,7 @@ export class Listener {
     if (this.spec.kind === 'wss') {
       const peer = this.peerIdentity(socket as TLSSocket);
       if (!peer.ok) {
-        this.onTlsError(Object.assign(new Error(peer.reason), { code: peer.reason }), socket as TLSSocket);
+        this.onTlsError(Object.assign(new Error(peer.reason), { code: peer.reason }), socket as TLSSocket, 'tls-certificate-refused');
         return void socket.destroy();
       }
       certId = peer.id;
