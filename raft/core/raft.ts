@@ -667,7 +667,7 @@ export class RaftCore {
   }
 
   /** Leader only: every configured node id is a voter with its current incarnation, and each
-   * holds the whole log (docs/operations.md "Health and metrics": `redundant`). */
+   * holds the whole log (docs/operations.md "Health": `redundant`). */
   isRedundant(): boolean {
     if (this.handler.role !== 'leader' || this.config.length !== this.nodes.length) return false;
     if (this.log.termAt(this.log.commit) !== this.term || (this.configIndexes.at(-1) ?? 0) > this.log.commit) return false;

@@ -1,4 +1,4 @@
-// The HTTP health port (docs/operations.md "Health and metrics"): GET /health answers 200 on the serving leader and
+// The HTTP health port (docs/operations.md "Health"): GET /health answers 200 on the serving leader and
 // 503 elsewhere, with a JSON body a load balancer or a script can read; GET /metrics is Prometheus
 // text. Everything is read from the node at request time; nothing here changes broker state.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';

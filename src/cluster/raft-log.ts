@@ -50,7 +50,7 @@ export interface ClusterDriver {
   transferLeadership(to: number): Error | null;
   /** Leader only: voters whose wall clock its cluster time leaves out (docs/design.md "Cluster time"). */
   excludedClocks(): number[];
-  /** Membership and epoch for /health (docs/operations.md "Health and metrics"). */
+  /** Membership and epoch for /health (docs/operations.md "Health"). */
   status(): MembershipStatus;
   /** After stop(): writes the state file (docs/design.md "State file"); the path, or null when there is
    * nothing a later start could resume. Throws if the write fails. */
@@ -141,7 +141,7 @@ export interface RaftMetrics {
 /** How often stop() looks whether the handover finished (ms). */
 const HANDOVER_POLL_MS = 5;
 
-/** The fields of /health that the log knows (docs/operations.md "Health and metrics"). */
+/** The fields of /health that the log knows (docs/operations.md "Health"). */
 export interface ClusterStatus {
   node: number;
   serving: boolean;
