@@ -220,7 +220,7 @@ export class Broker implements BrokerState {
     }
   }
 
-  snapshot(): Iterable<Uint8Array> {
+  snapshot(): SnapshotCursor {
     return this.snapshotCursor();
   }
 

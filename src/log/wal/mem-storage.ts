@@ -33,6 +33,8 @@ export class MemStorage implements Storage {
   private durableNames: Map<string, MemFile>;
   private ops: DirOp[] = [];
   private dead = false;
+  private syncGate: Promise<void> | null = null;
+  private held = 0;
 
   constructor(files: Map<string, Uint8Array> = new Map()) {
     this.names = new Map();
@@ -131,6 +133,23 @@ export class MemStorage implements Storage {
     this.ops = [];
   }
 
+  /** Holds every sync until the returned function is called (for tests of what waits for one). */
+  holdSyncs(): () => void {
+    let release = (): void => {};
+    this.syncGate = new Promise<void>((resolve) => {
+      release = () => {
+        this.syncGate = null;
+        resolve();
+      };
+    });
+    return release;
+  }
+
+  /** A sync is waiting on holdSyncs(). */
+  get syncsHeld(): number {
+    return this.held;
+  }
+
   private handle(file: MemFile): AppendFile {
     let closed = false;
     const open = async (): Promise<void> => {
@@ -152,6 +171,12 @@ export class MemStorage implements Storage {
       },
       sync: async () => {
         await open();
+        while (this.syncGate !== null) {
+          this.held++;
+          await this.syncGate;
+          this.held--;
+          await this.alive();
+        }
         this.syncs++;
         file.durable = file.data.slice(0, file.length);
       },

@@ -193,7 +193,7 @@ export function scanSegment(b: Uint8Array, stats: ScanStats = { work: 0 }): Segm
     // The header goes to disk with the segment's first batch, so that batch may be torn with it.
     const later = laterCommit(b, 0, HEADER_BYTES, null, stats);
     if (later !== null) throw corruptBefore(0, later, 'the segment header is bad');
-    return { firstIndex: null, salt: 0, entries: [], end: 0, tail: b.length === 0 ? null : { offset: 0, reason: 'torn header' } };
+    return { firstIndex: null, salt: 0, entries: [], end: 0, tail: { offset: 0, reason: b.length === 0 ? 'empty file' : 'torn header' } };
   }
   const entries: WalEntry[] = [];
   let end = HEADER_BYTES;
