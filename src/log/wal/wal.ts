@@ -10,7 +10,7 @@
 //
 // Writing: one batch at a time (the caller's group commit), one write and one fdatasync each; a
 // batch that starts a segment also syncs the directory. Recovery (readWal) reads every segment and
-// snapshot and changes nothing; the caller restores a snapshot, and only then repair() cuts a torn
+// snapshot and changes nothing; the caller restores a snapshot, and only then Wal.open() cuts a torn
 // tail and removes leftovers, so a start that is refused leaves the directory as it found it.
 import { randomBytes } from 'node:crypto';
 import { crc32c } from './crc32c.js';
@@ -124,7 +124,7 @@ export interface WalContents {
   entries: WalEntry[];
   /** The segment an entry index is in, for messages. */
   segmentOf(index: number): string;
-  /** Plans the writes that repair() makes. */
+  /** What Wal.open() appends to and repairs. */
   readonly segments: readonly SegmentInfo[];
   readonly tornTail: { name: string; offset: number; size: number; reason: string; header: boolean } | null;
   readonly temps: readonly string[];
@@ -189,12 +189,15 @@ export async function readWal(storage: Storage, logger: WalLogger): Promise<WalC
       throw new DataDirError('DATA_DIR_CORRUPT', `${name}: the log ends at index ${logLast}, before this snapshot`);
     }
     // The log must continue from the snapshot without a gap.
-    if (logFirst !== null && index < logFirst - 1) continue;
+    if (logFirst !== null && index < logFirst - 1) {
+      bad.push(`${name} (the log after it is gone)`);
+      continue;
+    }
     snapshots.push({ name, index, image: imageOf(bytes) });
   }
   const fromStart = logFirst === null ? snapNames.length === 0 : logFirst === 1;
   if (snapshots.length === 0 && !fromStart) {
-    const why = bad.length > 0 ? `snapshot ${bad.join(', ')} is corrupt and no older valid one remains` : 'no snapshot';
+    const why = bad.length > 0 ? `no usable snapshot: ${bad.join(', ')}` : 'no snapshot';
     const log = logFirst === null ? 'there is no log' : `the log starts at index ${logFirst} in ${segments[0]?.name}`;
     throw new DataDirError('DATA_DIR_CORRUPT', `${why}, and ${log}`);
   }
