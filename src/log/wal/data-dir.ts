@@ -58,12 +58,14 @@ async function readOrCreateMeta(storage: Storage, dir: string): Promise<DataDirM
   const path = join(dir, META_NAME);
   const bytes = await storage.read(META_NAME);
   if (bytes === null) {
-    const others = readdirSync(dir).filter((n) => n !== LOCK_NAME);
+    // A temporary metadata file is what a crash during the first start leaves.
+    const temp = `${META_NAME}.tmp`;
+    const others = readdirSync(dir).filter((n) => n !== LOCK_NAME && n !== temp);
     if (others.length > 0) {
       throw new DataDirError('DATA_DIR_FOREIGN', `--data-dir ${dir} is not empty and has no ${META_NAME}: not a raftmq data directory`);
     }
     const meta: DataDirMeta = { format: DATA_FORMAT, version: DATA_VERSION, mode: 'single', node: randomBytes(8).toString('hex') };
-    const temp = `${META_NAME}.tmp`;
+    if ((await storage.read(temp)) !== null) await storage.remove(temp);
     const f = await storage.create(temp);
     await f.append([Buffer.from(`${JSON.stringify(meta)}\n`)]);
     await f.sync();
