@@ -12,10 +12,12 @@ import { EXIT_STATE_FILE_REFUSED, healthSource, type RunningCluster, singleNodeS
 import { HealthServer } from './cluster/health.js';
 import { type Config, helpText, listenerSpecs, parseCli } from './config.js';
 import { CONFIG_ERROR, ConfigError, RaftmqError } from './errors.js';
+import { DataDirError } from './log/wal/wal.js';
 import { readAclFile } from './server/auth/acl-file.js';
 import { runPasswd } from './server/auth/passwd-command.js';
 import { PasswordFileAuthenticator } from './server/auth/password-authenticator.js';
 import { BrokerNode, type NodeOptions } from './server/broker-node.js';
+import { startDurableNode } from './server/durable-node.js';
 import { isTlsKind } from './server/listeners/listen-url.js';
 import { type ClientAuth, type IdentityField, TlsMaterial } from './server/listeners/tls-material.js';
 import { ScramSha256 } from './server/scram.js';
@@ -187,9 +189,30 @@ async function startNode(config: Config, opts: NodeOptions, logger: pino.Logger,
     logger.info({ version: version(), node: cs.node, raftPort: c.raftPort, healthPort: c.healthPort }, 'started');
     return c;
   }
-  const node = new BrokerNode(opts);
-  created(node);
-  await node.start();
+  let node: BrokerNode;
+  let stopNode: () => Promise<void>;
+  if (config['data-dir'] !== '') {
+    const d = await startDurableNode(
+      { dataDir: config['data-dir'], snapshotLogBytes: config['snapshot-log-bytes'] },
+      opts,
+      logger,
+      created,
+      (err) => {
+        // Never retried: the node stops, and the next start recovers from what is on disk.
+        logger.fatal({ err: err.message }, 'data directory write failed; stopping');
+        process.stderr.write(`raftmq: ${err.message}\n`);
+        process.exit(1);
+      },
+    );
+    node = d.node;
+    stopNode = () => d.stop();
+  } else {
+    const n = new BrokerNode(opts);
+    created(n);
+    await n.start();
+    node = n;
+    stopNode = () => n.stop();
+  }
   let server: HealthServer | null = null;
   let healthPort = -1;
   if (health.port >= 0) {
@@ -197,7 +220,7 @@ async function startNode(config: Config, opts: NodeOptions, logger: pino.Logger,
     try {
       healthPort = await server.listen(health.host, health.port);
     } catch (err) {
-      await node.stop();
+      await stopNode();
       throw new Error(`--health-port ${health.host}:${health.port}: ${(err as Error).message}`);
     }
     logger.info({ port: healthPort }, 'health listening');
@@ -206,7 +229,7 @@ async function startNode(config: Config, opts: NodeOptions, logger: pino.Logger,
   return {
     node,
     async stop() {
-      await Promise.all([node.stop(), server?.close()]);
+      await Promise.all([stopNode(), server?.close()]);
     },
   };
 }
@@ -260,8 +283,9 @@ async function main(argv: readonly string[]): Promise<number> {
   } catch (err) {
     logger.fatal({ err }, 'start failed');
     process.stderr.write(`raftmq: cannot start: ${(err as Error).message}\n`);
-    // A refused state file, membership record or PID lock: the message names the file.
-    return err instanceof DriverError && err.code.startsWith('RAFT_STATE_FILE') ? EXIT_STATE_FILE_REFUSED : 1;
+    // A refused state file, membership record, data directory or PID lock: the message names the file.
+    const refused = (err instanceof DriverError && err.code.startsWith('RAFT_STATE_FILE')) || err instanceof DataDirError;
+    return refused ? EXIT_STATE_FILE_REFUSED : 1;
   }
   const broker = running.node;
   const stopLoopDelay = watchLoopDelay(logger);

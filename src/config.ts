@@ -271,7 +271,19 @@ export const SCHEMA = {
   'state-file': {
     kind: 'string',
     default: '',
-    help: 'required in a cluster: the raft state written on a clean stop and resumed at start; the membership record (FILE.member), the consumed file (FILE.prev) and the PID lock (FILE.lock) live beside it',
+    help: 'required in a cluster: the raft state written on a clean stop and resumed at start; the membership record (FILE.member), the consumed file (FILE.prev) and the PID lock (FILE.lock) live beside it; refused on a single node (use --data-dir)',
+  },
+  'data-dir': {
+    kind: 'string',
+    default: '',
+    help: 'single node: keep the state on disk in DIR, a write-ahead log of committed entries (one fdatasync per group commit; no ack, CONNACK or delivery leaves before its entry is on disk) and snapshots; created if absent, one process per directory; empty: in memory only (see docs/operations.md)',
+  },
+  'snapshot-log-bytes': {
+    kind: 'size',
+    default: 64 * MiB,
+    min: 64 * 1024,
+    max: 2 ** 40,
+    help: "with --data-dir: a snapshot is written once the log grew by this many bytes, or by the last snapshot's size if that is larger, since the last one; the log before it is then removed. Bounds start-up replay and disk use",
   },
   'cluster-force-start': {
     kind: 'bool',

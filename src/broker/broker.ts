@@ -313,7 +313,7 @@ export class Broker implements BrokerState {
     }
   }
 
-  snapshot(): Iterable<Uint8Array> {
+  snapshot(): SnapshotCursor {
     return this.snapshotCursor();
   }
 

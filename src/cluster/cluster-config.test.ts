@@ -127,4 +127,16 @@ describe('cluster settings', { timeout: 10_000 }, () => {
     refusal(['--cluster-node', '1', '--state-file', 's'], CONFIG_ERROR.MISSING_VALUE, /--cluster-peers/);
     refusal(['--cluster-secret', 'k'], CONFIG_ERROR.MISSING_VALUE, /--cluster-secret needs --cluster-node/);
   });
+
+  it('refuses --state-file on a single node, pointing to --data-dir', () => {
+    refusal(['--state-file', 's'], CONFIG_ERROR.BAD_VALUE, /--state-file is for a cluster node.*--data-dir/);
+  });
+
+  it('refuses --data-dir with --cluster-peers, naming both flags', () => {
+    refusal(
+      ['--cluster-node', '1', '--cluster-peers', PEERS, '--state-file', 's', '--data-dir', 'd'],
+      CONFIG_ERROR.BAD_VALUE,
+      /--data-dir.*--cluster-peers/,
+    );
+  });
 });

@@ -46,7 +46,19 @@ export function clusterSettings(config: Config): ClusterSettings | null {
       if (config[flag] !== '') throw missing(`--${flag} needs --cluster-node and --cluster-peers`);
     }
     if (config['cluster-force-start']) throw missing('--cluster-force-start needs --cluster-node, --cluster-peers and --state-file');
+    // A single node never wrote or read the raft state file; accepting it would suggest it keeps
+    // something across a restart.
+    if (config['state-file'] !== '') {
+      throw bad(
+        '--state-file is for a cluster node (--cluster-node and --cluster-peers); a single node keeps its state with --data-dir DIR',
+      );
+    }
     return null;
+  }
+  if (config['data-dir'] !== '') {
+    throw bad(
+      '--data-dir is for a single node; a cluster node with --cluster-peers keeps its raft state in --state-file (a data directory for cluster nodes is not there yet)',
+    );
   }
   if (node === 0) throw missing("--cluster-peers needs --cluster-node ID (this node's id in the list)");
   if (peersText === '') throw missing(`--cluster-node ${node} needs --cluster-peers 1=HOST:PORT,2=HOST:PORT,3=HOST:PORT`);

@@ -1,6 +1,39 @@
 import type { Command, Entry, Settings } from '../broker/commands.js';
 import type { BrokerLog, LogListener } from './broker-log.js';
 import { decodeCommand, encodeCommand } from './command-codec.js';
+import type { WalEntry } from './wal/segment.js';
+import type { SnapshotStats, Wal } from './wal/wal.js';
+
+/** What recovery read back from a data directory (src/log/wal/recover.ts). */
+export interface Recovered {
+  wal: Wal;
+  /** Entries of the log after the restored snapshot, applied before this process's serve-start. */
+  replay: readonly Entry[];
+  /** Index and time of the last entry recovered (snapshot or log); 0 for an empty directory. */
+  lastIndex: number;
+  lastTime: number;
+}
+
+/** A LocalLog with --data-dir: the WAL comes later, with recovered(), before start(). */
+export interface DurableOptions {
+  /** A write, fsync or snapshot failed: the node must stop. The failed call is never retried: an
+   * fsync retried after EIO can report success for pages the kernel dropped. */
+  onFatal(err: Error): void;
+  /** A snapshot was written and older files removed. */
+  onSnapshot?(stats: SnapshotStats): void;
+}
+
+/** A snapshot of the state: chunks consistent at `index`, the last entry applied. */
+export type SnapshotSource = () => (Iterator<Uint8Array> & { readonly index: number }) | null;
+
+/** An entry on disk, not yet handed to the listener: new ones carry their bytes, replayed ones
+ * their decoded command. */
+interface Ready {
+  index: number;
+  time: number;
+  data: Uint8Array | null;
+  cmd: Command | null;
+}
 
 export interface LocalLogOptions {
   /** Node id recorded in serve-start. */
@@ -13,6 +46,8 @@ export interface LocalLogOptions {
   /** Work committed in one turn at most, in entries, a connect counting CONNECT_COST (default
    * ENTRIES_PER_TURN_MAX); a turn commits at least one entry. */
   entriesPerTurnMax?: number;
+  /** --data-dir: an entry commits only once its batch is on disk. Absent: in memory. */
+  durable?: DurableOptions;
 }
 
 /** Entries handed to the listener in one event-loop turn. Applying and executing an entry costs
@@ -35,7 +70,14 @@ export function entryCost(cmd: Command): number {
 /** The single-node log: commits what was proposed in one event-loop turn in the next turn, at
  * most entriesPerTurnMax entries per turn and the rest in the turns after, in order. Time is
  * max(last, clock()) per commit turn, so it never decreases. It commits serve-start at start, so
- * one node serves through the same code path as a cluster leader. */
+ * one node serves through the same code path as a cluster leader.
+ *
+ * Durable (with a WAL): an entry commits only once it is on disk, so no effect of it (an ack, a
+ * CONNACK, a delivery) leaves before. Group commit: what was proposed in one turn, or while the
+ * previous batch was being written and synced, is one batch, one write and one fdatasync; once
+ * synced its entries are handed to the listener, entriesPerTurnMax per turn as above. Replayed
+ * entries go first, before this process's serve-start, to a listener that does not serve yet. In
+ * memory the code path is the one above, untouched. */
 export class LocalLog implements BrokerLog {
   private readonly node: number;
   private settings: Settings;
@@ -46,8 +88,20 @@ export class LocalLog implements BrokerLog {
   private pending: Uint8Array[] = [];
   private pendingBytes = 0;
   private readonly entriesPerTurnMax: number;
-  private readonly flushBound = (): void => this.flush();
+  private readonly flushBound: () => void;
   private flushScheduled = false;
+  private readonly durable: DurableOptions | null;
+  /** A batch is being written and synced. */
+  private writing = false;
+  /** On disk, not yet committed to the listener; `readyHead` is the next. */
+  private ready: Ready[] = [];
+  private readyHead = 0;
+  private deliverScheduled = false;
+  private readonly deliverBound = (): void => this.deliver();
+  /** Index of this process's serve-start: serve-starts of replayed entries are history. */
+  private firstOwnIndex = 1;
+  private snapshots: SnapshotSource | null = null;
+  private wal: Wal | null = null;
   private lastIndex = 0;
   private lastTime = 0;
   private period = 0;
@@ -60,6 +114,29 @@ export class LocalLog implements BrokerLog {
     this.clock = opts.clock ?? Date.now;
     this.pendingBytesMax = opts.pendingBytesMax ?? 64 * 1024 * 1024;
     this.entriesPerTurnMax = Math.max(1, opts.entriesPerTurnMax ?? ENTRIES_PER_TURN_MAX);
+    this.durable = opts.durable ?? null;
+    this.flushBound = this.durable === null ? () => this.flush() : () => this.flushDurable();
+  }
+
+  /** Durable mode: the WAL and what was read back from it, before start(). */
+  recovered(r: Recovered): void {
+    if (this.durable === null || this.listener !== null || this.wal !== null)
+      throw new Error('LocalLog.recovered() is for a durable log before start');
+    this.wal = r.wal;
+    this.lastIndex = r.lastIndex;
+    this.lastTime = r.lastTime;
+    this.firstOwnIndex = r.lastIndex + 1;
+    this.ready = r.replay.map((e) => ({ index: e.index, time: e.time, data: null, cmd: e.cmd }));
+  }
+
+  /** A snapshot is being written (durable mode). */
+  get snapshotRunning(): boolean {
+    return this.wal?.snapshotRunning ?? false;
+  }
+
+  /** Where snapshots of the state come from (the broker node above); durable mode only. */
+  attachSnapshots(source: SnapshotSource): void {
+    this.snapshots = source;
   }
 
   get accepting(): boolean {
@@ -80,7 +157,9 @@ export class LocalLog implements BrokerLog {
 
   start(listener: LogListener): void {
     if (this.listener !== null) throw new Error('LocalLog already started');
+    if (this.durable !== null && this.wal === null) throw new Error('a durable LocalLog starts after recovered()');
     this.listener = listener;
+    if (this.ready.length > 0) this.scheduleDeliver();
     this.enqueue({ t: 'serve-start', node: this.node, settings: this.settings });
   }
 
@@ -98,6 +177,8 @@ export class LocalLog implements BrokerLog {
     this.period = 0;
     this.pending = [];
     this.pendingBytes = 0;
+    // The batch being written finishes (it is replayed at the next start); nothing more is.
+    await this.wal?.close();
   }
 
   private enqueue(cmd: Command): void {
@@ -149,5 +230,100 @@ export class LocalLog implements BrokerLog {
       this.blocked = false;
       listener.drain();
     }
+  }
+
+  // ---- durable mode ----
+
+  /** Writes everything proposed so far as one batch, unless a batch is being written: then what
+   * arrives meanwhile waits, and goes as the next batch once that one is synced. */
+  private flushDurable(): void {
+    this.flushScheduled = false;
+    const wal = this.wal as Wal;
+    if (this.stopped || this.listener === null || this.writing || this.pending.length === 0) return;
+    const time = this.now();
+    this.lastTime = time;
+    const pending = this.pending;
+    this.pending = [];
+    const batch: WalEntry[] = new Array(pending.length);
+    for (let i = 0; i < pending.length; i++) batch[i] = { index: ++this.lastIndex, time, data: pending[i] as Uint8Array };
+    this.writing = true;
+    wal.append(batch).then(
+      () => {
+        this.writing = false;
+        if (this.stopped) return;
+        for (const e of batch) this.ready.push({ index: e.index, time: e.time, data: e.data, cmd: null });
+        this.scheduleDeliver();
+        this.flushDurable();
+      },
+      (err: unknown) => this.fatal(err),
+    );
+  }
+
+  private scheduleDeliver(): void {
+    if (this.deliverScheduled) return;
+    this.deliverScheduled = true;
+    setImmediate(this.deliverBound);
+  }
+
+  /** Commits entries that are on disk, entriesPerTurnMax per turn, in order. */
+  private deliver(): void {
+    this.deliverScheduled = false;
+    const listener = this.listener;
+    if (this.stopped || listener === null || this.readyHead >= this.ready.length) return;
+    const entries: Entry[] = [];
+    let serveStart = 0;
+    let cost = 0;
+    while (this.readyHead < this.ready.length) {
+      const r = this.ready[this.readyHead] as Ready;
+      r.cmd ??= decodeCommand(r.data as Uint8Array);
+      cost += entryCost(r.cmd);
+      if (cost > this.entriesPerTurnMax && entries.length > 0) break;
+      this.readyHead++;
+      if (r.data !== null) this.pendingBytes -= r.data.length;
+      if (r.cmd.t === 'serve-start' && r.index >= this.firstOwnIndex) serveStart = r.index;
+      entries.push({ index: r.index, time: r.time, cmd: r.cmd });
+    }
+    if (this.readyHead === this.ready.length) {
+      this.ready = [];
+      this.readyHead = 0;
+    } else {
+      if (this.readyHead > 4096) {
+        this.ready = this.ready.slice(this.readyHead);
+        this.readyHead = 0;
+      }
+      this.scheduleDeliver();
+    }
+    listener.committed(entries);
+    if (serveStart !== 0 && !this.stopped) {
+      this.period = serveStart;
+      listener.serving(true, serveStart);
+    }
+    if (this.blocked && this.pendingBytes <= this.pendingBytesMax) {
+      this.blocked = false;
+      listener.drain();
+    }
+    this.maybeSnapshot();
+  }
+
+  /** Starts a snapshot in the background once the log grew enough since the last one. */
+  private maybeSnapshot(): void {
+    const wal = this.wal as Wal;
+    if (this.period === 0 || this.stopped || this.snapshots === null || !wal.snapshotDue) return;
+    const cursor = this.snapshots();
+    if (cursor === null) return;
+    wal.writeSnapshot(cursor.index, cursor).then(
+      (stats) => {
+        if (stats !== null) this.durable?.onSnapshot?.(stats);
+      },
+      (err: unknown) => this.fatal(err),
+    );
+  }
+
+  private fatal(err: unknown): void {
+    if (this.stopped) return;
+    this.stopped = true;
+    this.period = 0;
+    this.pending = [];
+    (this.durable as DurableOptions).onFatal(err instanceof Error ? err : new Error(String(err)));
   }
 }

@@ -5,6 +5,7 @@ import type { Logger } from 'pino';
 import { Broker, type StateTotals } from '../broker/broker.js';
 import type { AclRule, Command, ConnId, Effect, Entry, Message, OutPacket, ProtocolLevel, Settings } from '../broker/commands.js';
 import { Fifo } from '../broker/fifo.js';
+import type { SnapshotCursor } from '../broker/snapshot-cursor.js';
 import type { AuditSink } from '../cluster/audit-log.js';
 import type { BrokerLog, LogListener } from '../log/broker-log.js';
 import { LocalLog } from '../log/local-log.js';
@@ -361,12 +362,17 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
   /** The replicated state, consistent at the last applied entry (for raft log compaction); null
    * while a digest run holds the one snapshot cursor: the driver asks again in a later turn, and a
    * run lasts a bounded number of turns, so compaction waits but never starves. */
-  snapshot(): Iterable<Uint8Array> | null {
+  snapshot(): SnapshotCursor | null {
     if (this.digests.running !== null) {
       this.event('snapshot-deferred', { digestRun: this.digests.running });
       return null;
     }
     return this.broker.snapshot();
+  }
+
+  /** Time of the last entry applied. */
+  get appliedTime(): number {
+    return this.broker.appliedTime;
   }
 
   /** Replaces the replicated state with a snapshot's (installed from the raft leader on a node that

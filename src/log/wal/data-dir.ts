@@ -1,0 +1,142 @@
+// The data directory of --data-dir: its metadata file (format version and node identity) and its
+// PID lock, checked before anything in it is read. Layout:
+//
+//   meta.json     {"format":"raftmq-data","version":1,"mode":"single","node":"<random id>"}
+//   lock          the PID of the process that uses the directory
+//   wal-*.seg, snap-*.snap   see wal.ts
+//
+// A directory of another format version or mode, or a non-empty directory without meta.json, is
+// refused before anything is written; so is a directory whose lock a live process holds. The lock is
+// the cluster's PID lock idea (raft/driver/state-file.ts): a lock whose PID is gone (kill -9) is
+// taken over.
+import { randomBytes } from 'node:crypto';
+import { mkdirSync, readdirSync, readFileSync, unlinkSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { FsStorage, type Storage } from './storage.js';
+import { DataDirError } from './wal.js';
+
+export const META_NAME = 'meta.json';
+export const LOCK_NAME = 'lock';
+export const DATA_FORMAT = 'raftmq-data';
+export const DATA_VERSION = 1;
+
+export interface DataDirMeta {
+  format: string;
+  version: number;
+  mode: 'single';
+  node: string;
+}
+
+export interface DataDir {
+  readonly dir: string;
+  readonly storage: Storage;
+  readonly meta: DataDirMeta;
+  /** Removes the lock if this process still holds it. */
+  release(): void;
+}
+
+/** Creates the directory if need be, takes its lock and checks (or, in an empty directory, writes)
+ * its metadata. Throws DataDirError naming the directory or file. */
+export async function openDataDir(dir: string): Promise<DataDir> {
+  try {
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+  } catch (err) {
+    throw new DataDirError('DATA_DIR_FOREIGN', `--data-dir ${dir}: cannot create: ${(err as Error).message}`);
+  }
+  const release = acquireLock(join(dir, LOCK_NAME));
+  try {
+    const storage = new FsStorage(dir);
+    const meta = await readOrCreateMeta(storage, dir);
+    return { dir, storage, meta, release };
+  } catch (err) {
+    release();
+    throw err;
+  }
+}
+
+async function readOrCreateMeta(storage: Storage, dir: string): Promise<DataDirMeta> {
+  const path = join(dir, META_NAME);
+  const bytes = await storage.read(META_NAME);
+  if (bytes === null) {
+    // A temporary metadata file is what a crash during the first start leaves.
+    const temp = `${META_NAME}.tmp`;
+    const others = readdirSync(dir).filter((n) => n !== LOCK_NAME && n !== temp);
+    if (others.length > 0) {
+      throw new DataDirError('DATA_DIR_FOREIGN', `--data-dir ${dir} is not empty and has no ${META_NAME}: not a raftmq data directory`);
+    }
+    const meta: DataDirMeta = { format: DATA_FORMAT, version: DATA_VERSION, mode: 'single', node: randomBytes(8).toString('hex') };
+    if ((await storage.read(temp)) !== null) await storage.remove(temp);
+    const f = await storage.create(temp);
+    await f.append([Buffer.from(`${JSON.stringify(meta)}\n`)]);
+    await f.sync();
+    await f.close();
+    await storage.rename(temp, META_NAME);
+    await storage.syncDir();
+    return meta;
+  }
+  let v: Partial<DataDirMeta> | null;
+  try {
+    v = JSON.parse(Buffer.from(bytes).toString('utf8')) as Partial<DataDirMeta> | null;
+  } catch (err) {
+    throw new DataDirError('DATA_DIR_CORRUPT', `${path}: not JSON (${(err as Error).message})`);
+  }
+  if (typeof v !== 'object' || v === null || v.format !== DATA_FORMAT || typeof v.node !== 'string') {
+    throw new DataDirError('DATA_DIR_CORRUPT', `${path}: not the metadata of a raftmq data directory`);
+  }
+  if (v.version !== DATA_VERSION) {
+    throw new DataDirError(
+      'DATA_DIR_FOREIGN',
+      `${path}: data directory format version ${String(v.version)}, this build uses ${DATA_VERSION}`,
+    );
+  }
+  if (v.mode !== 'single') {
+    throw new DataDirError('DATA_DIR_FOREIGN', `${path}: a data directory of mode ${JSON.stringify(v.mode)}, this node is a single node`);
+  }
+  return v as DataDirMeta;
+}
+
+/** Takes the lock; a lock whose PID is gone is taken over. Returns its release. */
+export function acquireLock(path: string): () => void {
+  for (let attempt = 0; attempt < 2; attempt++) {
+    try {
+      writeFileSync(path, `${process.pid}\n`, { flag: 'wx', mode: 0o600 });
+      return () => releaseLock(path);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') {
+        throw new DataDirError('DATA_DIR_LOCKED', `${path}: cannot take the lock: ${(err as Error).message}`);
+      }
+    }
+    let holder = Number.NaN;
+    try {
+      holder = Number.parseInt(readFileSync(path, 'utf8'), 10);
+    } catch {
+      // gone meanwhile: try again
+    }
+    if (Number.isSafeInteger(holder) && holder > 0 && holder !== process.pid && pidAlive(holder)) {
+      throw new DataDirError('DATA_DIR_LOCKED', `${path} is held by live process ${holder}: one process per data directory`);
+    }
+    try {
+      unlinkSync(path);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  throw new DataDirError('DATA_DIR_LOCKED', `${path}: another process took the lock meanwhile`);
+}
+
+function releaseLock(path: string): void {
+  try {
+    if (readFileSync(path, 'utf8').trim() === String(process.pid)) unlinkSync(path);
+  } catch {
+    // already gone: nothing to release
+  }
+}
+
+function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
