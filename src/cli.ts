@@ -12,6 +12,7 @@ import { EXIT_STATE_FILE_REFUSED, healthSource, type RunningCluster, singleNodeS
 import { HealthServer } from './cluster/health.js';
 import { type Config, helpText, listenerSpecs, parseCli } from './config.js';
 import { CONFIG_ERROR, ConfigError, RaftmqError } from './errors.js';
+import { BoundedLogWriter, stdoutSink } from './logging/log-writer.js';
 import { readAclFile } from './server/auth/acl-file.js';
 import { runPasswd } from './server/auth/passwd-command.js';
 import { PasswordFileAuthenticator } from './server/auth/password-authenticator.js';
@@ -23,6 +24,24 @@ import { ScramSha256 } from './server/scram.js';
 function version(): string {
   const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
   return pkg.version;
+}
+
+/** The log destination of a running node; null before one runs (help, version, bad flags). */
+let logWriter: BoundedLogWriter | null = null;
+
+/** How long an exit waits for queued log lines to leave (ms), at most. */
+const EXIT_LOG_DRAIN_MS = 1_000;
+
+/** Exits once the queued log lines have left or `drainMs` has passed, whichever comes first: a
+ * log destination that takes nothing never keeps the process alive. Without a running node
+ * (help, version, passwd, bad flags) nothing is left to close and the process ends by itself,
+ * after stdout has taken what was written to it. */
+function exitAfterLogs(code: number, drainMs = EXIT_LOG_DRAIN_MS): void {
+  if (logWriter === null) {
+    process.exitCode = code;
+    return;
+  }
+  void logWriter.drain(Math.max(0, drainMs)).then(() => process.exit(code));
 }
 
 /** Sampling interval of the event-loop delay histogram; its values include this interval. */
@@ -174,12 +193,12 @@ async function startNode(config: Config, opts: NodeOptions, logger: pino.Logger,
       (err) => {
         logger.fatal({ err: err.message }, 'cannot listen for MQTT clients');
         process.stderr.write(`raftmq: cannot listen for MQTT clients: ${err.message}\n`);
-        process.exit(1);
+        exitAfterLogs(1);
       },
       (code, err) => {
         logger.fatal({ err: err.message, code }, 'stopping');
         process.stderr.write(`raftmq: ${err.message}\n`);
-        process.exit(code);
+        exitAfterLogs(code);
       },
     );
     logger.info({ version: version(), node: cs.node, raftPort: c.raftPort, healthPort: c.healthPort }, 'started');
@@ -236,18 +255,31 @@ async function main(argv: readonly string[]): Promise<number> {
     return 0;
   }
   const config = request.config;
-  const logger = pino({ level: config['log-level'], base: { pid: process.pid } });
+  // Asynchronous and bounded (src/logging/log-writer.ts): a log destination that does not keep up
+  // drops lines, counted, and never stalls the loop or the stop.
+  const writer: BoundedLogWriter = new BoundedLogWriter({
+    sink: stdoutSink(),
+    maxQueuedBytes: config['log-queue-bytes'],
+    onCaughtUp: (dropped) => logger.warn({ dropped, droppedTotal: writer.dropped }, 'log lines dropped: the log destination was full'),
+  });
+  logWriter = writer;
+  const logger = pino({ level: config['log-level'], base: { pid: process.pid } }, writer);
   const options = nodeOptions(config, logger, tls);
-  if (security.authenticator !== null) {
-    const auth = security.authenticator;
+  const auth = security.authenticator;
+  options.gauges = () => ({
+    logLinesDropped: writer.dropped,
+    ...(auth === null
+      ? {}
+      : {
+          authThrottleAddresses: auth.throttle.byAddress.size,
+          authThrottleUsers: auth.throttle.byUser.size,
+          authThrottleTableMax: auth.throttle.byAddress.max,
+        }),
+  });
+  if (auth !== null) {
     options.authenticator = auth;
     // The file's SCRAM lines are the method's users, so a SIGHUP reload of the file reaches it too.
     options.enhancedAuth = [new ScramSha256({ store: auth })];
-    options.gauges = () => ({
-      authThrottleAddresses: auth.throttle.byAddress.size,
-      authThrottleUsers: auth.throttle.byUser.size,
-      authThrottleTableMax: auth.throttle.byAddress.max,
-    });
   }
   options.acl = security.acl;
   let running: Running;
@@ -295,16 +327,13 @@ async function main(argv: readonly string[]): Promise<number> {
     process.on('SIGTERM', onSignal);
   });
   stopLoopDelay();
-  logger.info('stopped');
+  logger.info({ logLinesDropped: writer.dropped }, 'stopped');
   return 0;
 }
 
 main(process.argv.slice(2)).then(
-  (code) => {
-    process.exitCode = code;
-    // Connections and timers are closed by stop(); exit promptly even if a socket lingers.
-    if (code === 0) setImmediate(() => process.exit(0));
-  },
+  // Connections and timers are closed by stop(); exit promptly even if a socket lingers.
+  (code) => exitAfterLogs(code),
   (err: unknown) => {
     process.stderr.write(`raftmq: ${(err as Error).stack ?? String(err)}\n`);
     process.exit(1);

@@ -73,6 +73,13 @@ export const SCHEMA = {
     values: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'],
     help: 'pino log level; logs are JSON lines on stdout',
   },
+  'log-queue-bytes': {
+    kind: 'size',
+    default: 1 * MiB,
+    min: 4 * 1024,
+    max: 2 ** 30,
+    help: 'log lines waiting for a slow stdout, in bytes, above which new lines are dropped and counted (never blocking the broker)',
+  },
   'max-packet-size': {
     kind: 'size',
     default: 1 * MiB,
