@@ -29,14 +29,21 @@ function version(): string {
 /** The log destination of a running node; null before one runs (help, version, bad flags). */
 let logWriter: BoundedLogWriter | null = null;
 
-/** How long an exit waits for queued log lines to leave (ms), at most. */
+/** How long an exit waits for queued log lines to leave (ms), at most; a stop waits until its
+ * deadline instead. */
 const EXIT_LOG_DRAIN_MS = 1_000;
+
+/** performance.now() at which a stop on SIGTERM/SIGINT must be over; null before a signal. */
+let stopDeadline: number | null = null;
+
+/** Exit status of a stop that ran into --shutdown-timeout-ms (the state file is written all the same). */
+const EXIT_STOP_TIMED_OUT = 1;
 
 /** Exits once the queued log lines have left or `drainMs` has passed, whichever comes first: a
  * log destination that takes nothing never keeps the process alive. Without a running node
  * (help, version, passwd, bad flags) nothing is left to close and the process ends by itself,
  * after stdout has taken what was written to it. */
-function exitAfterLogs(code: number, drainMs = EXIT_LOG_DRAIN_MS): void {
+function exitAfterLogs(code: number, drainMs = stopDeadline === null ? EXIT_LOG_DRAIN_MS : stopDeadline - performance.now()): void {
   if (logWriter === null) {
     process.exitCode = code;
     return;
@@ -176,6 +183,9 @@ function reloadSecurity(config: Config, security: Security, node: BrokerNode, lo
 interface Running {
   node: BrokerNode;
   stop(): Promise<void>;
+  /** At the stop's deadline, synchronous: what must outlive the process (a cluster node's state
+   * file) is written now; the rest of the stop is given up. */
+  stopNow(): void;
 }
 
 /** A single node serves once it listens; a cluster node is started once raft runs, and serves only
@@ -225,6 +235,8 @@ async function startNode(config: Config, opts: NodeOptions, logger: pino.Logger,
     async stop() {
       await Promise.all([node.stop(), server?.close()]);
     },
+    // A single node keeps nothing across a restart.
+    stopNow() {},
   };
 }
 
@@ -301,34 +313,83 @@ async function main(argv: readonly string[]): Promise<number> {
     reloadSecurity(config, security, broker, logger);
   };
   process.on('SIGHUP', onHup);
-  await new Promise<void>((resolve) => {
+  return await new Promise<number>((resolve) => {
     const onSignal = (signal: NodeJS.Signals) => {
       process.off('SIGINT', onSignal);
       process.off('SIGTERM', onSignal);
       process.off('SIGHUP', onHup);
       logger.info({ signal }, 'stopping');
-      const timer = setTimeout(() => {
-        logger.warn({ timeoutMs: config['shutdown-timeout-ms'] }, 'stop timed out');
-        resolve();
-      }, config['shutdown-timeout-ms']);
-      running.stop().then(
-        () => {
-          clearTimeout(timer);
-          resolve();
-        },
-        (err: unknown) => {
-          logger.error({ err }, 'stop failed');
-          clearTimeout(timer);
-          resolve();
-        },
-      );
+      resolve(stopWithin(running, config['shutdown-timeout-ms'], logger, writer, stopLoopDelay));
     };
     process.on('SIGINT', onSignal);
     process.on('SIGTERM', onSignal);
   });
-  stopLoopDelay();
-  logger.info({ logLinesDropped: writer.dropped }, 'stopped');
-  return 0;
+}
+
+/** Part of --shutdown-timeout-ms kept for the forced end: the state file and the last log lines. */
+const FORCED_STOP_RESERVE_MS = 250;
+
+/** After its own deadline, the last resort exits whatever still runs (ms). */
+const LAST_RESORT_MARGIN_MS = 100;
+
+/** The stop on SIGTERM/SIGINT, over within `timeoutMs` whatever the stop or the log destination
+ * does. A stop that finishes in time resolves 0. Otherwise, `timeoutMs` less a reserve after the
+ * signal, the rest is given up (a cluster leader's handover skipped), the state file is written
+ * and the stop resolves 1. Either way the process then exits once the log lines have left, or at
+ * the deadline. The last resort is a timer that exits even if something still waits. A loop that
+ * was stalled past the deadline (a frozen or starved process) still ends its stop, writes the
+ * state file and gets a reserve for its last lines: the deadline then moves to the reserve's end. */
+function stopWithin(
+  running: Running,
+  timeoutMs: number,
+  logger: pino.Logger,
+  writer: BoundedLogWriter,
+  stopLoopDelay: () => void,
+): Promise<number> {
+  const reserve = Math.min(FORCED_STOP_RESERVE_MS, Math.floor(timeoutMs / 4));
+  stopDeadline = performance.now() + timeoutMs;
+  const hardExit = (): never => process.exit(EXIT_STOP_TIMED_OUT);
+  // Unref'd: it must never be why the process lives on; when it fires, the process ends.
+  let lastResort = setTimeout(hardExit, timeoutMs + LAST_RESORT_MARGIN_MS).unref();
+  const lateByReserve = (): void => {
+    const now = performance.now();
+    if (stopDeadline !== null && stopDeadline >= now + reserve) return;
+    stopDeadline = now + reserve;
+    clearTimeout(lastResort);
+    lastResort = setTimeout(hardExit, reserve + LAST_RESORT_MARGIN_MS).unref();
+  };
+  return new Promise<number>((resolve) => {
+    let over = false;
+    const finish = (code: number, level: 'info' | 'warn', fields: Record<string, unknown> = {}): void => {
+      if (over) return;
+      over = true;
+      lateByReserve();
+      stopLoopDelay();
+      logger[level]({ ...fields, logLinesDropped: writer.dropped }, 'stopped');
+      resolve(code);
+    };
+    const forced = setTimeout(() => {
+      lateByReserve();
+      logger.warn({ timeoutMs, reason: 'stop timed out' }, 'stop timed out');
+      try {
+        running.stopNow();
+      } catch (err) {
+        logger.error({ err: (err as Error).message }, 'forced stop failed');
+      }
+      finish(EXIT_STOP_TIMED_OUT, 'warn', { timeoutMs });
+    }, timeoutMs - reserve);
+    running.stop().then(
+      () => {
+        clearTimeout(forced);
+        finish(0, 'info');
+      },
+      (err: unknown) => {
+        clearTimeout(forced);
+        logger.error({ err }, 'stop failed');
+        finish(0, 'info');
+      },
+    );
+  });
 }
 
 main(process.argv.slice(2)).then(

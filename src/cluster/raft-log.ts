@@ -23,6 +23,8 @@ import { type CheckPolicy, CheckScheduler, defaultCheckPolicy } from './check-sc
 export interface ClusterDriver {
   start(): Promise<void>;
   stop(): Promise<void>;
+  /** stop() without waiting: stopped at once, so writeStateFile() may follow in the same turn. */
+  halt(): void;
   propose(data: Uint8Array): ProposeTicket | Error;
   readonly accepting: boolean;
   readonly currentRole: Role;
@@ -192,6 +194,10 @@ export class RaftLog implements BrokerLog, LeaseView {
   private poll: NodeJS.Timeout | undefined;
   private opened = false;
   private stopped = false;
+  /** A leader's stop waits for its handover; stopNow() ends the wait. */
+  private handingOver = false;
+  private handoverSkipped = false;
+  private stateFileDone = false;
   /** Time of the last applied entry, and the highest time now() returned: neither goes back. */
   private lastAppliedTime = 0;
   private lastNow = 0;
@@ -436,6 +442,25 @@ export class RaftLog implements BrokerLog, LeaseView {
    * about one round trip instead of an election timeout; then all raft traffic stops. */
   async stop(): Promise<void> {
     if (this.stopped) return;
+    this.beginStop();
+    await this.handOver();
+    await this.driver.stop();
+    this.writeStateFile();
+  }
+
+  /** The stop's deadline has come (--shutdown-timeout-ms): a handover still under way is given
+   * up, raft traffic stops at once and the state file is written now, in this turn, so the process
+   * may exit right after. Before, during or after stop(); the file is written once. */
+  stopNow(): void {
+    if (!this.stopped) this.beginStop();
+    if (this.handingOver)
+      this.opts.logger.warn({ node: this.node, term: this.driver.currentTerm, reason: 'stop timed out' }, 'leadership handover skipped');
+    this.handoverSkipped = true;
+    this.driver.halt();
+    this.writeStateFile();
+  }
+
+  private beginStop(): void {
     this.stopped = true;
     if (this.period !== 0) {
       this.opts.logger.info({ node: this.node, period: this.period, term: this.driver.currentTerm, why: 'stopping' }, 'serving ended');
@@ -445,14 +470,13 @@ export class RaftLog implements BrokerLog, LeaseView {
     this.early = [];
     clearInterval(this.poll);
     if (this.evaluateImmediate !== undefined) clearImmediate(this.evaluateImmediate);
-    await this.handOver();
-    await this.driver.stop();
-    this.writeStateFile();
   }
 
   /** Last in the stop order: raft traffic has stopped, so the file holds everything this node
    * acknowledged. A failed write is logged with the file's path: the next start is amnesiac. */
   private writeStateFile(): void {
+    if (this.stateFileDone) return;
+    this.stateFileDone = true;
     const started = performance.now();
     try {
       const file = this.driver.writeStateFile();
@@ -487,9 +511,12 @@ export class RaftLog implements BrokerLog, LeaseView {
     this.audit?.leaseReleased();
     const limit = this.opts.handoverTimeoutMs ?? 0;
     const started = performance.now();
-    while (d.currentRole === 'leader' && performance.now() - started < limit) {
+    this.handingOver = true;
+    while (d.currentRole === 'leader' && !this.handoverSkipped && performance.now() - started < limit) {
       await new Promise((r) => setTimeout(r, HANDOVER_POLL_MS));
     }
+    this.handingOver = false;
+    if (this.handoverSkipped) return;
     const handed = d.currentRole !== 'leader';
     const ms = Math.round(performance.now() - started);
     this.opts.logger.info(
