@@ -97,8 +97,9 @@ class FakeDriver implements ClusterDriver {
   matchIndex(peer: number): number | undefined {
     return this.role === 'leader' ? (this.matches.get(peer) ?? this.committed) : undefined;
   }
+  /** Every peer answers at once unless a test says otherwise. */
   lastContact(): number | undefined {
-    return 0;
+    return performance.now();
   }
   on(): unknown {
     return this;
