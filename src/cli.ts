@@ -4,7 +4,7 @@
 // within --shutdown-timeout-ms.
 import { readFileSync } from 'node:fs';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
-import { pino } from 'pino';
+import type { pino } from 'pino';
 import { DriverError } from '../raft/driver/errors.js';
 import type { AclRule } from './broker/commands.js';
 import { clusterSettings } from './cluster/cluster-config.js';
@@ -13,6 +13,7 @@ import { HealthServer } from './cluster/health.js';
 import { type Config, helpText, listenerSpecs, parseCli } from './config.js';
 import { CONFIG_ERROR, ConfigError, RaftmqError } from './errors.js';
 import { BoundedLogWriter, stdoutSink } from './logging/log-writer.js';
+import { createLogger, type LogFormat } from './logging/logger.js';
 import { readAclFile } from './server/auth/acl-file.js';
 import { runPasswd } from './server/auth/passwd-command.js';
 import { PasswordFileAuthenticator } from './server/auth/password-authenticator.js';
@@ -275,7 +276,7 @@ async function main(argv: readonly string[]): Promise<number> {
     onCaughtUp: (dropped) => logger.warn({ dropped, droppedTotal: writer.dropped }, 'log lines dropped: the log destination was full'),
   });
   logWriter = writer;
-  const logger = pino({ level: config['log-level'], base: { pid: process.pid } }, writer);
+  const logger = createLogger({ level: config['log-level'], format: config['log-format'] as LogFormat, writer });
   const options = nodeOptions(config, logger, tls);
   const auth = security.authenticator;
   options.gauges = () => ({

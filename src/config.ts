@@ -71,7 +71,13 @@ export const SCHEMA = {
     kind: 'enum',
     default: 'info',
     values: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'],
-    help: 'pino log level; logs are JSON lines on stdout',
+    help: 'pino log level: nothing below it is written (but the event-loop-delay report SIGUSR2 asks for, also written at stop)',
+  },
+  'log-format': {
+    kind: 'enum',
+    default: 'json',
+    values: ['json', 'pretty'],
+    help: 'log lines on stdout: one JSON object per line, or pretty (pino-pretty) for a terminal',
   },
   'log-queue-bytes': {
     kind: 'size',
