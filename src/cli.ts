@@ -30,8 +30,8 @@ function version(): string {
 /** The log destination of a running node; null before one runs (help, version, bad flags). */
 let logWriter: BoundedLogWriter | null = null;
 
-/** How long an exit waits for queued log lines to leave (ms), at most; a stop waits until its
- * deadline instead. */
+/** How long an exit waits for queued log lines to leave (ms), at most; a stop waits no longer
+ * than its deadline either (a paused terminal must not hold a long --shutdown-timeout-ms). */
 const EXIT_LOG_DRAIN_MS = 1_000;
 
 /** performance.now() at which a stop on SIGTERM/SIGINT must be over; null before a signal. */
@@ -44,7 +44,10 @@ const EXIT_STOP_TIMED_OUT = 1;
  * log destination that takes nothing never keeps the process alive. Without a running node
  * (help, version, passwd, bad flags) nothing is left to close and the process ends by itself,
  * after stdout has taken what was written to it. */
-function exitAfterLogs(code: number, drainMs = stopDeadline === null ? EXIT_LOG_DRAIN_MS : stopDeadline - performance.now()): void {
+function exitAfterLogs(
+  code: number,
+  drainMs = stopDeadline === null ? EXIT_LOG_DRAIN_MS : Math.min(EXIT_LOG_DRAIN_MS, stopDeadline - performance.now()),
+): void {
   if (logWriter === null) {
     process.exitCode = code;
     return;

@@ -2,12 +2,36 @@
 // (EPIPE) or into one nobody reads. The node keeps serving MQTT, counts the lines it dropped, and
 // a SIGTERM still ends the process. Real processes, real pipes, MQTT.js clients.
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { closeSync, openSync } from 'node:fs';
 import { describe, it } from 'node:test';
+import { freePort } from '../jepsen-like-tests/net.js';
+import { CLI } from './broker-process.js';
 import { ClusterNodeProcess, LOOPBACK } from './cluster-processes.js';
-import { connectClient, disconnect, publish, subscribe } from './helpers.js';
+import { connectClient, disconnect, publish, sleep, subscribe } from './helpers.js';
 
 const WAIT_MS = 20_000;
 const single = (extra: string[] = []): string[] => ['--host', LOOPBACK, '--port', '0', ...extra];
+
+/** Connects until the broker accepts (its log may say nothing), then a publish round trip. */
+async function roundTrip(port: number): Promise<void> {
+  const deadline = Date.now() + WAIT_MS;
+  for (;;) {
+    try {
+      const c = await connectClient(port, { clientId: 'probe' });
+      await subscribe(c, 'probe', 1);
+      const got = c.waitFor((m) => m.topic === 'probe', 'the probe publish');
+      await publish(c, 'probe', 'x', { qos: 1 });
+      await got;
+      await disconnect(c);
+      return;
+    } catch (err) {
+      if (Date.now() > deadline) throw err;
+      await sleep(50);
+    }
+  }
+}
 
 describe('log destination', { timeout: 120_000 }, () => {
   it('SIGTERM ends a node whose stdout reader has gone away (EPIPE), with exit code 0', async () => {
@@ -25,6 +49,32 @@ describe('log destination', { timeout: 120_000 }, () => {
       assert.doesNotMatch(n.stderr, /EPIPE|Uncaught/, 'no crash on the broken pipe');
     } finally {
       await n.stop();
+    }
+  });
+
+  it('stdout on a full disk (/dev/full, ENOSPC): the node serves, and SIGTERM ends it with 0', async () => {
+    const full = openSync('/dev/full', 'w');
+    const port = await freePort();
+    const proc = spawn(process.execPath, [CLI, '--host', LOOPBACK, '--port', String(port), '--log-level', 'debug'], {
+      stdio: ['ignore', full, 'pipe'],
+    });
+    closeSync(full);
+    let stderr = '';
+    proc.stderr?.setEncoding('utf8').on('data', (c: string) => {
+      stderr += c;
+    });
+    const exited = once(proc, 'exit');
+    try {
+      await roundTrip(port);
+      proc.kill('SIGTERM');
+      const timer = setTimeout(() => proc.kill('SIGKILL'), WAIT_MS);
+      const [code, signal] = (await exited) as [number | null, string | null];
+      clearTimeout(timer);
+      assert.equal(signal, null, 'not killed');
+      assert.equal(code, 0, `a clean exit; stderr: ${stderr}`);
+      assert.doesNotMatch(stderr, /ENOSPC|Uncaught/, 'no crash on the full disk');
+    } finally {
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
     }
   });
 

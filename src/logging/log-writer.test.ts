@@ -82,6 +82,24 @@ describe('BoundedLogWriter', { timeout: 30_000 }, () => {
     assert.equal(sink.chunks.length, 1, 'nothing written after the failure');
   });
 
+  it('a full disk (ENOSPC) drops that write, counted, and the next lines are tried', async () => {
+    const sink = new HeldSink();
+    const reports: number[] = [];
+    const w = new BoundedLogWriter({ sink, onCaughtUp: (n) => reports.push(n) });
+    w.write('a\n');
+    w.write('b\n');
+    await turn();
+    sink.complete(errno('ENOSPC'));
+    assert.equal(w.failure, null);
+    assert.equal(w.dropped, 2);
+    w.write('c\n');
+    await turn();
+    sink.complete();
+    assert.deepEqual(sink.chunks, ['a\nb\n', 'c\n']);
+    assert.equal(w.written, 1);
+    assert.deepEqual(reports, [2], 'reported once the disk takes lines again');
+  });
+
   it('tries a chunk refused with EAGAIN again', async () => {
     const sink = new HeldSink();
     const w = new BoundedLogWriter({ sink, retryMs: 1 });

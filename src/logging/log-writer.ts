@@ -34,6 +34,8 @@ export interface LogWriterOptions {
 }
 
 export const LOG_QUEUE_BYTES_DEFAULT = 1024 * 1024;
+/** Errors of a destination that may take lines again later; any other error ends it. */
+const NO_ROOM = new Set(['ENOSPC', 'EDQUOT']);
 const CHUNK_BYTES_DEFAULT = 64 * 1024;
 const RETRY_MS_DEFAULT = 20;
 
@@ -42,7 +44,8 @@ export class BoundedLogWriter {
   dropped = 0;
   /** Lines handed to the destination. */
   written = 0;
-  /** The destination failed (EPIPE, EBADF, ...): every later line is dropped. */
+  /** The destination failed for good (EPIPE, EBADF, ...): every later line is dropped. A full
+   * disk (ENOSPC) drops the lines of the failed write and tries the next ones. */
   failure: string | null = null;
   private readonly sink: LogSink | null;
   private readonly maxQueued: number;
@@ -149,11 +152,14 @@ export class BoundedLogWriter {
       return;
     }
     this.bytes -= size;
-    if (err !== null) {
+    if (err !== null && NO_ROOM.has(err.code ?? '')) {
+      // A full disk may have room again later: these lines are lost, the next ones are tried.
+      this.dropped += lines;
+      this.droppedSinceReport += lines;
+    } else if (err !== null) {
       this.fail(err, lines);
       return;
-    }
-    this.written += lines;
+    } else this.written += lines;
     if (this.queue.length > 0) {
       this.pump();
       return;
