@@ -4,10 +4,12 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { closeSync, openSync } from 'node:fs';
+import { closeSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { freePort } from '../jepsen-like-tests/net.js';
-import { CLI } from './broker-process.js';
+import { CLI, requireCommand } from './broker-process.js';
 import { ClusterNodeProcess, LOOPBACK } from './cluster-processes.js';
 import { connectClient, disconnect, publish, sleep, subscribe } from './helpers.js';
 
@@ -106,6 +108,66 @@ describe('log destination', { timeout: 120_000 }, () => {
       assert.ok(stopped !== undefined && (stopped.logLinesDropped as number) > 0, 'the stop line carries the total');
     } finally {
       await n.stop();
+    }
+  });
+});
+
+describe('log destination: a terminal', { timeout: 120_000 }, () => {
+  it('stopped with Ctrl-S: the node serves, drops lines, reports them once resumed, and stops', async () => {
+    requireCommand('script', 'bsdutils');
+    const port = await freePort();
+    const dir = mkdtempSync(join(tmpdir(), 'raftmq-tty-'));
+    const pidFile = join(dir, 'pid');
+    // script(1) gives the node a terminal of its own; ^S typed into it stops its output (IXON).
+    const node = [
+      process.execPath,
+      CLI,
+      '--host',
+      LOOPBACK,
+      '--port',
+      String(port),
+      '--stats-interval-ms',
+      '1',
+      '--log-queue-bytes',
+      '16KiB',
+    ];
+    const sh = `${node.map((a) => `'${a}'`).join(' ')} & echo $! > '${pidFile}'; wait $!`;
+    const term = spawn('script', ['-qec', sh, '/dev/null'], { stdio: ['pipe', 'pipe', 'pipe'] });
+    let out = '';
+    term.stdout?.setEncoding('utf8').on('data', (c: string) => {
+      out += c;
+    });
+    const exited = once(term, 'exit');
+    let pid = 0;
+    try {
+      await roundTrip(port);
+      pid = Number(readFileSync(pidFile, 'utf8'));
+      assert.ok(pid > 0);
+      term.stdin?.write('\x13');
+      for (let i = 0; i < 20; i++) {
+        await roundTrip(port);
+        await sleep(100);
+      }
+      term.stdin?.write('\x11');
+      const deadline = Date.now() + WAIT_MS;
+      const report = (): Record<string, unknown> | undefined =>
+        out
+          .split(/\r?\n/)
+          .filter((l) => l.includes('log lines dropped'))
+          .map((l) => JSON.parse(l) as Record<string, unknown>)[0];
+      while (report() === undefined && Date.now() < deadline) await sleep(50);
+      assert.ok(((report()?.dropped as number | undefined) ?? 0) > 0, 'lines were dropped while the terminal was stopped');
+      process.kill(pid, 'SIGTERM');
+      const timer = setTimeout(() => term.kill('SIGKILL'), WAIT_MS);
+      const [code] = (await exited) as [number | null];
+      clearTimeout(timer);
+      assert.equal(code, 0, 'the node exited 0 (script -e passes its status on)');
+    } finally {
+      if (term.exitCode === null && term.signalCode === null) {
+        if (pid > 0) process.kill(pid, 'SIGKILL');
+        term.kill('SIGKILL');
+      }
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 });
