@@ -4,7 +4,7 @@
 // within --shutdown-timeout-ms.
 import { readFileSync } from 'node:fs';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
-import { pino } from 'pino';
+import type { pino } from 'pino';
 import { DriverError } from '../raft/driver/errors.js';
 import type { AclRule } from './broker/commands.js';
 import { clusterSettings } from './cluster/cluster-config.js';
@@ -13,6 +13,8 @@ import { HealthServer } from './cluster/health.js';
 import { type Config, helpText, listenerSpecs, parseCli } from './config.js';
 import { CONFIG_ERROR, ConfigError, RaftmqError } from './errors.js';
 import { DataDirError } from './log/wal/wal.js';
+import { BoundedLogWriter, stdoutSink } from './logging/log-writer.js';
+import { createLogger, type LogFormat } from './logging/logger.js';
 import { readAclFile } from './server/auth/acl-file.js';
 import { runPasswd } from './server/auth/passwd-command.js';
 import { PasswordFileAuthenticator } from './server/auth/password-authenticator.js';
@@ -25,6 +27,34 @@ import { ScramSha256 } from './server/scram.js';
 function version(): string {
   const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
   return pkg.version;
+}
+
+/** The log destination of a running node; null before one runs (help, version, bad flags). */
+let logWriter: BoundedLogWriter | null = null;
+
+/** How long an exit waits for queued log lines to leave (ms), at most; a stop waits no longer
+ * than its deadline either (a paused terminal must not hold a long --shutdown-timeout-ms). */
+const EXIT_LOG_DRAIN_MS = 1_000;
+
+/** performance.now() at which a stop on SIGTERM/SIGINT must be over; null before a signal. */
+let stopDeadline: number | null = null;
+
+/** Exit status of a stop that ran into --shutdown-timeout-ms (the state file is written all the same). */
+const EXIT_STOP_TIMED_OUT = 1;
+
+/** Exits once the queued log lines have left or `drainMs` has passed, whichever comes first: a
+ * log destination that takes nothing never keeps the process alive. Without a running node
+ * (help, version, passwd, bad flags) nothing is left to close and the process ends by itself,
+ * after stdout has taken what was written to it. */
+function exitAfterLogs(
+  code: number,
+  drainMs = stopDeadline === null ? EXIT_LOG_DRAIN_MS : Math.min(EXIT_LOG_DRAIN_MS, stopDeadline - performance.now()),
+): void {
+  if (logWriter === null) {
+    process.exitCode = code;
+    return;
+  }
+  void logWriter.drain(Math.max(0, drainMs)).then(() => process.exit(code));
 }
 
 /** Sampling interval of the event-loop delay histogram; its values include this interval. */
@@ -161,6 +191,9 @@ function reloadSecurity(config: Config, security: Security, node: BrokerNode, lo
 interface Running {
   node: BrokerNode;
   stop(): Promise<void>;
+  /** At the stop's deadline, synchronous: what must outlive the process (a cluster node's state
+   * file) is written now; the rest of the stop is given up. */
+  stopNow(): void;
 }
 
 /** A single node serves once it listens; a cluster node is started once raft runs, and serves only
@@ -178,12 +211,12 @@ async function startNode(config: Config, opts: NodeOptions, logger: pino.Logger,
       (err) => {
         logger.fatal({ err: err.message }, 'cannot listen for MQTT clients');
         process.stderr.write(`raftmq: cannot listen for MQTT clients: ${err.message}\n`);
-        process.exit(1);
+        exitAfterLogs(1);
       },
       (code, err) => {
         logger.fatal({ err: err.message, code }, 'stopping');
         process.stderr.write(`raftmq: ${err.message}\n`);
-        process.exit(code);
+        exitAfterLogs(code);
       },
     );
     logger.info({ version: version(), node: cs.node, raftPort: c.raftPort, healthPort: c.healthPort }, 'started');
@@ -201,7 +234,7 @@ async function startNode(config: Config, opts: NodeOptions, logger: pino.Logger,
         // Never retried: the node stops, and the next start recovers from what is on disk.
         logger.fatal({ err: err.message }, 'data directory write failed; stopping');
         process.stderr.write(`raftmq: ${err.message}\n`);
-        process.exit(1);
+        exitAfterLogs(1);
       },
     );
     node = d.node;
@@ -231,6 +264,8 @@ async function startNode(config: Config, opts: NodeOptions, logger: pino.Logger,
     async stop() {
       await Promise.all([stopNode(), server?.close()]);
     },
+    // A single node keeps nothing across a restart.
+    stopNow() {},
   };
 }
 
@@ -261,18 +296,31 @@ async function main(argv: readonly string[]): Promise<number> {
     return 0;
   }
   const config = request.config;
-  const logger = pino({ level: config['log-level'], base: { pid: process.pid } });
+  // Asynchronous and bounded (src/logging/log-writer.ts): a log destination that does not keep up
+  // drops lines, counted, and never stalls the loop or the stop.
+  const writer: BoundedLogWriter = new BoundedLogWriter({
+    sink: stdoutSink(),
+    maxQueuedBytes: config['log-queue-bytes'],
+    onCaughtUp: (dropped) => logger.warn({ dropped, droppedTotal: writer.dropped }, 'log lines dropped: the log destination was full'),
+  });
+  logWriter = writer;
+  const logger = createLogger({ level: config['log-level'], format: config['log-format'] as LogFormat, writer });
   const options = nodeOptions(config, logger, tls);
-  if (security.authenticator !== null) {
-    const auth = security.authenticator;
+  const auth = security.authenticator;
+  options.gauges = () => ({
+    logLinesDropped: writer.dropped,
+    ...(auth === null
+      ? {}
+      : {
+          authThrottleAddresses: auth.throttle.byAddress.size,
+          authThrottleUsers: auth.throttle.byUser.size,
+          authThrottleTableMax: auth.throttle.byAddress.max,
+        }),
+  });
+  if (auth !== null) {
     options.authenticator = auth;
     // The file's SCRAM lines are the method's users, so a SIGHUP reload of the file reaches it too.
     options.enhancedAuth = [new ScramSha256({ store: auth })];
-    options.gauges = () => ({
-      authThrottleAddresses: auth.throttle.byAddress.size,
-      authThrottleUsers: auth.throttle.byUser.size,
-      authThrottleTableMax: auth.throttle.byAddress.max,
-    });
   }
   options.acl = security.acl;
   let running: Running;
@@ -295,42 +343,88 @@ async function main(argv: readonly string[]): Promise<number> {
     reloadSecurity(config, security, broker, logger);
   };
   process.on('SIGHUP', onHup);
-  await new Promise<void>((resolve) => {
+  return await new Promise<number>((resolve) => {
     const onSignal = (signal: NodeJS.Signals) => {
       process.off('SIGINT', onSignal);
       process.off('SIGTERM', onSignal);
       process.off('SIGHUP', onHup);
       logger.info({ signal }, 'stopping');
-      const timer = setTimeout(() => {
-        logger.warn({ timeoutMs: config['shutdown-timeout-ms'] }, 'stop timed out');
-        resolve();
-      }, config['shutdown-timeout-ms']);
-      running.stop().then(
-        () => {
-          clearTimeout(timer);
-          resolve();
-        },
-        (err: unknown) => {
-          logger.error({ err }, 'stop failed');
-          clearTimeout(timer);
-          resolve();
-        },
-      );
+      resolve(stopWithin(running, config['shutdown-timeout-ms'], logger, writer, stopLoopDelay));
     };
     process.on('SIGINT', onSignal);
     process.on('SIGTERM', onSignal);
   });
-  stopLoopDelay();
-  logger.info('stopped');
-  return 0;
+}
+
+/** Part of --shutdown-timeout-ms kept for the forced end: the state file and the last log lines. */
+const FORCED_STOP_RESERVE_MS = 250;
+
+/** After its own deadline, the last resort exits whatever still runs (ms). */
+const LAST_RESORT_MARGIN_MS = 100;
+
+/** The stop on SIGTERM/SIGINT, over within `timeoutMs` whatever the stop or the log destination
+ * does. A stop that finishes in time resolves 0. Otherwise, `timeoutMs` less a reserve after the
+ * signal, the rest is given up (a cluster leader's handover skipped), the state file is written
+ * and the stop resolves 1. Either way the process then exits once the log lines have left, or at
+ * the deadline. The last resort is a timer that exits even if something still waits. A loop that
+ * was stalled past the deadline (a frozen or starved process) still ends its stop, writes the
+ * state file and gets a reserve for its last lines: the deadline then moves to the reserve's end. */
+function stopWithin(
+  running: Running,
+  timeoutMs: number,
+  logger: pino.Logger,
+  writer: BoundedLogWriter,
+  stopLoopDelay: () => void,
+): Promise<number> {
+  const reserve = Math.min(FORCED_STOP_RESERVE_MS, Math.floor(timeoutMs / 4));
+  stopDeadline = performance.now() + timeoutMs;
+  const hardExit = (): never => process.exit(EXIT_STOP_TIMED_OUT);
+  // Unref'd: it must never be why the process lives on; when it fires, the process ends.
+  let lastResort = setTimeout(hardExit, timeoutMs + LAST_RESORT_MARGIN_MS).unref();
+  const lateByReserve = (): void => {
+    const now = performance.now();
+    if (stopDeadline !== null && stopDeadline >= now + reserve) return;
+    stopDeadline = now + reserve;
+    clearTimeout(lastResort);
+    lastResort = setTimeout(hardExit, reserve + LAST_RESORT_MARGIN_MS).unref();
+  };
+  return new Promise<number>((resolve) => {
+    let over = false;
+    const finish = (code: number, level: 'info' | 'warn', fields: Record<string, unknown> = {}): void => {
+      if (over) return;
+      over = true;
+      lateByReserve();
+      stopLoopDelay();
+      logger[level]({ ...fields, logLinesDropped: writer.dropped }, 'stopped');
+      resolve(code);
+    };
+    const forced = setTimeout(() => {
+      lateByReserve();
+      logger.warn({ timeoutMs, reason: 'stop timed out' }, 'stop timed out');
+      try {
+        running.stopNow();
+      } catch (err) {
+        logger.error({ err: (err as Error).message }, 'forced stop failed');
+      }
+      finish(EXIT_STOP_TIMED_OUT, 'warn', { timeoutMs });
+    }, timeoutMs - reserve);
+    running.stop().then(
+      () => {
+        clearTimeout(forced);
+        finish(0, 'info');
+      },
+      (err: unknown) => {
+        clearTimeout(forced);
+        logger.error({ err }, 'stop failed');
+        finish(0, 'info');
+      },
+    );
+  });
 }
 
 main(process.argv.slice(2)).then(
-  (code) => {
-    process.exitCode = code;
-    // Connections and timers are closed by stop(); exit promptly even if a socket lingers.
-    if (code === 0) setImmediate(() => process.exit(0));
-  },
+  // Connections and timers are closed by stop(); exit promptly even if a socket lingers.
+  (code) => exitAfterLogs(code),
   (err: unknown) => {
     process.stderr.write(`raftmq: ${(err as Error).stack ?? String(err)}\n`);
     process.exit(1);

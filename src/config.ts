@@ -71,7 +71,20 @@ export const SCHEMA = {
     kind: 'enum',
     default: 'info',
     values: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'],
-    help: 'pino log level; logs are JSON lines on stdout',
+    help: 'pino log level: nothing below it is written (but the event-loop-delay report SIGUSR2 asks for, also written at stop)',
+  },
+  'log-format': {
+    kind: 'enum',
+    default: 'json',
+    values: ['json', 'pretty'],
+    help: 'log lines on stdout: one JSON object per line, or pretty (pino-pretty) for a terminal',
+  },
+  'log-queue-bytes': {
+    kind: 'size',
+    default: 1 * MiB,
+    min: 4 * 1024,
+    max: 2 ** 30,
+    help: 'log lines waiting for a slow stdout, in bytes, above which new lines are dropped and counted (never blocking the broker)',
   },
   'max-packet-size': {
     kind: 'size',

@@ -207,6 +207,11 @@ describe('cluster memory loss, clean stop and force-start', { timeout: 240_000 }
       const h = await untilHealth(n, 'needsForceStart', (x) => x.body.needsForceStart, SERVE_WAIT_MS);
       assert.equal(h.body.membership, 'amnesiac');
       assert.equal(h.code, 503);
+      // The line an operator alerts on, at error, once.
+      const alert = await n.waitForLog((l) => l.msg === 'force-start needed', SERVE_WAIT_MS);
+      assert.equal(alert.level, 50);
+      assert.equal(alert.node, n.id);
+      assert.equal(typeof alert.reason, 'string');
     }
     // A few election timeouts later still nobody serves, and nobody started an empty cluster.
     await new Promise((r) => setTimeout(r, 10 * ELECTION_TIMEOUT_MS));
@@ -216,6 +221,7 @@ describe('cluster memory loss, clean stop and force-start', { timeout: 240_000 }
       assert.equal(h.body.serving, false);
       assert.equal(h.body.epoch, null, 'no new epoch was made');
       assert.equal(n.mqttPort, 0, `node ${n.id} never listened for MQTT`);
+      assert.equal(n.logs.filter((l) => l.msg === 'force-start needed').length, 1, 'once per change, not per poll');
     }
   });
 

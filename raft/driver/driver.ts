@@ -470,6 +470,15 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     this.state = 'stopped';
   }
 
+  /** stop() at a deadline: the same steps, but the driver counts as stopped at once (the
+   * transport's listener closes in the background), so writeStateFile() may follow in this turn.
+   * Nothing is stepped once stop() began, so the file holds what it would after a full stop. */
+  halt(): void {
+    if (this.state !== 'started' && this.state !== 'stopping') return;
+    void this.stop();
+    this.state = 'stopped';
+  }
+
   /** docs/design.md "State file", the clean stop: only after stop() (no raft traffic any more), writes
    * the whole state (write-temp, fsync, rename, fsync of the directory) and releases the PID lock.
    * Returns the path, or null when there is nothing a later start could resume: no state file

@@ -16,6 +16,8 @@ export interface RunningCluster {
   /** -1: no health port. */
   healthPort: number;
   stop(): Promise<void>;
+  /** The stop's deadline: the handover is skipped and the state file written now (RaftLog.stopNow). */
+  stopNow(): void;
 }
 
 /** Exit codes of a cluster node besides 0, 1 and 2 (the raft node program uses the same). */
@@ -115,6 +117,9 @@ export async function startClusterNode(
     async stop() {
       await node.stop();
       await Promise.all([server?.close(), audit?.close()]);
+    },
+    stopNow() {
+      log.stopNow();
     },
   };
 }

@@ -29,6 +29,13 @@ class FakeDriver implements ClusterDriver {
   async stop(): Promise<void> {
     this.stoppedAfter = [...this.transfers];
   }
+  halted = false;
+  halt(): void {
+    this.halted = true;
+    this.stoppedAfter ??= [...this.transfers];
+  }
+  /** The target of a transfer takes over; false: it never does (it is stopped, or partitioned). */
+  transfersSucceed = true;
   propose(data: Uint8Array): ProposeTicket | Error {
     if (this.role !== 'leader') return Object.assign(new Error('not leader'), { code: 'RAFT_NOT_LEADER' });
     const index = this.log.length + 1;
@@ -82,6 +89,7 @@ class FakeDriver implements ClusterDriver {
     this.transfers.push(to);
     // The target wins its election a little later.
     setTimeout(() => {
+      if (!this.transfersSucceed) return;
       this.role = 'follower';
       this.term++;
     }, 20);
@@ -95,8 +103,9 @@ class FakeDriver implements ClusterDriver {
   matchIndex(peer: number): number | undefined {
     return this.role === 'leader' ? (this.matches.get(peer) ?? this.committed) : undefined;
   }
+  /** Every peer answers at once unless a test says otherwise. */
   lastContact(): number | undefined {
-    return 0;
+    return performance.now();
   }
   on(): unknown {
     return this;
@@ -664,6 +673,38 @@ describe('RaftLog serving rule', { timeout: 10_000 }, () => {
     assert.equal(writesAtStop, 0, 'no file before raft stopped');
     assert.equal(driver.stateFileWrites, 1);
     assert.deepEqual(driver.stoppedAfter, [2], 'the handover came first');
+  });
+
+  it('stopNow() during a handover that never ends: skips it, writes the state file once, now', async () => {
+    const logged: { msg: string; reason?: unknown }[] = [];
+    const note = (fields: Record<string, unknown>, msg: string) => logged.push({ msg, reason: fields.reason });
+    const { log, driver } = fakeLog({ handoverTimeoutMs: 60_000, logger: { info: note, warn: note, error: note } });
+    await log.open();
+    log.start(new Listener());
+    await turn();
+    await serve(driver, 2);
+    driver.transfersSucceed = false;
+    const stopping = log.stop();
+    await new Promise((r) => setTimeout(r, 50));
+    assert.deepEqual(driver.transfers, [2], 'the handover began');
+    assert.equal(driver.stateFileWrites, 0, 'and is waited for');
+    log.stopNow();
+    assert.equal(driver.halted, true, 'raft traffic stopped');
+    assert.equal(driver.stateFileWrites, 1, 'the file is written in the same turn');
+    await stopping;
+    assert.equal(driver.stateFileWrites, 1, 'and only once');
+    assert.ok(logged.some((l) => l.msg === 'leadership handover skipped' && l.reason === 'stop timed out'));
+    assert.equal(
+      logged.some((l) => l.msg === 'leadership handover timed out'),
+      false,
+    );
+  });
+
+  it('stopNow() after a finished stop writes nothing more', async () => {
+    const { log, driver } = await setup();
+    await log.stop();
+    log.stopNow();
+    assert.equal(driver.stateFileWrites, 1);
   });
 
   it('keeps serving-rule checks quiet when a leader may not propose yet (a force-started one)', async () => {

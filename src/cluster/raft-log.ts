@@ -17,6 +17,7 @@ import type { Command, Entry, Settings } from '../broker/commands.js';
 import type { BrokerLog, LogListener } from '../log/broker-log.js';
 import { decodeCommand, encodeCommand } from '../log/command-codec.js';
 import { LatencyBuckets } from '../server/latency-buckets.js';
+import { HealthAlerts } from './alerts.js';
 import type { AuditLog, LeaseView } from './audit-log.js';
 import { type CheckPolicy, CheckScheduler, defaultCheckPolicy } from './check-scheduler.js';
 
@@ -24,6 +25,8 @@ import { type CheckPolicy, CheckScheduler, defaultCheckPolicy } from './check-sc
 export interface ClusterDriver {
   start(): Promise<void>;
   stop(): Promise<void>;
+  /** stop() without waiting: stopped at once, so writeStateFile() may follow in the same turn. */
+  halt(): void;
   propose(data: Uint8Array): ProposeTicket | Error;
   readonly accepting: boolean;
   readonly currentRole: Role;
@@ -112,6 +115,8 @@ export interface RaftLogOptions {
   driver: (hooks: DriverHooks) => ClusterDriver;
   /** Interval (ms) at which the serving rule is judged even when nothing happens: E/10. */
   pollIntervalMs: number;
+  /** Raft's election timeout E, the unit of the alert lines' grace periods; default 10 polls. */
+  electionTimeoutMs?: number;
   check?: CheckPolicy;
   /** Connected state of each peer link, for /health; absent: assume connected. */
   peerConnected?: (peer: number) => boolean;
@@ -221,6 +226,10 @@ export class RaftLog implements BrokerLog, LeaseView {
   private poll: NodeJS.Timeout | undefined;
   private opened = false;
   private stopped = false;
+  /** A leader's stop waits for its handover; stopNow() ends the wait. */
+  private handingOver = false;
+  private handoverSkipped = false;
+  private stateFileDone = false;
   /** Time of the last applied entry, and the highest time now() returned: neither goes back. */
   private lastAppliedTime = 0;
   private lastNow = 0;
@@ -236,6 +245,8 @@ export class RaftLog implements BrokerLog, LeaseView {
   private readonly dropLoggedAt = new Map<string, number>();
   /** The excluded clocks last logged, joined; '' when none. */
   private clocksLogged = '';
+  private readonly alerts: HealthAlerts;
+  private readonly electionTimeoutMs: number;
   private audit: AuditLog | null = null;
   /** The configuration hash of the latest applied serve-start that carried one. */
   private servingConfigHash: string | null = null;
@@ -260,6 +271,8 @@ export class RaftLog implements BrokerLog, LeaseView {
     this.node = opts.node;
     this.peers = opts.nodes.filter((v) => v !== opts.node);
     this.checks = new CheckScheduler(opts.check ?? defaultCheckPolicy);
+    this.electionTimeoutMs = opts.electionTimeoutMs ?? 10 * opts.pollIntervalMs;
+    this.alerts = new HealthAlerts(opts.node, this.electionTimeoutMs);
     this.settings = opts.settings;
     this.configHash = opts.configHashOf?.(opts.settings);
     this.driver = opts.driver({
@@ -299,6 +312,7 @@ export class RaftLog implements BrokerLog, LeaseView {
       check: o.check,
       ...(o.configHashOf === undefined ? {} : { configHashOf: o.configHashOf }),
       pollIntervalMs: Math.max(1, Math.floor(o.electionTimeoutMs / 10)),
+      electionTimeoutMs: o.electionTimeoutMs,
       handoverTimeoutMs: o.handoverTimeoutMs ?? 2 * o.electionTimeoutMs,
       peerConnected: (peer) => transport?.stats().peers.find((p) => p.nodeId === peer)?.connected ?? false,
       driver: (hooks) =>
@@ -348,6 +362,7 @@ export class RaftLog implements BrokerLog, LeaseView {
     this.poll = setInterval(() => {
       this.evaluate();
       this.noteClocks();
+      this.noteHealth();
     }, this.opts.pollIntervalMs);
   }
 
@@ -488,23 +503,41 @@ export class RaftLog implements BrokerLog, LeaseView {
    * about one round trip instead of an election timeout; then all raft traffic stops. */
   async stop(): Promise<void> {
     if (this.stopped) return;
+    this.beginStop();
+    await this.handOver();
+    await this.driver.stop();
+    this.writeStateFile();
+  }
+
+  /** The stop's deadline has come (--shutdown-timeout-ms): a handover still under way is given
+   * up, raft traffic stops at once and the state file is written now, in this turn, so the process
+   * may exit right after. Before, during or after stop(); the file is written once. */
+  stopNow(): void {
+    if (!this.stopped) this.beginStop();
+    if (this.handingOver)
+      this.opts.logger.warn({ node: this.node, term: this.driver.currentTerm, reason: 'stop timed out' }, 'leadership handover skipped');
+    this.handoverSkipped = true;
+    this.driver.halt();
+    this.writeStateFile();
+  }
+
+  private beginStop(): void {
     this.stopped = true;
     if (this.period !== 0) {
-      this.opts.logger.info({ node: this.node, period: this.period, term: this.driver.currentTerm, why: 'stopping' }, 'serving ended');
+      this.opts.logger.info({ node: this.node, period: this.period, term: this.driver.currentTerm, reason: 'stopping' }, 'serving ended');
       this.period = 0;
       this.audit?.serving(0);
     }
     this.early = [];
     clearInterval(this.poll);
     if (this.evaluateImmediate !== undefined) clearImmediate(this.evaluateImmediate);
-    await this.handOver();
-    await this.driver.stop();
-    this.writeStateFile();
   }
 
   /** Last in the stop order: raft traffic has stopped, so the file holds everything this node
    * acknowledged. A failed write is logged with the file's path: the next start is amnesiac. */
   private writeStateFile(): void {
+    if (this.stateFileDone) return;
+    this.stateFileDone = true;
     const started = performance.now();
     try {
       const file = this.driver.writeStateFile();
@@ -539,9 +572,12 @@ export class RaftLog implements BrokerLog, LeaseView {
     this.audit?.leaseReleased();
     const limit = this.opts.handoverTimeoutMs ?? 0;
     const started = performance.now();
-    while (d.currentRole === 'leader' && performance.now() - started < limit) {
+    this.handingOver = true;
+    while (d.currentRole === 'leader' && !this.handoverSkipped && performance.now() - started < limit) {
       await new Promise((r) => setTimeout(r, HANDOVER_POLL_MS));
     }
+    this.handingOver = false;
+    if (this.handoverSkipped) return;
     const handed = d.currentRole !== 'leader';
     const ms = Math.round(performance.now() - started);
     this.opts.logger.info(
@@ -617,7 +653,7 @@ export class RaftLog implements BrokerLog, LeaseView {
       leaseRemainingMs: this.driver.leaseRemainingMs(),
       commitIndex: this.driver.commitIndex,
       appliedIndex: this.driver.appliedIndex,
-      redundant: this.redundant(m.redundant),
+      redundant: this.driver.currentRole === 'leader' && this.redundancyGap(m.redundant) === null,
       needsForceStart: m.needsForceStart,
       // A node that started fresh or amnesiac is a member once it votes in its epoch.
       membership: m.voter && m.epoch.generation !== 0 ? 'member' : m.membership,
@@ -632,18 +668,39 @@ export class RaftLog implements BrokerLog, LeaseView {
     };
   }
 
-  /** Every configured node is a caught-up voter with its current incarnation (raft's judgement) and
-   * its link is up: judged by the leader, which alone tracks what each follower holds; a follower
-   * reports false. */
-  private redundant(raftSays: boolean): boolean {
-    if (!raftSays || this.driver.currentRole !== 'leader') return false;
+  /** Null when every configured node is a caught-up voter with its current incarnation (raft's
+   * judgement), its link is up and it was heard from within E (a frozen process keeps its link),
+   * else what is missing. Judged by the leader, which alone tracks what each follower holds; on a
+   * follower the answer means nothing. */
+  private redundancyGap(raftSays: boolean): string | null {
     const commit = this.driver.commitIndex;
+    const now = performance.now();
     for (const p of this.peers) {
+      if (this.opts.peerConnected !== undefined && !this.opts.peerConnected(p)) return `node ${p}: link down`;
+      const heard = this.driver.lastContact(p);
+      if (heard === undefined || now - heard > this.electionTimeoutMs) return `node ${p}: not heard from within E`;
       const match = this.driver.matchIndex(p);
-      if (match === undefined || match < commit) return false;
-      if (this.opts.peerConnected !== undefined && !this.opts.peerConnected(p)) return false;
+      if (match === undefined) return `node ${p}: not a voter`;
+      if (match < commit) return `node ${p}: behind the commit index`;
     }
-    return true;
+    return raftSays ? null : 'a node is not a caught-up voter of its current incarnation';
+  }
+
+  /** The alert lines (alerts.ts), judged at each poll; each is logged once per change. */
+  private noteHealth(): void {
+    const d = this.driver;
+    const leading = d.currentRole === 'leader';
+    const m = d.status();
+    const lines = this.alerts.observe({
+      now: performance.now(),
+      role: d.currentRole,
+      term: d.currentTerm,
+      leader: d.leader,
+      lease: leading && d.hasLease(),
+      ...(leading ? { redundancyGap: this.redundancyGap(m.redundant) } : {}),
+      needsForceStart: m.needsForceStart,
+    });
+    for (const l of lines) this.opts.logger[l.level](l.fields, l.msg);
   }
 
   // ---- proposals ----
@@ -820,7 +877,7 @@ export class RaftLog implements BrokerLog, LeaseView {
    * period are never reused (docs/design.md "The seam"). */
   private endServing(): void {
     const d = this.driver;
-    const why =
+    const reason =
       d.currentRole !== 'leader'
         ? 'not leader'
         : d.currentTerm !== this.servingTerm
@@ -828,7 +885,11 @@ export class RaftLog implements BrokerLog, LeaseView {
           : this.source?.failure() != null
             ? 'state machine failed'
             : 'lease lapsed';
-    this.opts.logger.info({ node: this.node, period: this.period, term: d.currentTerm, why }, 'serving ended');
+    this.opts.logger.info({ node: this.node, period: this.period, term: d.currentTerm, reason }, 'serving ended');
+    if (reason !== 'state machine failed') {
+      const l = this.alerts.leaseLost(d.currentTerm, this.period, reason);
+      this.opts.logger[l.level](l.fields, l.msg);
+    }
     this.period = 0;
     this.servingTerm = 0;
     this.audit?.serving(0);

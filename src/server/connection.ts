@@ -127,6 +127,8 @@ type OwnedStream = ByteStream & { [OWNER]?: Connection };
 
 export class Connection implements WheelMember {
   readonly id: ConnId;
+  /** The client id its CONNECT named, for log lines; null before CONNECT or when assigned. */
+  private clientId: string | null = null;
   readonly transport: Transport;
   private readonly socket: ByteStream;
   private readonly host: ConnectionHost;
@@ -233,7 +235,7 @@ export class Connection implements WheelMember {
   /** A bug met while handling this connection's input or output: it closes this connection
    * only; the process and every other connection go on. */
   internalError(err: unknown): void {
-    this.host.protocolError('internal', { conn: this.id, error: String(err) }, 'internal error; closing connection');
+    this.host.protocolError('internal', { ...this.who(), error: String(err) }, 'internal error; closing connection');
     if (this.phase === 'closed') return;
     if (this.connectProposed) this.beginClose(RC.IMPLEMENTATION_SPECIFIC_ERROR);
     else this.closeNow(NO_DISCONNECT);
@@ -317,7 +319,7 @@ export class Connection implements WheelMember {
   }
 
   private onDecodeError(e: DecodeError): void {
-    this.host.protocolError(e.key, { conn: this.id, reason: e.reason }, e.message);
+    this.host.protocolError(e.key, { ...this.who(), reason: e.reason }, e.message);
     if (this.phase === 'awaiting-connect') {
       // [MQTT-3.1.2-2]: an unsupported protocol level is answered with CONNACK 0x01, in the 3.1.1
       // form, since the client's own version is the one we do not speak.
@@ -336,12 +338,18 @@ export class Connection implements WheelMember {
     this.beginClose(e.reason);
   }
 
+  /** The fields naming this connection in a log line: `conn`, and `clientId` once known. */
+  private who(): { conn: ConnId; clientId?: string } {
+    return this.clientId === null ? { conn: this.id } : { conn: this.id, clientId: this.clientId };
+  }
+
   // ---- CONNECT ----
 
   private onConnect(connect: ConnectPacket): void {
     this.level = connect.level;
     // [MQTT-3.1.2-24] holds for every packet from now on, a refusing CONNACK and AUTH included.
     if (connect.level === 5) this.clientMaxPacket = connect.props.maxPacketSize ?? 0;
+    this.clientId = connect.clientId === '' ? null : connect.clientId;
     const limited = this.host.admitConnect(this.transport.remoteAddress, this);
     if (limited === RC.CONNECTION_RATE_EXCEEDED && connect.level !== 5) {
       this.closeNow(NO_DISCONNECT); // 3.1.1 has no return code for a rate: closed without CONNACK.
@@ -363,7 +371,7 @@ export class Connection implements WheelMember {
     try {
       verdict = this.host.authenticator.authenticate(c, this.transport.remoteAddress, this.transport);
     } catch (err) {
-      this.host.protocolError('authenticator', { conn: this.id, error: String(err) }, 'authenticator threw');
+      this.host.protocolError('authenticator', { ...this.who(), error: String(err) }, 'authenticator threw');
       verdict = { ok: false, reason: RC.UNSPECIFIED_ERROR };
     }
     if (!(verdict instanceof Promise)) {
@@ -375,7 +383,7 @@ export class Connection implements WheelMember {
     verdict.then(
       (r) => this.afterAuthAsync(c, r),
       (err: unknown) => {
-        this.host.protocolError('authenticator', { conn: this.id, error: String(err) }, 'authenticator failed');
+        this.host.protocolError('authenticator', { ...this.who(), error: String(err) }, 'authenticator failed');
         this.afterAuthAsync(c, { ok: false, reason: RC.UNSPECIFIED_ERROR });
       },
     );
@@ -405,7 +413,7 @@ export class Connection implements WheelMember {
   }
 
   private refuseConnect(reason: number): void {
-    this.host.event('connect-refused', { conn: this.id, reason });
+    this.host.event('connect-refused', { ...this.who(), reason });
     this.sendOut({ type: 'connack', sessionPresent: false, code: reason });
     this.closeNow(NO_DISCONNECT);
   }
@@ -570,13 +578,13 @@ export class Connection implements WheelMember {
         throttle?.succeeded(this.transport.remoteAddress, a.user);
         this.phase = 'awaiting-connect';
         this.limits.auth = { method: connect.props.authMethod as string, data: a.data };
-        this.host.event('enhanced-auth-ok', { conn: this.id, method: this.limits.auth.method });
+        this.host.event('enhanced-auth-ok', { ...this.who(), method: this.limits.auth.method });
         this.afterAuth(connect, { ok: true }, a.user);
         return;
       }
       case 'refuse':
         if (a.login === undefined) {
-          this.host.protocolError('enhanced-auth', { conn: this.id, reason: a.reason }, a.why);
+          this.host.protocolError('enhanced-auth', { ...this.who(), reason: a.reason }, a.why);
           this.refuseConnect(a.reason);
           return;
         }
@@ -598,7 +606,7 @@ export class Connection implements WheelMember {
   private failedLogin(login: FailedLogin, why: string): number {
     const throttle = this.host.authenticator.loginThrottle;
     if (throttle !== undefined) return throttle.failed(this.transport.remoteAddress, login.user);
-    this.host.event('auth-failed', { conn: this.id, username: login.user ?? '', why });
+    this.host.event('auth-failed', { ...this.who(), username: login.user ?? '', reason: why });
     return 0;
   }
 
@@ -681,7 +689,7 @@ export class Connection implements WheelMember {
     const now = performance.now();
     this.publishBucket ??= new TokenBucket(rate, rate, now);
     if (this.publishBucket.take(now)) return true;
-    this.host.event('limit-publish-rate', { conn: this.id, qos: p.qos });
+    this.host.event('limit-publish-rate', { ...this.who(), qos: p.qos });
     this.excessBucket ??= new TokenBucket(rate, rate, now);
     if (!this.excessBucket.take(now) || (this.level !== 5 && p.qos > 0)) {
       this.fail(RC.MESSAGE_RATE_TOO_HIGH, 'publish-rate', `over ${rate} PUBLISH/s`);
@@ -746,7 +754,7 @@ export class Connection implements WheelMember {
   /** Payload Format Indicator 1 with a payload that is not UTF-8: not routed; QoS 1/2 are answered
    * with 0x99 [MQTT-3.3.2-4 / §3.3.2.3.2], a QoS 0 publish has no answer but DISCONNECT. */
   private refusePayload(p: PublishPacket): void {
-    this.host.event('payload-format-invalid', { conn: this.id });
+    this.host.event('payload-format-invalid', this.who());
     if (p.qos === 0) {
       this.fail(RC.PAYLOAD_FORMAT_INVALID, 'payload-format', 'QoS 0 payload not UTF-8');
       return;
@@ -808,7 +816,7 @@ export class Connection implements WheelMember {
   private topicWithinLimits(topic: string): boolean {
     const problem = topicLimitProblem(topic, this.host.limits);
     if (problem === null) return true;
-    this.host.event('limit-topic', { conn: this.id, problem });
+    this.host.event('limit-topic', { ...this.who(), problem });
     return false;
   }
 
@@ -916,7 +924,7 @@ export class Connection implements WheelMember {
   /** A protocol violation: stop reading, propose the disconnect (the will is published), and
    * close after the replies already decided, with a v5 DISCONNECT carrying `reason`. */
   private fail(reason: number, key: string, message: string): void {
-    this.host.protocolError(key, { conn: this.id, reason }, message);
+    this.host.protocolError(key, { ...this.who(), reason }, message);
     this.beginClose(reason);
   }
 
@@ -963,7 +971,7 @@ export class Connection implements WheelMember {
         return;
       case 'publish':
         if (p.qos === 0 && this.socket.writableLength + this.outBytes > this.host.limits.maxWriteBufferBytes) {
-          this.host.event('qos0-dropped-slow-consumer', { conn: this.id });
+          this.host.event('qos0-dropped-slow-consumer', this.who());
           return;
         }
         this.host.traffic.publishOut[p.qos]++;
@@ -1043,7 +1051,7 @@ export class Connection implements WheelMember {
       this.write(buf);
       return;
     }
-    this.host.event('packet-too-large-for-client', { conn: this.id, type: w.type, bytes: buf.length });
+    this.host.event('packet-too-large-for-client', { ...this.who(), type: w.type, bytes: buf.length });
     if (w.type !== 'disconnect') this.beginClose(RC.PACKET_TOO_LARGE);
   }
 
@@ -1073,7 +1081,7 @@ export class Connection implements WheelMember {
       // A client that publishes but does not read must not grow our memory: its own input waits.
       this.outputFull = true;
       this.socket.pause();
-      this.host.event('reads-paused-slow-consumer', { conn: this.id, bytes: this.socket.writableLength });
+      this.host.event('reads-paused-slow-consumer', { ...this.who(), bytes: this.socket.writableLength });
     }
     return buf.length;
   }
@@ -1133,7 +1141,7 @@ export class Connection implements WheelMember {
       case 'awaiting-connect':
       case 'authenticating':
       case 'auth-exchange':
-        this.host.event('connect-timeout', { conn: this.id });
+        this.host.event('connect-timeout', this.who());
         this.closeNow(NO_DISCONNECT);
         return;
       case 'connecting':
@@ -1160,13 +1168,13 @@ export class Connection implements WheelMember {
       keepAliveWheel.schedule(this, this.lastRxMs + this.keepAliveMs);
       return;
     }
-    this.host.event('keepalive-timeout', { conn: this.id });
+    this.host.event('keepalive-timeout', this.who());
     this.beginClose(RC.KEEP_ALIVE_TIMEOUT);
   }
 
   /** The socket's 'error', through the shared listener. */
   onSocketError(err: Error): void {
-    this.host.event('socket-error', { conn: this.id, error: err.message });
+    this.host.event('socket-error', { ...this.who(), error: err.message });
     this.socket.destroy();
   }
 
