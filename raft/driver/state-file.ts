@@ -8,7 +8,7 @@
 // --cluster-id. Format 1 files and records, written before it existed, are still read, with an
 // empty identity; a node writes format 2 from then on.
 import { createHash, randomBytes } from 'node:crypto';
-import { closeSync, fsyncSync, openSync, readFileSync, renameSync, unlinkSync, writeFileSync } from 'node:fs';
+import { closeSync, fsyncSync, openSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { Packr } from 'msgpackr';
 import { type Configuration, type Epoch, type Member, sameEpoch } from '../core/membership.js';
@@ -16,6 +16,7 @@ import type { LogEntry } from '../core/messages.js';
 import type { RaftCore } from '../core/raft.js';
 import type { Snapshot } from '../core/snapshot.js';
 import { DriverError } from './errors.js';
+import { takePidLock } from './pid-lock.js';
 
 const stateMagic = Buffer.from('RAFTMQS2');
 const recordMagic = Buffer.from('RAFTMQR2');
@@ -384,35 +385,9 @@ function readIfExists(path: string): Buffer | null {
 /** Takes the lock beside the state file; a lock whose PID is gone is taken over. */
 export function acquirePidLock(stateFile: string): () => void {
   const path = lockPathOf(stateFile);
-  for (let attempt = 0; attempt < 2; attempt++) {
-    try {
-      writeFileSync(path, `${process.pid}\n`, { flag: 'wx', mode: 0o600 });
-      return () => releasePidLock(path);
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-    }
-    const holder = Number.parseInt(readIfExists(path)?.toString('utf8') ?? '', 10);
-    if (Number.isSafeInteger(holder) && holder > 0 && holder !== process.pid && pidAlive(holder)) {
-      throw new DriverError('RAFT_STATE_FILE_LOCKED', `${path} is held by live process ${holder}`);
-    }
-    unlinkSync(path);
-  }
-  throw new DriverError('RAFT_STATE_FILE_LOCKED', `${path}: another process took the lock meanwhile`);
-}
-
-function releasePidLock(path: string): void {
-  try {
-    if (readFileSync(path, 'utf8').trim() === String(process.pid)) unlinkSync(path);
-  } catch {
-    // already gone: nothing to release
-  }
-}
-
-function pidAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
+  return takePidLock(path, (why) => {
+    if (why.t === 'io') return why.err;
+    if (why.t === 'held') return new DriverError('RAFT_STATE_FILE_LOCKED', `${path} is held by live process ${why.pid}`);
+    return new DriverError('RAFT_STATE_FILE_LOCKED', `${path}: another process took the lock meanwhile`);
+  });
 }

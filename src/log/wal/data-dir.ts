@@ -10,8 +10,9 @@
 // the cluster's PID lock idea (raft/driver/state-file.ts): a lock whose PID is gone (kill -9) is
 // taken over.
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, readdirSync, readFileSync, unlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
+import { takePidLock } from '../../../raft/driver/pid-lock.js';
 import { FsStorage, type Storage } from './storage.js';
 import { DataDirError } from './wal.js';
 
@@ -97,46 +98,10 @@ async function readOrCreateMeta(storage: Storage, dir: string): Promise<DataDirM
 
 /** Takes the lock; a lock whose PID is gone is taken over. Returns its release. */
 export function acquireLock(path: string): () => void {
-  for (let attempt = 0; attempt < 2; attempt++) {
-    try {
-      writeFileSync(path, `${process.pid}\n`, { flag: 'wx', mode: 0o600 });
-      return () => releaseLock(path);
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') {
-        throw new DataDirError('DATA_DIR_LOCKED', `${path}: cannot take the lock: ${(err as Error).message}`);
-      }
-    }
-    let holder = Number.NaN;
-    try {
-      holder = Number.parseInt(readFileSync(path, 'utf8'), 10);
-    } catch {
-      // gone meanwhile: try again
-    }
-    if (Number.isSafeInteger(holder) && holder > 0 && holder !== process.pid && pidAlive(holder)) {
-      throw new DataDirError('DATA_DIR_LOCKED', `${path} is held by live process ${holder}: one process per data directory`);
-    }
-    try {
-      unlinkSync(path);
-    } catch {
-      // gone meanwhile
-    }
-  }
-  throw new DataDirError('DATA_DIR_LOCKED', `${path}: another process took the lock meanwhile`);
-}
-
-function releaseLock(path: string): void {
-  try {
-    if (readFileSync(path, 'utf8').trim() === String(process.pid)) unlinkSync(path);
-  } catch {
-    // already gone: nothing to release
-  }
-}
-
-function pidAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
+  return takePidLock(path, (why) => {
+    if (why.t === 'io') return new DataDirError('DATA_DIR_LOCKED', `${path}: cannot take the lock: ${why.err.message}`);
+    if (why.t === 'held')
+      return new DataDirError('DATA_DIR_LOCKED', `${path} is held by live process ${why.pid}: one process per data directory`);
+    return new DataDirError('DATA_DIR_LOCKED', `${path}: another process took the lock meanwhile`);
+  });
 }
