@@ -59,6 +59,26 @@ describe('configuration', { timeout: 10_000 }, () => {
     assert.equal(d.host, '127.0.0.1');
   });
 
+  it('takes every boolean flag bare, as --flag=value and as --flag value', () => {
+    const bools = ['retain-available', 'tls-require-client-id-match'] as const;
+    for (const key of bools) {
+      assert.equal(run([`--${key}`])[key], true, `--${key} bare`);
+      assert.equal(run([`--${key}=false`])[key], false, `--${key}=false`);
+      assert.equal(run([`--${key}`, 'false'])[key], false, `--${key} false`);
+      assert.equal(run([`--${key}`, '--port', '0'])[key], true, `--${key} before another flag`);
+    }
+    assert.equal(refusal(['--retain-available=maybe']).message.includes('--retain-available'), true);
+  });
+
+  it('reads a value that starts with a dash as the value of its flag, and names the flag when it is bad', () => {
+    assert.match(refusal(['--port', '-5']).message, /^--port: /);
+    assert.match(refusal(['--max-inflight', '-1']).message, /^--max-inflight: /);
+  });
+
+  it('prints help for -h as for --help, with the allowed values of each choice', () => {
+    assert.equal(parseCli(['-h']).action, 'help');
+  });
+
   it('refuses an unknown flag and names it', () => {
     const e = refusal(['--max-packet-siz', '10']);
     assert.equal(e.code, CONFIG_ERROR.UNKNOWN_FLAG);

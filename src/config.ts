@@ -22,9 +22,6 @@ interface SettingSpec<K extends Kind = Kind> {
   min?: number;
   max?: number;
   values?: readonly string[];
-  /** A 'bool' given on the command line without a value (`--cluster-force-start`); the config
-   * file still takes true or false. */
-  bare?: true;
 }
 
 const MiB = 1024 * 1024;
@@ -301,7 +298,6 @@ export const SCHEMA = {
   'cluster-force-start': {
     kind: 'bool',
     default: false,
-    bare: true,
     help: "make a new epoch from this node's state file (FILE, else FILE.prev) after two nodes lost their memory; refused while a peer shows a leader or a newer log (see docs/operations.md)",
   },
   'cluster-force-start-timeout-s': {
@@ -435,19 +431,44 @@ export function readConfigFile(path: string): Partial<Config> {
 
 export type CliRequest = { action: 'run'; config: Config } | { action: 'help' } | { action: 'version' };
 
+/** Command-line habits parseArgs lacks: a boolean flag given bare (`--allow-anonymous`) means true,
+ * and still takes `--flag=false` or `--flag false`; a flag's value may start with a dash
+ * (`--port -5` is the value -5 of --port, refused as a bad value naming the flag, not an unknown
+ * option `-5`). */
+function normalizeArgv(argv: readonly string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i] as string;
+    const key = arg.startsWith('--') && !arg.includes('=') ? arg.slice(2) : null;
+    const spec = key !== null && Object.hasOwn(SCHEMA, key) ? (SCHEMA as Record<string, SettingSpec>)[key] : undefined;
+    const next = argv[i + 1];
+    if (spec?.kind === 'bool') {
+      // The command line has no positional arguments: a word after a boolean flag is its value.
+      if (next !== undefined && !next.startsWith('-')) {
+        out.push(`${arg}=${next}`);
+        i++;
+      } else out.push(`${arg}=true`);
+    } else if (spec !== undefined && next !== undefined && /^-\d/.test(next)) {
+      out.push(`${arg}=${next}`);
+      i++;
+    } else out.push(arg);
+  }
+  return out;
+}
+
 /** Parses command-line arguments (without node and script) into a resolved configuration. */
 export function parseCli(argv: readonly string[]): CliRequest {
-  const options: Record<string, { type: 'string' | 'boolean'; multiple?: boolean }> = {
+  const options: Record<string, { type: 'string' | 'boolean'; multiple?: boolean; short?: string }> = {
     config: { type: 'string' },
-    help: { type: 'boolean' },
+    help: { type: 'boolean', short: 'h' },
     version: { type: 'boolean' },
   };
   for (const [key, spec] of Object.entries(SCHEMA) as [string, SettingSpec][]) {
-    options[key] = spec.kind === 'list' ? { type: 'string', multiple: true } : { type: spec.bare === true ? 'boolean' : 'string' };
+    options[key] = spec.kind === 'list' ? { type: 'string', multiple: true } : { type: 'string' };
   }
   let parsed: ReturnType<typeof parseArgs>;
   try {
-    parsed = parseArgs({ args: [...argv], options, strict: true, allowPositionals: false });
+    parsed = parseArgs({ args: normalizeArgv(argv), options, strict: true, allowPositionals: false });
   } catch (err) {
     const e = err as Error & { code?: string };
     const code = e.code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' ? CONFIG_ERROR.UNKNOWN_FLAG : CONFIG_ERROR.BAD_ARGUMENTS;
@@ -477,9 +498,11 @@ export function helpText(): string {
   ];
   lines.push('  --config FILE                  JSON or YAML file of settings; flags beat the file');
   for (const [key, spec] of Object.entries(SCHEMA) as [string, SettingSpec][]) {
-    lines.push(`  --${key.padEnd(28)} ${spec.help} (default ${shownDefault(spec)})`);
+    const allowed = spec.kind === 'enum' && spec.values !== undefined ? `; one of ${spec.values.join(', ')}` : '';
+    const bool = spec.kind === 'bool' ? '; true or false, bare means true' : '';
+    lines.push(`  --${key.padEnd(28)} ${spec.help} (default ${shownDefault(spec)}${allowed}${bool})`);
   }
-  lines.push('  --help                         print this help', '  --version                      print the version');
+  lines.push('  -h, --help                     print this help', '  --version                      print the version');
   return lines.join('\n');
 }
 

@@ -29,6 +29,14 @@ describe('raftmq command', { timeout: 60_000 }, () => {
     ]) {
       assert.ok(help.stdout.includes(flag), `help mentions ${flag}`);
     }
+    const short = cli(['-h']);
+    assert.equal(short.status, 0);
+    assert.equal(short.stdout, help.stdout);
+    // Each choice lists what it takes.
+    assert.match(help.stdout, /--log-level .*one of [a-z]+, [a-z]+/);
+    const passwd = cli(['passwd', '--help']);
+    assert.equal(passwd.status, 0);
+    assert.match(passwd.stdout, /^Usage: raftmq passwd/);
     const version = cli(['--version']);
     assert.equal(version.status, 0);
     const pkg = JSON.parse(readFileSync(join(process.cwd(), 'package.json'), 'utf8')) as { version: string };

@@ -22,6 +22,10 @@ export interface PasswdIo {
 
 /** Runs the subcommand; resolves with the exit code (0 done, 1 I/O failure, 2 usage or bad input). */
 export async function runPasswd(args: readonly string[], io: PasswdIo): Promise<number> {
+  if (args.length === 1 && (args[0] === '--help' || args[0] === '-h')) {
+    io.stdout.write(`${PASSWD_USAGE}\n`);
+    return 0;
+  }
   let flags = 0;
   while (flags < args.length && (args[flags] === '-b' || args[flags] === '--scram')) flags++;
   const given = args.slice(0, flags);
