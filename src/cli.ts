@@ -199,7 +199,7 @@ interface Running {
 /** A single node serves once it listens; a cluster node is started once raft runs, and serves only
  * while it is the leader with a lease, so its start does not wait for serving. */
 async function startNode(config: Config, opts: NodeOptions, logger: pino.Logger, created: (node: BrokerNode) => void): Promise<Running> {
-  const health = { host: config.host, port: config['health-port'] };
+  const health = { host: config['health-host'] === '' ? config.host : config['health-host'], port: config['health-port'] };
   const cs = clusterSettings(config);
   if (cs !== null) {
     const c: RunningCluster = await startClusterNode(

@@ -324,7 +324,12 @@ export const SCHEMA = {
     default: -1,
     min: -1,
     max: 65_535,
-    help: 'HTTP port of GET /health and GET /metrics on --host; -1: off, 0 picks a free port',
+    help: 'HTTP port of GET /health, /live and /metrics on --health-host; -1: off, 0 picks a free port',
+  },
+  'health-host': {
+    kind: 'string',
+    default: '',
+    help: 'address the health port binds; none: the address of --host',
   },
 } as const satisfies Record<string, SettingSpec>;
 

@@ -43,6 +43,28 @@ describe('raftmq command', { timeout: 60_000 }, () => {
     assert.equal(version.stdout.trim(), pkg.version);
   });
 
+  it('binds the health port on --health-host, apart from --host, and answers /live', async () => {
+    const b = await BrokerProcess.start(['--health-host', '::1', '--health-port', '0']);
+    try {
+      const line = await b.waitForLog((l) => l.msg === 'health listening');
+      const port = line.port as number;
+      const get = (host: string) =>
+        new Promise<number>((resolve) => {
+          const s = connect({ host, port }, () => s.end(`GET /live HTTP/1.0\r\nHost: x\r\n\r\n`));
+          let text = '';
+          s.setEncoding('utf8').on('data', (c: string) => {
+            text += c;
+          });
+          s.on('close', () => resolve(Number(/^HTTP\/1\.\d (\d+)/.exec(text)?.[1] ?? 0)));
+          s.on('error', () => resolve(-1));
+        });
+      assert.equal(await get('::1'), 200, '/live on the health host');
+      assert.equal(await get('127.0.0.1'), -1, 'nothing listens on --host for health');
+    } finally {
+      await b.stop();
+    }
+  });
+
   it('exits 2 naming the flag for an unknown flag or a bad value', () => {
     const unknown = cli(['--prot', '1']);
     assert.equal(unknown.status, 2);

@@ -50,6 +50,8 @@ describe('raftmq cluster mode', { timeout: 60_000 }, () => {
       if (h.body.role !== 'leader') assert.equal(h.body.redundant, false, 'only the leader judges redundancy');
     }
     assert.ok(hs.filter((h) => h.code === 200).length <= 1, 'never two nodes serving');
+    // Liveness answers 200 on every running node, followers included.
+    for (const n of cluster.nodes) assert.equal((await httpGet(n.healthPort, '/live')).code, 200, `node ${n.id} /live`);
   });
 
   it('reports Prometheus metrics on every node, and the raft series on the leader with its role and term', async () => {

@@ -54,6 +54,12 @@ export class HealthServer {
       reply(res, s.serving ? 200 : 503, 'application/json', `${JSON.stringify(s)}\n`);
       return;
     }
+    if (path === '/live') {
+      // Liveness (a Kubernetes livenessProbe): the process runs and its event loop answers, on
+      // every node, leader or not; /health is the leader check a load balancer needs.
+      reply(res, 200, 'text/plain', 'live\n');
+      return;
+    }
     if (path === '/metrics') {
       this.metrics.scrape().then(
         (text) => reply(res, 200, this.registry.contentType, text),
@@ -61,7 +67,7 @@ export class HealthServer {
       );
       return;
     }
-    reply(res, 404, 'text/plain', 'GET /health or /metrics\n');
+    reply(res, 404, 'text/plain', 'GET /health, /live or /metrics\n');
   }
 }
 
