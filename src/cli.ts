@@ -196,6 +196,15 @@ interface Running {
   stopNow(): void;
 }
 
+/** The start line's word on where clients may come from. */
+function bindNote(config: Config): string {
+  if (config.listen.length > 0) return 'the --listen listeners';
+  if (config.host === '127.0.0.1' || config.host === '::1' || config.host === 'localhost') {
+    return `${config.host}: this host only; clients of other hosts need --host 0.0.0.0 or --listen`;
+  }
+  return config.host;
+}
+
 /** A single node serves once it listens; a cluster node is started once raft runs, and serves only
  * while it is the leader with a lease, so its start does not wait for serving. */
 async function startNode(config: Config, opts: NodeOptions, logger: pino.Logger, created: (node: BrokerNode) => void): Promise<Running> {
@@ -219,7 +228,7 @@ async function startNode(config: Config, opts: NodeOptions, logger: pino.Logger,
         exitAfterLogs(code);
       },
     );
-    logger.info({ version: version(), node: cs.node, raftPort: c.raftPort, healthPort: c.healthPort }, 'started');
+    logger.info({ version: version(), node: cs.node, raftPort: c.raftPort, healthPort: c.healthPort, bind: bindNote(config) }, 'started');
     return c;
   }
   let node: BrokerNode;
@@ -258,7 +267,7 @@ async function startNode(config: Config, opts: NodeOptions, logger: pino.Logger,
     }
     logger.info({ port: healthPort }, 'health listening');
   }
-  logger.info({ version: version(), port: node.port, ports: node.ports, healthPort }, 'started');
+  logger.info({ version: version(), port: node.port, ports: node.ports, healthPort, bind: bindNote(config) }, 'started');
   return {
     node,
     async stop() {

@@ -29,7 +29,11 @@ const MiB = 1024 * 1024;
 /** Every setting, by key. Order here is the order of --help and the docs. */
 export const SCHEMA = {
   port: { kind: 'int', default: 1883, min: 0, max: 65535, help: 'MQTT TCP port (0 picks a free port)' },
-  host: { kind: 'string', default: '0.0.0.0', help: 'address the MQTT listener binds' },
+  host: {
+    kind: 'string',
+    default: '127.0.0.1',
+    help: 'address the MQTT listener (and the health port) binds; the loopback default serves this host only: give 0.0.0.0 or --listen for clients of other hosts',
+  },
   listen: {
     kind: 'list',
     default: [],

@@ -43,6 +43,17 @@ describe('raftmq command', { timeout: 60_000 }, () => {
     assert.equal(version.stdout.trim(), pkg.version);
   });
 
+  it('listens on loopback only unless --host or --listen says otherwise, and says so in the start line', () => {
+    // Without --host the process is stopped by spawnSync's timeout once it printed its start line.
+    const r = spawnSync(process.execPath, [CLI, '--port', '0'], { encoding: 'utf8', timeout: 3_000, killSignal: 'SIGTERM' });
+    const lines = r.stdout
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
+    assert.equal(lines.find((l) => l.msg === 'listening')?.host, '127.0.0.1');
+    assert.match(String(lines.find((l) => l.msg === 'started')?.bind), /this host only/);
+  });
+
   it('binds the health port on --health-host, apart from --host, and answers /live', async () => {
     const b = await BrokerProcess.start(['--health-host', '::1', '--health-port', '0']);
     try {
