@@ -92,6 +92,26 @@ describe('configuration', { timeout: 10_000 }, () => {
     assert.match(badValue.message, /max-inflight/);
   });
 
+  it('refuses YAML the yaml library only warns about, naming the file (found by fuzz/targets/text-files.ts)', () => {
+    const warned: unknown[] = [];
+    const emit = process.emitWarning;
+    process.emitWarning = ((w: unknown) => {
+      warned.push(w);
+    }) as typeof process.emitWarning;
+    try {
+      // An unresolved tag was read as the bare string and printed to stderr without the file.
+      const tag = refusal(['--config', file('tag.yaml', 'port: !2 1884\n')]);
+      assert.equal(tag.code, CONFIG_ERROR.BAD_FILE);
+      assert.match(tag.message, /tag\.yaml: not valid YAML: Unresolved tag: !2/);
+      const anchor = refusal(['--config', file('anchor.yaml', 'listen: &a: [x]\n')]);
+      assert.equal(anchor.code, CONFIG_ERROR.BAD_FILE);
+      assert.match(anchor.message, /anchor\.yaml: not valid YAML/);
+    } finally {
+      process.emitWarning = emit;
+    }
+    assert.deepEqual(warned, []);
+  });
+
   it('reads --listen repeated on the command line and as a YAML list, with defaults for path and port', () => {
     const c = run([
       '--listen',

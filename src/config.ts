@@ -6,7 +6,7 @@
 import { readFileSync } from 'node:fs';
 import { extname } from 'node:path';
 import { parseArgs } from 'node:util';
-import { parse as parseYaml } from 'yaml';
+import { parseDocument as parseYamlDocument } from 'yaml';
 import { clusterSettings } from './cluster/cluster-config.js';
 import { CONFIG_ERROR, ConfigError } from './errors.js';
 import { isTlsKind, type ListenerSpec, parseListenUrl } from './server/listeners/listen-url.js';
@@ -378,9 +378,24 @@ export function readConfigFile(path: string): Partial<Config> {
   } catch (err) {
     throw new ConfigError(CONFIG_ERROR.UNREADABLE_FILE, `--config ${path}: cannot read: ${(err as Error).message}`);
   }
+  return parseConfigText(text, path);
+}
+
+/** YAML's warnings (an unresolved tag, an ambiguous anchor) are errors here: the yaml library
+ * would print them to stderr without the file's name and go on with a guess. */
+function readYaml(text: string): unknown {
+  const doc = parseYamlDocument(text);
+  const problem = doc.errors[0] ?? doc.warnings[0];
+  if (problem !== undefined) throw problem;
+  return doc.toJS();
+}
+
+/** The settings of a config file's text; `path` names the file in errors, and its extension
+ * picks JSON (.json) or YAML (any other). */
+export function parseConfigText(text: string, path: string): Partial<Config> {
   let doc: unknown;
   try {
-    doc = extname(path) === '.json' ? JSON.parse(text) : parseYaml(text);
+    doc = extname(path) === '.json' ? JSON.parse(text) : readYaml(text);
   } catch (err) {
     throw new ConfigError(
       CONFIG_ERROR.BAD_FILE,
