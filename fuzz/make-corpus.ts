@@ -3,6 +3,11 @@
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { fixtures } from '../src/protocol/codec-fixtures.js';
 import { CORPUS_DIR } from './harness.js';
+import { snapshotCorpus } from './targets/broker-snapshot.js';
+import { commandCorpus } from './targets/command-codec.js';
+import { mqttNodeCorpus, wsCorpus } from './targets/node-sockets.js';
+import { proxyCorpus } from './targets/proxy-protocol.js';
+import { aclCorpus, configCorpus, passwordCorpus } from './targets/text-files.js';
 
 const TO_SERVER = new Set([
   'publish',
@@ -32,6 +37,14 @@ function mqttDecoder(): Uint8Array[] {
 
 export const CORPUS_MAKERS: Record<string, () => Uint8Array[]> = {
   'mqtt-decoder': mqttDecoder,
+  'command-codec': commandCorpus,
+  'broker-snapshot': snapshotCorpus,
+  'config-file': configCorpus,
+  'acl-file': aclCorpus,
+  'password-file': passwordCorpus,
+  'proxy-protocol': proxyCorpus,
+  'ws-frames': wsCorpus,
+  'mqtt-node': mqttNodeCorpus,
 };
 
 export function writeCorpus(names: readonly string[] = Object.keys(CORPUS_MAKERS)): void {

@@ -1,7 +1,12 @@
 // Every fuzz target, in the order npm test and npm run fuzz run them.
 import type { FuzzTarget } from './harness.js';
+import { brokerSnapshot } from './targets/broker-snapshot.js';
+import { commandCodec } from './targets/command-codec.js';
 import { mqttDecoder } from './targets/mqtt-decoder.js';
+import { mqttNode, wsFrames } from './targets/node-sockets.js';
+import { proxyProtocol } from './targets/proxy-protocol.js';
+import { aclFile, configFile, passwordFile } from './targets/text-files.js';
 
 export function allTargets(): FuzzTarget[] {
-  return [mqttDecoder];
+  return [mqttDecoder, commandCodec, brokerSnapshot, configFile, aclFile, passwordFile, proxyProtocol, wsFrames, mqttNode];
 }
