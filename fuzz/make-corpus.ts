@@ -7,6 +7,8 @@ import { snapshotCorpus } from './targets/broker-snapshot.js';
 import { commandCorpus } from './targets/command-codec.js';
 import { mqttNodeCorpus, wsCorpus } from './targets/node-sockets.js';
 import { proxyCorpus } from './targets/proxy-protocol.js';
+import { raftCorpus } from './targets/raft-frames.js';
+import { stateFileCorpus } from './targets/state-file.js';
 import { aclCorpus, configCorpus, passwordCorpus } from './targets/text-files.js';
 
 const TO_SERVER = new Set([
@@ -45,6 +47,8 @@ export const CORPUS_MAKERS: Record<string, () => Uint8Array[]> = {
   'proxy-protocol': proxyCorpus,
   'ws-frames': wsCorpus,
   'mqtt-node': mqttNodeCorpus,
+  'raft-frames': raftCorpus,
+  'state-file': stateFileCorpus,
 };
 
 export function writeCorpus(names: readonly string[] = Object.keys(CORPUS_MAKERS)): void {
