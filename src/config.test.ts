@@ -106,6 +106,10 @@ describe('configuration', { timeout: 10_000 }, () => {
       const anchor = refusal(['--config', file('anchor.yaml', 'listen: &a: [x]\n')]);
       assert.equal(anchor.code, CONFIG_ERROR.BAD_FILE);
       assert.match(anchor.message, /anchor\.yaml: not valid YAML/);
+      // A collection as a key: stringified with a warning, then read as a key of that name.
+      const key = refusal(['--config', file('key.yaml', '{"port": 0, ["mqtts://127.0.0.1:0"]}\n')]);
+      assert.equal(key.code, CONFIG_ERROR.UNKNOWN_KEY);
+      assert.match(key.message, /key\.yaml: unknown key/);
     } finally {
       process.emitWarning = emit;
     }

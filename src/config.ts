@@ -382,9 +382,11 @@ export function readConfigFile(path: string): Partial<Config> {
 }
 
 /** YAML's warnings (an unresolved tag, an ambiguous anchor) are errors here: the yaml library
- * would print them to stderr without the file's name and go on with a guess. */
+ * would print them to stderr without the file's name and go on with a guess. It prints none
+ * itself: a map key that is a collection, which it would warn about when it makes the key a
+ * string, then fails as an unknown key. */
 function readYaml(text: string): unknown {
-  const doc = parseYamlDocument(text);
+  const doc = parseYamlDocument(text, { logLevel: 'error' });
   const problem = doc.errors[0] ?? doc.warnings[0];
   if (problem !== undefined) throw problem;
   return doc.toJS();
