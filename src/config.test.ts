@@ -116,6 +116,19 @@ describe('configuration', { timeout: 10_000 }, () => {
     assert.deepEqual(warned, []);
   });
 
+  it('refuses a YAML value that contains itself through an alias, naming the key', () => {
+    // The message showed the value with JSON.stringify, which threw a TypeError on the cycle.
+    for (const [text, key] of [
+      ['listen: &a [*a]\n', 'listen'],
+      ['port: &a {x: *a}\n', 'port'],
+      ['&a {port: *a}\n', 'port'],
+    ] as const) {
+      const e = refusal(['--config', file('cycle.yaml', text)]);
+      assert.equal(e.code, CONFIG_ERROR.BAD_VALUE, text);
+      assert.match(e.message, new RegExp(`cycle\\.yaml: key "${key}": .* \\(got a (list|object) that contains itself\\)`), text);
+    }
+  });
+
   it('reads --listen repeated on the command line and as a YAML list, with defaults for path and port', () => {
     const c = run([
       '--listen',

@@ -317,12 +317,22 @@ export function defaults(): Config {
   return out as Config;
 }
 
+/** A value as the error shows it. A YAML alias may make a value that contains itself
+ * (`listen: &a [*a]`), which JSON cannot write. */
+function shown(raw: unknown): string {
+  try {
+    return String(JSON.stringify(raw));
+  } catch {
+    return `a ${Array.isArray(raw) ? 'list' : typeof raw} that contains itself`;
+  }
+}
+
 const SIZE_SUFFIX: Record<string, number> = { '': 1, KiB: 1024, MiB: MiB, GiB: 1024 * MiB };
 
 /** Parses one value for `key`; `where` names the flag or the file key in errors. */
 function parseValue(key: SettingKey, raw: unknown, where: string): unknown {
   const spec: SettingSpec = SCHEMA[key];
-  const bad = (why: string) => new ConfigError(CONFIG_ERROR.BAD_VALUE, `${where}: ${why} (got ${JSON.stringify(raw)})`);
+  const bad = (why: string) => new ConfigError(CONFIG_ERROR.BAD_VALUE, `${where}: ${why} (got ${shown(raw)})`);
   switch (spec.kind) {
     case 'bool': {
       if (raw === true || raw === 'true') return true;

@@ -59,6 +59,8 @@ const keys = Object.keys(SCHEMA);
 const scalar = fc.oneof(
   fc.constantFrom('true', 'false', '0', '1', '65535', '1MiB', '10KiB', '-1', 'null', '~', '"x"', "''", '[]', '{}'),
   fc.constantFrom('mqtt://127.0.0.1:0', 'ws://[::1]:0/mqtt?proxy=v2', 'wss://h:1', 'tcp://x', '1=127.0.0.1:7000', 'none'),
+  // Anchors and aliases, an alias inside its own anchor's value too.
+  fc.constantFrom('&a 1', '*a', '&a [*a]', '&a {k: *a}', '&a [1, &b [*b]]', '!!str 1', '!!int x'),
   fc.nat().map(String),
   fc.string({ maxLength: 12 }),
 );
