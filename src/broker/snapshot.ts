@@ -335,7 +335,8 @@ export function decodeImage(data: Uint8Array, parseShare: (f: string) => { group
     fail(`not msgpack (${(err as Error).message})`);
   }
   const f = arr(value, 'root', IMAGE_FIELDS);
-  if (f[0] !== SNAPSHOT_VERSION) fail(`version ${String(f[0])}`);
+  // Not String(): a decoded map with a toString key that is not a function makes it throw.
+  if (f[0] !== SNAPSHOT_VERSION) fail(`version ${typeof f[0] === 'number' ? f[0] : `of type ${typeof f[0]}`}`);
   return {
     appliedIndex: int(f[1], 'appliedIndex'),
     appliedTime: int(f[2], 'appliedTime'),
