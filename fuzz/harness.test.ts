@@ -60,6 +60,10 @@ describe('fuzz harness', () => {
     assert.deepEqual([...mutate(data, [{ k: 'flip', pos: 7, bit: 0 }])], [1, 2, 2, 4, 5]);
     assert.deepEqual([...mutate(data, [{ k: 'delete', pos: 1, len: 2 }])], [1, 4, 5]);
     assert.deepEqual([...mutate(data, [{ k: 'insert', pos: 5, bytes: Uint8Array.of(9) }])], [1, 2, 3, 4, 5, 9]);
+    assert.deepEqual(
+      [...mutate(data, [{ k: 'token', pos: 1, index: 3, over: true }], [Uint8Array.of(7), Uint8Array.of(8, 8)])],
+      [1, 8, 8, 4, 5],
+    );
     assert.deepEqual([...mutate(data, [{ k: 'word', pos: 0, value: 0xffff, width: 2, little: false }])], [0xff, 0xff, 3, 4, 5]);
   });
 });

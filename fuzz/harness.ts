@@ -22,6 +22,9 @@ export interface FuzzTarget {
   readonly modules: readonly string[];
   /** Valid inputs made from scratch, mutated like the corpus is; none for a corpus-only target. */
   readonly valid?: fc.Arbitrary<Uint8Array>;
+  /** Byte strings the format gives meaning to (keywords, headers, msgpack values that are edge
+   * cases for a JavaScript reader); mutations insert them or write them over the input. */
+  readonly dictionary?: readonly Uint8Array[];
   /** Largest random input, in bytes (default 512). */
   readonly maxBytes?: number;
   /** Runs one input; throws a FuzzFailure (or anything) when the reader misbehaved. */
@@ -90,7 +93,8 @@ type Mutation =
   | { k: 'insert'; pos: number; bytes: Uint8Array }
   | { k: 'delete'; pos: number; len: number }
   | { k: 'copy'; from: number; to: number; len: number }
-  | { k: 'word'; pos: number; value: number; width: 2 | 4; little: boolean };
+  | { k: 'word'; pos: number; value: number; width: 2 | 4; little: boolean }
+  | { k: 'token'; pos: number; index: number; over: boolean };
 
 /** Byte values and words that sit on the edges readers test: 0, sign bits, all ones. */
 const EDGE_BYTES = [0x00, 0x01, 0x02, 0x7f, 0x80, 0x81, 0xfe, 0xff];
@@ -120,17 +124,24 @@ const mutation: fc.Arbitrary<Mutation> = fc.oneof(
       little: fc.boolean(),
     }),
   },
+  { weight: 2, arbitrary: fc.record({ k: fc.constant('token' as const), pos, index: fc.nat(), over: fc.boolean() }) },
 );
 
-export function mutate(base: Uint8Array, mutations: readonly Mutation[]): Uint8Array {
+export function mutate(base: Uint8Array, mutations: readonly Mutation[], dictionary: readonly Uint8Array[] = []): Uint8Array {
   let b: Uint8Array = Uint8Array.from(base);
-  for (const m of mutations) b = mutateOnce(b, m);
+  for (const m of mutations) b = mutateOnce(b, m, dictionary);
   return b;
 }
 
-function mutateOnce(b: Uint8Array, m: Mutation): Uint8Array {
+function mutateOnce(b: Uint8Array, m: Mutation, dictionary: readonly Uint8Array[]): Uint8Array {
   const n = b.length;
   switch (m.k) {
+    case 'token': {
+      const t = dictionary[m.index % Math.max(1, dictionary.length)];
+      if (t === undefined) return b;
+      const at = m.pos % (n + 1);
+      return concat(b.subarray(0, at), t, b.subarray(m.over ? Math.min(n, at + t.length) : at));
+    }
     case 'flip':
       if (n > 0) b[m.pos % n] = (b[m.pos % n] as number) ^ (1 << m.bit);
       return b;
@@ -174,8 +185,8 @@ function concat(...parts: Uint8Array[]): Uint8Array {
 }
 
 /** Some valid input with up to `max` mutations; an unmutated one now and then. */
-export function mutated(base: fc.Arbitrary<Uint8Array>, max = 6): fc.Arbitrary<Uint8Array> {
-  return fc.tuple(base, fc.array(mutation, { maxLength: max })).map(([b, ms]) => mutate(b, ms));
+export function mutated(base: fc.Arbitrary<Uint8Array>, dictionary: readonly Uint8Array[] = [], max = 6): fc.Arbitrary<Uint8Array> {
+  return fc.tuple(base, fc.array(mutation, { maxLength: max })).map(([b, ms]) => mutate(b, ms, dictionary));
 }
 
 /** The inputs of a target: random bytes, the corpus mutated, the target's valid inputs mutated,
@@ -184,9 +195,10 @@ export function inputs(target: FuzzTarget, corpus: readonly Uint8Array[], extra:
   const sources: { weight: number; arbitrary: fc.Arbitrary<Uint8Array> }[] = [
     { weight: 1, arbitrary: fc.uint8Array({ maxLength: target.maxBytes ?? 512 }) },
   ];
-  if (corpus.length > 0) sources.push({ weight: 3, arbitrary: mutated(fc.constantFrom(...corpus)) });
-  if (target.valid !== undefined) sources.push({ weight: 3, arbitrary: mutated(target.valid) });
-  if (extra.length > 0) sources.push({ weight: 3, arbitrary: mutated(fc.constantFrom(...extra)) });
+  const dict = target.dictionary ?? [];
+  if (corpus.length > 0) sources.push({ weight: 3, arbitrary: mutated(fc.constantFrom(...corpus), dict) });
+  if (target.valid !== undefined) sources.push({ weight: 3, arbitrary: mutated(target.valid, dict) });
+  if (extra.length > 0) sources.push({ weight: 3, arbitrary: mutated(fc.constantFrom(...extra), dict) });
   return fc.record({
     data: fc.oneof(...sources),
     cuts: fc.array(fc.nat(), { maxLength: 8 }),
@@ -240,6 +252,101 @@ export async function runTarget(
   });
   return fc.check(property, { numRuns: opts.runs, seed: opts.seed, endOnFailure: false });
 }
+
+/** msgpack values a JavaScript reader of msgpackr's output must survive: keys that name
+ * Object.prototype's methods (a map {toString: 1} cannot be made a string), 64-bit integers (read
+ * as BigInt), NaN and infinities, extension types, and headers that announce huge counts. */
+export const MSGPACK_TOKENS: readonly Uint8Array[] = [
+  ...['toString', 'valueOf', '__proto__', 'constructor', 'hasOwnProperty', 'toJSON', 't', 'type'].map((k) =>
+    Uint8Array.from([0xa0 | k.length, ...Buffer.from(k)]),
+  ),
+  Uint8Array.from([0x81, 0xa8, ...Buffer.from('toString'), 0x01]),
+  Uint8Array.from([0x81, 0xa7, ...Buffer.from('valueOf'), 0xc0]),
+  Uint8Array.of(0xcf, 0, 0, 0, 1, 0, 0, 0, 0),
+  Uint8Array.of(0xd3, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0),
+  Uint8Array.of(0xcb, 0x7f, 0xf8, 0, 0, 0, 0, 0, 0),
+  Uint8Array.of(0xcb, 0x7f, 0xf0, 0, 0, 0, 0, 0, 0),
+  Uint8Array.of(0xcb, 0x43, 0x40, 0, 0, 0, 0, 0, 0),
+  Uint8Array.of(0xd6, 0xff, 0, 0, 0, 0),
+  Uint8Array.of(0xd4, 0x01, 0x00),
+  Uint8Array.of(0xc7, 0x01, 0x65, 0x90),
+  Uint8Array.of(0xc0),
+  Uint8Array.of(0xc3),
+  Uint8Array.of(0x80),
+  Uint8Array.of(0x90),
+  Uint8Array.of(0xdc, 0xff, 0xff),
+  Uint8Array.of(0xde, 0xff, 0xff),
+  Uint8Array.of(0xdd, 0x7f, 0xff, 0xff, 0xff),
+  Uint8Array.of(0xc6, 0x7f, 0xff, 0xff, 0xff),
+];
+
+// ---- value-level mutation, for readers of msgpackr bodies: edge values where a field was ----
+
+/** Values a reader of a decoded msgpack body may not expect where any other value was: objects
+ * that cannot be made strings or numbers, BigInts, non-finite numbers, huge strings, nesting. */
+const EDGE_VALUES: readonly (() => unknown)[] = [
+  () => ({ toString: 1 }),
+  () => ({ valueOf: null, toString: null }),
+  () => JSON.parse('{"__proto__": {"x": 1}}'),
+  () => 2n ** 64n - 1n,
+  () => -(2n ** 63n),
+  () => Number.NaN,
+  () => Number.POSITIVE_INFINITY,
+  () => -0,
+  () => 2 ** 53,
+  () => -1,
+  () => 1.5,
+  () => '',
+  () => 'x'.repeat(600),
+  () => null,
+  () => true,
+  () => [],
+  () => ({}),
+  () => new Uint8Array(3),
+  () => [[[[]]]],
+  () => new Date(0),
+];
+const EDGE_KEYS = ['toString', 'valueOf', '__proto__', 'constructor', 'toJSON'];
+
+/** Replaces the node numbered `at` (pre-order over arrays and plain objects, the root included)
+ * with `edge`, or, when `renameKey` is set and the node is an object's field, renames the field. */
+export function replaceNode(root: unknown, at: number, edge: unknown, renameKey: string | null): unknown {
+  let n = 0;
+  const count = (v: unknown): number => {
+    let c = 1;
+    if (Array.isArray(v)) for (const x of v) c += count(x);
+    else if (isPlain(v)) for (const x of Object.values(v)) c += count(x);
+    return c;
+  };
+  const target = at % count(root);
+  const walk = (v: unknown): unknown => {
+    if (n++ === target) return edge;
+    if (Array.isArray(v)) return v.map(walk);
+    if (!isPlain(v)) return v;
+    const out: Record<string, unknown> = {};
+    for (const [k, x] of Object.entries(v)) {
+      const hit = n === target && renameKey !== null;
+      const w = walk(x);
+      Object.defineProperty(out, hit ? renameKey : k, { value: hit ? x : w, enumerable: true, writable: true, configurable: true });
+    }
+    return out;
+  };
+  return walk(root);
+}
+
+function isPlain(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !(v instanceof Uint8Array) && !(v instanceof Date) && !Array.isArray(v);
+}
+
+/** Values from `base` with one node replaced by an edge value, or one field renamed to a name
+ * of Object.prototype's. */
+export function valueMutated<T>(base: fc.Arbitrary<T>): fc.Arbitrary<unknown> {
+  return fc
+    .tuple(base, fc.nat(), fc.nat(EDGE_VALUES.length - 1), fc.option(fc.constantFrom(...EDGE_KEYS), { freq: 3 }))
+    .map(([v, at, e, key]) => replaceNode(v, at, (EDGE_VALUES[e] as () => unknown)(), key));
+}
+
+export const textTokens = (...words: string[]): Uint8Array[] => words.map((w) => new Uint8Array(Buffer.from(w, 'utf8')));
 
 /** Quick runs in npm test: enough to exercise every path of the harness and the corpus. */
 export const QUICK_RUNS = 400;

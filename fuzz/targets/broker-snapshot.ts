@@ -2,15 +2,17 @@
 // leader sends a follower in InstallSnapshot, and a node restores after a restart. Rules: restore
 // throws nothing but SnapshotError; a restored broker's indexes agree with its records (verify);
 // its digest and a new snapshot can be taken; and it applies a tick and a publish without
-// breaking.
+// breaking (an image of a broker that had failed restores as failed, and stays so).
 import fc from 'fast-check';
+import { Packr } from 'msgpackr';
 import { Broker } from '../../src/broker/broker.js';
 import type { Command, Effect } from '../../src/broker/commands.js';
 import { SnapshotError } from '../../src/broker/snapshot.js';
-import { check, type FuzzInput, type FuzzTarget, onlyTyped } from '../harness.js';
+import { check, type FuzzInput, type FuzzTarget, MSGPACK_TOKENS, onlyTyped, valueMutated } from '../harness.js';
 import { commandArb } from './command-codec.js';
 
 const T0 = 1_700_000_000_000;
+const packr = new Packr({ useRecords: false, mapsAsObjects: true });
 
 /** A broker after these commands (indexes from 1), with the setup of command-codec.ts first. */
 function brokerAfter(cmds: readonly Command[]): Broker {
@@ -63,6 +65,8 @@ function snapshotOf(b: Broker): Uint8Array {
   return new Uint8Array(Buffer.concat([...b.snapshot()]));
 }
 
+const images = fc.array(commandArb, { maxLength: 6 }).map((cmds) => snapshotOf(brokerAfter(cmds)));
+
 export function runBrokerSnapshot(input: FuzzInput): void {
   const b = new Broker();
   const restored = onlyTyped(
@@ -88,6 +92,8 @@ export function runBrokerSnapshot(input: FuzzInput): void {
     () => false,
     'a digest or snapshot of a restored broker',
   );
+  // An image may carry a broker that failed before it was taken: replicated state like the rest.
+  const failedBefore = b.failed;
   const out: Effect[] = [];
   const at = b.appliedIndex + 1;
   const time = b.appliedTime + 1 + (input.knob % 1000) * 1000;
@@ -100,14 +106,18 @@ export function runBrokerSnapshot(input: FuzzInput): void {
     },
     out,
   );
-  check(b.failed === null, `a restored broker breaks on apply: ${b.failed}`);
+  check(b.failed === failedBefore, `a restored broker breaks on apply: ${b.failed}`);
   check(b.verify() === null, `a restored broker's indexes after apply: ${b.verify()}`);
 }
 
 export const brokerSnapshot: FuzzTarget = {
   name: 'broker-snapshot',
   modules: ['src/broker/snapshot.ts', 'src/broker/validate.ts'],
-  valid: fc.array(commandArb, { maxLength: 6 }).map((cmds) => snapshotOf(brokerAfter(cmds))),
+  valid: fc.oneof(
+    images,
+    valueMutated(images.map((b) => packr.unpack(b))).map((v) => packr.pack(v) as Uint8Array),
+  ),
+  dictionary: MSGPACK_TOKENS,
   maxBytes: 2048,
   run: runBrokerSnapshot,
   quickRuns: 250,

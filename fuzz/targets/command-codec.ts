@@ -3,12 +3,14 @@
 // a broker without breaking it (apply judges the content and never throws on it: a command from
 // a log entry is as untrusted as a packet), and the broker's indexes still agree with its records.
 import fc from 'fast-check';
+import { Packr } from 'msgpackr';
 import { Broker } from '../../src/broker/broker.js';
 import type { Command, Effect, Message, Settings } from '../../src/broker/commands.js';
 import { CommandDecodeError, decodeCommand, encodeCommand } from '../../src/log/command-codec.js';
-import { check, type FuzzInput, type FuzzTarget, onlyTyped } from '../harness.js';
+import { check, type FuzzInput, type FuzzTarget, MSGPACK_TOKENS, onlyTyped, valueMutated } from '../harness.js';
 
 const T0 = 1_700_000_000_000;
+const packr = new Packr({ useRecords: false, mapsAsObjects: true, variableMapSize: true });
 const SETTINGS: Settings = {
   maxQueuedMessages: 100,
   maxQueuedBytes: 1 << 20,
@@ -124,7 +126,11 @@ export function runCommandCodec(input: FuzzInput): void {
 export const commandCodec: FuzzTarget = {
   name: 'command-codec',
   modules: ['src/log/command-codec.ts', 'src/broker/validate.ts'],
-  valid: commandArb.map((c) => encodeCommand(c)),
+  valid: fc.oneof(
+    commandArb.map((c) => encodeCommand(c)),
+    valueMutated(commandArb).map((v) => packr.pack(v) as Uint8Array),
+  ),
+  dictionary: MSGPACK_TOKENS,
   run: runCommandCodec,
   quickRuns: 300,
 };

@@ -8,7 +8,7 @@ import { isIP } from 'node:net';
 import { isDeepStrictEqual } from 'node:util';
 import fc from 'fast-check';
 import { PROXY_V1_MAX_BYTES, PROXY_V2_MAX_BYTES, type ProxyParse, parseProxyHeader } from '../../src/server/proxy-protocol.js';
-import { check, type FuzzInput, type FuzzTarget, onlyTyped, split } from '../harness.js';
+import { check, type FuzzInput, type FuzzTarget, onlyTyped, split, textTokens } from '../harness.js';
 
 const V2_SIGNATURE = [0x0d, 0x0a, 0x0d, 0x0a, 0x00, 0x0d, 0x0a, 0x51, 0x55, 0x49, 0x54, 0x0a];
 
@@ -83,6 +83,13 @@ export const proxyProtocol: FuzzTarget = {
   name: 'proxy-protocol',
   modules: ['src/server/proxy-protocol.ts'],
   valid: fc.oneof(v1Line, v2),
+  dictionary: [
+    ...textTokens('PROXY ', 'TCP4 ', 'TCP6 ', 'UNKNOWN', 'UDP4 ', '\r\n', '::', ':', '.', ' ', '0', '65535', '255.255.255.255', '::ffff:'),
+    Uint8Array.from(V2_SIGNATURE),
+    Uint8Array.of(0x21, 0x11),
+    Uint8Array.of(0x21, 0x21),
+    Uint8Array.of(0x20, 0x00),
+  ],
   maxBytes: 1200,
   run: runProxy,
 };

@@ -14,7 +14,7 @@ import { RaftError } from '../../raft/errors.js';
 import { BodyRefusal, packBody } from '../../raft/transport/codec.js';
 import { encodeFrame, FRAME_PREFIX_BYTES, FRAME_VERSION, FrameReader } from '../../raft/transport/frame.js';
 import { judgeHello, makeHello, parseHandshakeFrame } from '../../raft/transport/handshake.js';
-import { check, type FuzzInput, type FuzzTarget, onlyTyped, split } from '../harness.js';
+import { check, type FuzzInput, type FuzzTarget, MSGPACK_TOKENS, onlyTyped, split, valueMutated } from '../harness.js';
 
 const NODES = [1, 2, 3];
 const CTX: ValidationContext = { self: 1, nodes: NODES, entriesPerAppendMax: 64 };
@@ -32,6 +32,11 @@ export function linkFrames(messages: readonly Message[]): Uint8Array {
     return encodeFrame(body, version);
   });
   return new Uint8Array(Buffer.concat([hello, ...frames]));
+}
+
+/** A link whose hello is the given value, edge values and all. */
+function linkHello(hello: unknown): Uint8Array {
+  return new Uint8Array(encodeFrame(packBody(hello), FRAME_VERSION));
 }
 
 const entries = (n: number, data: readonly (Uint8Array | null)[]): LogEntry[] =>
@@ -166,7 +171,16 @@ export const raftFrames: FuzzTarget = {
     'raft/driver/wire-codec.ts',
     'raft/core/validate.ts',
   ],
-  valid: fc.array(message, { minLength: 1, maxLength: 4 }).map(linkFrames),
+  valid: fc.oneof(
+    fc.array(message, { minLength: 1, maxLength: 4 }).map(linkFrames),
+    // A msgpackr body with one field replaced by an edge value, after a good hello; or the hello.
+    fc
+      .tuple(valueMutated(message), fc.boolean())
+      .map(([m, asMessage]) =>
+        asMessage ? new Uint8Array(Buffer.concat([linkFrames([]), encodeFrame(packBody(m), FRAME_VERSION)])) : linkHello(m),
+      ),
+  ),
+  dictionary: MSGPACK_TOKENS,
   maxBytes: 1024,
   run: runRaftFrames,
 };

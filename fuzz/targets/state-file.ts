@@ -13,7 +13,7 @@ import { RaftCore } from '../../raft/core/raft.js';
 import { DriverError } from '../../raft/driver/errors.js';
 import { decodeRecord, decodeStateFile, type MembershipRecord, type StateFile } from '../../raft/driver/state-file.js';
 import { RaftError } from '../../raft/errors.js';
-import { check, type FuzzInput, type FuzzTarget, onlyTyped } from '../harness.js';
+import { check, type FuzzInput, type FuzzTarget, MSGPACK_TOKENS, onlyTyped, valueMutated } from '../harness.js';
 
 const EXPECTED = { clusterId: 'c', nodeId: 1 };
 const NODES = [1, 2, 3];
@@ -58,16 +58,15 @@ const entry = fc.record({
   time: fc.constant(1000),
   data: fc.option(fc.uint8Array({ maxLength: 8 })),
 });
-const validBody: fc.Arbitrary<Uint8Array> = fc.oneof(
-  fc.tuple(fc.array(entry, { maxLength: 4 }), fc.boolean()).map(
-    ([log, snap]) =>
-      packr.pack(
-        sampleState(
-          [...log].sort((a, b) => a.term - b.term),
-          snap,
-        ),
-      ) as Uint8Array,
+const states = fc.tuple(fc.array(entry, { maxLength: 4 }), fc.boolean()).map(([log, snap]) =>
+  sampleState(
+    [...log].sort((a, b) => a.term - b.term),
+    snap,
   ),
+);
+const validBody: fc.Arbitrary<Uint8Array> = fc.oneof(
+  states.map((st) => packr.pack(st) as Uint8Array),
+  valueMutated(fc.oneof(states, fc.constant(sampleRecord))).map((v) => packr.pack(v) as Uint8Array),
   fc.constant(packr.pack(sampleRecord) as Uint8Array),
 );
 
@@ -125,6 +124,7 @@ export const stateFile: FuzzTarget = {
   name: 'state-file',
   modules: ['raft/driver/state-file.ts'],
   valid: validBody,
+  dictionary: MSGPACK_TOKENS,
   run: runStateFile,
 };
 

@@ -9,7 +9,7 @@ import { clusterSettings } from '../../src/cluster/cluster-config.js';
 import { type Config, defaults, listenerSpecs, parseConfigText, SCHEMA } from '../../src/config.js';
 import { ConfigError } from '../../src/errors.js';
 import { hashPassword, parsePasswordFile, scramPassword, usernameProblem } from '../../src/server/auth/password-file.js';
-import { check, type FuzzInput, type FuzzTarget, onlyTyped } from '../harness.js';
+import { check, type FuzzInput, type FuzzTarget, onlyTyped, textTokens } from '../harness.js';
 
 const text = (data: Uint8Array): string => Buffer.from(data).toString('utf8');
 const bytesOf = (s: string): Uint8Array => new Uint8Array(Buffer.from(s, 'utf8'));
@@ -81,6 +81,33 @@ export const configFile: FuzzTarget = {
   name: 'config-file',
   modules: ['src/config.ts', 'src/server/listeners/listen-url.ts', 'src/cluster/cluster-config.ts'],
   valid: yamlDoc,
+  dictionary: textTokens(
+    '&a ',
+    '*a',
+    '!!str ',
+    '!!binary ',
+    '!!set ',
+    '!!omap ',
+    '<<: ',
+    '? ',
+    '- ',
+    ': ',
+    '{',
+    '}',
+    '[',
+    ']',
+    '"',
+    "'",
+    '\n  ',
+    '#',
+    '%YAML 1.1\n---\n',
+    '---\n',
+    '...\n',
+    'listen',
+    'port',
+    'cluster-peers',
+    '1MiB',
+  ),
   run: runConfig,
   quickRuns: 300,
 };
@@ -128,7 +155,31 @@ const aclLine = fc
   .map(([k, a, f]) => (k === 'user' ? `user ${f}` : `${k} ${a}${f}`));
 const aclDoc = fc.array(aclLine, { maxLength: 8 }).map((lines) => bytesOf(lines.join('\n')));
 
-export const aclFile: FuzzTarget = { name: 'acl-file', modules: ['src/broker/acl.ts'], valid: aclDoc, run: runAcl };
+export const aclFile: FuzzTarget = {
+  name: 'acl-file',
+  modules: ['src/broker/acl.ts'],
+  valid: aclDoc,
+  dictionary: textTokens(
+    'user ',
+    'topic ',
+    'pattern ',
+    'read ',
+    'write ',
+    'readwrite ',
+    'deny ',
+    '%u',
+    '%c',
+    '#',
+    '+',
+    '/',
+    '\r\n',
+    '\n',
+    '\u0000',
+    '\t',
+    '\u00a0',
+  ),
+  run: runAcl,
+};
 
 export function aclCorpus(): Uint8Array[] {
   return [
@@ -186,6 +237,7 @@ export const passwordFile: FuzzTarget = {
   name: 'password-file',
   modules: ['src/server/auth/password-file.ts'],
   valid: pwDoc,
+  dictionary: textTokens('$scrypt$', '$scram-sha-256$', 'N=', ',r=', ',p=', 'i=', '$', '==', '=', ':', '\n', '\r\n', '#', ' '),
   run: runPasswordFile,
 };
 
