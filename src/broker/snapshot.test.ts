@@ -2,6 +2,8 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { Packr } from 'msgpackr';
 import { Broker } from './broker.js';
+import { testSettings } from './broker-harness.js';
+import type { Command } from './commands.js';
 import { SNAPSHOT_ERROR, SnapshotError } from './snapshot.js';
 
 const packr = new Packr({ useRecords: false, mapsAsObjects: true });
@@ -18,5 +20,53 @@ describe('snapshot restore of hostile images (found by fuzz/targets/broker-snaps
       );
     }
     assert.throws(() => new Broker().restore([packr.pack([99, 0, 0, 0, null, null, 0, [], [], [], []])]), /corrupt snapshot: version 99/);
+  });
+
+  it('refuses packet ids outside 1..65535 in a session, which left the broker unable to assign one', () => {
+    // A session's next packet id of 0 passed, and the next delivery broke the broker with "no
+    // free packet id" (its state machine failed).
+    const b = new Broker();
+    const settings = { ...testSettings };
+    const cmds: Command[] = [
+      { t: 'serve-start', node: 1, settings },
+      {
+        t: 'connect',
+        conn: '1.1',
+        clientId: 'dev',
+        protocol: 5,
+        clean: false,
+        expiryS: 60,
+        will: null,
+        username: null,
+        receiveMax: 5,
+        maxPacketSize: 0,
+        problemInfo: true,
+      },
+      { t: 'subscribe', conn: '1.1', pid: 1, subs: [{ filter: 'a', qos: 1, nl: false, rap: false, rh: 0 }] },
+      { t: 'publish', conn: '1.1', pid: 2, msg: { topic: 'a', payload: Uint8Array.of(1), qos: 1, retain: false } },
+    ];
+    cmds.forEach((cmd, i) => {
+      b.apply({ index: i + 1, time: 1000 + i, cmd }, []);
+    });
+    const image = packr.unpack(Buffer.concat([...b.snapshot()])) as unknown[];
+    const session = (image[7] as unknown[][])[0] as unknown[];
+    const cases: [number, unknown][] = [
+      [12, 0],
+      [12, 70_000],
+      [9, [0]],
+      [10, [[65_536, 'publish', ((session[10] as unknown[][])[0] as unknown[])[2]]]],
+    ];
+    for (const [field, value] of cases) {
+      const copy = structuredClone(image) as unknown[];
+      ((copy[7] as unknown[][])[0] as unknown[])[field] = value;
+      assert.throws(
+        () => new Broker().restore([packr.pack(copy)]),
+        (e: unknown) => e instanceof SnapshotError && /^corrupt snapshot: (nextPid|inbound pid|pid)$/.test(e.message),
+        `field ${field} = ${JSON.stringify(value)}`,
+      );
+    }
+    const again = new Broker();
+    again.restore([packr.pack(image)]);
+    assert.equal(again.verify(), null);
   });
 });
