@@ -69,4 +69,48 @@ describe('snapshot restore of hostile images (found by fuzz/targets/broker-snaps
     again.restore([packr.pack(image)]);
     assert.equal(again.verify(), null);
   });
+
+  it('refuses a session that breaks a rule apply keeps, before any state is replaced', () => {
+    // An online session with an expiry deadline restored and then failed the broker's own check;
+    // its deadline would have ended a connected session.
+    const b = new Broker();
+    const cmds: Command[] = [
+      { t: 'serve-start', node: 1, settings: { ...testSettings } },
+      {
+        t: 'connect',
+        conn: '1.1',
+        clientId: 'dev',
+        protocol: 5,
+        clean: false,
+        expiryS: 60,
+        will: null,
+        username: null,
+        receiveMax: 5,
+        maxPacketSize: 0,
+        problemInfo: true,
+      },
+    ];
+    cmds.forEach((cmd, i) => {
+      b.apply({ index: i + 1, time: 1000 + i, cmd }, []);
+    });
+    const image = packr.unpack(Buffer.concat([...b.snapshot()])) as unknown[];
+    const will = [['w', Uint8Array.of(1), 0, false, null], 0];
+    const cases: [number, unknown, string][] = [
+      [13, 5000, 'online with an expiry deadline'],
+      [1, null, 'offline with a connection will'],
+    ];
+    for (const [field, value, problem] of cases) {
+      const copy = structuredClone(image) as unknown[];
+      const session = (copy[7] as unknown[][])[0] as unknown[];
+      session[field] = value;
+      if (field === 1) session[5] = will;
+      const target = new Broker();
+      const before = target.digest();
+      assert.throws(
+        () => target.restore([packr.pack(copy)]),
+        (e: unknown) => e instanceof SnapshotError && e.message === `corrupt snapshot: session dev: ${problem}`,
+      );
+      assert.equal(target.digest(), before, 'a refused image leaves the broker as it was');
+    }
+  });
 });
