@@ -33,7 +33,7 @@ function brokerAfter(cmds: readonly Command[]): Broker {
         acl: [{ kind: 'pattern', user: null, access: 'readwrite', filter: '#' }],
       },
     },
-    ...(['c1', 'c2'] as const).map(
+    ...(['1.1', '1.2'] as const).map(
       (conn, i): Command => ({
         t: 'connect',
         conn,
@@ -51,8 +51,8 @@ function brokerAfter(cmds: readonly Command[]): Broker {
         problemInfo: true,
       }),
     ),
-    { t: 'subscribe', conn: 'c2', pid: 1, subs: [{ filter: 'a/#', qos: 2, nl: false, rap: true, rh: 0 }], subId: 3 },
-    { t: 'subscribe', conn: 'c1', pid: 1, subs: [{ filter: '$share/g/a/+', qos: 1, nl: false, rap: false, rh: 0 }] },
+    { t: 'subscribe', conn: '1.2', pid: 1, subs: [{ filter: 'a/#', qos: 2, nl: false, rap: true, rh: 0 }], subId: 3 },
+    { t: 'subscribe', conn: '1.1', pid: 1, subs: [{ filter: '$share/g/a/+', qos: 1, nl: false, rap: false, rh: 0 }] },
     ...cmds,
   ];
   setup.forEach((cmd, i) => {
@@ -102,7 +102,7 @@ export function runBrokerSnapshot(input: FuzzInput): void {
     {
       index: at + 1,
       time,
-      cmd: { t: 'publish', conn: 'c1', pid: 9, msg: { topic: 'a/b', payload: Uint8Array.of(7), qos: 2, retain: true } },
+      cmd: { t: 'publish', conn: '1.1', pid: 9, msg: { topic: 'a/b', payload: Uint8Array.of(7), qos: 2, retain: true } },
     },
     out,
   );
@@ -129,15 +129,15 @@ export function snapshotCorpus(): Uint8Array[] {
   const busy: Command[] = [
     {
       t: 'publish',
-      conn: 'c1',
+      conn: '1.1',
       pid: 2,
       msg: { topic: 'a/b', payload: Uint8Array.of(1, 2), qos: 2, retain: true, props: { contentType: 't' } },
     },
-    { t: 'publish', conn: 'c1', pid: 3, msg: { topic: 'a/c', payload: Uint8Array.of(3), qos: 1, retain: false } },
-    { t: 'publish', conn: 'c1', pid: 4, msg: { topic: 'a/d', payload: Uint8Array.of(4), qos: 1, retain: false } },
-    { t: 'publish', conn: 'c2', msg: { topic: 'a/e', payload: new Uint8Array(0), qos: 0, retain: false } },
-    { t: 'pubrel', conn: 'c1', pid: 2 },
+    { t: 'publish', conn: '1.1', pid: 3, msg: { topic: 'a/c', payload: Uint8Array.of(3), qos: 1, retain: false } },
+    { t: 'publish', conn: '1.1', pid: 4, msg: { topic: 'a/d', payload: Uint8Array.of(4), qos: 1, retain: false } },
+    { t: 'publish', conn: '1.2', msg: { topic: 'a/e', payload: new Uint8Array(0), qos: 0, retain: false } },
+    { t: 'pubrel', conn: '1.1', pid: 2 },
   ];
-  const dropped: Command[] = [...busy, { t: 'disconnect', conn: 'c2', reason: 0x8d, publishWill: true }];
+  const dropped: Command[] = [...busy, { t: 'disconnect', conn: '1.2', reason: 0x8d, publishWill: true }];
   return [snapshotOf(new Broker()), snapshotOf(brokerAfter([])), snapshotOf(brokerAfter(busy)), snapshotOf(brokerAfter(dropped))];
 }

@@ -23,7 +23,8 @@ const SETTINGS: Settings = {
   acl: null,
 };
 
-const conn = fc.constantFrom('c1', 'c2', 'zz');
+/** Connection ids are PERIOD.SEQ: 1 is the serving period of the setup, 0 an ended one. */
+const conn = fc.constantFrom('1.1', '1.2', '1.3', '0.9', 'x');
 const pid = fc.integer({ min: 0, max: 0x10000 });
 const qos = fc.constantFrom<0 | 1 | 2>(0, 1, 2);
 const topic = fc.constantFrom('a', 'a/b', '$SYS/x', '', 'a/+', '#');
@@ -34,7 +35,7 @@ const message: fc.Arbitrary<Message> = fc.record({
   retain: fc.boolean(),
 });
 
-/** Commands of every type, mostly valid, applied against a broker with sessions c1 and c2. */
+/** Commands of every type, mostly valid, applied against a broker with sessions on connections 1.1 and 1.2. */
 export const commandArb: fc.Arbitrary<Command> = fc.oneof(
   fc.record({ t: fc.constant('publish' as const), conn, pid: fc.integer({ min: 1, max: 0xffff }), msg: message }),
   fc.record({ t: fc.constant('publish' as const), conn, msg: message }),
@@ -96,9 +97,9 @@ function newBroker(): { b: Broker; index: number } {
   const b = new Broker();
   const setup: Command[] = [
     { t: 'serve-start', node: 1, settings: SETTINGS },
-    connectOf('c1', 'dev1'),
-    connectOf('c2', 'dev2'),
-    { t: 'subscribe', conn: 'c2', pid: 1, subs: [{ filter: 'a/#', qos: 2, nl: false, rap: false, rh: 0 }] },
+    connectOf('1.1', 'dev1'),
+    connectOf('1.2', 'dev2'),
+    { t: 'subscribe', conn: '1.2', pid: 1, subs: [{ filter: 'a/#', qos: 2, nl: false, rap: false, rh: 0 }] },
   ];
   setup.forEach((cmd, i) => {
     b.apply({ index: i + 1, time: T0 + i, cmd }, []);
@@ -141,18 +142,18 @@ export function commandCorpus(): Uint8Array[] {
   const cmds: Command[] = [
     { t: 'serve-start', node: 1, settings: SETTINGS, configHash: 'ab', generation: 1 },
     { t: 'settings', settings: SETTINGS },
-    connectOf('c1', 'dev1'),
-    { t: 'disconnect', conn: 'c1', reason: 0, publishWill: true, expiryS: 5 },
-    { t: 'subscribe', conn: 'c1', pid: 2, subs: [{ filter: 'a/+', qos: 1, nl: true, rap: false, rh: 2 }], subId: 7 },
-    { t: 'unsubscribe', conn: 'c1', pid: 3, filters: ['a/+'] },
-    { t: 'publish', conn: 'c1', pid: 4, msg },
-    { t: 'publish', conn: 'c1', msg: { ...msg, qos: 0, retain: false } },
-    { t: 'publish', conn: 'c1', pid: 5, msg: { ...msg, props: { expiryS: 3, contentType: 'x', userProps: [['k', 'v']] } } },
-    { t: 'pubrel', conn: 'c1', pid: 4 },
-    { t: 'ack', conn: 'c2', pid: 1, kind: 'puback' },
+    connectOf('1.1', 'dev1'),
+    { t: 'disconnect', conn: '1.1', reason: 0, publishWill: true, expiryS: 5 },
+    { t: 'subscribe', conn: '1.1', pid: 2, subs: [{ filter: 'a/+', qos: 1, nl: true, rap: false, rh: 2 }], subId: 7 },
+    { t: 'unsubscribe', conn: '1.1', pid: 3, filters: ['a/+'] },
+    { t: 'publish', conn: '1.1', pid: 4, msg },
+    { t: 'publish', conn: '1.1', msg: { ...msg, qos: 0, retain: false } },
+    { t: 'publish', conn: '1.1', pid: 5, msg: { ...msg, props: { expiryS: 3, contentType: 'x', userProps: [['k', 'v']] } } },
+    { t: 'pubrel', conn: '1.1', pid: 4 },
+    { t: 'ack', conn: '1.2', pid: 1, kind: 'puback' },
     {
       t: 'acks',
-      conn: 'c2',
+      conn: '1.2',
       acks: [
         { pid: 1, kind: 'pubrec' },
         { pid: 2, kind: 'pubcomp' },

@@ -34,6 +34,25 @@ export function linkFrames(messages: readonly Message[]): Uint8Array {
   return new Uint8Array(Buffer.concat([hello, ...frames]));
 }
 
+const members = [
+  { node: 1, inc: 'i1' },
+  { node: 2, inc: 'i2' },
+];
+const snapshotMessage = (data: Uint8Array): Message =>
+  ({ type: 'snapshot', ...base, index: 4, lastTerm: 2, time: 900, config: members, seq: 0, chunks: 1, data, sentAt: 1 }) as Message;
+const announce = {
+  type: 'announce',
+  ...base,
+  membership: 'member',
+  peers: 'p',
+  lastIndex: 6,
+  lastTerm: 3,
+  voter: true,
+  stuck: false,
+  leader: 2,
+  committedVoters: 2,
+} as Message;
+
 /** A link whose hello is the given value, edge values and all. */
 function linkHello(hello: unknown): Uint8Array {
   return new Uint8Array(encodeFrame(packBody(hello), FRAME_VERSION));
@@ -56,6 +75,10 @@ const message: fc.Arbitrary<Message> = fc.oneof(
   fc.constant({ type: 'vote-request', ...base, lastIndex: 6, lastTerm: 3, transfer: false, sentAt: 1 } as Message),
   fc.constant({ type: 'pre-vote-request', ...base, lastIndex: 6, lastTerm: 3 } as Message),
   fc.boolean().map((granted) => ({ type: 'vote-response', ...base, granted, sentAt: 1, wall: 2 }) as Message),
+  fc.uint8Array({ maxLength: 40 }).map((data) => snapshotMessage(data)),
+  fc.constant({ type: 'snapshot-response', ...base, index: 4, received: 1, match: 4, sentAt: 1 } as Message),
+  fc.constant({ type: 'timeout-now', ...base } as Message),
+  fc.constant(announce),
 );
 
 function plain(m: unknown): unknown {
@@ -196,6 +219,10 @@ export function raftCorpus(): Uint8Array[] {
     { type: 'pre-vote-request', ...base, lastIndex: 6, lastTerm: 3 },
     { type: 'vote-response', ...base, granted: true, sentAt: 1, wall: 2 },
     { type: 'pre-vote-response', ...base, granted: false },
+    snapshotMessage(Uint8Array.of(1, 2, 3)),
+    { type: 'snapshot-response', ...base, index: 4, received: 1, match: 4, sentAt: 1 },
+    { type: 'timeout-now', ...base },
+    announce,
   ];
   return [linkFrames(all), ...all.map((m) => linkFrames([m]))];
 }
