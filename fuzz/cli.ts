@@ -202,7 +202,8 @@ function fuzz(o: Options): Promise<number> {
     const watchdog = setInterval(
       () => {
         const now = Atomics.load(head, 0);
-        if (now !== seen) {
+        // Until the first input begins, the worker is starting (imports, corpus): not a hang.
+        if (now !== seen || now === 0) {
           seen = now;
           still = Date.now();
           return;
