@@ -40,7 +40,7 @@ interface Options {
 function usage(why: string): never {
   console.error(`fuzz: ${why}`);
   console.error(
-    'usage: npm run fuzz -- [--time S] [--target NAME]... [--seed N] [--hang-ms MS] [--coverage] [--replay FILE] [--write-corpus]',
+    'usage: npm run fuzz -- [--time S] [--target NAME]... [--seed N] [--hang-ms MS] [--unguided] [--coverage] [--replay FILE] [--write-corpus]',
   );
   console.error(
     `targets: ${allTargets()
