@@ -35,7 +35,12 @@ const isSlow = (n) => n.endsWith('.slow.test.js');
 const layers = [
   {
     name: 'unit',
-    files: [...find('build/src', isFast), ...find('build/raft', isFast), ...find('build/jepsen-like-tests', isFast)],
+    files: [
+      ...find('build/src', isFast),
+      ...find('build/raft', isFast),
+      ...find('build/jepsen-like-tests', isFast),
+      ...find('build/fuzz', isFast),
+    ],
     concurrency: 2,
   },
   { name: 'integration', files: find('build/test', isFast), concurrency: 1 },

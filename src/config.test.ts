@@ -112,6 +112,43 @@ describe('configuration', { timeout: 10_000 }, () => {
     assert.match(badValue.message, /max-inflight/);
   });
 
+  it('refuses YAML the yaml library only warns about, naming the file (found by fuzz/targets/text-files.ts)', () => {
+    const warned: unknown[] = [];
+    const emit = process.emitWarning;
+    process.emitWarning = ((w: unknown) => {
+      warned.push(w);
+    }) as typeof process.emitWarning;
+    try {
+      // An unresolved tag was read as the bare string and printed to stderr without the file.
+      const tag = refusal(['--config', file('tag.yaml', 'port: !2 1884\n')]);
+      assert.equal(tag.code, CONFIG_ERROR.BAD_FILE);
+      assert.match(tag.message, /tag\.yaml: not valid YAML: Unresolved tag: !2/);
+      const anchor = refusal(['--config', file('anchor.yaml', 'listen: &a: [x]\n')]);
+      assert.equal(anchor.code, CONFIG_ERROR.BAD_FILE);
+      assert.match(anchor.message, /anchor\.yaml: not valid YAML/);
+      // A collection as a key: stringified with a warning, then read as a key of that name.
+      const key = refusal(['--config', file('key.yaml', '{"port": 0, ["mqtts://127.0.0.1:0"]}\n')]);
+      assert.equal(key.code, CONFIG_ERROR.UNKNOWN_KEY);
+      assert.match(key.message, /key\.yaml: unknown key/);
+    } finally {
+      process.emitWarning = emit;
+    }
+    assert.deepEqual(warned, []);
+  });
+
+  it('refuses a YAML value that contains itself through an alias, naming the key', () => {
+    // The message showed the value with JSON.stringify, which threw a TypeError on the cycle.
+    for (const [text, key] of [
+      ['listen: &a [*a]\n', 'listen'],
+      ['port: &a {x: *a}\n', 'port'],
+      ['&a {port: *a}\n', 'port'],
+    ] as const) {
+      const e = refusal(['--config', file('cycle.yaml', text)]);
+      assert.equal(e.code, CONFIG_ERROR.BAD_VALUE, text);
+      assert.match(e.message, new RegExp(`cycle\\.yaml: key "${key}": .* \\(got a (list|object) that contains itself\\)`), text);
+    }
+  });
+
   it('reads --listen repeated on the command line and as a YAML list, with defaults for path and port', () => {
     const c = run([
       '--listen',

@@ -6,7 +6,7 @@
 import { readFileSync } from 'node:fs';
 import { extname } from 'node:path';
 import { parseArgs } from 'node:util';
-import { parse as parseYaml } from 'yaml';
+import { parseDocument as parseYamlDocument } from 'yaml';
 import { clusterSettings } from './cluster/cluster-config.js';
 import { CONFIG_ERROR, ConfigError } from './errors.js';
 import { isTlsKind, type ListenerSpec, parseListenUrl } from './server/listeners/listen-url.js';
@@ -354,12 +354,22 @@ export function defaults(): Config {
   return out as Config;
 }
 
+/** A value as the error shows it. A YAML alias may make a value that contains itself
+ * (`listen: &a [*a]`), which JSON cannot write. */
+function shown(raw: unknown): string {
+  try {
+    return String(JSON.stringify(raw));
+  } catch {
+    return `a ${Array.isArray(raw) ? 'list' : typeof raw} that contains itself`;
+  }
+}
+
 const SIZE_SUFFIX: Record<string, number> = { '': 1, KiB: 1024, MiB: MiB, GiB: 1024 * MiB };
 
 /** Parses one value for `key`; `where` names the flag or the file key in errors. */
 function parseValue(key: SettingKey, raw: unknown, where: string): unknown {
   const spec: SettingSpec = SCHEMA[key];
-  const bad = (why: string) => new ConfigError(CONFIG_ERROR.BAD_VALUE, `${where}: ${why} (got ${JSON.stringify(raw)})`);
+  const bad = (why: string) => new ConfigError(CONFIG_ERROR.BAD_VALUE, `${where}: ${why} (got ${shown(raw)})`);
   switch (spec.kind) {
     case 'bool': {
       if (raw === true || raw === 'true') return true;
@@ -415,9 +425,26 @@ export function readConfigFile(path: string): Partial<Config> {
   } catch (err) {
     throw new ConfigError(CONFIG_ERROR.UNREADABLE_FILE, `--config ${path}: cannot read: ${(err as Error).message}`);
   }
+  return parseConfigText(text, path);
+}
+
+/** YAML's warnings (an unresolved tag, an ambiguous anchor) are errors here: the yaml library
+ * would print them to stderr without the file's name and go on with a guess. It prints none
+ * itself: a map key that is a collection, which it would warn about when it makes the key a
+ * string, then fails as an unknown key. */
+function readYaml(text: string): unknown {
+  const doc = parseYamlDocument(text, { logLevel: 'error' });
+  const problem = doc.errors[0] ?? doc.warnings[0];
+  if (problem !== undefined) throw problem;
+  return doc.toJS();
+}
+
+/** The settings of a config file's text; `path` names the file in errors, and its extension
+ * picks JSON (.json) or YAML (any other). */
+export function parseConfigText(text: string, path: string): Partial<Config> {
   let doc: unknown;
   try {
-    doc = extname(path) === '.json' ? JSON.parse(text) : parseYaml(text);
+    doc = extname(path) === '.json' ? JSON.parse(text) : readYaml(text);
   } catch (err) {
     throw new ConfigError(
       CONFIG_ERROR.BAD_FILE,

@@ -18,6 +18,10 @@ export interface ValidationContext {
 const idLengthMax = 128;
 const isId = (v: unknown): v is string => typeof v === 'string' && v.length <= idLengthMax;
 
+/** A field as a refusal shows it: a string or number as it is, anything else by its type (String()
+ * throws a TypeError on a decoded map with a toString key that is not a function). */
+const shown = (v: unknown): string => (typeof v === 'string' || typeof v === 'number' ? String(v) : `of type ${typeof v}`);
+
 const isIndex = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
 const isBool = (v: unknown): v is boolean => typeof v === 'boolean';
 /** Clock readings (monotonic or wall ms) may be fractional. */
@@ -28,7 +32,7 @@ const isClock = (v: unknown): v is number => typeof v === 'number' && Number.isF
 export function validateMessage(m: unknown, ctx: ValidationContext): RaftError | null {
   if (typeof m !== 'object' || m === null) return bad('not an object');
   const r = m as Record<string, unknown>;
-  if (!messageTypes.includes(r.type as Message['type'])) return bad(`unknown type ${String(r.type)}`);
+  if (!messageTypes.includes(r.type as Message['type'])) return bad(`unknown type ${shown(r.type)}`);
   if (!isIndex(r.from) || !isIndex(r.to) || !isIndex(r.term)) return bad('from, to and term must be integers');
   if (!isId(r.cluster) || !isIndex(r.epoch) || !isId(r.epochId) || !isId(r.fromInc) || !isId(r.toInc)) {
     return bad('cluster, epoch and incarnations must be short strings and an integer');
@@ -91,7 +95,7 @@ function validateAppend(m: Message & { type: 'append' }, ctx: ValidationContext)
   for (let k = 0; k < m.entries.length; k++) {
     const e = m.entries[k] as LogEntry | undefined;
     if (typeof e !== 'object' || e === null) return bad('entry not an object');
-    if (e.index !== m.prevIndex + 1 + k) return bad(`entry index ${String(e.index)} out of sequence`);
+    if (e.index !== m.prevIndex + 1 + k) return bad(`entry index ${shown(e.index)} out of sequence`);
     if (!isIndex(e.term) || e.term < term || e.term > m.term) return bad(`entry ${e.index} term`);
     if (e.data !== null && !(e.data instanceof Uint8Array)) return bad(`entry ${e.index} data`);
     if (!isIndex(e.time) || e.time < time) return bad(`entry ${e.index} time`);

@@ -117,6 +117,22 @@ const trieKey = (sub: Subscription): string => (sub.share === null ? sub.clientI
 const expiryDeadline = (msg: Message, now: number): number | null =>
   msg.props?.expiryS === undefined ? null : now + msg.props.expiryS * 1000;
 
+/** The rules a session's own record keeps, whatever the indexes: checked by verify, and on
+ * restore, where an image that breaks one is refused. */
+function sessionProblem(s: Session, settings: Settings): string | null {
+  if (s.conn !== null && s.expiresAt !== null) return 'online with an expiry deadline';
+  if (s.conn === null && s.will !== null) return 'offline with a connection will';
+  const pids = new Set(s.inflight.map((f) => f.pid));
+  const inUse = s.pidsInUse ?? new Set<number>();
+  if (pids.size !== s.inflight.length || pids.size !== inUse.size || [...pids].some((p) => !inUse.has(p))) {
+    return 'inflight pids and pids in use differ';
+  }
+  if (s.queue.toArray().reduce((n, q) => n + q.size, 0) !== s.queueBytes) return 'queue bytes out of step';
+  if (s.conn !== null && s.queue.length > 0 && s.inflight.length < inflightLimit(s, settings)) return 'queued with a free slot';
+  if (s.fenceLeft < 0 || s.fenceLeft > PID_MAX || s.fenceOwed?.size === 0) return 'fence out of range';
+  return null;
+}
+
 export class Broker implements BrokerState {
   // ---- replicated state (all of it is in the snapshot) ----
   private settings: Settings = DEFAULT_SETTINGS;
@@ -393,16 +409,8 @@ export class Broker implements BrokerState {
   private verifySession(id: string, s: Session): string | null {
     if (s.clientId !== id) return `stored under another id (${s.clientId})`;
     if (s.conn !== null && this.byConn.get(s.conn) !== s) return 'conn index does not point back';
-    if (s.conn !== null && s.expiresAt !== null) return 'online with an expiry deadline';
-    if (s.conn === null && s.will !== null) return 'offline with a connection will';
-    const pids = new Set(s.inflight.map((f) => f.pid));
-    const inUse = s.pidsInUse ?? new Set<number>();
-    if (pids.size !== s.inflight.length || pids.size !== inUse.size || [...pids].some((p) => !inUse.has(p))) {
-      return 'inflight pids and pids in use differ';
-    }
-    if (s.queue.toArray().reduce((n, q) => n + q.size, 0) !== s.queueBytes) return 'queue bytes out of step';
-    if (s.conn !== null && s.queue.length > 0 && s.inflight.length < inflightLimit(s, this.settings)) return 'queued with a free slot';
-    if (s.fenceLeft < 0 || s.fenceLeft > PID_MAX || s.fenceOwed?.size === 0) return 'fence out of range';
+    const problem = sessionProblem(s, this.settings);
+    if (problem !== null) return problem;
     for (const sub of s.subs?.values() ?? [])
       if (this.subsTrie.get(sub.topicFilter, trieKey(sub)) !== sub) return `${sub.filter} not in the trie`;
     return null;
@@ -1144,6 +1152,9 @@ export class Broker implements BrokerState {
     const byConn = new Map<ConnId, Session>();
     for (const s of img.sessions) {
       if (sessions.has(s.clientId)) throw new SnapshotError(`corrupt snapshot: duplicate session ${s.clientId}`);
+      // A session that breaks a rule apply keeps would break the broker at a later entry.
+      const problem = sessionProblem(s, img.settings);
+      if (problem !== null) throw new SnapshotError(`corrupt snapshot: session ${s.clientId}: ${problem}`);
       sessions.set(s.clientId, s);
       if (s.conn !== null) {
         if (byConn.has(s.conn)) throw new SnapshotError(`corrupt snapshot: conn ${s.conn} holds two sessions`);

@@ -169,6 +169,13 @@ function int(v: unknown, what: string): number {
   if (typeof v !== 'number' || !Number.isSafeInteger(v)) fail(what);
   return v;
 }
+/** A packet id, or the next one to try: 1..65535. Another value left the broker unable to assign
+ * one ("no free packet id"), or made it send an id no packet can carry. */
+function pid(v: unknown, what: string): number {
+  const n = int(v, what);
+  if (n < 1 || n > PID_MAX) fail(what);
+  return n;
+}
 function intOrNull(v: unknown, what: string): number | null {
   return v === null ? null : int(v, what);
 }
@@ -293,14 +300,14 @@ function decodeSession(v: unknown, parseShare: (f: string) => { group: string; f
     s.subs ??= new Map();
     s.subs.set(x.filter, x);
   }
-  for (const pid of arr(f[9], 'inbound')) {
+  for (const id of arr(f[9], 'inbound')) {
     s.inbound ??= new Set();
-    s.inbound.add(int(pid, 'inbound pid'));
+    s.inbound.add(pid(id, 'inbound pid'));
   }
   s.inflight = arr(f[10], 'inflight').map((x): Inflight => {
-    const [pid, state, d] = arr(x, 'inflight entry', 3);
+    const [id, state, d] = arr(x, 'inflight entry', 3);
     if (state !== 'publish' && state !== 'pubrel' && state !== 'fence') fail('inflight state');
-    const item: Inflight = { ...decodeDelivery(d), pid: int(pid, 'pid'), state };
+    const item: Inflight = { ...decodeDelivery(d), pid: pid(id, 'pid'), state };
     s.pidsInUse ??= new Set();
     s.pidsInUse.add(item.pid);
     return item;
@@ -312,7 +319,7 @@ function decodeSession(v: unknown, parseShare: (f: string) => { group: string; f
     s.queue.push({ ...d, size });
     s.queueBytes += size;
   }
-  s.nextPid = int(f[12], 'nextPid');
+  s.nextPid = pid(f[12], 'nextPid');
   s.expiresAt = intOrNull(f[13], 'session expiresAt');
   s.fenceLeft = int(f[14], 'fenceLeft');
   if (s.fenceLeft < 0 || s.fenceLeft > PID_MAX) fail('fenceLeft');
@@ -335,7 +342,8 @@ export function decodeImage(data: Uint8Array, parseShare: (f: string) => { group
     fail(`not msgpack (${(err as Error).message})`);
   }
   const f = arr(value, 'root', IMAGE_FIELDS);
-  if (f[0] !== SNAPSHOT_VERSION) fail(`version ${String(f[0])}`);
+  // Not String(): a decoded map with a toString key that is not a function makes it throw.
+  if (f[0] !== SNAPSHOT_VERSION) fail(`version ${typeof f[0] === 'number' ? f[0] : `of type ${typeof f[0]}`}`);
   return {
     appliedIndex: int(f[1], 'appliedIndex'),
     appliedTime: int(f[2], 'appliedTime'),

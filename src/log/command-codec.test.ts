@@ -102,6 +102,23 @@ describe('command codec', { timeout: 30_000 }, () => {
     );
   });
 
+  it('refuses a type that is not a string, a 64-bit integer too, with a decode error (found by fuzz/targets/command-codec.ts)', () => {
+    // {t: uint64, conn: 'c1', reason: 0, publishWill: false}: msgpackr reads the uint64 as a BigInt,
+    // which the message's JSON.stringify threw on as a TypeError.
+    const bytes = Buffer.from('84a174cf000000006f6e6ea26331a6726561736f6e00ab7075626c69736857696c6cc2', 'hex');
+    assert.throws(
+      () => decodeCommand(bytes),
+      (e: unknown) => e instanceof CommandDecodeError && e.message === 'unknown command type of type bigint',
+    );
+    for (const t of [7, null, [1], { a: 1 }, true]) {
+      assert.throws(
+        () => decodeCommand(msgpack.pack({ t, conn: 'c1' })),
+        (e: unknown) => e instanceof CommandDecodeError && /^unknown command type of type /.test(e.message),
+      );
+    }
+    assert.throws(() => decodeCommand(msgpack.pack({ t: 'nope' })), /unknown command type "nope"/);
+  });
+
   it('refuses truncated or out-of-range hand-written bytes with a decode error, never another throw', () => {
     const publish = encodeCommand({
       t: 'publish',

@@ -132,7 +132,7 @@ export function decodeCommand(bytes: Uint8Array): Command {
   }
   const t = (value as { t?: unknown }).t;
   if (typeof t !== 'string' || !COMMAND_TYPES.has(t)) {
-    throw new CommandDecodeError(`unknown command type ${JSON.stringify(t)}`);
+    throw new CommandDecodeError(`unknown command type ${typeof t === 'string' ? JSON.stringify(t) : `of type ${typeof t}`}`);
   }
   return value as Command;
 }

@@ -53,6 +53,12 @@ export class Decoder {
     this.ctx = { level: this.level === 0 ? 5 : this.level, fromServer: this.fromServer };
   }
 
+  /** Bytes allocated for a frame whose body is still arriving: below maxPacketSize, since an
+   * oversize remaining length is refused before its body is buffered. */
+  get bufferedBytes(): number {
+    return this.body === null ? 0 : this.body.length;
+  }
+
   /** Decodes every complete packet in order; keeps a partial frame for the next call. After an
    * error, every call returns that error and no packets. */
   feed(chunk: Buffer): FeedResult {

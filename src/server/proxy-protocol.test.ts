@@ -45,6 +45,26 @@ describe('PROXY protocol header', { timeout: 10_000 }, () => {
     assert.equal(parseProxyHeader(Buffer.from(`PROXY ${'x'.repeat(PROXY_V1_MAX_BYTES)}`), 1).k, 'error');
   });
 
+  it('refuses v1 IPv6 text that is not an address, and a bad destination (found by fuzz/targets/proxy-protocol.ts)', () => {
+    // The group count ignored empty groups, so a trailing single colon passed as an address.
+    assert.deepEqual(parseProxyHeader(Buffer.from('PROXY TCP6 0000::0: ::1 0 0\r\nMQTT'), 1), {
+      k: 'error',
+      reason: 'PROXY v1 source address',
+    });
+    for (const src of [':1::', '1:2:3:4:5:6:7:', '::1::', '1::2:3:4:5:6:7:8', 'fe80::1%eth0']) {
+      assert.equal(parseProxyHeader(Buffer.from(`PROXY TCP6 ${src} ::1 1 2\r\n`), 1).k, 'error', src);
+    }
+    assert.deepEqual(parseProxyHeader(Buffer.from('PROXY TCP6 ::1 0.0.0.0 1 2\r\n'), 1), {
+      k: 'error',
+      reason: 'PROXY v1 destination address',
+    });
+    assert.deepEqual(parseProxyHeader(Buffer.from('PROXY TCP4 10.0.0.1 10.0.0 1 2\r\n'), 1), {
+      k: 'error',
+      reason: 'PROXY v1 destination address',
+    });
+    assert.equal(parseProxyHeader(Buffer.from('PROXY TCP6 ::ffff:192.0.2.1 2001:db8::2 1 2\r\n'), 1).k, 'done');
+  });
+
   it('reads v2 PROXY over TCP4 and TCP6, and LOCAL without an address', () => {
     const four = v2(1, 0x11, [192, 0, 2, 9, 10, 0, 0, 1, 0xc3, 0x50, 0x07, 0x5b]);
     assert.deepEqual(parseProxyHeader(four, 2), { k: 'done', consumed: 28, source: { address: '192.0.2.9', port: 50000 } });
