@@ -18,8 +18,9 @@ import { check, type FuzzInput, type FuzzTarget, MSGPACK_TOKENS, onlyTyped, valu
 const EXPECTED = { clusterId: 'c', nodeId: 1 };
 const NODES = [1, 2, 3];
 const packr = new Packr({ useRecords: false, mapsAsObjects: true });
-const STATE_MAGIC = Buffer.from('RAFTMQS1');
-const RECORD_MAGIC = Buffer.from('RAFTMQR1');
+// Format 2 (with the cluster identity) and format 1, which is still read.
+const STATE_MAGIC = [Buffer.from('RAFTMQS2'), Buffer.from('RAFTMQS1')] as const;
+const RECORD_MAGIC = [Buffer.from('RAFTMQR2'), Buffer.from('RAFTMQR1')] as const;
 
 function seal(magic: Buffer, body: Uint8Array): Uint8Array {
   const digest = createHash('sha256').update(body).digest();
@@ -36,6 +37,7 @@ export function sampleState(log: LogEntry[], snapshot: boolean): StateFile {
   const base = snapshot ? 4 : 0;
   return {
     clusterId: 'c',
+    clusterUid: '0123456789abcdef0123456789abcdef',
     epoch: { generation: 1, id: 'e' },
     member: { node: 1, inc: 'i1' },
     term: 3,
@@ -50,7 +52,13 @@ export function sampleState(log: LogEntry[], snapshot: boolean): StateFile {
   };
 }
 
-const sampleRecord: MembershipRecord = { clusterId: 'c', nodeId: 1, epoch: { generation: 1, id: 'e' }, consumed: ['f00d'] };
+const sampleRecord: MembershipRecord = {
+  clusterId: 'c',
+  clusterUid: '0123456789abcdef0123456789abcdef',
+  nodeId: 1,
+  epoch: { generation: 1, id: 'e' },
+  consumed: ['f00d'],
+};
 
 const entry = fc.record({
   index: fc.constant(0),
@@ -71,11 +79,12 @@ const validBody: fc.Arbitrary<Uint8Array> = fc.oneof(
 );
 
 /** Knob bit 0: a record, else a state file. Bits 1-2 zero: the bytes are the whole file, as read;
- * else they are the body, sealed here. */
+ * else they are the body, sealed here, as format 2 or (bit 3) format 1. */
 export function runStateFile(input: FuzzInput): void {
   const record = (input.knob & 1) === 1;
   const raw = ((input.knob >> 1) & 3) === 0;
-  const bytes = raw ? input.data : seal(record ? RECORD_MAGIC : STATE_MAGIC, input.data);
+  const format = (input.knob >> 3) & 1;
+  const bytes = raw ? input.data : seal((record ? RECORD_MAGIC : STATE_MAGIC)[format] as Buffer, input.data);
   const driverError = (e: unknown) =>
     e instanceof DriverError && (e.code === 'RAFT_STATE_FILE_CORRUPT' || e.code === 'RAFT_STATE_FILE_FOREIGN');
   if (record) {
