@@ -2,6 +2,7 @@
 // The files are kept in the repository; writeCorpus only remakes them.
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { fixtures } from '../src/protocol/codec-fixtures.js';
+import { TO_SERVER_TYPES } from '../src/protocol/codec-testkit.js';
 import { CORPUS_DIR } from './harness.js';
 import { snapshotCorpus } from './targets/broker-snapshot.js';
 import { commandCorpus } from './targets/command-codec.js';
@@ -11,18 +12,6 @@ import { raftCorpus } from './targets/raft-frames.js';
 import { stateFileCorpus } from './targets/state-file.js';
 import { aclCorpus, configCorpus, passwordCorpus } from './targets/text-files.js';
 
-const TO_SERVER = new Set([
-  'publish',
-  'puback',
-  'pubrec',
-  'pubrel',
-  'pubcomp',
-  'subscribe',
-  'unsubscribe',
-  'pingreq',
-  'disconnect',
-  'auth',
-]);
 const LEVEL_INDEX = { 3: 0, 4: 1, 5: 2 } as const;
 
 /** Each codec fixture behind the options byte of the decoder that reads it (mqtt-decoder.ts). */
@@ -31,7 +20,7 @@ function mqttDecoder(): Uint8Array[] {
     const level = LEVEL_INDEX[f.level];
     let options: number;
     if (f.packet.type === 'connect') options = level;
-    else if (f.toClient !== true && TO_SERVER.has(f.packet.type)) options = 0x40 | level;
+    else if (f.toClient !== true && TO_SERVER_TYPES.has(f.packet.type)) options = 0x40 | level;
     else options = 0x80 | level;
     return new Uint8Array(Buffer.concat([Buffer.of(options), f.bytes]));
   });

@@ -221,6 +221,12 @@ export class LocalLog implements BrokerLog {
     // Proposals made by the listener below go after the ones left for the next turn.
     this.pending = count === pending.length ? [] : pending.slice(count);
     if (this.pending.length > 0) this.scheduleFlush();
+    this.commit(listener, entries, serveStart);
+  }
+
+  /** Hands a turn's committed entries over; serving starts at this node's serve-start among them,
+   * and reads resume once what waits is back under its bound. */
+  private commit(listener: LogListener, entries: Entry[], serveStart: number): void {
     listener.committed(entries);
     if (serveStart !== 0 && !this.stopped) {
       this.period = serveStart;
@@ -293,15 +299,7 @@ export class LocalLog implements BrokerLog {
       }
       this.scheduleDeliver();
     }
-    listener.committed(entries);
-    if (serveStart !== 0 && !this.stopped) {
-      this.period = serveStart;
-      listener.serving(true, serveStart);
-    }
-    if (this.blocked && this.pendingBytes <= this.pendingBytesMax) {
-      this.blocked = false;
-      listener.drain();
-    }
+    this.commit(listener, entries, serveStart);
     this.maybeSnapshot();
   }
 

@@ -10,7 +10,7 @@ export type Mp = Record<string, any>;
 export const MAX = 1 << 20;
 
 /** Packet types a server receives; the rest are decoded with role 'client'. */
-const TO_SERVER_TYPES = new Set([
+export const TO_SERVER_TYPES: ReadonlySet<string> = new Set([
   'connect',
   'publish',
   'puback',
