@@ -279,3 +279,23 @@ export class NodeFixture {
     this.node = null;
   };
 }
+
+/** Connects until the broker accepts (its log may say nothing that says it listens), then a QoS 1
+ * publish round trip through a subscription of its own; retried every 50 ms until `waitMs`. */
+export async function publishRoundTrip(port: number, clientId: string, waitMs: number): Promise<void> {
+  const deadline = Date.now() + waitMs;
+  for (;;) {
+    try {
+      const c = await connectClient(port, { clientId });
+      await subscribe(c, 'probe', 1);
+      const got = c.waitFor((m) => m.topic === 'probe', 'the probe publish');
+      await publish(c, 'probe', 'x', { qos: 1 });
+      await got;
+      await disconnect(c);
+      return;
+    } catch (err) {
+      if (Date.now() > deadline) throw err;
+      await sleep(50);
+    }
+  }
+}

@@ -11,29 +11,10 @@ import { describe, it } from 'node:test';
 import { freePort } from '../jepsen-like-tests/net.js';
 import { CLI, requireCommand } from './broker-process.js';
 import { ClusterNodeProcess, LOOPBACK } from './cluster-processes.js';
-import { connectClient, disconnect, publish, sleep, subscribe } from './helpers.js';
+import { connectClient, disconnect, publish, publishRoundTrip, sleep, subscribe } from './helpers.js';
 
 const WAIT_MS = 20_000;
 const single = (extra: string[] = []): string[] => ['--host', LOOPBACK, '--port', '0', ...extra];
-
-/** Connects until the broker accepts (its log may say nothing), then a publish round trip. */
-async function roundTrip(port: number): Promise<void> {
-  const deadline = Date.now() + WAIT_MS;
-  for (;;) {
-    try {
-      const c = await connectClient(port, { clientId: 'probe' });
-      await subscribe(c, 'probe', 1);
-      const got = c.waitFor((m) => m.topic === 'probe', 'the probe publish');
-      await publish(c, 'probe', 'x', { qos: 1 });
-      await got;
-      await disconnect(c);
-      return;
-    } catch (err) {
-      if (Date.now() > deadline) throw err;
-      await sleep(50);
-    }
-  }
-}
 
 describe('log destination', { timeout: 120_000 }, () => {
   it('SIGTERM ends a node whose stdout reader has gone away (EPIPE), with exit code 0', async () => {
@@ -67,7 +48,7 @@ describe('log destination', { timeout: 120_000 }, () => {
     });
     const exited = once(proc, 'exit');
     try {
-      await roundTrip(port);
+      await publishRoundTrip(port, 'probe', WAIT_MS);
       proc.kill('SIGTERM');
       const timer = setTimeout(() => proc.kill('SIGKILL'), WAIT_MS);
       const [code, signal] = (await exited) as [number | null, string | null];
@@ -140,12 +121,12 @@ describe('log destination: a terminal', { timeout: 120_000 }, () => {
     const exited = once(term, 'exit');
     let pid = 0;
     try {
-      await roundTrip(port);
+      await publishRoundTrip(port, 'probe', WAIT_MS);
       pid = Number(readFileSync(pidFile, 'utf8'));
       assert.ok(pid > 0);
       term.stdin?.write('\x13');
       for (let i = 0; i < 20; i++) {
-        await roundTrip(port);
+        await publishRoundTrip(port, 'probe', WAIT_MS);
         await sleep(100);
       }
       term.stdin?.write('\x11');

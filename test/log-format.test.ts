@@ -6,7 +6,7 @@ import { describe, it } from 'node:test';
 import { freePort } from '../jepsen-like-tests/net.js';
 import { CLI } from './broker-process.js';
 import { ClusterNodeProcess, LOOPBACK } from './cluster-processes.js';
-import { connectClient, disconnect, publish, sleep, subscribe } from './helpers.js';
+import { publishRoundTrip } from './helpers.js';
 
 const WAIT_MS = 15_000;
 
@@ -19,26 +19,6 @@ function isJson(line: string): boolean {
   }
 }
 
-/** Connects until the broker accepts (it may log nothing that says it listens), then a publish
- * round trip. */
-async function roundTrip(port: number): Promise<void> {
-  const deadline = Date.now() + WAIT_MS;
-  for (;;) {
-    try {
-      const c = await connectClient(port, { clientId: 'log-format-probe' });
-      await subscribe(c, 'probe', 1);
-      const got = c.waitFor((m) => m.topic === 'probe', 'the probe publish');
-      await publish(c, 'probe', 'x', { qos: 1 });
-      await got;
-      await disconnect(c);
-      return;
-    } catch (err) {
-      if (Date.now() > deadline) throw err;
-      await sleep(50);
-    }
-  }
-}
-
 describe('log format and level', { timeout: 60_000 }, () => {
   it('--log-format pretty prints lines for a terminal, not JSON', async () => {
     const port = await freePort();
@@ -47,7 +27,7 @@ describe('log format and level', { timeout: 60_000 }, () => {
       const line = await n.waitForLog((l) => / INFO.*: listening$/.test(l.msg), WAIT_MS);
       assert.equal(isJson(line.msg), false);
       assert.match(line.msg, /^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} [^\]]+\] INFO/, 'a time and the level name');
-      await roundTrip(port);
+      await publishRoundTrip(port, 'log-format-probe', WAIT_MS);
       n.signal('SIGTERM');
       assert.equal(await n.exited(WAIT_MS), 0);
       const text = n.logs.map((l) => l.msg);
@@ -65,7 +45,7 @@ describe('log format and level', { timeout: 60_000 }, () => {
     const port = await freePort();
     const n = ClusterNodeProcess.spawn(1, ['--host', LOOPBACK, '--port', String(port), '--log-level', 'warn']);
     try {
-      await roundTrip(port);
+      await publishRoundTrip(port, 'log-format-probe', WAIT_MS);
       assert.equal(n.logs.length, 0, `nothing at all, a clean start has nothing to warn about: ${JSON.stringify(n.logs)}`);
       n.signal('SIGTERM');
       assert.equal(await n.exited(WAIT_MS), 0);

@@ -5,23 +5,14 @@
 import fc from 'fast-check';
 import { Packr } from 'msgpackr';
 import { Broker } from '../../src/broker/broker.js';
+import { testSettings } from '../../src/broker/broker-harness.js';
 import type { Command, Effect, Message, Settings } from '../../src/broker/commands.js';
 import { CommandDecodeError, decodeCommand, encodeCommand } from '../../src/log/command-codec.js';
 import { check, type FuzzInput, type FuzzTarget, MSGPACK_TOKENS, onlyTyped, valueMutated } from '../harness.js';
 
 const T0 = 1_700_000_000_000;
 const packr = new Packr({ useRecords: false, mapsAsObjects: true, variableMapSize: true });
-const SETTINGS: Settings = {
-  maxQueuedMessages: 100,
-  maxQueuedBytes: 1 << 20,
-  maxInflight: 8,
-  maxQos: 2,
-  retainAvailable: true,
-  maxPacketSize: 1 << 20,
-  willGraceS: 30,
-  maxSubscriptions: 0,
-  acl: null,
-};
+const SETTINGS: Settings = { ...testSettings, maxInflight: 8 };
 
 /** Connection ids are PERIOD.SEQ: 1 is the serving period of the setup, 0 an ended one. */
 const conn = fc.constantFrom('1.1', '1.2', '1.3', '0.9', 'x');
