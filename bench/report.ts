@@ -138,9 +138,18 @@ function ratioCell(v: number | null, counts: boolean): string {
   return counts ? f(v, 2) : `(${f(v, 2)})`;
 }
 
-/** Event-loop delay beyond the 10 ms sampling interval, in ms. */
+/** Event-loop delay beyond the 10 ms sampling interval, in ms: p99 / p99.9 / max. */
 function eld(d: LoopDelay | null): string {
-  return d === null ? '–' : `${f(Math.max(0, d.p99Ms - d.resolutionMs), 1)} / ${f(Math.max(0, d.maxMs - d.resolutionMs), 1)}`;
+  if (d === null) return '–';
+  const beyond = (v: number): string => f(Math.max(0, v - d.resolutionMs), 1);
+  return `${beyond(d.p99Ms)} / ${beyond(d.p999Ms)} / ${beyond(d.maxMs)}`;
+}
+
+/** GC pauses over the window: the longest minor and major pause in ms, with their counts. */
+function gcCell(d: LoopDelay | null): string {
+  const g = d?.gc;
+  if (g === undefined) return '–';
+  return `${f(g.minor.maxMs, 1)} (${f(g.minor.count)}) / ${f(g.major.maxMs, 1)} (${f(g.major.count)})`;
 }
 
 function lgCell(r: RunResult): string {
@@ -166,21 +175,22 @@ export function summaryLine(r: RunResult): string {
 export function markdown(rows: Row[], meta: Record<string, unknown>, loadgenMaxPct: number, fleet: FleetSection | null = null): string {
   const flags = (row: Row): string => `${row.failedRuns > 0 ? ' ✗' : ''}${row.result.warnings.length > 0 ? ' ⚠' : ''}`;
   const load = [
-    '| scenario | broker | delivered/s | p50 µs | p99 µs | p99.9 µs | lost | dup | CPU % | RSS MiB | CPU µs/msg | loadgen CPU % /proc (own) | host_other % | ELD p99 / max ms |',
-    '|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
+    '| scenario | broker | delivered/s | p50 µs | p99 µs | p99.9 µs | lost | dup | CPU % | RSS MiB | CPU µs/msg | loadgen CPU % /proc (own) | host_other % | ELD p99 / p99.9 / max ms | GC max ms (n), minor / major |',
+    '|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
   ];
   const cluster = [
-    '| scenario | leader µs/msg | follower µs/msg | follower / leader | one-node µs/msg | leader / one-node | ELD p99 / max ms, leader · followers |',
-    '|---|--:|--:|--:|--:|--:|--:|',
+    '| scenario | leader µs/msg | follower µs/msg | follower / leader | one-node µs/msg | leader / one-node | ELD p99 / p99.9 / max ms, leader · followers | GC max ms (n), minor / major, leader · followers |',
+    '|---|--:|--:|--:|--:|--:|--:|--:|',
   ];
   const idle = [
-    '| scenario | broker | connections | connects/s | bytes/conn | bytes/conn at end | RSS MiB | ramp CPU % /proc | ramp host_other % | ELD p99 / max ms |',
+    '| scenario | broker | connections | connects/s | bytes/conn | bytes/conn at end | RSS MiB | ramp CPU % /proc | ramp host_other % | ELD p99 / p99.9 / max ms |',
     '|---|---|--:|--:|--:|--:|--:|--:|--:|--:|',
   ];
   for (const row of rows) {
     const r = row.result;
     const m = r.mqttload ?? {};
     const e = r.broker === 'mosquitto' ? 'n/a' : eld(r.procs[0]?.loopDelay ?? null);
+    const gc = r.broker === 'mosquitto' ? 'n/a' : gcCell(r.procs[0]?.loopDelay ?? null);
     const rss = perProc(r, (p) => (p.rssKb === null ? null : p.rssKb / 1024), 1);
     if (r.idle) {
       idle.push(
@@ -189,7 +199,7 @@ export function markdown(rows: Row[], meta: Record<string, unknown>, loadgenMaxP
       continue;
     }
     load.push(
-      `| ${r.scenario} | ${r.broker}${flags(row)} | ${f(m.delivered_per_s)} | ${f(m.lat_p50_us)} | ${f(m.lat_p99_us)} | ${f(m.lat_p999_us)} | ${f(m.lost)} | ${f(m.duplicates)} | ${perProc(r, (p) => p.cpuPct)} | ${rss} | ${perProc(r, (p) => p.cpuUsPerMsg, 2)} | ${lgCell(r)} | ${f(r.hostOtherPct)} | ${e} |`,
+      `| ${r.scenario} | ${r.broker}${flags(row)} | ${f(m.delivered_per_s)} | ${f(m.lat_p50_us)} | ${f(m.lat_p99_us)} | ${f(m.lat_p999_us)} | ${f(m.lost)} | ${f(m.duplicates)} | ${perProc(r, (p) => p.cpuPct)} | ${rss} | ${perProc(r, (p) => p.cpuUsPerMsg, 2)} | ${lgCell(r)} | ${f(r.hostOtherPct)} | ${e} | ${gc} |`,
     );
     const c = row.cluster;
     if (c !== null) {
@@ -197,7 +207,7 @@ export function markdown(rows: Row[], meta: Record<string, unknown>, loadgenMaxP
         `| ${r.scenario}${flags(row)} | ${f(c.leaderUsPerMsg, 2)} | ${c.followerUsPerMsg.map((v) => f(v, 2)).join(' / ')} | ${c.followerOverLeader.map((v) => ratioCell(v, c.followerRatioCounts)).join(' / ')} | ${f(c.oneNodeUsPerMsg, 2)} | ${ratioCell(c.leaderOverOneNode, c.oneNodeRatioCounts)} | ${eld(r.procs[0]?.loopDelay ?? null)} · ${r.procs
           .slice(1)
           .map((p) => eld(p.loopDelay))
-          .join(' · ')} |`,
+          .join(' · ')} | ${r.procs.map((p) => gcCell(p.loopDelay)).join(' · ')} |`,
       );
     }
   }

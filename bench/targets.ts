@@ -38,6 +38,14 @@ export interface LoopDelay {
   maxMs: number;
   resolutionMs: number;
   samples: number;
+  /** The garbage collector's pauses over the same window (absent from builds before it was logged). */
+  gc?: { minor: GcTally; major: GcTally };
+}
+
+export interface GcTally {
+  count: number;
+  ms: number;
+  maxMs: number;
 }
 
 function sleep(ms: number): Promise<void> {

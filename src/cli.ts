@@ -3,7 +3,7 @@
 // a three-node cluster with --cluster-node and --cluster-peers), and stops it on SIGINT/SIGTERM
 // within --shutdown-timeout-ms.
 import { readFileSync } from 'node:fs';
-import { monitorEventLoopDelay } from 'node:perf_hooks';
+import { monitorEventLoopDelay, PerformanceObserver, constants as perfConstants } from 'node:perf_hooks';
 import type { pino } from 'pino';
 import { DriverError } from '../raft/driver/errors.js';
 import type { AclRule } from './broker/commands.js';
@@ -60,12 +60,14 @@ function exitAfterLogs(
 /** Sampling interval of the event-loop delay histogram; its values include this interval. */
 const LOOP_DELAY_RESOLUTION_MS = 10;
 
-/** Logs the event-loop delay histogram (docs/design.md "Performance principles") since the previous
- * report, on SIGUSR2 and at stop, then resets it. Values are ms and include the sampling interval.
+/** Logs the event-loop delay histogram (docs/design.md "Performance principles") and the garbage
+ * collector's pauses since the previous report, on SIGUSR2 and at stop, then resets both. Loop
+ * delay values are ms and include the sampling interval.
  * The signal is an explicit request, so the line is written at info even under --log-level warn. */
 function watchLoopDelay(logger: pino.Logger): () => void {
   const h = monitorEventLoopDelay({ resolution: LOOP_DELAY_RESOLUTION_MS });
   h.enable();
+  const gc = new GcPauses();
   const out = logger.isLevelEnabled('info') ? logger : logger.child({}, { level: 'info' });
   const ms = (ns: number): number => Math.round(ns / 1e3) / 1e3;
   const report = (on: string): void => {
@@ -78,6 +80,7 @@ function watchLoopDelay(logger: pino.Logger): () => void {
         p99Ms: ms(h.percentile(99)),
         p999Ms: ms(h.percentile(99.9)),
         maxMs: ms(h.max),
+        gc: gc.take(),
       },
       'event-loop-delay',
     );
@@ -89,7 +92,46 @@ function watchLoopDelay(logger: pino.Logger): () => void {
     process.off('SIGUSR2', onUsr2);
     report('stop');
     h.disable();
+    gc.stop();
   };
+}
+
+interface GcTally {
+  count: number;
+  ms: number;
+  maxMs: number;
+}
+
+/** The garbage collector's pauses of the main thread since the last take(), apart from the loop
+ * delay they cause: minor (scavenges of the young generation) and major (mark-compact), ms. */
+class GcPauses {
+  private minor: GcTally = { count: 0, ms: 0, maxMs: 0 };
+  private major: GcTally = { count: 0, ms: 0, maxMs: 0 };
+  private readonly observer = new PerformanceObserver((list) => {
+    for (const e of list.getEntries()) {
+      const kind = (e as PerformanceEntry & { detail?: { kind?: number } }).detail?.kind;
+      const t = kind === perfConstants.NODE_PERFORMANCE_GC_MINOR ? this.minor : this.major;
+      t.count++;
+      t.ms += e.duration;
+      if (e.duration > t.maxMs) t.maxMs = e.duration;
+    }
+  });
+
+  constructor() {
+    this.observer.observe({ entryTypes: ['gc'] });
+  }
+
+  take(): { minor: GcTally; major: GcTally } {
+    const round = (t: GcTally): GcTally => ({ count: t.count, ms: Math.round(t.ms * 100) / 100, maxMs: Math.round(t.maxMs * 100) / 100 });
+    const out = { minor: round(this.minor), major: round(this.major) };
+    this.minor = { count: 0, ms: 0, maxMs: 0 };
+    this.major = { count: 0, ms: 0, maxMs: 0 };
+    return out;
+  }
+
+  stop(): void {
+    this.observer.disconnect();
+  }
 }
 
 /** The TLS files of the configuration, read and checked, when a listener needs them. Throws

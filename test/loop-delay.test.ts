@@ -1,10 +1,11 @@
-// The event-loop delay report (docs/design.md "Performance principles"): the benchmark reads it from the
-// broker's log, under --log-level warn, on SIGUSR2 and at stop.
+// The event-loop delay report (docs/design.md "Performance principles") with the GC pauses: the benchmark
+// reads it from the broker's log, under --log-level warn, on SIGUSR2 and at stop.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { connect } from 'node:net';
 import { describe, it } from 'node:test';
+import mqtt from 'mqtt';
 import { freePort } from '../jepsen-like-tests/net.js';
 import { CLI } from './broker-process.js';
 import { sleep } from './helpers.js';
@@ -30,6 +31,32 @@ async function waitForPort(port: number): Promise<void> {
   throw new Error(`broker did not listen on ${port} within ${START_WAIT_MS} ms`);
 }
 
+/** 4,000 publishes of 2 KiB from one client to a subscriber of their topic, all delivered. */
+async function makeGarbage(port: number): Promise<void> {
+  const opts = { host: '127.0.0.1', port, reconnectPeriod: 0, connectTimeout: START_WAIT_MS };
+  // A copy each: MQTT.js writes the client id it makes into the options object.
+  const sub = await mqtt.connectAsync({ ...opts });
+  const pub = await mqtt.connectAsync({ ...opts });
+  try {
+    await sub.subscribeAsync('garbage', { qos: 0 });
+    const count = 4_000;
+    let got = 0;
+    const all = new Promise<void>((resolve) =>
+      sub.on('message', () => {
+        if (++got === count) resolve();
+      }),
+    );
+    const payload = Buffer.alloc(2048, 7);
+    // In rounds of 100 acknowledged publishes, so no queue bound of the broker comes into play.
+    for (let k = 0; k < count; k += 100) {
+      await Promise.all(Array.from({ length: 100 }, () => pub.publishAsync('garbage', payload, { qos: 1 })));
+    }
+    await Promise.race([all, sleep(START_WAIT_MS).then(() => Promise.reject(new Error(`${got} of ${count} delivered`)))]);
+  } finally {
+    await Promise.all([sub.endAsync(), pub.endAsync()]);
+  }
+}
+
 function reports(stdout: string): Record<string, unknown>[] {
   return stdout
     .split('\n')
@@ -51,6 +78,7 @@ describe('event-loop delay report', { timeout: 30_000 }, () => {
     try {
       await waitForPort(port);
       await sleep(POLL_MS); // the signal handler is installed right after the listener opens
+      await makeGarbage(port);
       proc.kill('SIGUSR2');
       const deadline = Date.now() + START_WAIT_MS;
       while (reports(stdout).length === 0 && Date.now() < deadline) await sleep(POLL_MS);
@@ -63,6 +91,14 @@ describe('event-loop delay report', { timeout: 30_000 }, () => {
       assert.equal(onSignal?.resolutionMs, 10);
       for (const k of ['p50Ms', 'p99Ms', 'p999Ms', 'maxMs']) assert.equal(typeof onSignal?.[k], 'number', k);
       assert.ok((onSignal?.p50Ms as number) <= (onSignal?.maxMs as number), 'p50 ≤ max');
+      // GC pauses apart from the delay: 8 MB of publishes to read and route collect at least once.
+      const gc = onSignal?.gc as Record<'minor' | 'major', { count: number; ms: number; maxMs: number }>;
+      for (const kind of ['minor', 'major'] as const) {
+        const t = gc[kind];
+        for (const k of ['count', 'ms', 'maxMs'] as const) assert.equal(typeof t[k], 'number', `${kind}.${k}`);
+        assert.ok(t.maxMs <= t.ms + 0.02 && (t.count > 0 || t.ms === 0), `${kind}: ${JSON.stringify(t)}`);
+      }
+      assert.ok(gc.minor.count + gc.major.count >= 1, `a collection under the publishes: ${JSON.stringify(gc)}`);
     } finally {
       if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
     }
