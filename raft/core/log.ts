@@ -1,4 +1,5 @@
 import { assert } from './assert.js';
+import type { Configuration } from './membership.js';
 import type { LogEntry } from './messages.js';
 
 export type AppendOutcome =
@@ -22,10 +23,19 @@ export interface LogBase {
 /** The log, in memory by design (docs/design.md "Raft"), possibly compacted up to `base` (§7).
  * Invariants: the held indexes are contiguous from base.index + 1; terms and times never decrease
  * along the log, the base included; base.index <= commit <= last, and the committed prefix never
- * changes. */
+ * changes.
+ *
+ * Held in columns, not as the LogEntry objects handed in: an entry lives until compaction (100,000
+ * entries and more), so every object it keeps is copied by the young-generation collector and
+ * then marked by every full one. Columns keep one object per entry (its data) instead of two; the
+ * LogEntry objects entry() and slice() return are made on the way out and die young. */
 export class MemoryLog {
-  /** entries[k] holds index base.index + 1 + k. */
-  private readonly entries: LogEntry[] = [];
+  /** Column k holds index base.index + 1 + k. */
+  private readonly terms: number[] = [];
+  private readonly times: number[] = [];
+  private readonly datas: Array<Uint8Array | null> = [];
+  /** The configuration of each configuration entry held, by index. */
+  private readonly configs = new Map<number, Configuration>();
   private commitIndex = 0;
   private baseIndex = 0;
   private baseTerm = 0;
@@ -58,7 +68,7 @@ export class MemoryLog {
   }
 
   lastIndex(): number {
-    return this.baseIndex + this.entries.length;
+    return this.baseIndex + this.terms.length;
   }
 
   lastTerm(): number {
@@ -69,13 +79,13 @@ export class MemoryLog {
   termAt(index: number): number | undefined {
     if (index === this.baseIndex) return this.baseTerm;
     if (index < this.baseIndex) return undefined;
-    return this.entries[index - this.baseIndex - 1]?.term;
+    return this.terms[index - this.baseIndex - 1];
   }
 
   /** Cluster time of the entry at `index`; the base's at the base index; 0 elsewhere outside the log. */
   timeAt(index: number): number {
     if (index === this.baseIndex) return this.baseTime;
-    return this.entries[index - this.baseIndex - 1]?.time ?? 0;
+    return this.times[index - this.baseIndex - 1] ?? 0;
   }
 
   lastTime(): number {
@@ -83,20 +93,36 @@ export class MemoryLog {
   }
 
   entry(index: number): LogEntry {
-    const e = index > this.baseIndex ? this.entries[index - this.baseIndex - 1] : undefined;
-    assert(e !== undefined, `log has no entry ${index} (held ${this.baseIndex + 1}..${this.lastIndex()})`);
-    return e;
+    const held = index > this.baseIndex && index <= this.lastIndex();
+    assert(held, `log has no entry ${index} (held ${this.baseIndex + 1}..${this.lastIndex()})`);
+    return this.make(index - this.baseIndex - 1);
+  }
+
+  /** Data bytes of the entry at `index` (0 for one without data, or outside the log). */
+  dataLength(index: number): number {
+    return index > this.baseIndex ? (this.datas[index - this.baseIndex - 1]?.length ?? 0) : 0;
   }
 
   /** Entries lo .. hi-1. */
   slice(lo: number, hi: number): LogEntry[] {
     assert(lo > this.baseIndex && hi <= this.lastIndex() + 1, `slice [${lo}, ${hi}) outside the log`);
-    return this.entries.slice(lo - this.baseIndex - 1, hi - this.baseIndex - 1);
+    const out: LogEntry[] = new Array(Math.max(0, hi - lo));
+    for (let i = lo; i < hi; i++) out[i - lo] = this.make(i - this.baseIndex - 1);
+    return out;
   }
 
   /** The entries held, from base.index + 1. */
-  all(): readonly LogEntry[] {
-    return this.entries;
+  all(): LogEntry[] {
+    return this.slice(this.baseIndex + 1, this.lastIndex() + 1);
+  }
+
+  private make(k: number): LogEntry {
+    const index = this.baseIndex + 1 + k;
+    const term = this.terms[k] as number;
+    const time = this.times[k] as number;
+    const data = this.datas[k] as Uint8Array | null;
+    const config = this.configs.size === 0 ? undefined : this.configs.get(index);
+    return config === undefined ? { index, term, time, data } : { index, term, time, data, config };
   }
 
   matches(index: number, term: number): boolean {
@@ -176,18 +202,24 @@ export class MemoryLog {
 
   private dropUpTo(index: number): void {
     const n = index - this.baseIndex;
-    for (let k = 0; k < n && k < this.entries.length; k++) this.heldBytes -= this.entries[k]?.data?.length ?? 0;
+    for (let k = 0; k < n && k < this.datas.length; k++) this.heldBytes -= this.datas[k]?.length ?? 0;
     this.baseTerm = this.termAt(index) ?? this.baseTerm;
     this.baseTime = this.timeAt(index);
-    this.entries.splice(0, n);
+    this.terms.splice(0, n);
+    this.times.splice(0, n);
+    this.datas.splice(0, n);
+    for (const i of this.configs.keys()) if (i <= index) this.configs.delete(i);
     this.baseIndex = index;
   }
 
   /** Deletes `index` and every entry after it. */
   private dropFrom(index: number): void {
     const keep = index - this.baseIndex - 1;
-    for (let k = keep; k < this.entries.length; k++) this.heldBytes -= this.entries[k]?.data?.length ?? 0;
-    this.entries.length = keep;
+    for (let k = keep; k < this.datas.length; k++) this.heldBytes -= this.datas[k]?.length ?? 0;
+    this.terms.length = keep;
+    this.times.length = keep;
+    this.datas.length = keep;
+    for (const i of this.configs.keys()) if (i >= index) this.configs.delete(i);
   }
 
   private push(e: LogEntry): void {
@@ -195,7 +227,10 @@ export class MemoryLog {
     if (e.index !== this.lastIndex() + 1) assert(false, `entry ${e.index} appended after ${this.lastIndex()}`);
     if (e.term < this.lastTerm()) assert(false, `entry ${e.index} term ${e.term} below previous ${this.lastTerm()}`);
     if (e.time < this.lastTime()) assert(false, `entry ${e.index} time ${e.time} below previous ${this.lastTime()}`);
-    this.entries.push(e);
+    this.terms.push(e.term);
+    this.times.push(e.time);
+    this.datas.push(e.data);
+    if (e.config !== undefined) this.configs.set(e.index, e.config);
     this.heldBytes += e.data?.length ?? 0;
   }
 }

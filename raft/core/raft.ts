@@ -724,7 +724,7 @@ export class RaftCore {
     // Entries the newest snapshot covers are not durable state: a restart begins at the snapshot.
     const after = this.snapshotIndex;
     const held = after > this.log.snapshotIndex;
-    const log = held ? this.log.slice(after + 1, this.log.lastIndex() + 1) : [...this.log.all()];
+    const log = held ? this.log.slice(after + 1, this.log.lastIndex() + 1) : this.log.all();
     const baseConfig = held ? this.configAt(after) : this.baseConfig;
     return { term: this.term, vote: this.vote, voteInc: this.voteInc, entries: log, baseConfig, snapshot: this.snapshot };
   }
@@ -1649,7 +1649,7 @@ export class RaftCore {
   private appendEnd(lo: number, hi: number): number {
     let bytes = 0;
     for (let i = lo; i < hi; i++) {
-      bytes += this.log.entry(i).data?.length ?? 0;
+      bytes += this.log.dataLength(i);
       if (bytes > this.appendBytesMax && i > lo) return i;
     }
     return hi;
@@ -1665,7 +1665,7 @@ export class RaftCore {
       return new RaftError('RAFT_SNAPSHOT_STALE', `snapshot at ${index}, the newest is at ${before}, applied ${this.applied}`);
     }
     const { chunks: parts, bytes } = rechunk(chunks, this.snapshotChunkBytesMax);
-    for (let i = before + 1; i <= index; i++) this.appliedBytes -= this.log.entry(i).data?.length ?? 0;
+    for (let i = before + 1; i <= index; i++) this.appliedBytes -= this.log.dataLength(i);
     const term = this.log.termAt(index) ?? 0;
     this.snapshot = { index, term, time: this.log.timeAt(index), config: this.configAt(index), chunks: parts, bytes };
     const floor = this.compactionFloor(index);
@@ -1705,7 +1705,7 @@ export class RaftCore {
     let floor = index;
     let bytes = 0;
     while (floor > needed && floor > this.log.snapshotIndex && index - floor < this.logEntriesMax) {
-      bytes += this.log.entry(floor).data?.length ?? 0;
+      bytes += this.log.dataLength(floor);
       if (bytes > this.logBytesMax) break;
       floor--;
     }

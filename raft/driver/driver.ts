@@ -1096,7 +1096,7 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
       refusedMessages: this.gate.refused,
       lastContactAgoMs,
       snapshotIndex: this.core.firstIndex - 1,
-      logEntries: this.core.entries().length,
+      logEntries: this.core.lastIndex - this.core.firstIndex + 1,
       logBytes: this.core.logBytes,
       membership: this.core.membershipAtStart,
       epoch: this.core.epoch,

@@ -345,7 +345,7 @@ describe('raft wire layout', { timeout: 60_000 }, () => {
     );
   });
 
-  it('encodes the entries once when the same entry objects go to another follower', () => {
+  it('encodes the entries once when the same entries go to another follower', () => {
     const encoder = new RaftWireEncoder();
     const uncached = new RaftWireEncoder({ cacheEntries: false });
     const entries: LogEntry[] = Array.from({ length: 64 }, (_, k) => ({
@@ -367,12 +367,18 @@ describe('raft wire layout', { timeout: 60_000 }, () => {
     same(to3);
     same(run);
     assert.deepEqual(encoder.entryCache, { hits: 2, misses: 1 });
+    // The log hands out new objects for the same entries (same numbers, the very data): still a hit.
+    same({ ...to3, entries: entries.map((e) => ({ ...e })) });
+    assert.deepEqual(encoder.entryCache, { hits: 3, misses: 1 });
     // Equal values in other objects (a log rewritten by a new leader) are encoded afresh.
     const copies = entries.map((e) => ({ ...e, term: 4 }));
     same({ ...to2, term: 4, entries: copies });
-    assert.deepEqual(encoder.entryCache, { hits: 2, misses: 2 });
+    assert.deepEqual(encoder.entryCache, { hits: 3, misses: 2 });
     same({ ...to2, prevIndex: 9, entries: [{ index: 10, term: 3, time: 4999, data: null }, ...copies.slice(0, 5)] });
-    assert.deepEqual(encoder.entryCache, { hits: 2, misses: 3 });
+    assert.deepEqual(encoder.entryCache, { hits: 3, misses: 3 });
+    // Equal bytes in another data object are encoded afresh too: identity is what proves sameness.
+    same({ ...to2, term: 4, entries: copies.map((e) => ({ ...e, data: Uint8Array.from(e.data as Uint8Array) })) });
+    assert.deepEqual(encoder.entryCache, { hits: 3, misses: 4 });
   });
 
   it('remembers a whole window of appends to one follower for the next follower, and not large ones', () => {

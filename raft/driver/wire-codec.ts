@@ -197,16 +197,18 @@ export class RaftWireEncoder {
     return b.frame;
   }
 
-  /** The remembered append whose entries hold `entries` as a run (the very objects), and where. */
+  /** The remembered append whose entries hold `entries` as a run, and where. The log hands out a
+   * new LogEntry object each time (raft/core/log.ts keeps columns), so an entry is the same when its
+   * numbers are and its data (or configuration) is the very object encoded before. */
   private encodedRun(entries: readonly LogEntry[]): { run: EncodedRun; k0: number } | null {
     const first = (entries[0] as LogEntry | null)?.index;
     if (typeof first !== 'number') return null;
     const n = entries.length;
     for (const run of this.runs) {
       const k0 = first - run.firstIndex;
-      if (!(k0 >= 0 && k0 + n <= run.entries.length) || run.entries[k0] !== entries[0]) continue;
+      if (!(k0 >= 0 && k0 + n <= run.entries.length) || !sameEntry(run.entries[k0] as LogEntry, entries[0] as LogEntry)) continue;
       let k = 1;
-      while (k < n && run.entries[k0 + k] === entries[k]) k++;
+      while (k < n && sameEntry(run.entries[k0 + k] as LogEntry, entries[k] as LogEntry)) k++;
       if (k === n) return { run, k0 };
     }
     return null;
@@ -476,6 +478,10 @@ export class RaftWireDecoder {
     this.at = at;
     return entries;
   }
+}
+
+function sameEntry(a: LogEntry, b: LogEntry): boolean {
+  return a === b || (a.index === b.index && a.term === b.term && a.time === b.time && a.data === b.data && a.config === b.config);
 }
 
 export interface RaftWireOptions {
