@@ -299,6 +299,11 @@ export const SCHEMA = {
     max: 2 ** 40,
     help: "with --data-dir: a snapshot is written once the log grew by this many bytes, or by the last snapshot's size if that is larger, since the last one; the log before it is then removed. Bounds start-up replay and disk use",
   },
+  'cluster-server-reference': {
+    kind: 'string',
+    default: '',
+    help: "ID=HOST:PORT for every node, the address clients use to reach it: followers then listen too and answer each CONNECT with the leader's address (MQTT 5: CONNACK 0x9C with a Server Reference; 3.1.1: return code 3), so load balancers must check GET /health; empty: followers do not listen",
+  },
   'cluster-force-start': {
     kind: 'bool',
     default: false,

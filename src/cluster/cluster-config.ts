@@ -32,6 +32,8 @@ export interface ClusterSettings {
   auditLog: string | undefined;
   /** The password and ACL files, whose bytes go into this node's configuration hash. */
   configFiles: string[];
+  /** --cluster-server-reference: each node's address as clients reach it; undefined: off. */
+  serverReferences: Map<number, string> | undefined;
 }
 
 /** Exactly this many voters (raft part 2: a fixed configuration). */
@@ -42,7 +44,7 @@ export function clusterSettings(config: Config): ClusterSettings | null {
   const node = config['cluster-node'];
   const peersText = config['cluster-peers'];
   if (node === 0 && peersText === '') {
-    for (const flag of ['cluster-listen', 'cluster-secret', 'audit-log'] as const) {
+    for (const flag of ['cluster-listen', 'cluster-secret', 'audit-log', 'cluster-server-reference'] as const) {
       if (config[flag] !== '') throw missing(`--${flag} needs --cluster-node and --cluster-peers`);
     }
     if (config['cluster-force-start']) throw missing('--cluster-force-start needs --cluster-node, --cluster-peers and --state-file');
@@ -84,7 +86,33 @@ export function clusterSettings(config: Config): ClusterSettings | null {
     handoverTimeoutMs: Math.min(2 * config['cluster-election-timeout-ms'], Math.floor(config['shutdown-timeout-ms'] / 2)),
     auditLog: config['audit-log'] === '' ? undefined : config['audit-log'],
     configFiles: [config['password-file'], config['acl-file']].filter((f) => f !== ''),
+    serverReferences:
+      config['cluster-server-reference'] === '' ? undefined : parseServerReferences(config['cluster-server-reference'], peers),
   };
+}
+
+/** `ID=HOST:PORT,…`, one entry for every node of --cluster-peers: the address a client is given
+ * (MQTT 5 Server Reference) when it connects to a follower. */
+export function parseServerReferences(text: string, peers: ReadonlyMap<number, PeerAddress>): Map<number, string> {
+  const flag = '--cluster-server-reference';
+  const refs = new Map<number, string>();
+  for (const item of text.split(',')) {
+    const eq = item.indexOf('=');
+    if (eq <= 0) throw bad(`${flag}: entry "${item}" is not ID=HOST:PORT`);
+    const idText = item.slice(0, eq);
+    const id = Number(idText);
+    if (!/^[0-9]+$/.test(idText) || !peers.has(id)) {
+      throw bad(`${flag}: "${idText}" is not a node id of --cluster-peers (${[...peers.keys()].join(', ')})`);
+    }
+    if (refs.has(id)) throw bad(`${flag}: node ${id} is listed twice`);
+    const value = item.slice(eq + 1);
+    const a = hostPort(value, `${flag} entry for node ${id}`);
+    if (a.port === 0 || a.host === '') throw bad(`${flag}: node ${id} needs a host and a port clients can connect to, not "${value}"`);
+    refs.set(id, value);
+  }
+  const absent = [...peers.keys()].filter((id) => !refs.has(id));
+  if (absent.length > 0) throw bad(`${flag}: no address for node ${absent.join(', ')}; every node may lead`);
+  return refs;
 }
 
 export function parsePeers(text: string): Map<number, PeerAddress> {

@@ -75,7 +75,18 @@ export async function startClusterNode(
   }
   // The broker is attached before raft starts: a resumed state file hands its snapshot to the
   // broker in raft's first turn. Nothing listens for MQTT until this node serves.
-  const node = new BrokerNode({ ...nodeOpts, audit, sysCluster: () => log.status() }, log);
+  const refs = cs.serverReferences;
+  // A follower names the leader it knows; itself while not yet serving is no reference.
+  const serverReference =
+    refs === undefined
+      ? {}
+      : {
+          serverReference: (): string | null => {
+            const leader = log.status().leader;
+            return leader === cs.node ? null : (refs.get(leader) ?? null);
+          },
+        };
+  const node = new BrokerNode({ ...nodeOpts, ...serverReference, audit, sysCluster: () => log.status() }, log);
   created(node);
   log.attach({
     lastCheck: () => node.lastCheck,

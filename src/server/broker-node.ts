@@ -18,10 +18,11 @@ import { type EnhancedAuthMethod, methodTable } from './enhanced-auth.js';
 import { LatencyBuckets } from './latency-buckets.js';
 import { ConnectRateLimiter, DEFAULT_NODE_LIMITS, type NodeLimits, WRITE_BUFFER_BYTES_DEFAULT } from './limits.js';
 import { type ListenerSpec, listenerUrl } from './listeners/listen-url.js';
-import { Listener, type ListenerHost } from './listeners/listener.js';
+import { Listener, type ListenerHost, type ListenerLimits } from './listeners/listener.js';
 import type { TlsMaterial } from './listeners/tls-material.js';
 import { type ConnackLimits, toWire } from './outbound.js';
 import { RateLimitedLog } from './rate-limited-log.js';
+import { type ReferenceSource, Referrer } from './referrer.js';
 import { filterReachesSys, type SysReadings, SysTopics } from './sys-topics.js';
 import { DROP_EVENTS, PROBE_EVERY, sum, Traffic } from './traffic.js';
 import type { ByteStream, Transport } from './transport.js';
@@ -71,6 +72,10 @@ export interface NodeOptions {
   version?: string;
   /** A cluster node's raft view, for $SYS/broker/cluster/...; absent on a single node. */
   sysCluster?: () => { role: string; leader: number; term: number; redundant: boolean };
+  /** --cluster-server-reference: while this node does not serve it listens anyway and answers
+   * every CONNECT with the leader's address this gives (src/server/referrer.ts); absent: nothing
+   * listens unless serving. */
+  serverReference?: ReferenceSource;
 }
 
 const EMPTY_FILTERS: ReadonlySet<string> = new Set();
@@ -220,6 +225,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
   /** Bound port per spec; a later serving period listens on the same ports (port 0 stays the
    * first pick). */
   private readonly boundPorts: number[];
+  private readonly referrer: Referrer | null;
   /** Connections with output not yet written, in the order they got it; FLUSHES_PER_TURN_MAX
    * written per turn. A connection appears once until written (its own dirty flag). */
   private readonly dirty = new Fifo<Connection>();
@@ -287,6 +293,10 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
       retainAvailable: opts.retainAvailable,
       maxWriteBufferBytes: opts.maxWriteBufferBytes ?? WRITE_BUFFER_BYTES_DEFAULT,
     };
+    this.referrer =
+      opts.serverReference === undefined
+        ? null
+        : new Referrer(this.specs, opts.tls ?? null, this.listenerLimits(), opts.serverReference, this);
   }
 
   /** The bound port of the first listener (the real one when options asked for port 0); 0 before
@@ -399,6 +409,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     });
     this.opts.tls?.watch(() => this.reloadTls());
     this.log.start(this);
+    if (!this.log.serving) this.startReferring();
     const every = this.opts.statsIntervalMs ?? 0;
     if (every > 0) {
       this.statsTimer = setInterval(() => this.logger.info(this.stats(), 'stats'), every);
@@ -415,7 +426,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     this.digests.cancel();
     this.opts.tls?.close();
     if (this.statsTimer !== null) clearInterval(this.statsTimer);
-    const closing = this.stopServing(RC.SERVER_SHUTTING_DOWN, !this.log.serving);
+    const closing = this.stopServing(RC.SERVER_SHUTTING_DOWN, !this.log.serving).then(() => this.referrer?.close());
     this.firstListen?.resolve();
     this.firstListen = null;
     // Nothing is written once stopServing returns, so the log (a cluster leader's handover) need
@@ -663,6 +674,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
       connectRateTable: this.connectRate.table.size,
       connectRateTableMax: this.connectRate.table.max,
       ...this.opts.gauges?.(),
+      ...(this.referrer === null ? {} : { referred: this.referrer.referred, referredNoLeader: this.referrer.unavailable }),
       counters: Object.fromEntries(this.counters),
     };
   }
@@ -846,22 +858,29 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
 
   // ---- listening ----
 
-  private startListening(): void {
-    if (this.listeners !== null) return;
-    const gen = ++this.listenGen;
-    const limits = {
+  private listenerLimits(): ListenerLimits {
+    return {
       maxPacketSize: this.opts.maxPacketSize,
       handshakeTimeoutMs: this.limits.connectTimeoutMs,
       maxWriteBufferBytes: this.limits.maxWriteBufferBytes,
       backlog: this.limits.listenBacklog,
     };
-    const listeners = this.specs.map((spec) => new Listener(spec, this, this.opts.tls ?? null, limits));
+  }
+
+  private startListening(): void {
+    if (this.listeners !== null) return;
+    const gen = ++this.listenGen;
+    const listeners = this.specs.map((spec) => new Listener(spec, this, this.opts.tls ?? null, this.listenerLimits()));
     this.listeners = listeners;
+    // A follower's referral listeners hold the same ports: they are released first.
+    const released = this.referrer?.close() ?? Promise.resolve();
     const bound = listeners.map((l, i) =>
-      l.listen(this.boundPorts[i] || l.spec.port).then((port) => {
-        this.boundPorts[i] = port;
-        if (gen === this.listenGen) this.logger.info({ url: listenerUrl(l.spec, port), host: l.spec.host, port }, 'listening');
-      }),
+      released
+        .then(() => l.listen(this.boundPorts[i] || l.spec.port))
+        .then((port) => {
+          this.boundPorts[i] = port;
+          if (gen === this.listenGen) this.logger.info({ url: listenerUrl(l.spec, port), host: l.spec.host, port }, 'listening');
+        }),
     );
     Promise.all(bound).then(
       () => {
@@ -932,6 +951,27 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     this.clearProbe();
     this.closeAll(reason, discard);
     if (listeners !== null) await Promise.all(listeners.map((l) => l.close(STOP_GRACE_MS)));
+    this.startReferring();
+  }
+
+  /** --cluster-server-reference: while not serving (and not stopped), the ports answer CONNECTs
+   * with the leader's address. A bind failure is logged; serving later binds as usual. */
+  private startReferring(): void {
+    const r = this.referrer;
+    if (r === null || r.open || this.stopped || this.listeners !== null) return;
+    r.listen(this.boundPorts).then(
+      (ports) => {
+        if (this.listeners !== null || this.stopped) {
+          void r.close();
+          return;
+        }
+        ports.forEach((p, i) => {
+          this.boundPorts[i] = p;
+        });
+        this.logger.info({ ports }, 'referring clients to the leader');
+      },
+      (err: Error) => this.logger.error({ err: err.message }, 'cannot listen to refer clients to the leader'),
+    );
   }
 
   private closeAll(reason: number | undefined, discard: boolean): void {
