@@ -20,6 +20,7 @@ const COLUMNS: Record<string, string[]> = {
     'attempts',
     'refused',
     'closedBeforeConnack',
+    'referred',
     'cmdMissing',
     'brokerCpuPct',
     'brokerRssMiB',

@@ -42,6 +42,8 @@ const HELP = `node build/bench/fleet.js --scenario fleet|fleet-failover|connect-
   --payload-bytes N        payload size (default 64, at least 24)
  all:
   --raftmq-arg FLAG        an extra raftmq flag for every node (repeatable, e.g. --raftmq-arg=--max-pending-connections=20000)
+  --server-reference       three nodes: --cluster-server-reference with every node's address; devices
+                           that get a CONNACK naming another node try it at once
   --out DIR                results folder (default bench/results)`;
 
 function fail(message: string): never {
@@ -75,6 +77,7 @@ function parseOptions(argv: string[]): Options {
         'p99-limit-ms': { type: 'string' },
         'payload-bytes': { type: 'string' },
         'raftmq-arg': { type: 'string', multiple: true },
+        'server-reference': { type: 'boolean' },
         out: { type: 'string' },
         help: { type: 'boolean' },
       },
@@ -122,6 +125,7 @@ function parseOptions(argv: string[]): Options {
     p99LimitMs: num('p99-limit-ms', 50, 1, 60_000, false),
     payloadBytes: num('payload-bytes', 64, 24, 1_000_000),
     raftmqArgs: (v['raftmq-arg'] as string[] | undefined) ?? [],
+    serverReference: v['server-reference'] === true,
     outDir: resolve(str('out') ?? join(REPO, 'bench', 'results')),
   };
 }
@@ -170,7 +174,7 @@ async function main(): Promise<void> {
       pkiDir = pki.dir;
       outcome = await runConnect(ctx, pki);
     } else {
-      target = await Target.start({ kind: o.target, tls: null, dir, raftmqArgs: o.raftmqArgs });
+      target = await Target.start({ kind: o.target, tls: null, dir, raftmqArgs: o.raftmqArgs, serverReference: o.serverReference });
       outcome = o.scenario === 'fleet' ? await runFleet(ctx, target) : await runFailover(ctx, target);
     }
   } catch (err) {

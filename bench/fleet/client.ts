@@ -28,7 +28,7 @@ export type ConnectFailure = 'refused' | 'closed' | 'timeout' | 'rc';
 
 export type ConnectResult =
   | { ok: true; conn: Conn; sessionPresent: boolean; receiveMaximum: number }
-  | { ok: false; why: ConnectFailure; detail: string };
+  | { ok: false; why: ConnectFailure; detail: string; reference?: string };
 
 export const nowMs = (): number => performance.now();
 
@@ -146,7 +146,8 @@ export function connectMqtt(ep: Endpoint, spec: ConnectSpec, timeoutMs: number, 
       if (p.cmd !== 'connack') return;
       const rc = (spec.version === 5 ? p.reasonCode : p.returnCode) ?? 0;
       if (rc !== 0) {
-        finish({ ok: false, why: 'rc', detail: `CONNACK ${rc}` });
+        const reference = p.properties?.serverReference;
+        finish({ ok: false, why: 'rc', detail: `CONNACK ${rc}`, ...(reference === undefined ? {} : { reference }) });
         socket.destroy();
         return;
       }

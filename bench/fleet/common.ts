@@ -29,6 +29,7 @@ export interface Options {
   p99LimitMs: number;
   payloadBytes: number;
   raftmqArgs: string[];
+  serverReference: boolean;
   outDir: string;
 }
 

@@ -166,6 +166,7 @@ export async function runFailover(ctx: Ctx, target: Target): Promise<Outcome> {
     closedBeforeConnack: sum((s) => s.closedBeforeConnack),
     timedOut: sum((s) => s.timedOut),
     connackRefused: sum((s) => s.rcRefused),
+    referred: sum((s) => s.referred),
     lostAgain: sum((s) => s.lostAgain),
     resubscribed: sum((s) => s.resubscribed),
     cmdAcked: acked,

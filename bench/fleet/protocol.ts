@@ -67,6 +67,8 @@ export interface FailoverStatus {
   closedBeforeConnack: number;
   timedOut: number;
   rcRefused: number;
+  /** CONNACKs that named another node (MQTT 5 Server Reference), which the device tried next at once. */
+  referred: number;
   gaveUp: number;
   lostAgain: number;
   /** Connection losses the devices noticed (each starts a reconnect). */

@@ -38,6 +38,8 @@ export interface TargetOptions {
   dir: string;
   /** Extra raftmq flags for every node. */
   raftmqArgs: string[];
+  /** Three nodes: --cluster-server-reference with every node's MQTT address. */
+  serverReference?: boolean;
 }
 
 /** Settings set alike on both brokers for throughput: Mosquitto's as asked (no persistence,
@@ -165,8 +167,11 @@ export class Target {
       const peerPorts: number[] = [];
       for (let i = 0; i < count && cluster; i++) peerPorts.push(await freePort());
       const peers = peerPorts.map((p, i) => `${i + 1}=${HOST}:${p}`).join(',');
+      const ports: number[] = [];
+      for (let i = 0; i < count; i++) ports.push(await freePort());
+      const refs = ports.map((p, i) => `${i + 1}=${HOST}:${p}`).join(',');
       for (let id = 1; id <= count; id++) {
-        const port = await freePort();
+        const port = ports[id - 1] as number;
         const tlsPort = tls ? await freePort() : 0;
         const healthPort = await freePort();
         const args = [RAFTMQ_CLI, '--host', HOST, ...RAFTMQ_COMMON];
@@ -179,6 +184,7 @@ export class Target {
         args.push('--health-port', String(healthPort));
         if (cluster) {
           args.push('--cluster-node', String(id), '--cluster-peers', peers, '--state-file', join(o.dir, `node${id}.state`));
+          if (o.serverReference === true) args.push('--cluster-server-reference', refs);
         }
         args.push(...o.raftmqArgs);
         nodes.push(new BrokerNode(id, cluster ? `raftmq node ${id}` : 'raftmq', process.execPath, args, port, tlsPort, healthPort));

@@ -108,6 +108,7 @@ const counters = {
   closedBeforeConnack: 0,
   timedOut: 0,
   rcRefused: 0,
+  referred: 0,
   gaveUp: 0,
   lostAgain: 0,
   losses: 0,
@@ -316,6 +317,15 @@ async function attempt(d: Device): Promise<void> {
   counters.attempts++;
   const r = await connectMqtt(endpoints[d.nodeIndex] as Endpoint, d.spec, f.attemptTimeoutMs, ca);
   if (!r.ok) {
+    // A follower's Server Reference (--cluster-server-reference): the device goes there at once,
+    // as a client that honours MQTT 5's reference does.
+    const to = r.reference === undefined ? -1 : endpoints.findIndex((e) => `${e.host}:${e.port}` === r.reference);
+    if (to >= 0 && to !== d.nodeIndex) {
+      counters.referred++;
+      d.nodeIndex = to;
+      setImmediate(() => void attempt(d));
+      return;
+    }
     if (r.why === 'refused') counters.refused++;
     else if (r.why === 'timeout') counters.timedOut++;
     else if (r.why === 'rc') counters.rcRefused++;
