@@ -317,10 +317,10 @@ async function attempt(d: Device): Promise<void> {
   counters.attempts++;
   const r = await connectMqtt(endpoints[d.nodeIndex] as Endpoint, d.spec, f.attemptTimeoutMs, ca);
   if (!r.ok) {
-    // A follower's Server Reference (--cluster-server-reference): the device goes there at once,
-    // as a client that honours MQTT 5's reference does.
+    // A Server Reference (--cluster-server-reference): the device goes there at once, as a client
+    // that honours MQTT 5's reference does; a node that began to serve names itself.
     const to = r.reference === undefined ? -1 : endpoints.findIndex((e) => `${e.host}:${e.port}` === r.reference);
-    if (to >= 0 && to !== d.nodeIndex) {
+    if (to >= 0) {
       counters.referred++;
       d.nodeIndex = to;
       setImmediate(() => void attempt(d));

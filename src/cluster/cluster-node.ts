@@ -76,14 +76,15 @@ export async function startClusterNode(
   // The broker is attached before raft starts: a resumed state file hands its snapshot to the
   // broker in raft's first turn. Nothing listens for MQTT until this node serves.
   const refs = cs.serverReferences;
-  // A follower names the leader it knows; itself while not yet serving is no reference.
+  // A follower names the leader it hears; itself while not yet serving is no reference.
   const serverReference =
     refs === undefined
       ? {}
       : {
-          serverReference: (): string | null => {
-            const leader = log.status().leader;
-            return leader === cs.node ? null : (refs.get(leader) ?? null);
+          serverReference: {
+            own: refs.get(cs.node) as string,
+            // A leader heard from within half an election timeout (heartbeats come every E/5).
+            leader: (): string | null => refs.get(log.liveLeader(cs.electionTimeoutMs / 2)) ?? null,
           },
         };
   const node = new BrokerNode({ ...nodeOpts, ...serverReference, audit, sysCluster: () => log.status() }, log);

@@ -668,6 +668,15 @@ export class RaftLog implements BrokerLog, LeaseView {
     };
   }
 
+  /** The leader this node knows, if it is another node heard from within `ms`; else 0 (none, this
+   * node itself, or a leader gone quiet: one killed is still named until the next election). */
+  liveLeader(ms: number): number {
+    const leader = this.driver.leader;
+    if (leader === 0 || leader === this.node) return 0;
+    const heard = this.driver.lastContact(leader);
+    return heard !== undefined && performance.now() - heard <= ms ? leader : 0;
+  }
+
   /** Null when every configured node is a caught-up voter with its current incarnation (raft's
    * judgement), its link is up and it was heard from within E (a frozen process keeps its link),
    * else what is missing. Judged by the leader, which alone tracks what each follower holds; on a

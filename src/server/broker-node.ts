@@ -73,7 +73,8 @@ export interface NodeOptions {
   /** A cluster node's raft view, for $SYS/broker/cluster/...; absent on a single node. */
   sysCluster?: () => { role: string; leader: number; term: number; redundant: boolean };
   /** --cluster-server-reference: while this node does not serve it listens anyway and answers
-   * every CONNECT with the leader's address this gives (src/server/referrer.ts); absent: nothing
+   * every CONNECT with the leader's address this gives (src/server/referrer.ts); one waiting for a
+   * leader when this node starts to serve is sent to this node's own address. Absent: nothing
    * listens unless serving. */
   serverReference?: ReferenceSource;
 }
@@ -873,7 +874,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     const listeners = this.specs.map((spec) => new Listener(spec, this, this.opts.tls ?? null, this.listenerLimits()));
     this.listeners = listeners;
     // A follower's referral listeners hold the same ports: they are released first.
-    const released = this.referrer?.close() ?? Promise.resolve();
+    const released = this.referrer?.close(true) ?? Promise.resolve();
     const bound = listeners.map((l, i) =>
       released
         .then(() => l.listen(this.boundPorts[i] || l.spec.port))

@@ -1,30 +1,48 @@
 // A follower's listeners under --cluster-server-reference (docs/operations.md "Server Reference"):
 // they take a client's CONNECT only to answer it with a CONNACK that sends the client to the leader
-// and close. Nothing else of MQTT is spoken here and nothing reaches the log.
+// and close; while no leader is known an MQTT 5 CONNECT waits for one, at most REFERRAL_HOLD_MS.
+// Nothing else of MQTT is spoken here and nothing reaches the log.
 import { Decoder } from '../protocol/decoder.js';
 import { encode } from '../protocol/encoder.js';
-import type { Packet } from '../protocol/packets.js';
 import { CONNACK_V4, RC } from '../protocol/reason-codes.js';
 import type { ListenerSpec } from './listeners/listen-url.js';
 import { Listener, type ListenerHost, type ListenerLimits } from './listeners/listener.js';
 import type { TlsMaterial } from './listeners/tls-material.js';
 import type { ByteStream, Transport } from './transport.js';
 
-/** The leader's address as clients reach it, or null while no other node is known to lead. */
-export type ReferenceSource = () => string | null;
+export interface ReferenceSource {
+  /** The leader's address as clients reach it, or null while no other node is known to lead. */
+  leader(): string | null;
+  /** This node's own address as clients reach it. */
+  readonly own: string;
+}
 
 export interface ReferrerHost {
   /** Counted and logged at most once per window per key, as the node's other refusals. */
   refused(key: string, fields: Record<string, unknown>, message: string): void;
 }
 
-/** Open sockets not yet answered; one past it is closed at accept. */
-const REFERRALS_PENDING_MAX = 10_000;
+/** Open sockets not yet answered; one past it is closed at accept. A fleet reconnects at once. */
+const REFERRALS_PENDING_MAX = 20_000;
+/** An MQTT 5 CONNECT that arrives while no leader is known waits this long for one (an election
+ * takes about one to two election timeouts) before it is answered 0x88: a device answered at once
+ * would only wait out its backoff and try again. */
+export const REFERRAL_HOLD_MS = 3_000;
+/** How often held CONNECTs look for a leader. */
+const REFERRAL_POLL_MS = 20;
+
+interface Held {
+  readonly stream: ByteStream;
+  readonly until: number;
+  readonly done: () => void;
+}
 
 export class Referrer implements ListenerHost {
   private listeners: Listener[] | null = null;
   private closing: Promise<void> = Promise.resolve();
   private pending = 0;
+  private readonly held = new Set<Held>();
+  private poll: NodeJS.Timeout | null = null;
   /** CONNECTs answered with the leader's address, and without one (no leader known). */
   referred = 0;
   unavailable = 0;
@@ -33,7 +51,7 @@ export class Referrer implements ListenerHost {
     private readonly specs: readonly ListenerSpec[],
     private readonly tls: TlsMaterial | null,
     private readonly limits: ListenerLimits,
-    private readonly reference: ReferenceSource,
+    private readonly source: ReferenceSource,
     private readonly host: ReferrerHost,
   ) {}
 
@@ -57,8 +75,16 @@ export class Referrer implements ListenerHost {
   }
 
   /** Stops listening; the promise (also awaited by the next listen()) resolves once every port is
-   * released. Answers under way are cut short. */
-  close(): Promise<void> {
+   * released. `serving`: this node now serves, so a CONNECT held for want of a leader is sent here
+   * (its own address), else it is closed unanswered. */
+  close(serving = false): Promise<void> {
+    for (const h of this.held) {
+      h.done();
+      if (serving) this.send(h.stream, this.source.own);
+      else h.stream.destroy();
+    }
+    this.held.clear();
+    this.stopPoll();
     const listeners = this.listeners;
     this.listeners = null;
     if (listeners !== null) this.closing = Promise.all(listeners.map((l) => l.close(0))).then(() => undefined);
@@ -109,28 +135,62 @@ export class Referrer implements ListenerHost {
       const { packets, error } = decoder.feed(chunk);
       const first = packets[0];
       if (first === undefined && error === null) return;
-      finish();
       if (first?.type !== 'connect') {
+        finish();
         this.host.refused('referral-not-connect', { remote: transport.remoteAddress }, 'first packet to a follower is not CONNECT; closed');
         stream.destroy();
         return;
       }
-      stream.write(this.answer(first));
-      stream.end();
+      clearTimeout(timer);
+      if (first.level !== 5) {
+        // 3.1.1 has no reference: return code 3, Server unavailable, at once.
+        finish();
+        this.unavailable++;
+        stream.write(encode({ type: 'connack', sessionPresent: false, code: CONNACK_V4.SERVER_UNAVAILABLE, props: {} }, first.level));
+        stream.end();
+        return;
+      }
+      const to = this.source.leader();
+      if (to !== null) {
+        finish();
+        this.send(stream, to);
+        return;
+      }
+      this.held.add({ stream, until: performance.now() + REFERRAL_HOLD_MS, done: finish });
+      this.poll ??= setInterval(this.lookForLeader, REFERRAL_POLL_MS);
     });
   }
 
-  /** MQTT 5: 0x9C Use another server with the leader's address, or 0x88 Server unavailable while
-   * none is known; 3.1.1 has no reference: return code 3, Server unavailable. */
-  private answer(connect: Packet & { type: 'connect' }): Buffer {
-    const to = this.reference();
+  private readonly lookForLeader = (): void => {
+    const to = this.source.leader();
+    const now = performance.now();
+    for (const h of this.held) {
+      if (h.stream.destroyed) {
+        this.held.delete(h);
+        h.done();
+      } else if (to !== null || now >= h.until) {
+        this.held.delete(h);
+        h.done();
+        this.send(h.stream, to);
+      }
+    }
+    if (this.held.size === 0) this.stopPoll();
+  };
+
+  private stopPoll(): void {
+    if (this.poll !== null) clearInterval(this.poll);
+    this.poll = null;
+  }
+
+  /** MQTT 5: 0x9C Use another server with `to`, or 0x88 Server unavailable without one; then end. */
+  private send(stream: ByteStream, to: string | null): void {
     if (to === null) this.unavailable++;
     else this.referred++;
-    if (connect.level !== 5) {
-      return encode({ type: 'connack', sessionPresent: false, code: CONNACK_V4.SERVER_UNAVAILABLE, props: {} }, connect.level);
-    }
-    return to === null
-      ? encode({ type: 'connack', sessionPresent: false, code: RC.SERVER_UNAVAILABLE, props: { reasonString: 'no leader known' } }, 5)
-      : encode({ type: 'connack', sessionPresent: false, code: RC.USE_ANOTHER_SERVER, props: { serverReference: to } }, 5);
+    stream.write(
+      to === null
+        ? encode({ type: 'connack', sessionPresent: false, code: RC.SERVER_UNAVAILABLE, props: { reasonString: 'no leader known' } }, 5)
+        : encode({ type: 'connack', sessionPresent: false, code: RC.USE_ANOTHER_SERVER, props: { serverReference: to } }, 5),
+    );
+    stream.end();
   }
 }
