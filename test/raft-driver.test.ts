@@ -33,6 +33,9 @@ interface Harness {
   logger: Recorder;
   committed: LogEntry[];
   sent: Message[];
+  /** While true, this node's append responses are kept in `withheld` instead of sent. */
+  withhold: boolean;
+  withheld: Array<[number, Message]>;
 }
 
 let running: Harness[] = [];
@@ -46,13 +49,14 @@ afterEach(async () => {
 
 interface DriverOptions {
   uncommittedBytesMax?: number;
+  holdMs?: number;
   /** The wire codec's options; by default the hot messages go in the layout. */
   wire?: (id: number) => RaftWireOptions;
 }
 
 function makeDriver(id: number, opts: DriverOptions = {}): Harness {
   const logger = new Recorder();
-  const h = { logger, committed: [], sent: [], codec: raftWireCodec(opts.wire?.(id)) } as unknown as Harness;
+  const h = { logger, committed: [], sent: [], withhold: false, withheld: [], codec: raftWireCodec(opts.wire?.(id)) } as unknown as Harness;
   h.driver = new RaftDriver({
     id,
     voters: IDS,
@@ -60,6 +64,7 @@ function makeDriver(id: number, opts: DriverOptions = {}): Harness {
     logger,
     seed: id,
     ...(opts.uncommittedBytesMax === undefined ? {} : { uncommittedBytesMax: opts.uncommittedBytesMax }),
+    ...(opts.holdMs === undefined ? {} : { holdMs: opts.holdMs }),
     onCommitted: (entries) => h.committed.push(...entries),
     transport: (validate) => {
       h.transport = new Transport<Message>({
@@ -77,6 +82,10 @@ function makeDriver(id: number, opts: DriverOptions = {}): Harness {
       // Record what the driver hands to the transport, then pass it on.
       const send = h.transport.send.bind(h.transport);
       h.transport.send = (to, m) => {
+        if (h.withhold && m.type === 'append-response') {
+          h.withheld.push([to, m]);
+          return;
+        }
         h.sent.push(m);
         send(to, m);
       };
@@ -139,6 +148,40 @@ describe('RaftDriver over loopback TCP', { timeout: 60_000 }, () => {
       );
       assert.equal(h.driver.appliedIndex, h.committed.at(-1)!.index);
     }
+  });
+
+  test('a small batch waits while entries are in flight and goes as one append once they commit', async () => {
+    // A hold far longer than the test: only the commit can release the batch.
+    const hs = await startCluster({ holdMs: 60_000 });
+    const leader = await leaderOf(hs);
+    await waitFor('the leader entry to commit everywhere', () => hs.every((h) => h.committed.length >= 1), 10_000);
+    const followers = hs.filter((h) => h !== leader);
+    for (const f of followers) f.withhold = true;
+    leader.sent.length = 0;
+    leader.driver.propose(bytes(10, 1));
+    await waitFor('the first entry held by both followers', () => followers.every((f) => f.withheld.length >= 1), 10_000);
+    for (let k = 2; k <= 4; k++) {
+      leader.driver.propose(bytes(10, k));
+      await new Promise((r) => setImmediate(r));
+      await new Promise((r) => setImmediate(r));
+    }
+    const withEntries = (): Message[] => leader.sent.filter((m) => m.type === 'append' && m.entries.length > 0);
+    assert.equal(withEntries().length, 2, 'while the first entry is in flight only its own appends went out');
+    for (const f of followers) {
+      f.withhold = false;
+      for (const [to, m] of f.withheld.splice(0)) f.transport.send(to, m);
+    }
+    await waitFor('all four entries to commit on the leader', () => leader.committed.filter((e) => e.data !== null).length === 4, 10_000);
+    await waitFor('the held batch to reach both followers', () => withEntries().length >= 4, 10_000);
+    const later = withEntries().slice(2);
+    assert.deepEqual(
+      later.map((m) => (m.type === 'append' ? m.entries.map((e) => e.data?.[0]) : [])),
+      [
+        [2, 3, 4],
+        [2, 3, 4],
+      ],
+      'the three proposals of three turns went as one append to each follower',
+    );
   });
 
   test('a node that writes msgpackr only serves with nodes that write the layout', async () => {
