@@ -74,8 +74,8 @@ export interface NodeOptions {
   sysCluster?: () => { role: string; leader: number; term: number; redundant: boolean };
   /** --cluster-server-reference: while this node does not serve it listens anyway and answers
    * every CONNECT with the leader's address this gives (src/server/referrer.ts); one waiting for a
-   * leader when this node starts to serve is sent to this node's own address. Absent: nothing
-   * listens unless serving. */
+   * leader when this node starts to serve becomes a connection here. Absent: nothing listens
+   * unless serving. */
   serverReference?: ReferenceSource;
 }
 
@@ -297,7 +297,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     this.referrer =
       opts.serverReference === undefined
         ? null
-        : new Referrer(this.specs, opts.tls ?? null, this.listenerLimits(), opts.serverReference, this);
+        : new Referrer(opts.serverReference, this, { maxPacketSize: opts.maxPacketSize, handshakeTimeoutMs: this.limits.connectTimeoutMs });
   }
 
   /** The bound port of the first listener (the real one when options asked for port 0); 0 before
@@ -427,7 +427,8 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     this.digests.cancel();
     this.opts.tls?.close();
     if (this.statsTimer !== null) clearInterval(this.statsTimer);
-    const closing = this.stopServing(RC.SERVER_SHUTTING_DOWN, !this.log.serving).then(() => this.referrer?.close());
+    this.referrer?.stop();
+    const closing = this.stopServing(RC.SERVER_SHUTTING_DOWN, !this.log.serving);
     this.firstListen?.resolve();
     this.firstListen = null;
     // Nothing is written once stopServing returns, so the log (a cluster leader's handover) need
@@ -868,20 +869,23 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     };
   }
 
+  /** Opens the listeners if they are not open; with --cluster-server-reference they stay open
+   * between serving periods, so CONNECTs held for want of a leader go to this node now. */
   private startListening(): void {
+    this.referrer?.serving();
+    this.openListeners();
+  }
+
+  private openListeners(): void {
     if (this.listeners !== null) return;
     const gen = ++this.listenGen;
     const listeners = this.specs.map((spec) => new Listener(spec, this, this.opts.tls ?? null, this.listenerLimits()));
     this.listeners = listeners;
-    // A follower's referral listeners hold the same ports: they are released first.
-    const released = this.referrer?.close(true) ?? Promise.resolve();
     const bound = listeners.map((l, i) =>
-      released
-        .then(() => l.listen(this.boundPorts[i] || l.spec.port))
-        .then((port) => {
-          this.boundPorts[i] = port;
-          if (gen === this.listenGen) this.logger.info({ url: listenerUrl(l.spec, port), host: l.spec.host, port }, 'listening');
-        }),
+      l.listen(this.boundPorts[i] || l.spec.port).then((port) => {
+        this.boundPorts[i] = port;
+        if (gen === this.listenGen) this.logger.info({ url: listenerUrl(l.spec, port), host: l.spec.host, port }, 'listening');
+      }),
     );
     Promise.all(bound).then(
       () => {
@@ -904,7 +908,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
 
   /** Sockets not yet past CONNECT: in a handshake, or connections awaiting or in authentication. */
   private pendingCount(): number {
-    return this.handshaking + this.conns.size - this.admitted.size;
+    return this.handshaking + this.conns.size - this.admitted.size + (this.referrer?.pending ?? 0);
   }
 
   /** Sockets that have not sent CONNECT cost memory and a timer each, and a TLS handshake costs
@@ -926,7 +930,9 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
    * connection takes it. */
   accept(stream: ByteStream, transport: Transport): void {
     if (!this.log.serving || this.halted || this.stopped) {
-      stream.destroy();
+      // --cluster-server-reference: a node that does not serve answers with the leader's address.
+      if (this.referrer !== null && !this.stopped) this.referrer.accept(stream, transport);
+      else stream.destroy();
       return;
     }
     const id: ConnId = `${this.period}.${++this.seq}`;
@@ -939,40 +945,46 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     this.limited.warn(key, fields, message);
   }
 
+  /** --cluster-server-reference: a socket whose CONNECT waited for a leader while this node began
+   * to serve becomes a connection of this period; what was read from it is handed over. */
+  adopt(stream: ByteStream, transport: Transport, read: readonly Buffer[]): void {
+    if (!this.log.serving || this.halted || this.stopped) {
+      stream.destroy();
+      return;
+    }
+    const id: ConnId = `${this.period}.${++this.seq}`;
+    this.traffic.connectionsAccepted++;
+    const c = new Connection(id, stream, transport, this);
+    this.conns.set(id, c);
+    for (const chunk of read) if (c.isOpen) c.onData(chunk);
+  }
+
   /** Closes every listener and every connection. `reason`: v5 DISCONNECT to send, if any.
    * `discard`: serving no longer holds, so what connections buffered this turn is never written. */
   private async stopServing(reason: number | undefined, discard: boolean): Promise<void> {
-    this.listenGen++;
     this.clearTick();
     this.stopSys();
-    const listeners = this.listeners;
-    this.listeners = null;
+    // --cluster-server-reference: the listeners stay open and refer clients (accept()).
+    const keep = this.referrer !== null && !this.stopped;
+    const listeners = keep ? null : this.listeners;
+    if (!keep) {
+      this.listenGen++;
+      this.listeners = null;
+    }
     // Before closing, so the flush inside closeAll sends the DISCONNECTs instead of re-entering.
     this.period = 0;
     this.clearProbe();
     this.closeAll(reason, discard);
+    if (keep) this.startReferring();
     if (listeners !== null) await Promise.all(listeners.map((l) => l.close(STOP_GRACE_MS)));
-    this.startReferring();
   }
 
-  /** --cluster-server-reference: while not serving (and not stopped), the ports answer CONNECTs
-   * with the leader's address. A bind failure is logged; serving later binds as usual. */
+  /** --cluster-server-reference: while not serving (and not stopped) the ports are open and answer
+   * CONNECTs with the leader's address. */
   private startReferring(): void {
-    const r = this.referrer;
-    if (r === null || r.open || this.stopped || this.listeners !== null) return;
-    r.listen(this.boundPorts).then(
-      (ports) => {
-        if (this.listeners !== null || this.stopped) {
-          void r.close();
-          return;
-        }
-        ports.forEach((p, i) => {
-          this.boundPorts[i] = p;
-        });
-        this.logger.info({ ports }, 'referring clients to the leader');
-      },
-      (err: Error) => this.logger.error({ err: err.message }, 'cannot listen to refer clients to the leader'),
-    );
+    if (this.referrer === null || this.stopped) return;
+    this.openListeners();
+    this.logger.info({ ports: this.boundPorts }, 'referring clients to the leader');
   }
 
   private closeAll(reason: number | undefined, discard: boolean): void {

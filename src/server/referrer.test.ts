@@ -1,12 +1,14 @@
-// The referral listener alone (src/server/referrer.ts) on a loopback port, with MQTT.js clients and
-// a leader source the test sets: MQTT 5 CONNECTs wait while no leader is known and are answered
-// once one is, or, when the node begins to serve, with its own address.
+// The referral path alone (src/server/referrer.ts) behind a loopback socket server, with MQTT.js
+// clients and a leader source the test sets: MQTT 5 CONNECTs wait while no leader is known and are
+// answered once one is, or, when the node begins to serve, handed to it with what was read.
 import assert from 'node:assert/strict';
+import { createServer, type Server } from 'node:net';
 import { afterEach, describe, it } from 'node:test';
 import mqtt from 'mqtt';
 import { Referrer } from './referrer.js';
+import type { ByteStream } from './transport.js';
 
-const LIMITS = { maxPacketSize: 1 << 20, handshakeTimeoutMs: 10_000, maxWriteBufferBytes: 1 << 20 };
+const LIMITS = { maxPacketSize: 1 << 20, handshakeTimeoutMs: 10_000 };
 
 interface Answer {
   code: number;
@@ -24,24 +26,26 @@ function connack(port: number): Promise<Answer> {
   }).finally(() => client.end(true));
 }
 
-let open: Referrer[] = [];
+let open: Array<{ r: Referrer; server: Server }> = [];
 afterEach(async () => {
-  await Promise.all(open.map((r) => r.close()));
+  for (const { r, server } of open) {
+    r.stop();
+    await new Promise((res) => server.close(res));
+  }
   open = [];
 });
 
-async function referrer(leader: () => string | null): Promise<{ r: Referrer; port: number }> {
-  const refused: string[] = [];
-  const r = new Referrer(
-    [{ kind: 'mqtt', host: '127.0.0.1', port: 0, path: '', proxy: null }],
-    null,
-    LIMITS,
-    { leader, own: 'me.example:1883' },
-    { refused: (key) => refused.push(key) },
+type Adopted = { stream: ByteStream; read: readonly Buffer[] };
+
+async function referrer(leader: () => string | null, adopted: Adopted[] = []): Promise<{ r: Referrer; port: number }> {
+  const host = { refused: () => {}, adopt: (stream: ByteStream, _t: unknown, read: readonly Buffer[]) => adopted.push({ stream, read }) };
+  const r = new Referrer({ leader, own: 'me.example:1883' }, host, LIMITS);
+  const server = createServer((socket) =>
+    r.accept(socket, { kind: 'mqtt', remoteAddress: '127.0.0.1', remotePort: 0, certIdentity: null, clientIdMustMatchIdentity: false }),
   );
-  open.push(r);
-  const [port] = await r.listen([0]);
-  return { r, port: port as number };
+  open.push({ r, server });
+  await new Promise<void>((res) => server.listen(0, '127.0.0.1', res));
+  return { r, port: (server.address() as { port: number }).port };
 }
 
 describe('Referrer', { timeout: 30_000 }, () => {
@@ -61,11 +65,19 @@ describe('Referrer', { timeout: 30_000 }, () => {
     assert.deepEqual(await answer, { code: 0x9c, reference: 'new.example:1883' });
   });
 
-  it('sends a held CONNECT to this node when it begins to serve', async () => {
-    const { r, port } = await referrer(() => null);
+  it('hands a held socket, with its CONNECT, to the node when it begins to serve', async () => {
+    const adopted: Adopted[] = [];
+    const { r, port } = await referrer(() => null, adopted);
     const answer = connack(port);
     await new Promise((res) => setTimeout(res, 200));
-    await r.close(true);
-    assert.deepEqual(await answer, { code: 0x9c, reference: 'me.example:1883' });
+    r.serving();
+    await new Promise((res) => setImmediate(res));
+    assert.equal(adopted.length, 1);
+    const a = adopted[0] as Adopted;
+    assert.equal(a.read[0]?.[0], 0x10, 'the bytes read so far begin with the CONNECT');
+    assert.equal(r.referred + r.unavailable, 0, 'nothing was answered by the referrer');
+    // The node answers on the same socket (here by hand: CONNACK, success, no properties).
+    a.stream.write(Buffer.from([0x20, 0x03, 0x00, 0x00, 0x00]));
+    assert.deepEqual(await answer, { code: 0, reference: undefined });
   });
 });

@@ -1,13 +1,12 @@
-// A follower's listeners under --cluster-server-reference (docs/operations.md "Server Reference"):
-// they take a client's CONNECT only to answer it with a CONNACK that sends the client to the leader
-// and close; while no leader is known an MQTT 5 CONNECT waits for one, at most REFERRAL_HOLD_MS.
-// Nothing else of MQTT is spoken here and nothing reaches the log.
+// What a node's listeners do with a socket while the node does not serve, under
+// --cluster-server-reference (docs/operations.md "Server Reference"): read the client's CONNECT
+// only to answer it with a CONNACK that sends the client to the leader, and close. While no
+// leader is known an MQTT 5 CONNECT waits for one, at most REFERRAL_HOLD_MS; when this node
+// begins to serve, the sockets it holds become connections and their CONNECTs are served. Nothing
+// else of MQTT is spoken here and nothing reaches the log.
 import { Decoder } from '../protocol/decoder.js';
 import { encode } from '../protocol/encoder.js';
 import { CONNACK_V4, RC } from '../protocol/reason-codes.js';
-import type { ListenerSpec } from './listeners/listen-url.js';
-import { Listener, type ListenerHost, type ListenerLimits } from './listeners/listener.js';
-import type { TlsMaterial } from './listeners/tls-material.js';
 import type { ByteStream, Transport } from './transport.js';
 
 export interface ReferenceSource {
@@ -20,93 +19,53 @@ export interface ReferenceSource {
 export interface ReferrerHost {
   /** Counted and logged at most once per window per key, as the node's other refusals. */
   refused(key: string, fields: Record<string, unknown>, message: string): void;
+  /** This node serves now: a held socket becomes a connection, given the bytes read from it so far
+   * (its CONNECT, and whatever followed it). */
+  adopt(stream: ByteStream, transport: Transport, read: readonly Buffer[]): void;
 }
 
-/** Open sockets not yet answered; one past it is closed at accept. A fleet reconnects at once. */
-const REFERRALS_PENDING_MAX = 20_000;
+export interface ReferrerLimits {
+  maxPacketSize: number;
+  /** A socket silent for this long after accept is closed (the CONNECT timeout). */
+  handshakeTimeoutMs: number;
+}
+
 /** An MQTT 5 CONNECT that arrives while no leader is known waits this long for one (an election
  * takes about one to two election timeouts) before it is answered 0x88: a device answered at once
  * would only wait out its backoff and try again. */
 export const REFERRAL_HOLD_MS = 3_000;
 /** How often held CONNECTs look for a leader. */
 const REFERRAL_POLL_MS = 20;
+/** Held sockets handed to the node per event-loop turn when it begins to serve: a fleet held
+ * during an election is thousands, and taking them all in one turn stalled the new leader past
+ * its lease. */
+const ADOPT_PER_TURN = 256;
 
 interface Held {
   readonly stream: ByteStream;
+  readonly transport: Transport;
   readonly until: number;
+  /** Every chunk read from the socket, the CONNECT's first. */
+  readonly read: Buffer[];
   readonly done: () => void;
+  /** Takes the referrer's listeners off the socket. */
+  readonly detach: () => void;
 }
 
-export class Referrer implements ListenerHost {
-  private listeners: Listener[] | null = null;
-  private closing: Promise<void> = Promise.resolve();
-  private pending = 0;
-  private readonly held = new Set<Held>();
-  private poll: NodeJS.Timeout | null = null;
-  /** CONNECTs answered with the leader's address, and without one (no leader known). */
+export class Referrer {
+  /** Sockets accepted and not yet answered; they count against --max-pending-connections. */
+  pending = 0;
+  /** CONNECTs answered with an address, and without one (no leader known, or 3.1.1). */
   referred = 0;
   unavailable = 0;
+  private readonly held = new Set<Held>();
+  private poll: NodeJS.Timeout | null = null;
 
   constructor(
-    private readonly specs: readonly ListenerSpec[],
-    private readonly tls: TlsMaterial | null,
-    private readonly limits: ListenerLimits,
     private readonly source: ReferenceSource,
     private readonly host: ReferrerHost,
+    private readonly limits: ReferrerLimits,
   ) {}
-
-  get open(): boolean {
-    return this.listeners !== null;
-  }
-
-  /** Listens on `ports` (one per spec; 0: the spec's own) once an earlier close() has finished.
-   * Resolves with the bound ports; a bind failure closes what opened and rejects. */
-  async listen(ports: readonly number[]): Promise<number[]> {
-    await this.closing;
-    if (this.listeners !== null) return ports.slice();
-    const listeners = this.specs.map((spec) => new Listener(spec, this, this.tls, this.limits));
-    this.listeners = listeners;
-    try {
-      return await Promise.all(listeners.map((l, i) => l.listen(ports[i] || l.spec.port)));
-    } catch (err) {
-      this.close();
-      throw err;
-    }
-  }
-
-  /** Stops listening; the promise (also awaited by the next listen()) resolves once every port is
-   * released. `serving`: this node now serves, so a CONNECT held for want of a leader is sent here
-   * (its own address), else it is closed unanswered. */
-  close(serving = false): Promise<void> {
-    for (const h of this.held) {
-      h.done();
-      if (serving) this.send(h.stream, this.source.own);
-      else h.stream.destroy();
-    }
-    this.held.clear();
-    this.stopPoll();
-    const listeners = this.listeners;
-    this.listeners = null;
-    if (listeners !== null) this.closing = Promise.all(listeners.map((l) => l.close(0))).then(() => undefined);
-    return this.closing;
-  }
-
-  admitSocket(): boolean {
-    if (this.pending >= REFERRALS_PENDING_MAX) {
-      this.host.refused('limit-pending-referrals', { pending: this.pending }, 'too many sockets awaiting a referral; closed');
-      return false;
-    }
-    this.pending++;
-    return true;
-  }
-
-  handshakeEnded(): void {
-    this.pending--;
-  }
-
-  refused(key: string, fields: Record<string, unknown>, message: string): void {
-    this.host.refused(key, fields, message);
-  }
 
   /** Reads the first packet: a CONNECT is answered and the socket ended; anything else, a decode
    * error or silence past the CONNECT timeout closes it unanswered. */
@@ -124,24 +83,31 @@ export class Referrer implements ListenerHost {
       finish();
       stream.destroy();
     }, this.limits.handshakeTimeoutMs);
-    stream.on('error', () => finish());
-    stream.on('close', () => finish());
-    stream.on('end', () => {
+    const onGone = (): void => finish();
+    const onEnd = (): void => {
       finish();
       stream.destroy();
-    });
-    stream.on('data', (chunk: Buffer) => {
+    };
+    const chunks: Buffer[] = [];
+    let decided = false;
+    const onData = (chunk: Buffer): void => {
       if (done) return;
+      chunks.push(chunk);
+      if (decided) return; // held: what follows the CONNECT goes to the connection too
       const { packets, error } = decoder.feed(chunk);
       const first = packets[0];
       if (first === undefined && error === null) return;
+      decided = true;
       if (first?.type !== 'connect') {
         finish();
-        this.host.refused('referral-not-connect', { remote: transport.remoteAddress }, 'first packet to a follower is not CONNECT; closed');
+        this.host.refused(
+          'referral-not-connect',
+          { remote: transport.remoteAddress },
+          'first packet to a node that does not serve is not CONNECT; closed',
+        );
         stream.destroy();
         return;
       }
-      clearTimeout(timer);
       if (first.level !== 5) {
         // 3.1.1 has no reference: return code 3, Server unavailable, at once.
         finish();
@@ -156,9 +122,49 @@ export class Referrer implements ListenerHost {
         this.send(stream, to);
         return;
       }
-      this.held.add({ stream, until: performance.now() + REFERRAL_HOLD_MS, done: finish });
+      clearTimeout(timer);
+      const detach = (): void => {
+        stream.off('data', onData);
+        stream.off('error', onGone);
+        stream.off('close', onGone);
+        stream.off('end', onEnd);
+      };
+      this.held.add({ stream, transport, until: performance.now() + REFERRAL_HOLD_MS, read: chunks, done: finish, detach });
       this.poll ??= setInterval(this.lookForLeader, REFERRAL_POLL_MS);
-    });
+    };
+    stream.on('data', onData);
+    stream.on('error', onGone);
+    stream.on('close', onGone);
+    stream.on('end', onEnd);
+  }
+
+  /** This node serves now: every socket it holds becomes a connection, its CONNECT served here,
+   * ADOPT_PER_TURN a turn. */
+  serving(): void {
+    this.stopPoll();
+    if (this.held.size > 0) setImmediate(this.adoptSome);
+  }
+
+  private readonly adoptSome = (): void => {
+    let n = 0;
+    for (const h of this.held) {
+      if (n++ === ADOPT_PER_TURN) break;
+      this.held.delete(h);
+      h.done();
+      h.detach();
+      if (!h.stream.destroyed) this.host.adopt(h.stream, h.transport, h.read);
+    }
+    if (this.held.size > 0) setImmediate(this.adoptSome);
+  };
+
+  /** The node stops: held sockets are closed unanswered. */
+  stop(): void {
+    for (const h of this.held) {
+      h.done();
+      h.stream.destroy();
+    }
+    this.held.clear();
+    this.stopPoll();
   }
 
   private readonly lookForLeader = (): void => {

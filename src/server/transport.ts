@@ -13,6 +13,10 @@ export interface ByteStream {
   on(event: 'end', listener: () => void): unknown;
   /** After a write() that returned false: the output has drained and writing may go on. */
   on(event: 'drain', listener: () => void): unknown;
+  /** Removes a listener added with on(). */
+  off(event: 'data', listener: (chunk: Buffer) => void): unknown;
+  off(event: 'error', listener: (err: Error) => void): unknown;
+  off(event: 'close' | 'end' | 'drain', listener: () => void): unknown;
   pause(): unknown;
   resume(): unknown;
   /** One call per event-loop turn (for WebSocket: one binary frame). False: the output is over its
