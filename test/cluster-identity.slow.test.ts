@@ -15,7 +15,7 @@ import { after, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { CLI } from './broker-process.js';
 import { collect, connect, until as untilTrue } from './cluster-mqtt.js';
-import { ClusterNodeProcess, type Health, LOOPBACK, LocalCluster } from './cluster-processes.js';
+import { ClusterNodeProcess, clusterNodeArgs, type Health, LOOPBACK, LocalCluster } from './cluster-processes.js';
 
 const ELECTION_TIMEOUT_MS = 300;
 const SERVE_WAIT_MS = 20_000;
@@ -73,22 +73,7 @@ async function identifiedCluster(): Promise<{ cluster: LocalCluster; uid: string
 
 /** The flags LocalCluster gives node `id` (its state file included). */
 function argsOf(cluster: Pick<LocalCluster, 'peers' | 'stateFile'>, id: number): string[] {
-  return [
-    '--host',
-    LOOPBACK,
-    '--port',
-    '0',
-    '--health-port',
-    '0',
-    '--cluster-node',
-    String(id),
-    '--cluster-peers',
-    cluster.peers,
-    '--cluster-election-timeout-ms',
-    String(ELECTION_TIMEOUT_MS),
-    '--state-file',
-    cluster.stateFile(id),
-  ];
+  return clusterNodeArgs({ peers: cluster.peers, stateFile: (n) => cluster.stateFile(n), electionTimeoutMs: ELECTION_TIMEOUT_MS }, id);
 }
 
 async function sigterm(n: ClusterNodeProcess): Promise<void> {

@@ -131,6 +131,27 @@ export interface ClusterOptions {
   prepare?: (dir: string) => void;
 }
 
+/** The flags LocalCluster gives node `id`: loopback, free MQTT and health ports, its peers, E and
+ * its state file. */
+export function clusterNodeArgs(c: { peers: string; stateFile: (id: number) => string; electionTimeoutMs: number }, id: number): string[] {
+  return [
+    '--host',
+    LOOPBACK,
+    '--port',
+    '0',
+    '--health-port',
+    '0',
+    '--cluster-node',
+    String(id),
+    '--cluster-peers',
+    c.peers,
+    '--cluster-election-timeout-ms',
+    String(c.electionTimeoutMs),
+    '--state-file',
+    c.stateFile(id),
+  ];
+}
+
 export class LocalCluster {
   private constructor(
     readonly nodes: ClusterNodeProcess[],
@@ -145,21 +166,9 @@ export class LocalCluster {
     const ports = [await freePort(), await freePort(), await freePort()];
     const peers = ports.map((p, i) => `${i + 1}=${LOOPBACK}:${p}`).join(',');
     const dir = mkdtempSync(join(tmpdir(), 'raftmq-cluster-'));
+    const stateFile = (id: number): string => join(dir, `node${id}.state`);
     const argsOf = (id: number): string[] => [
-      '--host',
-      LOOPBACK,
-      '--port',
-      '0',
-      '--health-port',
-      '0',
-      '--cluster-node',
-      String(id),
-      '--cluster-peers',
-      peers,
-      '--cluster-election-timeout-ms',
-      String(o.electionTimeoutMs ?? 500),
-      '--state-file',
-      join(dir, `node${id}.state`),
+      ...clusterNodeArgs({ peers, stateFile, electionTimeoutMs: o.electionTimeoutMs ?? 500 }, id),
       ...(o.extra?.(id) ?? []),
     ];
     const envOf = o.env ?? (() => undefined);

@@ -157,8 +157,9 @@ function upgraded(port: number): Promise<Socket> {
   });
 }
 
-/** Writes the chunks, then a ping; waits for the pong, the server's close, or WAIT_MS. */
-async function exchange(s: Socket, chunks: readonly Uint8Array[]): Promise<void> {
+/** Writes the chunks, then `ping`; waits until the bytes read end with `pong` (within the last 16),
+ * the server's close, or WAIT_MS; then drops the socket. */
+async function exchange(s: Socket, chunks: readonly Uint8Array[], ping: Uint8Array, pong: Buffer): Promise<void> {
   await new Promise<void>((resolve) => {
     let done = false;
     const finish = (): void => {
@@ -172,49 +173,53 @@ async function exchange(s: Socket, chunks: readonly Uint8Array[]): Promise<void>
     let seen = Buffer.alloc(0);
     const onData = (d: Buffer): void => {
       seen = Buffer.concat([seen, d]).subarray(-16);
-      // A pong carrying our ping's payload (0x8a 0x04 'f' 'u' 'z' 'z') ends the exchange.
-      if (seen.includes(Buffer.from([0x8a, 0x04, 0x66, 0x75, 0x7a, 0x7a]))) finish();
+      if (seen.includes(pong)) finish();
     };
     s.on('data', onData);
     s.once('close', finish);
     s.on('error', finish);
     for (const c of chunks) if (c.length > 0 && !s.destroyed) s.write(c);
-    if (!s.destroyed) s.write(wsFrame(OP.ping, Buffer.from('fuzz')));
+    if (!s.destroyed) s.write(ping);
   });
   s.destroy();
 }
 
-/** A well-behaved client: CONNECT in a binary frame, and the CONNACK back. */
-async function probe(port: number): Promise<void> {
-  const s = await upgraded(port);
+/** A well-behaved client after the input: writes `connect` and waits for the bytes read so far to
+ * pass `isConnack`; fails on the node's close or after PROBE_MS. `over` names the transport. */
+async function probe(s: Socket, connect: Uint8Array, isConnack: (got: Buffer) => boolean, over: string): Promise<void> {
   try {
     await new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new FuzzFailure(`no CONNACK within ${PROBE_MS} ms after the input`)), PROBE_MS);
+      const timer = setTimeout(() => reject(new FuzzFailure(`no CONNACK over ${over} within ${PROBE_MS} ms after the input`)), PROBE_MS);
       let got = Buffer.alloc(0);
       s.on('data', (d: Buffer) => {
         got = Buffer.concat([got, d]);
-        // Server frames are unmasked: 0x82, length, then the MQTT bytes; CONNACK starts 0x20.
-        if (got.length >= 3 && got[0] === 0x82 && got[2] === 0x20) {
+        if (isConnack(got)) {
           clearTimeout(timer);
           resolve();
         }
       });
       s.once('close', () => {
         clearTimeout(timer);
-        reject(new FuzzFailure('the node closed a well-behaved WebSocket client after the input'));
+        reject(new FuzzFailure(`the node closed a well-behaved ${over} client after the input`));
       });
-      s.write(wsFrame(OP.binary, encode(CONNECT, 4)));
+      s.write(connect);
     });
   } finally {
     s.destroy();
   }
 }
 
+/** A pong carrying our ping's payload (0x8a 0x04 'f' 'u' 'z' 'z'). */
+const WS_PONG = Buffer.from([0x8a, 0x04, 0x66, 0x75, 0x7a, 0x7a]);
+
+/** Server frames are unmasked: 0x82, length, then the MQTT bytes; CONNACK starts 0x20. */
+const wsConnack = (got: Buffer): boolean => got.length >= 3 && got[0] === 0x82 && got[2] === 0x20;
+
 export async function runWsFrames(input: FuzzInput): Promise<void> {
   const n = await startNode();
   const s = await upgraded(n.port);
-  await exchange(s, split(input.data, input.cuts));
-  await probe(n.port);
+  await exchange(s, split(input.data, input.cuts), wsFrame(OP.ping, Buffer.from('fuzz')), WS_PONG);
+  await probe(await upgraded(n.port), wsFrame(OP.binary, encode(CONNECT, 4)), wsConnack, 'WebSocket');
   check(n.node.counters.get('protocol-error:internal') === undefined, 'the node logged an internal error');
   check(n.errors.length === 0, `the node logged at error level: ${n.errors[0]}`);
 }
@@ -260,57 +265,11 @@ function tcp(port: number): Promise<Socket> {
   });
 }
 
-/** Writes the chunks, then a PINGREQ; waits for a PINGRESP, the server's close, or WAIT_MS. */
-async function mqttExchange(s: Socket, chunks: readonly Uint8Array[]): Promise<void> {
-  await new Promise<void>((resolve) => {
-    let done = false;
-    const finish = (): void => {
-      if (done) return;
-      done = true;
-      clearTimeout(timer);
-      resolve();
-    };
-    const timer = setTimeout(finish, WAIT_MS);
-    let seen = Buffer.alloc(0);
-    s.on('data', (d: Buffer) => {
-      seen = Buffer.concat([seen, d]).subarray(-4);
-      if (seen.includes(PINGRESP)) finish();
-    });
-    s.once('close', finish);
-    s.on('error', finish);
-    for (const c of chunks) if (c.length > 0 && !s.destroyed) s.write(c);
-    if (!s.destroyed) s.write(PINGREQ);
-  });
-  s.destroy();
-}
-
-async function mqttProbe(port: number): Promise<void> {
-  const s = await tcp(port);
-  try {
-    await new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new FuzzFailure(`no CONNACK over TCP within ${PROBE_MS} ms after the input`)), PROBE_MS);
-      s.on('data', (d: Buffer) => {
-        if (d[0] === 0x20) {
-          clearTimeout(timer);
-          resolve();
-        }
-      });
-      s.once('close', () => {
-        clearTimeout(timer);
-        reject(new FuzzFailure('the node closed a well-behaved TCP client after the input'));
-      });
-      s.write(encode(CONNECT, 4));
-    });
-  } finally {
-    s.destroy();
-  }
-}
-
 export async function runMqttNode(input: FuzzInput): Promise<void> {
   const n = await startNode();
   const s = await tcp(n.mqttPort);
-  await mqttExchange(s, split(input.data, input.cuts));
-  await mqttProbe(n.mqttPort);
+  await exchange(s, split(input.data, input.cuts), PINGREQ, PINGRESP);
+  await probe(await tcp(n.mqttPort), encode(CONNECT, 4), (got) => got[0] === 0x20, 'TCP');
   check(n.node.counters.get('protocol-error:internal') === undefined, 'the node logged an internal error');
   check(n.errors.length === 0, `the node logged at error level: ${n.errors[0]}`);
 }

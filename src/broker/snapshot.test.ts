@@ -8,6 +8,28 @@ import { SNAPSHOT_ERROR, SnapshotError } from './snapshot.js';
 
 const packr = new Packr({ useRecords: false, mapsAsObjects: true });
 
+/** An MQTT 5 client 'dev' with a persistent session (expiry 60 s) on connection 1.1. */
+const DEV_CONNECT: Command = {
+  t: 'connect',
+  conn: '1.1',
+  clientId: 'dev',
+  protocol: 5,
+  clean: false,
+  expiryS: 60,
+  will: null,
+  username: null,
+  receiveMax: 5,
+  maxPacketSize: 0,
+  problemInfo: true,
+};
+
+/** Applies the commands at indexes 1, 2, … and times 1000, 1001, …, effects dropped. */
+function applyAll(b: Broker, cmds: readonly Command[]): void {
+  cmds.forEach((cmd, i) => {
+    b.apply({ index: i + 1, time: 1000 + i, cmd }, []);
+  });
+}
+
 describe('snapshot restore of hostile images (found by fuzz/targets/broker-snapshot.ts)', () => {
   it('refuses a version that is a map with a toString key with SnapshotError, not a TypeError', () => {
     // The root array's version field as {toString: 1}: String() of it threw in the refusal.
@@ -29,25 +51,11 @@ describe('snapshot restore of hostile images (found by fuzz/targets/broker-snaps
     const settings = { ...testSettings };
     const cmds: Command[] = [
       { t: 'serve-start', node: 1, settings },
-      {
-        t: 'connect',
-        conn: '1.1',
-        clientId: 'dev',
-        protocol: 5,
-        clean: false,
-        expiryS: 60,
-        will: null,
-        username: null,
-        receiveMax: 5,
-        maxPacketSize: 0,
-        problemInfo: true,
-      },
+      DEV_CONNECT,
       { t: 'subscribe', conn: '1.1', pid: 1, subs: [{ filter: 'a', qos: 1, nl: false, rap: false, rh: 0 }] },
       { t: 'publish', conn: '1.1', pid: 2, msg: { topic: 'a', payload: Uint8Array.of(1), qos: 1, retain: false } },
     ];
-    cmds.forEach((cmd, i) => {
-      b.apply({ index: i + 1, time: 1000 + i, cmd }, []);
-    });
+    applyAll(b, cmds);
     const image = packr.unpack(Buffer.concat([...b.snapshot()])) as unknown[];
     const session = (image[7] as unknown[][])[0] as unknown[];
     const cases: [number, unknown][] = [
@@ -74,25 +82,8 @@ describe('snapshot restore of hostile images (found by fuzz/targets/broker-snaps
     // An online session with an expiry deadline restored and then failed the broker's own check;
     // its deadline would have ended a connected session.
     const b = new Broker();
-    const cmds: Command[] = [
-      { t: 'serve-start', node: 1, settings: { ...testSettings } },
-      {
-        t: 'connect',
-        conn: '1.1',
-        clientId: 'dev',
-        protocol: 5,
-        clean: false,
-        expiryS: 60,
-        will: null,
-        username: null,
-        receiveMax: 5,
-        maxPacketSize: 0,
-        problemInfo: true,
-      },
-    ];
-    cmds.forEach((cmd, i) => {
-      b.apply({ index: i + 1, time: 1000 + i, cmd }, []);
-    });
+    const cmds: Command[] = [{ t: 'serve-start', node: 1, settings: { ...testSettings } }, DEV_CONNECT];
+    applyAll(b, cmds);
     const image = packr.unpack(Buffer.concat([...b.snapshot()])) as unknown[];
     const will = [['w', Uint8Array.of(1), 0, false, null], 0];
     const cases: [number, unknown, string][] = [

@@ -33,7 +33,7 @@ export interface ReferrerLimits {
 /** An MQTT 5 CONNECT that arrives while no leader is known waits this long for one (an election
  * takes about one to two election timeouts) before it is answered 0x88: a device answered at once
  * would only wait out its backoff and try again. */
-export const REFERRAL_HOLD_MS = 3_000;
+const REFERRAL_HOLD_MS = 3_000;
 /** How often held CONNECTs look for a leader. */
 const REFERRAL_POLL_MS = 20;
 /** Held sockets handed to the node per event-loop turn when it begins to serve: a fleet held
