@@ -10,8 +10,9 @@ import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
-import { Broker, DEFAULT_SETTINGS } from '../src/broker/broker.js';
+import { Broker } from '../src/broker/broker.js';
 import type { Command, ConnectCommand, Effect, Entry, Message, SubscriptionRequest } from '../src/broker/commands.js';
+import { DEFAULT_SETTINGS } from '../src/broker/settings.js';
 
 const { values: args } = parseArgs({
   options: {

@@ -46,6 +46,7 @@ import {
   type Session,
   type Subscription,
 } from './session.js';
+import { completeSettings, DEFAULT_SETTINGS } from './settings.js';
 import { decodeImage, encodeImage, SnapshotError, type StateImage } from './snapshot.js';
 import { type CursorCapture, SNAPSHOT_CURSOR_DEFAULTS, SnapshotCursor, type SnapshotCursorOptions } from './snapshot-cursor.js';
 import { TopicTrie } from './topic-trie.js';
@@ -55,20 +56,6 @@ import { commandProblem } from './validate.js';
 // queues, QoS 1/2 flows and wills, changed only by applying committed entries. Pure: time is the
 // entry's time, and every decision depends only on the state and the entry, so every replica
 // decides the same.
-
-/** The settings used until the first serve-start (docs/design.md "Settings"); the flags' defaults
- * are in src/config.ts. */
-export const DEFAULT_SETTINGS: Settings = {
-  maxQueuedMessages: 10_000,
-  maxQueuedBytes: 64 * 1024 * 1024,
-  maxInflight: 32,
-  maxQos: 2,
-  retainAvailable: true,
-  maxPacketSize: 1024 * 1024,
-  willGraceS: 30,
-  maxSubscriptions: 0,
-  acl: null,
-};
 
 /** Due will and session deadlines that one entry fires at most; the rest fire at the next entries
  * (the serving node proposes a tick at once while some are left). Ending a session costs up to
@@ -421,10 +408,10 @@ export class Broker implements BrokerState {
   private dispatch(cmd: Command, index: number, now: number, out: Effects): void {
     switch (cmd.t) {
       case 'serve-start':
-        this.serveStart(cmd.settings, cmd.generation, index, now, out);
+        this.serveStart(completeSettings(cmd.settings) as Settings, cmd.generation, index, now, out);
         return;
       case 'settings':
-        this.changeSettings(cmd.settings, now, out);
+        this.changeSettings(completeSettings(cmd.settings) as Settings, now, out);
         return;
       case 'connect':
         this.connect(cmd, now, out);

@@ -5,6 +5,7 @@
 // machine applies committed entries in order and emits Effects that only the serving node carries
 // out. Commands are plain data (strings, integers, booleans, arrays, Uint8Array, null) so that they
 // encode once with msgpackr and every replica applies the same bytes. Commands carry no time.
+import type { Settings } from './settings.js';
 
 /** `${servePeriod}.${seq}`: servePeriod is the log index of the serve-start entry under which the
  * serving node accepted the connection; seq counts connections accepted in that period from 1. */
@@ -56,36 +57,7 @@ export interface SubscriptionRequest {
   rh: 0 | 1 | 2;
 }
 
-/** Settings decided by configuration that apply() consults. Carried by `serve-start` and
- * `settings` so that every replica decides the same way (docs/design.md "Settings"). */
-export interface Settings {
-  /** Queue admission bound per session, in messages. */
-  maxQueuedMessages: number;
-  /** Queue admission bound per session, in payload plus topic bytes. */
-  maxQueuedBytes: number;
-  /** Unacknowledged outbound QoS 1/2 publishes per session (v5: min with the client's Receive Maximum). */
-  maxInflight: number;
-  maxQos: QoS;
-  retainAvailable: boolean;
-  /** Largest packet the broker sends or accepts, in bytes. */
-  maxPacketSize: number;
-  /** Wills of connections ended by a failover wait max(grace, will delay), in seconds. */
-  willGraceS: number;
-  /** Subscriptions per session; a SUBSCRIBE beyond it is refused per filter with 0x97. 0: no bound. */
-  maxSubscriptions: number;
-  /** Access control table in file order (src/broker/acl.ts); null allows everything. */
-  acl: AclRule[] | null;
-}
-
-/** One ACL line in Mosquitto's model: `topic` lines (user null: anonymous, or a named user) and
- * `pattern` lines (any user, with %c and %u substituted; user is always null). */
-export interface AclRule {
-  kind: 'topic' | 'pattern';
-  /** For `topic` rules: the user they belong to; null for lines before the first `user` line. */
-  user: string | null;
-  access: 'read' | 'write' | 'readwrite' | 'deny';
-  filter: string;
-}
+export type { AclRule, Settings } from './settings.js';
 
 export type AckKind = 'puback' | 'pubrec' | 'pubcomp';
 

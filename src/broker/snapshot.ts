@@ -12,7 +12,8 @@ import {
   type Session,
   type Subscription,
 } from './session.js';
-import { isMessage, isSettings } from './validate.js';
+import { completeSettings, isSettings, SETTING_NAMES, SETTINGS, type SettingName } from './settings.js';
+import { isMessage } from './validate.js';
 
 // The canonical image of the replicated state (docs/design.md "Snapshots"): positional arrays in a fixed
 // order, maps as arrays sorted by key, optional fields as null, encoded by msgpackr without record
@@ -23,8 +24,11 @@ import { isMessage, isSettings } from './validate.js';
 const packr = new Packr({ useRecords: false, mapsAsObjects: true, variableMapSize: true });
 
 /** 3: the epoch generation, and per session the packet id fence (deliver.ts "Fence"). 4: the
- * `check` digests left the image (each node computes and compares them locally). */
-export const SNAPSHOT_VERSION = 4;
+ * `check` digests left the image (each node computes and compares them locally). 5: settings as
+ * [name, value] pairs (src/broker/settings.ts). Restore reads 4 and 5. */
+export const SNAPSHOT_VERSION = 5;
+/** The previous format, read for snapshots and state files written before keyed settings. */
+const SNAPSHOT_VERSION_KEYLESS = 4;
 /** Snapshot chunks are at most this many bytes. */
 export const SNAPSHOT_CHUNK_BYTES = 64 * 1024;
 
@@ -97,19 +101,19 @@ function encodeMsg(m: Message): unknown[] {
 
 const encodeDelivery = (d: Delivery): unknown[] => [encodeMsg(d.msg), d.qos, d.retain, d.subIds, d.expiresAt, d.share];
 
+/** Settings as [name, value] pairs in table order (format 5): a setting added later is one more
+ * pair, and a snapshot without it restores the setting's initial value (src/broker/settings.ts). */
 export function encodeSettings(s: Settings): unknown[] {
-  const acl = s.acl === null ? null : s.acl.map((r) => [r.kind, r.user, r.access, r.filter]);
-  return [
-    s.maxQueuedMessages,
-    s.maxQueuedBytes,
-    s.maxInflight,
-    s.maxQos,
-    s.retainAvailable,
-    s.maxPacketSize,
-    s.willGraceS,
-    s.maxSubscriptions,
-    acl,
-  ];
+  const pairs: unknown[] = new Array(SETTING_NAMES.length);
+  for (let i = 0; i < SETTING_NAMES.length; i++) {
+    const n = SETTING_NAMES[i] as SettingName;
+    pairs[i] = [n, n === 'acl' ? encodeAcl(s.acl) : s[n]];
+  }
+  return pairs;
+}
+
+function encodeAcl(acl: Settings['acl']): unknown {
+  return acl === null ? null : acl.map((r) => [r.kind, r.user, r.access, r.filter]);
 }
 
 export function encodeSession(s: Session): unknown[] {
@@ -235,26 +239,50 @@ function decodeDelivery(v: unknown): Delivery {
   };
 }
 
-function decodeSettings(v: unknown): Settings {
-  const [mqm, mqb, mi, mq, ra, mps, grace, maxSubs, acl] = arr(v, 'settings', 9);
-  const s = {
-    maxQueuedMessages: mqm,
-    maxQueuedBytes: mqb,
-    maxInflight: mi,
-    maxQos: mq,
-    retainAvailable: ra,
-    maxPacketSize: mps,
-    willGraceS: grace,
-    maxSubscriptions: maxSubs,
-    acl:
-      acl === null
-        ? null
-        : arr(acl, 'acl').map((r): AclRule => {
-            const [kind, user, access, filter] = arr(r, 'acl rule', 4);
-            return { kind, user, access, filter } as AclRule;
-          }),
-  };
+function decodeAcl(acl: unknown): unknown {
+  return acl === null
+    ? null
+    : arr(acl, 'acl').map((r): AclRule => {
+        const [kind, user, access, filter] = arr(r, 'acl rule', 4);
+        return { kind, user, access, filter } as AclRule;
+      });
+}
+
+/** Format 4 wrote the settings positionally, in the table's order of that time. */
+const SETTINGS_V4: readonly SettingName[] = [
+  'maxQueuedMessages',
+  'maxQueuedBytes',
+  'maxInflight',
+  'maxQos',
+  'retainAvailable',
+  'maxPacketSize',
+  'willGraceS',
+  'maxSubscriptions',
+  'acl',
+];
+
+function decodeSettingsV4(v: unknown): Settings {
+  const f = arr(v, 'settings', SETTINGS_V4.length);
+  const s: Record<string, unknown> = {};
+  SETTINGS_V4.forEach((n, i) => {
+    s[n] = n === 'acl' ? decodeAcl(f[i]) : f[i];
+  });
   if (!isSettings(s)) fail('settings');
+  return s;
+}
+
+/** [name, value] pairs; each name known and given once; an absent setting takes its initial value. */
+function decodeSettings(v: unknown): Settings {
+  const given: Record<string, unknown> = {};
+  for (const p of arr(v, 'settings')) {
+    const [name, value] = arr(p, 'setting', 2);
+    if (typeof name !== 'string' || !Object.hasOwn(SETTINGS, name))
+      fail(`setting ${typeof name === 'string' ? JSON.stringify(name.slice(0, 64)) : `name of type ${typeof name}`}`);
+    if (Object.hasOwn(given, name)) fail(`setting ${name} given twice`);
+    given[name] = name === 'acl' ? decodeAcl(value) : value;
+  }
+  const s = completeSettings(given);
+  if (s === null) fail('settings');
   return s;
 }
 
@@ -343,12 +371,13 @@ export function decodeImage(data: Uint8Array, parseShare: (f: string) => { group
   }
   const f = arr(value, 'root', IMAGE_FIELDS);
   // Not String(): a decoded map with a toString key that is not a function makes it throw.
-  if (f[0] !== SNAPSHOT_VERSION) fail(`version ${typeof f[0] === 'number' ? f[0] : `of type ${typeof f[0]}`}`);
+  if (f[0] !== SNAPSHOT_VERSION && f[0] !== SNAPSHOT_VERSION_KEYLESS)
+    fail(`version ${typeof f[0] === 'number' ? f[0] : `of type ${typeof f[0]}`}`);
   return {
     appliedIndex: int(f[1], 'appliedIndex'),
     appliedTime: int(f[2], 'appliedTime'),
     servePeriod: int(f[3], 'servePeriod'),
-    settings: decodeSettings(f[4]),
+    settings: f[0] === SNAPSHOT_VERSION_KEYLESS ? decodeSettingsV4(f[4]) : decodeSettings(f[4]),
     failed: f[5] === null ? null : str(f[5], 'failed'),
     generation: int(f[6], 'generation'),
     sessions: arr(f[7], 'sessions').map((s) => decodeSession(s, parseShare)),

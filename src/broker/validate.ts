@@ -1,15 +1,7 @@
 import { validateTopicFilter, validateTopicName } from '../protocol/topic.js';
-import {
-  ACKS_PER_COMMAND_MAX,
-  type AclRule,
-  type Command,
-  type Message,
-  type MessageProps,
-  type Settings,
-  type SubscriptionRequest,
-  type Will,
-} from './commands.js';
+import { ACKS_PER_COMMAND_MAX, type Command, type Message, type MessageProps, type SubscriptionRequest, type Will } from './commands.js';
 import { connPeriod } from './session.js';
+import { completeSettings } from './settings.js';
 
 // Shape checks of commands before apply acts on them. Commands are validated by the proposer, so a
 // command that fails here is a bug or corruption elsewhere: apply turns it into a no-op and an
@@ -57,29 +49,6 @@ function isSubRequest(r: unknown): r is SubscriptionRequest {
   );
 }
 
-const ACL_ACCESS: readonly unknown[] = ['read', 'write', 'readwrite', 'deny'];
-
-function isAclRule(r: unknown): r is AclRule {
-  if (!isObj(r) || !isStr(r.filter) || r.filter.length === 0 || !ACL_ACCESS.includes(r.access)) return false;
-  if (r.kind === 'pattern') return r.user === null;
-  return r.kind === 'topic' && (r.user === null || isStr(r.user));
-}
-
-export function isSettings(s: unknown): s is Settings {
-  return (
-    isObj(s) &&
-    isInt(s.maxQueuedMessages, 0, Number.MAX_SAFE_INTEGER) &&
-    isInt(s.maxQueuedBytes, 0, Number.MAX_SAFE_INTEGER) &&
-    isInt(s.maxInflight, 1, 65_535) &&
-    isQos(s.maxQos) &&
-    isBool(s.retainAvailable) &&
-    isInt(s.maxPacketSize, 1, 268_435_460) &&
-    isInt(s.willGraceS, 0, U32) &&
-    isInt(s.maxSubscriptions, 0, U32) &&
-    (s.acl === null || (Array.isArray(s.acl) && s.acl.every(isAclRule)))
-  );
-}
-
 const isConn = (c: unknown): c is string => isStr(c) && connPeriod(c) !== null;
 const isPid = (p: unknown): p is number => isInt(p, 1, 65_535);
 const isAckKind = (k: unknown): boolean => k === 'puback' || k === 'pubrec' || k === 'pubcomp';
@@ -91,13 +60,13 @@ export function commandProblem(cmd: unknown): string | null {
   switch (c.t) {
     case 'serve-start':
       return isInt(c.node, 0, U32) &&
-        isSettings(c.settings) &&
+        completeSettings(c.settings) !== null &&
         (c.configHash === undefined || isStr(c.configHash)) &&
         (c.generation === undefined || isInt(c.generation, 0, U32))
         ? null
         : 'bad serve-start';
     case 'settings':
-      return isSettings(c.settings) && (c.configHash === undefined || isStr(c.configHash)) ? null : 'bad settings';
+      return completeSettings(c.settings) !== null && (c.configHash === undefined || isStr(c.configHash)) ? null : 'bad settings';
     case 'connect':
       return isConn(c.conn) &&
         (c.clientId === null || (isStr(c.clientId) && c.clientId.length > 0)) &&

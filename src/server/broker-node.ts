@@ -5,6 +5,7 @@ import type { Logger } from 'pino';
 import { Broker, type StateTotals } from '../broker/broker.js';
 import type { AclRule, Command, ConnId, Effect, Entry, Message, OutPacket, ProtocolLevel, Settings } from '../broker/commands.js';
 import { Fifo } from '../broker/fifo.js';
+import { pickSettings } from '../broker/settings.js';
 import type { SnapshotCursor } from '../broker/snapshot-cursor.js';
 import type { AuditSink } from '../cluster/audit-log.js';
 import type { BrokerLog, LogListener } from '../log/broker-log.js';
@@ -111,17 +112,7 @@ export const FLUSH_BYTES_PER_TURN_MAX = 4 * 1024 * 1024;
 
 /** The Settings that apply() consults, from the node's options. */
 export function settingsFrom(o: NodeOptions): Settings {
-  return {
-    maxQueuedMessages: o.maxQueuedMessages,
-    maxQueuedBytes: o.maxQueuedBytes,
-    maxInflight: o.maxInflight,
-    maxQos: o.maxQos,
-    retainAvailable: o.retainAvailable,
-    maxPacketSize: o.maxPacketSize,
-    willGraceS: o.willGraceS,
-    maxSubscriptions: o.maxSubscriptions ?? 0,
-    acl: o.acl ?? null,
-  };
+  return pickSettings(o);
 }
 
 interface SharedPublish {
