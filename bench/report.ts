@@ -43,6 +43,9 @@ export interface RunResult {
   /** A failed run: the bench exits non-zero. */
   failures: string[];
   warnings: string[];
+  /** raftmq-disk over the window: fdatasync calls of group commits per second, and log entries
+   * (messages, acks, connects) made durable per call; absent or null for other targets. */
+  disk?: { fsyncsPerS: number; entriesPerFsync: number | null } | null;
 }
 
 export interface ClusterRatios {
@@ -165,9 +168,10 @@ export function summaryLine(r: RunResult): string {
   if (r.idle) {
     return `${head} ${f(m.connected)} conns ${f(m.bytes_per_conn)} B/conn ramp cpu ${perProc(r, (p) => p.cpuPct)}% other ${f(r.hostOtherPct)}%${failed}${warn}`;
   }
+  const disk = r.disk == null ? '' : ` fsync ${f(r.disk.fsyncsPerS)}/s ${f(r.disk.entriesPerFsync, 1)} entries/fsync`;
   return (
     `${head} ${f(m.delivered_per_s).padStart(9)}/s p50 ${f(m.lat_p50_us)} us p99 ${f(m.lat_p99_us)} us` +
-    ` cpu ${perProc(r, (p) => p.cpuPct)}% ${perProc(r, (p) => p.cpuUsPerMsg, 2)} us/msg lg ${lgCell(r)}% other ${f(r.hostOtherPct)}%${failed}${warn}`
+    ` cpu ${perProc(r, (p) => p.cpuPct)}% ${perProc(r, (p) => p.cpuUsPerMsg, 2)} us/msg lg ${lgCell(r)}% other ${f(r.hostOtherPct)}%${disk}${failed}${warn}`
   );
 }
 
@@ -182,6 +186,7 @@ export function markdown(rows: Row[], meta: Record<string, unknown>, loadgenMaxP
     '| scenario | leader µs/msg | follower µs/msg | follower / leader | one-node µs/msg | leader / one-node | ELD p99 / p99.9 / max ms, leader · followers | GC max ms (n), minor / major, leader · followers |',
     '|---|--:|--:|--:|--:|--:|--:|--:|',
   ];
+  const disk = ['| scenario | broker | fsyncs/s | entries per fsync |', '|---|---|--:|--:|'];
   const idle = [
     '| scenario | broker | connections | connects/s | bytes/conn | bytes/conn at end | RSS MiB | ramp CPU % /proc | ramp host_other % | ELD p99 / p99.9 / max ms |',
     '|---|---|--:|--:|--:|--:|--:|--:|--:|--:|',
@@ -189,8 +194,10 @@ export function markdown(rows: Row[], meta: Record<string, unknown>, loadgenMaxP
   for (const row of rows) {
     const r = row.result;
     const m = r.mqttload ?? {};
-    const e = r.broker === 'mosquitto' ? 'n/a' : eld(r.procs[0]?.loopDelay ?? null);
-    const gc = r.broker === 'mosquitto' ? 'n/a' : gcCell(r.procs[0]?.loopDelay ?? null);
+    const e = r.broker.startsWith('mosquitto') ? 'n/a' : eld(r.procs[0]?.loopDelay ?? null);
+    const gc = r.broker.startsWith('mosquitto') ? 'n/a' : gcCell(r.procs[0]?.loopDelay ?? null);
+    if (r.disk != null)
+      disk.push(`| ${r.scenario} | ${r.broker}${flags(row)} | ${f(r.disk.fsyncsPerS)} | ${f(r.disk.entriesPerFsync, 1)} |`);
     const rss = perProc(r, (p) => (p.rssKb === null ? null : p.rssKb / 1024), 1);
     if (r.idle) {
       idle.push(
@@ -246,6 +253,14 @@ export function markdown(rows: Row[], meta: Record<string, unknown>, loadgenMaxP
         ]
       : []),
     ...(idle.length > 2 ? [...idle, ''] : []),
+    ...(disk.length > 2
+      ? [
+          'raftmq-disk group commits over the window: fdatasync calls per second, and log entries (messages, acks, connects) made durable per call.',
+          '',
+          ...disk,
+          '',
+        ]
+      : []),
     ...(failures.length > 0 ? ['Failed (✗):', '', ...failures, ''] : []),
     ...(warnings.length > 0 ? ['Warnings (⚠):', '', ...warnings, ''] : []),
     ...fleetMarkdown(fleet),

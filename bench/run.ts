@@ -30,7 +30,18 @@ import type { FleetSection } from './fleet-report.js';
 import { clockTicks, type ProcSample, sampleProc, windowOf } from './proc.js';
 import { LOADGEN_RATIO_MAX_PCT, markdown, type ProcResult, type Row, type RunResult, rowsOf, summaryLine } from './report.js';
 import { svg } from './svg.js';
-import { CLI, HOST, MOSQUITTO, REPO, startTarget, TARGET_NAMES, type Target, type TargetName } from './targets.js';
+import {
+  BENCH_TARGET_NAMES,
+  CLI,
+  type DiskCounters,
+  HOST,
+  MOSQUITTO,
+  REPO,
+  startTarget,
+  TARGET_NAMES,
+  type Target,
+  type TargetName,
+} from './targets.js';
 
 /** host_other_pct above this means other processes took a visible share of the machine. */
 const HOST_OTHER_WARN_PCT = 20;
@@ -81,7 +92,9 @@ const HELP = `npm run bench -- [options]
   --scenarios a,b|all  only these scenarios; all: every one. mqttload scenarios (the default):
                        ${SCENARIO_NAMES}
                        fleet scenarios, run after those: ${FLEET_SCENARIOS.join(',')}
-  --brokers a,b        ${TARGET_NAMES.join(',')} (default all three)
+  --brokers a,b        ${BENCH_TARGET_NAMES.join(',')} (default ${TARGET_NAMES.join(',')}; raftmq-disk:
+                       one node with --data-dir, reporting fsyncs/s and messages per fsync;
+                       mosquitto-disk: persistence on, which does not tie PUBACK to the disk)
   --cpu-prof           run raftmq under node --cpu-prof; profiles go to the results folder
   --mqttload DIR       mqttload source folder (default ../shared/tools/mqttload beside the repository)
   --out DIR            results folder (default bench/results)
@@ -154,7 +167,7 @@ function parseOptions(argv: string[]): Options {
   }
   const quick = v.quick === true;
   const brokers = ((v.brokers as string | undefined) ?? TARGET_NAMES.join(',')).split(',') as TargetName[];
-  for (const b of brokers) if (!TARGET_NAMES.includes(b)) fail(`--brokers: unknown broker ${b} (${TARGET_NAMES.join(', ')})`);
+  for (const b of brokers) if (!BENCH_TARGET_NAMES.includes(b)) fail(`--brokers: unknown broker ${b} (${BENCH_TARGET_NAMES.join(', ')})`);
   const named = typeof v.scenarios === 'string' ? v.scenarios.split(',').filter((n) => n !== '') : null;
   const isFleet = (n: string): n is FleetScenario => (FLEET_SCENARIOS as readonly string[]).includes(n);
   for (const n of named ?? []) {
@@ -253,6 +266,8 @@ interface Load {
   error: string | null;
   /** Window marks read late or not where planned. */
   notes: string[];
+  /** raftmq-disk's group-commit counters at the window's start and end. */
+  disk: { start: Promise<DiskCounters | null> | null; end: Promise<DiskCounters | null> | null };
 }
 
 /** A window mark this much after its time is reported: the bench itself was starved of CPU. */
@@ -266,7 +281,7 @@ async function runLoad(bin: string, s: Scenario, t: Target, o: Options): Promise
   const args = [...s.args, '-H', HOST, '-p', String(t.port), '-b', String(t.serving.pid), '-l', `${s.name}/${t.name}`, '-v'];
   const child = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'] });
   const pid = child.pid ?? 0;
-  const load: Load = { mqttload: null, start: null, end: null, error: null, notes: [] };
+  const load: Load = { mqttload: null, start: null, end: null, error: null, notes: [], disk: { start: null, end: null } };
   let out = '';
   let err = '';
   const timers: NodeJS.Timeout[] = [];
@@ -275,6 +290,7 @@ async function runLoad(bin: string, s: Scenario, t: Target, o: Options): Promise
   };
   const mark = (which: 'start' | 'end', dueMs: number | null = null): void => {
     load[which] = snapshot(t, pid);
+    load.disk[which] = t.diskCounters();
     usr2();
     const late = dueMs === null ? 0 : performance.now() - dueMs;
     if (late > MARK_LATE_WARN_MS) load.notes.push(`window ${which} read ${late.toFixed(0)} ms late`);
@@ -353,8 +369,17 @@ function failuresOf(r: Record<string, unknown> | null, s: Scenario): string[] {
 }
 
 function profDirOf(o: Options, s: Scenario, name: TargetName, run: number): string | null {
-  if (!o.cpuProf || name === 'mosquitto') return null;
+  if (!o.cpuProf || name.startsWith('mosquitto')) return null;
   return join(o.outDir, `cpu-${stamp}-${s.name}-${name}${o.runs > 1 ? `-${run}` : ''}`);
+}
+
+/** fdatasync calls per second of group commits over the window, and entries made durable per
+ * call (raftmq-disk); null for other targets or a window without both readings. */
+async function diskRates(load: Load): Promise<RunResult['disk']> {
+  const [a, b] = await Promise.all([load.disk.start, load.disk.end]);
+  if (a == null || b == null || b.atMs <= a.atMs) return null;
+  const fsyncs = b.fsyncs - a.fsyncs;
+  return { fsyncsPerS: (fsyncs * 1000) / (b.atMs - a.atMs), entriesPerFsync: fsyncs > 0 ? (b.entries - a.entries) / fsyncs : null };
 }
 
 async function runOne(bin: string, s: Scenario, name: TargetName, run: number, o: Options, tmp: string): Promise<RunResult> {
@@ -382,7 +407,7 @@ async function runOne(bin: string, s: Scenario, name: TargetName, run: number, o
     process.stdout.write(`${summaryLine(res)}\n`);
     return res;
   }
-  let load: Load = { mqttload: null, start: null, end: null, error: null, notes: [] };
+  let load: Load = { mqttload: null, start: null, end: null, error: null, notes: [], disk: { start: null, end: null } };
   const died = new Set<string>();
   try {
     load = await runLoad(bin, s, t, o);
@@ -393,6 +418,7 @@ async function runOne(bin: string, s: Scenario, name: TargetName, run: number, o
   } finally {
     await t.stop();
   }
+  res.disk = await diskRates(load);
   const r = load.mqttload;
   res.mqttload = r;
   if (load.error !== null) res.failures.push(load.error);
@@ -438,8 +464,9 @@ const stamp = new Date().toISOString().replace(/[:.]/g, '-');
 
 async function main(): Promise<void> {
   const o = parseOptions(process.argv.slice(2));
-  if (o.brokers.includes('mosquitto') && !existsSync(MOSQUITTO)) fail(`${MOSQUITTO} not found: install the Debian package mosquitto`);
-  if (o.brokers.some((b) => b !== 'mosquitto') && !existsSync(CLI)) fail(`${CLI} not found: run npm run build first`);
+  if (o.brokers.some((b) => b.startsWith('mosquitto')) && !existsSync(MOSQUITTO))
+    fail(`${MOSQUITTO} not found: install the Debian package mosquitto`);
+  if (o.brokers.some((b) => !b.startsWith('mosquitto')) && !existsSync(CLI)) fail(`${CLI} not found: run npm run build first`);
   if (o.fleet.length > 0 && !existsSync(FLEET_JS)) fail(`${FLEET_JS} not found: run npm run build first`);
   const loads = scenarios(o);
   const tmp = mkdtempSync(join(tmpdir(), 'raftmq-bench-'));

@@ -17,8 +17,14 @@ export const CLI = process.env.RAFTMQ_BENCH_CLI ?? join(REPO, 'build', 'src', 'c
 export const MOSQUITTO = '/usr/sbin/mosquitto';
 export const HOST = '127.0.0.1';
 
-export type TargetName = 'raftmq' | 'raftmq-cluster' | 'mosquitto';
+export type TargetName = 'raftmq' | 'raftmq-cluster' | 'mosquitto' | 'raftmq-disk' | 'mosquitto-disk';
+/** The default targets (and the fleet scenarios'). */
 export const TARGET_NAMES: readonly TargetName[] = ['raftmq', 'raftmq-cluster', 'mosquitto'];
+/** On request (--brokers): one raftmq node with --data-dir (every ack after its fdatasync), and
+ * Mosquitto with persistence on (its PUBACK does not wait for the disk: it saves the whole state
+ * every autosave_interval and at a clean stop). */
+export const DISK_TARGET_NAMES: readonly TargetName[] = ['raftmq-disk', 'mosquitto-disk'];
+export const BENCH_TARGET_NAMES: readonly TargetName[] = [...TARGET_NAMES, ...DISK_TARGET_NAMES];
 
 /** A single broker listens within this; a cluster elects a serving leader within this. */
 const START_WAIT_MS = 20_000;
@@ -145,6 +151,12 @@ export class BrokerProcess {
   }
 }
 
+export interface DiskCounters {
+  atMs: number;
+  fsyncs: number;
+  entries: number;
+}
+
 /** A started broker: one process, or three cluster nodes of which `procs[0]` serves. */
 export class Target {
   constructor(
@@ -156,6 +168,8 @@ export class Target {
     readonly roles: Role[],
     private readonly healthPorts: number[],
     private readonly dir: string | null,
+    /** raftmq-disk: the health port whose /health carries the data directory's counters. */
+    readonly dataDirHealthPort: number | null = null,
   ) {}
 
   get serving(): BrokerProcess {
@@ -164,7 +178,21 @@ export class Target {
 
   /** raftmq reports its event-loop delay on SIGUSR2; Mosquitto is not signalled. */
   get raftmq(): boolean {
-    return this.name !== 'mosquitto';
+    return !this.name.startsWith('mosquitto');
+  }
+
+  /** raftmq-disk's group-commit counters now (src/server/durable-node.ts DataDirStatus); null for
+   * other targets or when /health does not answer. */
+  async diskCounters(): Promise<DiskCounters | null> {
+    if (this.dataDirHealthPort === null) return null;
+    try {
+      const r = await httpGet(this.dataDirHealthPort, '/health', HEALTH_TIMEOUT_MS);
+      const d = (JSON.parse(r.text) as { dataDir?: { fsyncs?: unknown; entriesWritten?: unknown } }).dataDir;
+      if (typeof d?.fsyncs !== 'number' || typeof d.entriesWritten !== 'number') return null;
+      return { atMs: performance.now(), fsyncs: d.fsyncs, entries: d.entriesWritten };
+    } catch {
+      return null;
+    }
   }
 
   /** Problems seen after a run: a process that exited, a cluster whose serving node changed. */
@@ -196,12 +224,13 @@ function startRaftmq(label: string, args: string[], profDir: string | null): Bro
 }
 
 /** Mosquitto configured for throughput rather than with raftmq's limits: no inflight limit, a deep
- * queue per client, no persistence. */
-function mosquittoConf(port: number): string {
+ * queue per client, no persistence; or, for mosquitto-disk, persistence in `persistDir` with its
+ * defaults (the in-memory state saved every 1800 s and at a clean stop; no write per message). */
+function mosquittoConf(port: number, persistDir: string | null = null): string {
   return [
     `listener ${port} ${HOST}`,
     'allow_anonymous true',
-    'persistence false',
+    ...(persistDir === null ? ['persistence false'] : ['persistence true', `persistence_location ${persistDir}/`]),
     'max_inflight_messages 0',
     'max_queued_messages 100000',
     'log_dest stderr',
@@ -211,17 +240,28 @@ function mosquittoConf(port: number): string {
   ].join('\n');
 }
 
-async function startSingle(name: 'raftmq' | 'mosquitto', tmp: string, profDir: string | null): Promise<Target> {
+async function startSingle(name: Exclude<TargetName, 'raftmq-cluster'>, tmp: string, profDir: string | null): Promise<Target> {
   const port = await freePort();
   let p: BrokerProcess;
+  let dir: string | null = null;
+  let health: number | null = null;
   if (name === 'raftmq') {
     p = startRaftmq('raftmq', ['--host', HOST, '--port', String(port)], profDir);
+  } else if (name === 'raftmq-disk') {
+    dir = mkdtempSync(join(tmp, 'raftmq-data-'));
+    health = await freePort();
+    p = startRaftmq(
+      'raftmq-disk',
+      ['--host', HOST, '--port', String(port), '--health-port', String(health), '--data-dir', join(dir, 'data')],
+      profDir,
+    );
   } else {
+    if (name === 'mosquitto-disk') dir = mkdtempSync(join(tmp, 'mosquitto-data-'));
     const conf = join(tmp, `mosquitto-${port}.conf`);
-    writeFileSync(conf, mosquittoConf(port));
-    p = new BrokerProcess('mosquitto', spawn(MOSQUITTO, ['-c', conf], { stdio: ['ignore', 'pipe', 'pipe'] }));
+    writeFileSync(conf, mosquittoConf(port, dir));
+    p = new BrokerProcess(name, spawn(MOSQUITTO, ['-c', conf], { stdio: ['ignore', 'pipe', 'pipe'] }));
   }
-  const t = new Target(name, port, [p], ['broker'], [], null);
+  const t = new Target(name, port, [p], ['broker'], [], dir, health);
   const deadline = Date.now() + START_WAIT_MS;
   while (!(await portOpen(port))) {
     if (!p.alive) throw new Error(`${name} ended at start (${p.ended ?? 'no PID'}): ${p.tail()}`);

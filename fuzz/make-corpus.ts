@@ -11,6 +11,7 @@ import { proxyCorpus } from './targets/proxy-protocol.js';
 import { raftCorpus } from './targets/raft-frames.js';
 import { stateFileCorpus } from './targets/state-file.js';
 import { aclCorpus, configCorpus, passwordCorpus } from './targets/text-files.js';
+import { walSegmentCorpus } from './targets/wal-segment.js';
 
 const LEVEL_INDEX = { 3: 0, 4: 1, 5: 2 } as const;
 
@@ -38,6 +39,7 @@ export const CORPUS_MAKERS: Record<string, () => Uint8Array[]> = {
   'mqtt-node': mqttNodeCorpus,
   'raft-frames': raftCorpus,
   'state-file': stateFileCorpus,
+  'wal-segment': walSegmentCorpus,
 };
 
 export function writeCorpus(names: readonly string[] = Object.keys(CORPUS_MAKERS)): void {

@@ -8,6 +8,7 @@ import { proxyProtocol } from './targets/proxy-protocol.js';
 import { raftFrames } from './targets/raft-frames.js';
 import { stateFile } from './targets/state-file.js';
 import { aclFile, configFile, passwordFile } from './targets/text-files.js';
+import { walSegment } from './targets/wal-segment.js';
 
 export function allTargets(): FuzzTarget[] {
   return [
@@ -16,6 +17,7 @@ export function allTargets(): FuzzTarget[] {
     brokerSnapshot,
     raftFrames,
     stateFile,
+    walSegment,
     configFile,
     aclFile,
     passwordFile,

@@ -19,7 +19,8 @@ import { readAclFile } from './server/auth/acl-file.js';
 import { runPasswd } from './server/auth/passwd-command.js';
 import { PasswordFileAuthenticator } from './server/auth/password-authenticator.js';
 import { BrokerNode, type NodeOptions } from './server/broker-node.js';
-import { startDurableNode } from './server/durable-node.js';
+import { fileProbe, TEST_FREE_BYTES_ENV } from './server/disk-space.js';
+import { type RunningDurable, startDurableNode } from './server/durable-node.js';
 import { isTlsKind } from './server/listeners/listen-url.js';
 import { type ClientAuth, type IdentityField, TlsMaterial } from './server/listeners/tls-material.js';
 import { ScramSha256 } from './server/scram.js';
@@ -41,6 +42,10 @@ let stopDeadline: number | null = null;
 
 /** Exit status of a stop that ran into --shutdown-timeout-ms (the state file is written all the same). */
 const EXIT_STOP_TIMED_OUT = 1;
+
+/** Exit status after a write, fsync, rename or remove in --data-dir failed (EX_IOERR): the node
+ * stopped at once and never retried the call (docs/operations.md "Disk trouble"). */
+const EXIT_DATA_DIR_IO = 74;
 
 /** Exits once the queued log lines have left or `drainMs` has passed, whichever comes first: a
  * log destination that takes nothing never keeps the process alive. Without a running node
@@ -275,21 +280,29 @@ async function startNode(config: Config, opts: NodeOptions, logger: pino.Logger,
   }
   let node: BrokerNode;
   let stopNode: () => Promise<void>;
+  let dataDir: RunningDurable | null = null;
   if (config['data-dir'] !== '') {
+    const testFree = process.env[TEST_FREE_BYTES_ENV];
     const d = await startDurableNode(
-      { dataDir: config['data-dir'], snapshotLogBytes: config['snapshot-log-bytes'] },
+      {
+        dataDir: config['data-dir'],
+        snapshotLogBytes: config['snapshot-log-bytes'],
+        minFreeBytes: config['data-dir-min-free-bytes'],
+        probe: testFree === undefined || testFree === '' ? undefined : fileProbe(testFree),
+      },
       opts,
       logger,
       created,
       (err) => {
         // Never retried: the node stops, and the next start recovers from what is on disk.
-        logger.fatal({ err: err.message }, 'data directory write failed; stopping');
+        logger.fatal({ err: err.message, exitCode: EXIT_DATA_DIR_IO }, 'data directory write failed; stopping');
         process.stderr.write(`raftmq: ${err.message}\n`);
-        exitAfterLogs(1);
+        exitAfterLogs(EXIT_DATA_DIR_IO);
       },
     );
     node = d.node;
     stopNode = () => d.stop();
+    dataDir = d;
   } else {
     const n = new BrokerNode(opts);
     created(n);
@@ -300,7 +313,11 @@ async function startNode(config: Config, opts: NodeOptions, logger: pino.Logger,
   let server: HealthServer | null = null;
   let healthPort = -1;
   if (health.port >= 0) {
-    server = new HealthServer(healthSource(node, () => singleNodeStatus(node)));
+    const dd = dataDir;
+    server = new HealthServer({
+      ...healthSource(node, () => singleNodeStatus(node)),
+      ...(dd === null ? {} : { dataDir: () => dd.status() }),
+    });
     try {
       healthPort = await server.listen(health.host, health.port);
     } catch (err) {
@@ -309,7 +326,8 @@ async function startNode(config: Config, opts: NodeOptions, logger: pino.Logger,
     }
     logger.info({ port: healthPort }, 'health listening');
   }
-  logger.info({ version: version(), port: node.port, ports: node.ports, healthPort, bind: bindNote(config) }, 'started');
+  const recovered = dataDir === null ? {} : { recovered: dataDir.recovered };
+  logger.info({ version: version(), port: node.port, ports: node.ports, healthPort, bind: bindNote(config), ...recovered }, 'started');
   return {
     node,
     async stop() {

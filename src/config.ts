@@ -299,6 +299,13 @@ export const SCHEMA = {
     max: 2 ** 40,
     help: "with --data-dir: a snapshot is written once the log grew by this many bytes, or by the last snapshot's size if that is larger, since the last one; the log before it is then removed. Bounds start-up replay and disk use",
   },
+  'data-dir-min-free-bytes': {
+    kind: 'size',
+    default: 0,
+    min: 0,
+    max: 2 ** 50,
+    help: "with --data-dir: below this much free space on its file system (read every second) new QoS 1/2 messages and new persistent sessions are refused (MQTT 5 0x97 Quota exceeded; 3.1.1: the connection closed, CONNACK 3) until space returns; 0: twice the last snapshot's size, at least 64 MiB",
+  },
   'cluster-server-reference': {
     kind: 'string',
     default: '',

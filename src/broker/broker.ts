@@ -231,6 +231,11 @@ export class Broker implements BrokerState {
   }
 
   /** The sizes of the replicated state that cost O(1) (StateTotals without the queues). */
+  /** Whether a session of this client id exists (online or not). */
+  hasSession(clientId: string): boolean {
+    return this.sessions.has(clientId);
+  }
+
   counts(): Pick<StateTotals, 'sessions' | 'online' | 'subscriptions' | 'retained'> {
     return { sessions: this.sessions.size, online: this.byConn.size, subscriptions: this.subsTrie.size, retained: this.retained.size };
   }

@@ -51,7 +51,7 @@ export class HealthServer {
     }
     if (path === '/health') {
       const s = this.source.status();
-      reply(res, s.serving ? 200 : 503, 'application/json', `${JSON.stringify(s)}\n`);
+      reply(res, s.serving ? 200 : 503, 'application/json', `${JSON.stringify(withDataDir(s, this.source))}\n`);
       return;
     }
     if (path === '/live') {
@@ -69,6 +69,11 @@ export class HealthServer {
     }
     reply(res, 404, 'text/plain', 'GET /health, /live or /metrics\n');
   }
+}
+
+/** /health of a node with --data-dir carries a `dataDir` block (docs/operations.md "Disk trouble"). */
+function withDataDir(s: object, source: HealthSource): object {
+  return source.dataDir === undefined ? s : { ...s, dataDir: source.dataDir() };
 }
 
 function reply(res: ServerResponse, code: number, type: string, body: string): void {

@@ -7,6 +7,7 @@ import { type IntervalHistogram, monitorEventLoopDelay } from 'node:perf_hooks';
 import { Counter, collectDefaultMetrics, Gauge, type Metric, type Registry } from 'prom-client';
 import type { StateTotals } from '../broker/broker.js';
 import type { BrokerNode } from '../server/broker-node.js';
+import type { DataDirStatus } from '../server/durable-node.js';
 import type { LatencyBuckets } from '../server/latency-buckets.js';
 import type { ClusterStatus, RaftLog } from './raft-log.js';
 
@@ -15,6 +16,8 @@ export interface MetricsSource {
   status(): ClusterStatus;
   node: BrokerNode;
   raft: RaftLog | null;
+  /** The single node's --data-dir; absent without one. */
+  dataDir?: () => DataDirStatus;
 }
 
 /** A labelled counter's series: label value → the node's event counters summed into it. */
@@ -53,6 +56,7 @@ const LIMIT_REFUSALS: Reasons = {
   connect_rate: ['limit-connect-rate'],
   publish_rate: ['limit-publish-rate'],
   topic: ['limit-topic'],
+  storage_low: ['limit-storage-low'],
 };
 const DROPS: Reasons = {
   queue_full: ['queue-full'],
@@ -113,6 +117,7 @@ export class NodeMetrics {
     this.defineRaft();
     this.defineLoop();
     this.defineLatencies();
+    this.defineDataDir();
   }
 
   /** The Prometheus text of every series, read now. */
@@ -277,6 +282,32 @@ export class NodeMetrics {
       for (const [k, v] of counters) if (k.startsWith('protocol-error:')) n += v;
       return n;
     });
+  }
+
+  /** --data-dir (docs/operations.md "Disk trouble"): free space against its bound, the log and the
+   * newest snapshot, and the group commits' fdatasync calls (fsyncs per second and entries per
+   * fsync are rates of the two counters). */
+  private defineDataDir(): void {
+    const read = this.source.dataDir;
+    if (read === undefined) return;
+    this.gauge(
+      'raftmq_data_dir_free_bytes',
+      "free bytes on the data directory's file system at the last reading (-1: unreadable)",
+      () => read().freeBytes ?? -1,
+    );
+    this.gauge(
+      'raftmq_data_dir_min_free_bytes',
+      'free bytes below which new QoS 1/2 messages and persistent sessions are refused',
+      () => read().minFreeBytes,
+    );
+    this.gauge('raftmq_data_dir_low_space', '1 while new QoS 1/2 messages and persistent sessions are refused for lack of space', () =>
+      read().lowSpace ? 1 : 0,
+    );
+    this.gauge('raftmq_data_dir_wal_bytes', 'bytes of the write-ahead log segments', () => read().walBytes);
+    this.gauge('raftmq_data_dir_snapshot_index', 'log index of the newest snapshot on disk (0: none)', () => read().lastSnapshot.index);
+    this.gauge('raftmq_data_dir_snapshot_bytes', 'bytes of the newest snapshot on disk', () => read().lastSnapshot.bytes);
+    this.counter('raftmq_data_dir_fsyncs_total', 'fdatasync calls of group commits', () => read().fsyncs);
+    this.counter('raftmq_data_dir_entries_written_total', 'log entries made durable by group commits', () => read().entriesWritten);
   }
 
   private defineRaft(): void {

@@ -11,11 +11,14 @@ import type { AuditSink } from '../cluster/audit-log.js';
 import type { BrokerLog, LogListener } from '../log/broker-log.js';
 import { LocalLog } from '../log/local-log.js';
 import { encode } from '../protocol/encoder.js';
+import type { ConnectPacket } from '../protocol/packets.js';
 import { RC } from '../protocol/reason-codes.js';
 import { type Authenticator, allowAll } from './authenticator.js';
 import { Connection, type ConnectionHost, type ConnectionLimits } from './connection.js';
 import { DIGEST_CURSOR, DIGEST_SLICE_MS, DigestRunner, type RunStats, type Verdict } from './digest-runner.js';
+import { OPEN_STORAGE_GATE, type StorageGate } from './disk-space.js';
 import { type EnhancedAuthMethod, methodTable } from './enhanced-auth.js';
+import { connectExpiryS } from './inbound.js';
 import { LatencyBuckets } from './latency-buckets.js';
 import { ConnectRateLimiter, DEFAULT_NODE_LIMITS, type NodeLimits, WRITE_BUFFER_BYTES_DEFAULT } from './limits.js';
 import { type ListenerSpec, listenerUrl } from './listeners/listen-url.js';
@@ -65,6 +68,9 @@ export interface NodeOptions {
   statsIntervalMs?: number;
   /** Further gauges for the stats line (e.g. the authenticator's bounded tables). */
   gauges?: () => Record<string, number>;
+  /** Consulted before storing a new QoS 1/2 message or persistent session (--data-dir's free-space
+   * watch); absent: always open. */
+  storageGate?: StorageGate;
   /** The audit stream (--audit-log): every ack and delivery this node executes. */
   audit?: AuditSink | null;
   /** Seconds between updates of the $SYS topics while serving (--sys-interval); 0 or absent: off. */
@@ -193,6 +199,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
   readonly traffic = new Traffic();
   /** PUBLISH read to the socket write of its first delivery, sampled (Traffic.probeCountdown). */
   readonly deliveryLatency = new LatencyBuckets();
+  readonly storageGate: StorageGate;
   /** The probe: its message once known (a QoS 0 one at once, a QoS 1/2 one when applied), else the
    * connection and packet id that find its entry; the time of its read; the connection that got
    * its first delivery, whose next write ends the probe. probeAt 0: no probe. */
@@ -273,6 +280,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     this.specs = opts.listeners?.length ? opts.listeners : [{ kind: 'mqtt', host: opts.host, port: opts.port, path: '', proxy: null }];
     this.boundPorts = this.specs.map(() => 0);
     this.enhancedAuth = methodTable(opts.enhancedAuth);
+    this.storageGate = opts.storageGate ?? OPEN_STORAGE_GATE;
     const nl: NodeLimits = { ...DEFAULT_NODE_LIMITS, ...opts.nodeLimits };
     this.connectRate = new ConnectRateLimiter(nl.connectRatePerAddress);
     this.limits = {
@@ -691,10 +699,14 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
 
   /** The refusal of a CONNECT by a node limit, or null when admitted (and then counted until the
    * socket closes): the per-address connect rate first, then max-connections. */
-  admitConnect(address: string, conn: Connection): number | null {
+  admitConnect(address: string, conn: Connection, connect: ConnectPacket): number | null {
     if (!this.connectRate.admit(address, performance.now())) {
       this.event('limit-connect-rate', { address });
       return RC.CONNECTION_RATE_EXCEEDED;
+    }
+    if (this.storageGate.low && this.newPersistentSession(connect)) {
+      this.event('limit-storage-low', { connect: true });
+      return RC.QUOTA_EXCEEDED;
     }
     const max = this.limits.maxConnections;
     if (max > 0 && this.admitted.size >= max) {
@@ -704,6 +716,14 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     this.admitted.add(conn.id);
     if (this.admitted.size > this.traffic.connectedMax) this.traffic.connectedMax = this.admitted.size;
     return null;
+  }
+
+  /** A CONNECT that asks for a session outliving its connection (3.1.1 Clean Session 0, MQTT 5 a
+   * Session Expiry Interval) that does not exist yet: refused while the data directory is low on
+   * space (docs/operations.md "Disk trouble"); resuming one is admitted, so its queue can drain. */
+  private newPersistentSession(c: ConnectPacket): boolean {
+    if (connectExpiryS(c) === 0) return false;
+    return c.clientId === '' || c.clean || !this.broker.hasSession(c.clientId);
   }
 
   propose(cmd: Command): void {

@@ -32,6 +32,7 @@ import { CONNACK_V4, RC } from '../protocol/reason-codes.js';
 import { validateTopicFilter, validateTopicName } from '../protocol/topic.js';
 import { type AuthAction, EnhancedAuthState, type FailedLogin } from './auth-exchange.js';
 import type { Authenticator, AuthResult } from './authenticator.js';
+import type { StorageGate } from './disk-space.js';
 import type { EnhancedAuthMethod } from './enhanced-auth.js';
 import { connectExpiryS, messageFromPublish, payloadFormatValid, RECEIVE_MAX_DEFAULT, willFromConnect } from './inbound.js';
 import { keepAliveWheel, type WheelMember } from './keepalive-wheel.js';
@@ -60,8 +61,11 @@ export interface ConnectionHost {
   readonly authenticator: Authenticator;
   /** MQTT 5 enhanced-authentication methods offered, by Authentication Method name. */
   readonly enhancedAuth: ReadonlyMap<string, EnhancedAuthMethod>;
-  /** A node limit's refusal of this CONNECT (RC.*), or null when admitted (src/server/limits.ts). */
-  admitConnect(address: string, conn: Connection): number | null;
+  /** A node limit's refusal of this CONNECT (RC.*), or null when admitted (src/server/limits.ts,
+   * src/server/disk-space.ts). */
+  admitConnect(address: string, conn: Connection, connect: ConnectPacket): number | null;
+  /** While true, a PUBLISH that would be stored is refused (src/server/disk-space.ts). */
+  readonly storageGate: StorageGate;
   /** Appends a command to the log (and pauses reading everywhere when the log is over its bound). */
   propose(cmd: Command): void;
   /** Routes a QoS 0 non-retained message to live subscribers and executes the effects. */
@@ -350,7 +354,7 @@ export class Connection implements WheelMember {
     // [MQTT-3.1.2-24] holds for every packet from now on, a refusing CONNACK and AUTH included.
     if (connect.level === 5) this.clientMaxPacket = connect.props.maxPacketSize ?? 0;
     this.clientId = connect.clientId === '' ? null : connect.clientId;
-    const limited = this.host.admitConnect(this.transport.remoteAddress, this);
+    const limited = this.host.admitConnect(this.transport.remoteAddress, this, connect);
     if (limited === RC.CONNECTION_RATE_EXCEEDED && connect.level !== 5) {
       this.closeNow(NO_DISCONNECT); // 3.1.1 has no return code for a rate: closed without CONNACK.
       return;
@@ -654,6 +658,7 @@ export class Connection implements WheelMember {
     }
     // After the alias is resolved, so that a refused PUBLISH still sets its alias (§3.3.2.3.4).
     if (!this.withinPublishRate(p, topic)) return;
+    if (this.host.storageGate.low && !this.storedWhileLow(p, topic)) return;
     if (isSysTopic(topic)) {
       this.refuseSys(p);
       return;
@@ -700,6 +705,24 @@ export class Connection implements WheelMember {
     else if (p.qos === 2) {
       // A retry may carry an id apply still holds (received before, PUBREC lost): only apply can
       // tell, so the refusal goes through the log, without the payload.
+      const msg: Message = { topic, payload: EMPTY_PAYLOAD, qos: 2, retain: false };
+      this.propose({ t: 'publish', conn: this.id, pid: p.pid as number, msg, quotaExceeded: true });
+    }
+    return false;
+  }
+
+  /** The data directory is low on space (docs/operations.md "Disk trouble"): what would be stored is
+   * refused as a quota, the way --max-publish-rate refuses it: QoS 1/2 answered 0x97 (a QoS 2 retry
+   * through the log, as only apply knows whether it holds the id), a retained QoS 0 dropped, and a
+   * 3.1.1 QoS 1/2 closes the connection, since its PUBACK cannot refuse: the client keeps the
+   * message and sends it again. A plain QoS 0 is routed, as it is never stored. */
+  private storedWhileLow(p: PublishPacket, topic: string): boolean {
+    if (p.qos === 0 && !p.retain) return true;
+    this.host.event('limit-storage-low', { ...this.who(), qos: p.qos });
+    if (p.qos > 0 && this.level !== 5) this.fail(RC.QUOTA_EXCEEDED, 'storage-low', '3.1.1 QoS 1/2 PUBLISH while storage is low');
+    else if (p.qos === 1) this.reply({ k: 'send', packet: { type: 'puback', pid: p.pid as number, code: RC.QUOTA_EXCEEDED } });
+    else if (p.qos === 2 && !p.dup) this.reply({ k: 'send', packet: { type: 'pubrec', pid: p.pid as number, code: RC.QUOTA_EXCEEDED } });
+    else if (p.qos === 2) {
       const msg: Message = { topic, payload: EMPTY_PAYLOAD, qos: 2, retain: false };
       this.propose({ t: 'publish', conn: this.id, pid: p.pid as number, msg, quotaExceeded: true });
     }

@@ -5,12 +5,34 @@ import type { Logger } from 'pino';
 import { LocalLog } from '../log/local-log.js';
 import { openDataDir } from '../log/wal/data-dir.js';
 import { recover } from '../log/wal/recover.js';
+import type { Wal } from '../log/wal/wal.js';
 import { BrokerNode, type NodeOptions, settingsFrom } from './broker-node.js';
 import { DIGEST_SLICE_MS } from './digest-runner.js';
+import { DiskWatch, type FreeSpaceProbe, statfsProbe } from './disk-space.js';
 
 export interface DurableSettings {
   dataDir: string;
   snapshotLogBytes: number;
+  /** --data-dir-min-free-bytes; 0: the default bound (src/server/disk-space.ts). */
+  minFreeBytes: number;
+  /** Replaces statfs (tests only: TEST_FREE_BYTES_ENV). */
+  probe?: FreeSpaceProbe;
+}
+
+/** The data directory as /health and /metrics show it (docs/operations.md "Disk trouble"). */
+export interface DataDirStatus {
+  path: string;
+  /** Bytes free to this process on its file system, at the last reading; null if unreadable. */
+  freeBytes: number | null;
+  minFreeBytes: number;
+  /** New QoS 1/2 messages and new persistent sessions are refused. */
+  lowSpace: boolean;
+  lastSnapshot: { index: number; bytes: number; writtenAt: string | null };
+  /** Bytes of the log's segments. */
+  walBytes: number;
+  /** fdatasync calls of group commits since start, and the entries they made durable. */
+  fsyncs: number;
+  entriesWritten: number;
 }
 
 /** Segments of a quarter of the snapshot trigger, so a snapshot frees about three of every four
@@ -21,6 +43,10 @@ export function segmentBytesFor(snapshotLogBytes: number): number {
 
 export interface RunningDurable {
   node: BrokerNode;
+  /** What recovery did, for the start line: the snapshot restored (0: none), the log entries
+   * replayed after it, and ms from opening the directory to serving. */
+  recovered: { snapshotIndex: number; replayed: number; ms: number };
+  status(): DataDirStatus;
   stop(): Promise<void>;
 }
 
@@ -34,6 +60,14 @@ export async function startDurableNode(
   fatal: (err: Error) => void,
 ): Promise<RunningDurable> {
   const dir = await openDataDir(ds.dataDir);
+  let wal: Wal | null = null;
+  const watch = new DiskWatch({
+    dir: ds.dataDir,
+    probe: ds.probe ?? statfsProbe(ds.dataDir),
+    configuredMinFreeBytes: ds.minFreeBytes,
+    lastSnapshotBytes: () => wal?.lastSnapshot.bytes ?? 0,
+    logger,
+  });
   try {
     const log = new LocalLog({
       node: 1,
@@ -42,7 +76,7 @@ export async function startDurableNode(
         onFatal: (err) => fatal(new Error(`--data-dir ${ds.dataDir}: ${err.message}`)),
       },
     });
-    const node = new BrokerNode(opts, log);
+    const node = new BrokerNode({ ...opts, storageGate: watch }, log);
     created(node);
     const started = performance.now();
     const recovered = await recover(
@@ -56,17 +90,39 @@ export async function startDurableNode(
       },
     );
     logger.info({ dataDir: ds.dataDir, node: dir.meta.node, ms: Math.round(performance.now() - started) }, 'data directory opened');
+    wal = recovered.wal;
+    const w = wal;
     log.recovered(recovered);
     log.attachSnapshots(() => node.snapshot());
+    await watch.start();
+    // start() resolves once this process's serve-start is applied, after every replayed entry.
     await node.start();
+    const ms = Math.round(performance.now() - started);
     return {
       node,
+      recovered: { snapshotIndex: recovered.snapshotIndex, replayed: recovered.replay.length, ms },
+      status: () => ({
+        path: ds.dataDir,
+        freeBytes: watch.freeBytes,
+        minFreeBytes: watch.minFreeBytes,
+        lowSpace: watch.low,
+        lastSnapshot: {
+          index: w.lastSnapshot.index,
+          bytes: w.lastSnapshot.bytes,
+          writtenAt: w.lastSnapshot.writtenAt === null ? null : new Date(w.lastSnapshot.writtenAt).toISOString(),
+        },
+        walBytes: w.logBytes,
+        fsyncs: w.fsyncs,
+        entriesWritten: w.entriesWritten,
+      }),
       async stop() {
+        watch.stop();
         await node.stop();
         dir.release();
       },
     };
   } catch (err) {
+    watch.stop();
     dir.release();
     throw err;
   }

@@ -10,7 +10,7 @@ import { LocalLog } from '../local-log.js';
 import { MemStorage, seededRandom } from './mem-storage.js';
 import { recover } from './recover.js';
 import type { Storage } from './storage.js';
-import { DataDirError, type WalOptions } from './wal.js';
+import { DataDirError, snapshotName, WalIoError, type WalOptions } from './wal.js';
 
 const quiet = { info() {}, warn() {}, error() {} };
 
@@ -154,6 +154,40 @@ describe('LocalLog with a WAL', { timeout: 60_000 }, () => {
     await b.log.stop();
   });
 
+  it('writes a snapshot at a clean stop, so the next start restores it and replays nothing', async () => {
+    const storage = new MemStorage();
+    const a = await open(storage);
+    for (let pid = 1; pid <= 30; pid++) a.log.propose(publish(pid));
+    await until(() => a.machine.pids.length === 30, '30 committed');
+    const applied = a.machine.index;
+    await a.log.stop();
+    assert.ok((await storage.list()).includes(snapshotName(applied)), 'a snapshot at the last applied entry');
+    const report = await recover(new Machine(), walOptions(storage));
+    assert.equal(report.snapshotIndex, applied);
+    assert.equal(report.replay.length, 0);
+    await report.wal.close();
+  });
+
+  it('stops once on a failed fdatasync, naming the segment, commits nothing of the batch and never syncs again', async () => {
+    const storage = new MemStorage();
+    const r = await open(storage);
+    for (let pid = 1; pid <= 5; pid++) r.log.propose(publish(pid));
+    await until(() => r.machine.pids.length === 5, '5 committed');
+    storage.failSyncs(Object.assign(new Error('EIO: i/o error, fdatasync'), { code: 'EIO' }));
+    for (let pid = 6; pid <= 10; pid++) r.log.propose(publish(pid));
+    await until(() => r.fatal.length > 0, 'the failure reported');
+    for (let pid = 11; pid <= 15; pid++) r.log.propose(publish(pid));
+    for (let i = 0; i < 50; i++) await turn();
+    assert.equal(r.fatal.length, 1);
+    const err = r.fatal[0] as WalIoError;
+    assert.ok(err instanceof WalIoError);
+    assert.equal(err.op, 'fdatasync');
+    assert.match(err.message, /^fdatasync of wal-\d{20}\.seg failed: EIO/);
+    assert.deepEqual(r.machine.pids, [1, 2, 3, 4, 5], 'nothing of the failed batch committed');
+    assert.equal(storage.failedSyncs, 1, 'the failed fdatasync is never retried, nor any later batch written');
+    await r.log.stop();
+  });
+
   it('writes snapshots in the background, removes the segments before them, and recovers from snapshot and log', async () => {
     const storage = new MemStorage();
     const a = await open(storage, { snapshotLogBytes: 4096, segmentBytes: 1024 });
@@ -227,8 +261,11 @@ describe('recovery refusals', { timeout: 60_000 }, () => {
     }
     await until(() => a.machine.pids.length === count, 'all committed');
     await until(() => !a.log.snapshotRunning, 'no snapshot running');
+    // The files as a crash leaves them: a clean stop would add a snapshot at the last entry.
+    const files = new Map<string, Uint8Array>();
+    for (const n of await storage.list()) files.set(n, storage.bytes(n) as Uint8Array);
     await a.log.stop();
-    return storage;
+    return new MemStorage(files);
   }
 
   async function everyFile(s: MemStorage): Promise<Map<string, string>> {

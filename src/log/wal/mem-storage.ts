@@ -35,6 +35,9 @@ export class MemStorage implements Storage {
   private dead = false;
   private syncGate: Promise<void> | null = null;
   private held = 0;
+  private syncError: Error | null = null;
+  /** fdatasync calls that failed (failSyncs). */
+  failedSyncs = 0;
 
   constructor(files: Map<string, Uint8Array> = new Map()) {
     this.names = new Map();
@@ -133,6 +136,13 @@ export class MemStorage implements Storage {
     this.ops = [];
   }
 
+  /** Every later fdatasync fails with `err` and, as Linux does after a writeback error, the bytes
+   * appended since the file's last good sync are gone from the page cache: a retried sync would
+   * then succeed without them on disk. */
+  failSyncs(err: Error): void {
+    this.syncError = err;
+  }
+
   /** Holds every sync until the returned function is called (for tests of what waits for one). */
   holdSyncs(): () => void {
     let release = (): void => {};
@@ -176,6 +186,11 @@ export class MemStorage implements Storage {
           await this.syncGate;
           this.held--;
           await this.alive();
+        }
+        if (this.syncError !== null) {
+          this.failedSyncs++;
+          file.length = file.durable.length;
+          throw this.syncError;
         }
         this.syncs++;
         file.durable = file.data.slice(0, file.length);

@@ -18,6 +18,8 @@ export interface RecoveryHost {
 export interface RecoveryReport extends Recovered {
   /** The snapshot restored; null: the log was replayed from its start. */
   snapshot: string | null;
+  /** Its index; 0 without one. */
+  snapshotIndex: number;
 }
 
 export async function recover(host: RecoveryHost, opts: WalOptions): Promise<RecoveryReport> {
@@ -54,5 +56,5 @@ export async function recover(host: RecoveryHost, opts: WalOptions): Promise<Rec
   const lastIndex = last?.index ?? base;
   const lastTime = Math.max(host.appliedTime(), last?.time ?? 0);
   logger.info({ snapshot: chosen?.name ?? null, snapshotIndex: base, replayed: replay.length, lastIndex }, 'data directory recovered');
-  return { wal, replay, lastIndex, lastTime, snapshot: chosen?.name ?? null };
+  return { wal, replay, lastIndex, lastTime, snapshot: chosen?.name ?? null, snapshotIndex: base };
 }

@@ -23,6 +23,21 @@ export interface WalLogger {
   error(fields: Record<string, unknown>, msg: string): void;
 }
 
+/** A write, fsync, rename or remove of a data directory file failed: the node stops and the call is
+ * never retried (an fsync retried after EIO can report success for pages the kernel dropped). The
+ * message names the file, the operation and the error. */
+export class WalIoError extends Error {
+  readonly code = 'DATA_DIR_IO';
+  readonly file: string;
+  readonly op: string;
+  constructor(file: string, op: string, cause: unknown) {
+    super(`${op} of ${file} failed: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
+    this.name = 'WalIoError';
+    this.file = file;
+    this.op = op;
+  }
+}
+
 /** The data directory cannot be used as it is: the message names the file. Nothing was changed. */
 export class DataDirError extends Error {
   readonly code: 'DATA_DIR_CORRUPT' | 'DATA_DIR_FOREIGN' | 'DATA_DIR_LOCKED';
@@ -88,6 +103,15 @@ function trailerProblem(b: Uint8Array, index: number): string | null {
   if (r64(t, 12) !== index) return `trailer says index ${r64(t, 12)}`;
   if (r64(t, 20) !== b.length - SNAP_TRAILER_BYTES) return 'length does not match its trailer';
   return null;
+}
+
+/** `p`, its rejection named after the file and the operation (WalIoError). */
+async function io<T>(file: string, op: string, p: Promise<T>): Promise<T> {
+  try {
+    return await p;
+  } catch (err) {
+    throw err instanceof WalIoError ? err : new WalIoError(file, op, err);
+  }
 }
 
 const imageOf = (b: Uint8Array): Uint8Array => b.subarray(0, b.length - SNAP_TRAILER_BYTES);
@@ -251,6 +275,13 @@ export class Wal {
   private lastSnapshotBytes = 0;
   private snapshotting: Promise<SnapshotStats | null> | null = null;
   private snapshotCancel: (() => void) | null = null;
+  /** fdatasync calls that closed a group commit, ever (one per batch). */
+  fsyncs = 0;
+  /** Entries written in group commits, ever. */
+  entriesWritten = 0;
+  /** The newest snapshot on disk: its index, image bytes, and when this process wrote it (ms since
+   * the epoch; null for one read at start). index 0: none. */
+  lastSnapshot: { index: number; bytes: number; writtenAt: number | null } = { index: 0, bytes: 0, writtenAt: null };
 
   private constructor(opts: WalOptions, segments: SegmentInfo[]) {
     this.opts = opts;
@@ -281,6 +312,7 @@ export class Wal {
     if (last !== undefined) wal.active = { info: last, file: await storage.openAppend(last.name) };
     const snap = contents.snapshots[0];
     wal.lastSnapshotBytes = snap?.image.length ?? 0;
+    wal.lastSnapshot = { index: snap?.index ?? 0, bytes: wal.lastSnapshotBytes, writtenAt: null };
     wal.sinceSnapshot = segments.filter((s) => s.last > (snap?.index ?? 0)).reduce((n, s) => n + s.size, 0);
     return wal;
   }
@@ -298,6 +330,18 @@ export class Wal {
 
   get snapshotRunning(): boolean {
     return this.snapshotting !== null;
+  }
+
+  /** Resolves once the snapshot being written, if any, is over, whichever way. */
+  async snapshotSettled(): Promise<void> {
+    await this.snapshotting?.catch(() => null);
+  }
+
+  /** Bytes of the log's segments on disk. */
+  get logBytes(): number {
+    let n = 0;
+    for (const s of this.segments) n += s.size;
+    return n;
   }
 
   /** Appends one batch and syncs it; resolves once it is on disk. One batch at a time: the caller
@@ -322,13 +366,23 @@ export class Wal {
       a = await this.roll(entries);
     } else {
       const batch = encodeBatch(entries, a.info.size, a.info.salt);
-      await a.file.append([batch]);
-      await a.file.sync();
+      try {
+        await a.file.append([batch]);
+      } catch (err) {
+        throw new WalIoError(a.info.name, 'write', err);
+      }
+      try {
+        await a.file.sync();
+      } catch (err) {
+        throw new WalIoError(a.info.name, 'fdatasync', err);
+      }
+      this.fsyncs++;
       a.info.size += batch.length;
       this.sinceSnapshot += batch.length;
     }
     a.info.last = (entries.at(-1) as WalEntry).index;
     a.info.end = a.info.size;
+    this.entriesWritten += entries.length;
   }
 
   /** A new segment holding `entries` as its first batch: the header goes with it, then the file
@@ -338,17 +392,18 @@ export class Wal {
     const first = (entries[0] as WalEntry).index;
     const salt = randomBytes(4).readUInt32BE(0);
     const name = segmentName(first);
-    const file = await this.storage.create(name);
+    const file = await io(name, 'create', this.storage.create(name));
     const header = encodeHeader(first, salt);
     const batch = encodeBatch(entries, HEADER_BYTES, salt);
-    await file.append([header, batch]);
-    await file.sync();
-    await this.storage.syncDir();
+    await io(name, 'write', file.append([header, batch]));
+    await io(name, 'fdatasync', file.sync());
+    this.fsyncs++;
+    await io(name, 'fsync of the directory after creating', this.storage.syncDir());
     const info: SegmentInfo = { name, first, last: first - 1, end: 0, salt, size: header.length + batch.length };
     this.sinceSnapshot += info.size;
     this.segments.push(info);
     this.active = { info, file };
-    if (old !== null) await old.file.close();
+    if (old !== null) await io(old.info.name, 'close', old.file.close());
     return this.active;
   }
 
@@ -376,9 +431,9 @@ export class Wal {
     const started = clock();
     const sinceAtStart = this.sinceSnapshot;
     const temp = tempName(index);
-    const existing = await this.storage.read(temp);
-    if (existing !== null) await this.storage.remove(temp);
-    const file = await this.storage.create(temp);
+    const existing = await io(temp, 'read', this.storage.read(temp));
+    if (existing !== null) await io(temp, 'remove', this.storage.remove(temp));
+    const file = await io(temp, 'create', this.storage.create(temp));
     let crc = 0;
     let bytes = 0;
     let ok = true;
@@ -406,25 +461,26 @@ export class Wal {
           break;
         }
         // The await yields the event loop between slices.
-        await file.append(slice);
+        await io(temp, 'write', file.append(slice));
       }
       if (ok) {
-        await file.append([snapshotTrailer(index, bytes, crc)]);
-        await file.sync();
+        await io(temp, 'write', file.append([snapshotTrailer(index, bytes, crc)]));
+        await io(temp, 'fsync', file.sync());
       }
     } finally {
-      await file.close();
+      await io(temp, 'close', file.close());
     }
     if (!ok) {
       chunks.return?.();
-      await this.storage.remove(temp);
+      await io(temp, 'remove', this.storage.remove(temp));
       return null;
     }
     const name = snapshotName(index);
-    await this.storage.rename(temp, name);
-    await this.storage.syncDir();
-    await this.verify(name, index);
+    await io(temp, `rename to ${name}`, this.storage.rename(temp, name));
+    await io(name, 'fsync of the directory after renaming', this.storage.syncDir());
+    await io(name, 'read back', this.verify(name, index));
     this.lastSnapshotBytes = bytes;
+    this.lastSnapshot = { index, bytes, writtenAt: Date.now() };
     this.sinceSnapshot = Math.max(0, this.sinceSnapshot - sinceAtStart);
     const removed = await this.removeBefore(index, name);
     const stats = { index, bytes, ms: Math.round(clock() - started), removedSegments: removed };
@@ -453,15 +509,15 @@ export class Wal {
     for (const n of names) {
       const i = nameIndex(SNAPSHOT_RE, n);
       if (i !== null && n !== keep && i < index) {
-        await this.storage.remove(n);
+        await io(n, 'remove', this.storage.remove(n));
         changed = true;
       }
     }
     const active = this.active?.info;
     const gone = this.segments.filter((s) => s !== active && s.last <= index);
-    for (const s of gone) await this.storage.remove(s.name);
+    for (const s of gone) await io(s.name, 'remove', this.storage.remove(s.name));
     this.segments = this.segments.filter((s) => !gone.includes(s));
-    if (changed || gone.length > 0) await this.storage.syncDir();
+    if (changed || gone.length > 0) await io(keep, 'fsync of the directory after removing older files', this.storage.syncDir());
     return gone.length;
   }
 
