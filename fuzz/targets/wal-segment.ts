@@ -84,7 +84,9 @@ function scanAny(bytes: Uint8Array): void {
     check(scan.entries.length === 0, 'entries from a segment without a header');
     return;
   }
-  scan.entries.forEach((e, i) => check(e.index === (scan.firstIndex as number) + i, 'entry indexes not consecutive from the header'));
+  scan.entries.forEach((e, i) => {
+    check(e.index === (scan.firstIndex as number) + i, 'entry indexes not consecutive from the header');
+  });
   const cut = onlyTyped(
     () => scanSegment(bytes.subarray(0, scan.end)),
     () => false,
