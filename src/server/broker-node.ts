@@ -165,7 +165,11 @@ function eventLevel(kind: string): 'debug' | 'info' | 'warn' | 'error' {
     case 'limit-topic':
     case 'acl-denied-subscribe':
     case 'sys-publish-refused':
-    case 'auth-http-error':
+    case 'auth-http-timeout':
+    case 'auth-http-failed':
+    case 'auth-http-status':
+    case 'auth-http-malformed':
+    case 'auth-http-busy':
     case 'auth-hook-error':
     case 'auth-hook-timeout':
       return 'warn';

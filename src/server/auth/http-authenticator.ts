@@ -37,6 +37,9 @@ const UNAVAILABLE: AuthResult = { ok: false, reason: RC.SERVER_UNAVAILABLE };
 /** --auth-http-concurrency requests already wait. */
 const BUSY: AuthResult = { ok: false, reason: RC.SERVER_BUSY };
 
+/** The counters (and warn lines, at most one per kind per 10 s) of replies that are no decision. */
+type HttpProblem = 'auth-http-timeout' | 'auth-http-failed' | 'auth-http-status' | 'auth-http-malformed';
+
 const PROTOCOL: Record<number, string> = { 3: 'mqtt3.1', 4: 'mqtt3.1.1', 5: 'mqtt5' };
 
 export class HttpAuthenticator implements Authenticator {
@@ -112,11 +115,12 @@ export class HttpAuthenticator implements Authenticator {
   private post(body: string, clientId: string): Promise<AuthResult> {
     return new Promise<AuthResult>((resolve) => {
       let settled = false;
-      const done = (r: AuthResult, problem?: string): void => {
+      /** `kind`: the counter and log line of a reply that is no decision. */
+      const done = (r: AuthResult, problem?: string, kind: HttpProblem = 'auth-http-malformed'): void => {
         if (settled) return;
         settled = true;
         clearTimeout(timer);
-        if (problem !== undefined) this.o.events.event('auth-http-error', { clientId, problem, url: this.url.origin });
+        if (problem !== undefined) this.o.events.event(kind, { clientId, problem, url: this.url.origin });
         resolve(r);
       };
       const req = this.request(this.url, {
@@ -125,10 +129,10 @@ export class HttpAuthenticator implements Authenticator {
         headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), accept: 'application/json' },
       });
       const timer = setTimeout(() => {
-        done(UNAVAILABLE, `no reply within --auth-http-timeout-ms ${this.o.timeoutMs}`);
+        done(UNAVAILABLE, `no reply within --auth-http-timeout-ms ${this.o.timeoutMs}`, 'auth-http-timeout');
         req.destroy();
       }, this.o.timeoutMs);
-      req.on('error', (err) => done(UNAVAILABLE, `request failed: ${err.message}`));
+      req.on('error', (err) => done(UNAVAILABLE, `request failed: ${err.message}`, 'auth-http-failed'));
       req.on('response', (res) => {
         const status = res.statusCode ?? 0;
         const chunks: Buffer[] = [];
@@ -142,10 +146,10 @@ export class HttpAuthenticator implements Authenticator {
           }
           chunks.push(chunk);
         });
-        res.on('error', (err) => done(UNAVAILABLE, `reply failed: ${err.message}`));
+        res.on('error', (err) => done(UNAVAILABLE, `reply failed: ${err.message}`, 'auth-http-failed'));
         res.on('end', () => {
           if (status < 200 || status > 299) {
-            done(UNAVAILABLE, `HTTP status ${status}, expected 2xx`);
+            done(UNAVAILABLE, `HTTP status ${status}, expected 2xx`, 'auth-http-status');
             return;
           }
           const text = Buffer.concat(chunks).toString('utf8');
