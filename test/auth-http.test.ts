@@ -25,27 +25,24 @@ const requests: AuthRequest[] = [];
 /** Replies held back by the `hold` user; released at the end. */
 const held: ServerResponse[] = [];
 
+/** The status and body the service answers each user with; null: held back. */
+const REPLIES: Record<string, [number, string] | null> = {
+  alice: [200, '{"result":"allow"}'],
+  mallory: [200, '{"result":"deny"}'],
+  garbage: [200, 'allow, I guess'],
+  maybe: [200, '{"result":"maybe"}'],
+  broken: [500, '{"result":"allow"}'],
+  hold: null,
+};
+
 function reply(req: AuthRequest, res: ServerResponse): void {
-  const json = (status: number, body: string): void => {
-    res.writeHead(status, { 'content-type': 'application/json' }).end(body);
-  };
-  switch (req.username) {
-    case 'alice':
-      return json(200, '{"result":"allow"}');
-    case 'mallory':
-      return json(200, '{"result":"deny"}');
-    case 'garbage':
-      return json(200, 'allow, I guess');
-    case 'maybe':
-      return json(200, '{"result":"maybe"}');
-    case 'broken':
-      return json(500, '{"result":"allow"}');
-    case 'hold':
-      held.push(res);
-      return;
-    default:
-      return json(200, '{"result":"deny"}');
+  const r = REPLIES[req.username ?? ''];
+  if (r === null) {
+    held.push(res);
+    return;
   }
+  const [status, body] = r ?? [200, '{"result":"deny"}'];
+  res.writeHead(status, { 'content-type': 'application/json' }).end(body);
 }
 
 const service = createServer((req: IncomingMessage, res: ServerResponse) => {
