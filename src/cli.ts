@@ -2,33 +2,21 @@
 // The raftmq command: parses flags and the config file, starts one broker node (alone, or as one of
 // a three-node cluster with --cluster-node and --cluster-peers), and stops it on SIGINT/SIGTERM
 // within --shutdown-timeout-ms.
-import { readFileSync } from 'node:fs';
 import { monitorEventLoopDelay, PerformanceObserver, constants as perfConstants } from 'node:perf_hooks';
 import type { pino } from 'pino';
 import { DriverError } from '../raft/driver/errors.js';
 import type { AclRule } from './broker/commands.js';
-import { clusterSettings } from './cluster/cluster-config.js';
-import { EXIT_STATE_FILE_REFUSED, healthSource, type RunningCluster, singleNodeStatus, startClusterNode } from './cluster/cluster-node.js';
-import { HealthServer } from './cluster/health.js';
-import { type Config, helpText, listenerSpecs, parseCli } from './config.js';
-import { CONFIG_ERROR, ConfigError, RaftmqError } from './errors.js';
+import { EXIT_STATE_FILE_REFUSED } from './cluster/cluster-node.js';
+import { type Config, helpText, parseCli } from './config.js';
+import { RaftmqError } from './errors.js';
 import { DataDirError } from './log/wal/wal.js';
 import { BoundedLogWriter, stdoutSink } from './logging/log-writer.js';
 import { createLogger, type LogFormat } from './logging/logger.js';
+import { buildNodeOptions, loadSecurity, type Running, type Security, startNode, tlsMaterial, version } from './run-node.js';
 import { readAclFile } from './server/auth/acl-file.js';
 import { runPasswd } from './server/auth/passwd-command.js';
-import { PasswordFileAuthenticator } from './server/auth/password-authenticator.js';
-import { BrokerNode, type NodeOptions } from './server/broker-node.js';
-import { fileProbe, TEST_FREE_BYTES_ENV } from './server/disk-space.js';
-import { type RunningDurable, startDurableNode } from './server/durable-node.js';
-import { isTlsKind } from './server/listeners/listen-url.js';
-import { type ClientAuth, type IdentityField, TlsMaterial } from './server/listeners/tls-material.js';
-import { ScramSha256 } from './server/scram.js';
-
-function version(): string {
-  const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
-  return pkg.version;
-}
+import type { BrokerNode } from './server/broker-node.js';
+import type { TlsMaterial } from './server/listeners/tls-material.js';
 
 /** The log destination of a running node; null before one runs (help, version, bad flags). */
 let logWriter: BoundedLogWriter | null = null;
@@ -42,10 +30,6 @@ let stopDeadline: number | null = null;
 
 /** Exit status of a stop that ran into --shutdown-timeout-ms (the state file is written all the same). */
 const EXIT_STOP_TIMED_OUT = 1;
-
-/** Exit status after a write, fsync, rename or remove in --data-dir failed (EX_IOERR): the node
- * stopped at once and never retried the call (docs/operations.md "Disk trouble"). */
-const EXIT_DATA_DIR_IO = 74;
 
 /** Exits once the queued log lines have left or `drainMs` has passed, whichever comes first: a
  * log destination that takes nothing never keeps the process alive. Without a running node
@@ -139,79 +123,6 @@ class GcPauses {
   }
 }
 
-/** The TLS files of the configuration, read and checked, when a listener needs them. Throws
- * ConfigError naming the flag and file. */
-export function tlsMaterial(config: Config): TlsMaterial | null {
-  if (!listenerSpecs(config).some((s) => isTlsKind(s.kind))) return null;
-  return TlsMaterial.load({
-    cert: config['tls-cert'],
-    key: config['tls-key'],
-    ca: config['tls-ca'] || null,
-    crl: config['tls-crl'] || null,
-    clientAuth: config['tls-client-auth'] as ClientAuth,
-    identity: config['tls-identity'] as IdentityField,
-    requireClientIdMatch: config['tls-require-client-id-match'],
-  });
-}
-
-export function nodeOptions(config: Config, logger: pino.Logger, tls: TlsMaterial | null = null): NodeOptions {
-  return {
-    host: config.host,
-    port: config.port,
-    listeners: listenerSpecs(config),
-    tls,
-    maxPacketSize: config['max-packet-size'],
-    maxQueuedMessages: config['max-queued-messages'],
-    maxQueuedBytes: config['max-queued-bytes'],
-    maxWriteBufferBytes: config['max-write-buffer-bytes'],
-    maxInflight: config['max-inflight'],
-    receiveMaximum: config['receive-maximum'],
-    maxKeepalive: config['max-keepalive'],
-    topicAliasMaximum: config['topic-alias-maximum'],
-    maxQos: config['max-qos'] as 0 | 1 | 2,
-    retainAvailable: config['retain-available'],
-    willGraceS: config['will-grace-s'],
-    maxSubscriptions: config['max-subscriptions'],
-    nodeLimits: {
-      maxConnections: config['max-connections'],
-      maxPendingConnections: config['max-pending-connections'],
-      listenBacklog: config['listen-backlog'],
-      connectTimeoutMs: config['connect-timeout-ms'],
-      maxTopicLevels: config['max-topic-levels'],
-      maxTopicLength: config['max-topic-length'],
-      publishRate: config['max-publish-rate'],
-      connectRatePerAddress: config['max-connect-rate'],
-    },
-    statsIntervalMs: config['stats-interval-ms'],
-    sysIntervalS: config['sys-interval'],
-    version: version(),
-    logger,
-  };
-}
-
-/** Anonymous access: as configured, or (auto) only when no password file is given. */
-export function allowAnonymous(config: Config): boolean {
-  const v = config['allow-anonymous'];
-  return v === 'auto' ? config['password-file'] === '' : v === 'true';
-}
-
-interface Security {
-  authenticator: PasswordFileAuthenticator | null;
-  acl: AclRule[] | null;
-}
-
-/** Reads the password and ACL files; a problem throws a ConfigError naming the file and line. */
-function loadSecurity(config: Config, events: { event(kind: string, f?: Record<string, unknown>): void }): Security {
-  const pw = config['password-file'];
-  if (pw === '' && config['allow-anonymous'] === 'false') {
-    // Without a password file nobody could authenticate: refused rather than letting any username in.
-    throw new ConfigError(CONFIG_ERROR.BAD_VALUE, '--allow-anonymous false needs --password-file');
-  }
-  const authenticator = pw === '' ? null : new PasswordFileAuthenticator(pw, allowAnonymous(config), events);
-  const acl = config['acl-file'] === '' ? null : readAclFile(config['acl-file']);
-  return { authenticator, acl };
-}
-
 /** SIGHUP: the password file and the ACL file again; a bad file keeps the old one and says why. */
 function reloadSecurity(config: Config, security: Security, node: BrokerNode, logger: pino.Logger): void {
   try {
@@ -235,111 +146,6 @@ function reloadSecurity(config: Config, security: Security, node: BrokerNode, lo
   else node.settingsReloaded();
 }
 
-interface Running {
-  node: BrokerNode;
-  stop(): Promise<void>;
-  /** At the stop's deadline, synchronous: what must outlive the process (a cluster node's state
-   * file) is written now; the rest of the stop is given up. */
-  stopNow(): void;
-}
-
-/** The start line's word on where clients may come from. */
-function bindNote(config: Config): string {
-  if (config.listen.length > 0) return 'the --listen listeners';
-  if (config.host === '127.0.0.1' || config.host === '::1' || config.host === 'localhost') {
-    return `${config.host}: this host only; clients of other hosts need --host 0.0.0.0 or --listen`;
-  }
-  return config.host;
-}
-
-/** A single node serves once it listens; a cluster node is started once raft runs, and serves only
- * while it is the leader with a lease, so its start does not wait for serving. */
-async function startNode(config: Config, opts: NodeOptions, logger: pino.Logger, created: (node: BrokerNode) => void): Promise<Running> {
-  const health = { host: config['health-host'] === '' ? config.host : config['health-host'], port: config['health-port'] };
-  const cs = clusterSettings(config);
-  if (cs !== null) {
-    const c: RunningCluster = await startClusterNode(
-      cs,
-      opts,
-      health,
-      logger,
-      created,
-      (err) => {
-        logger.fatal({ err: err.message }, 'cannot listen for MQTT clients');
-        process.stderr.write(`raftmq: cannot listen for MQTT clients: ${err.message}\n`);
-        exitAfterLogs(1);
-      },
-      (code, err) => {
-        logger.fatal({ err: err.message, code }, 'stopping');
-        process.stderr.write(`raftmq: ${err.message}\n`);
-        exitAfterLogs(code);
-      },
-    );
-    logger.info({ version: version(), node: cs.node, raftPort: c.raftPort, healthPort: c.healthPort, bind: bindNote(config) }, 'started');
-    return c;
-  }
-  let node: BrokerNode;
-  let stopNode: () => Promise<void>;
-  let dataDir: RunningDurable | null = null;
-  if (config['data-dir'] !== '') {
-    const testFree = process.env[TEST_FREE_BYTES_ENV];
-    const d = await startDurableNode(
-      {
-        dataDir: config['data-dir'],
-        snapshotLogBytes: config['snapshot-log-bytes'],
-        minFreeBytes: config['data-dir-min-free-bytes'],
-        probe: testFree === undefined || testFree === '' ? undefined : fileProbe(testFree),
-      },
-      opts,
-      logger,
-      created,
-      (err) => {
-        // Never retried: the node stops, and the next start recovers from what is on disk.
-        logger.fatal({ err: err.message, exitCode: EXIT_DATA_DIR_IO }, 'data directory write failed; stopping');
-        process.stderr.write(`raftmq: ${err.message}\n`);
-        exitAfterLogs(EXIT_DATA_DIR_IO);
-      },
-    );
-    node = d.node;
-    stopNode = () => d.stop();
-    dataDir = d;
-  } else {
-    const n = new BrokerNode(opts);
-    created(n);
-    await n.start();
-    node = n;
-    stopNode = () => n.stop();
-  }
-  let server: HealthServer | null = null;
-  let healthPort = -1;
-  if (health.port >= 0) {
-    const dd = dataDir;
-    server = new HealthServer({
-      ...healthSource(node, () => singleNodeStatus(node)),
-      ...(dd === null ? {} : { dataDir: () => dd.status() }),
-    });
-    try {
-      healthPort = await server.listen(health.host, health.port);
-    } catch (err) {
-      await stopNode();
-      throw new Error(`--health-port ${health.host}:${health.port}: ${(err as Error).message}`);
-    }
-    logger.info({ port: healthPort }, 'health listening');
-  }
-  const recovered = dataDir === null ? {} : { recovered: dataDir.recovered };
-  logger.info({ version: version(), port: node.port, ports: node.ports, healthPort, bind: bindNote(config), ...recovered }, 'started');
-  return {
-    node,
-    async stop() {
-      await Promise.all([stopNode(), server?.close()]);
-    },
-    // Nothing to write at the deadline: without --data-dir a single node keeps nothing, and its
-    // data directory is whole at every moment (a batch is synced before any effect of it leaves;
-    // the next start takes over the lock of a process that is gone).
-    stopNow() {},
-  };
-}
-
 async function main(argv: readonly string[]): Promise<number> {
   if (argv[0] === 'passwd') return runPasswd(argv.slice(1), process);
   let request: ReturnType<typeof parseCli>;
@@ -350,7 +156,7 @@ async function main(argv: readonly string[]): Promise<number> {
   try {
     request = parseCli(argv);
     if (request.action === 'run') tls = tlsMaterial(request.config);
-    security = request.action === 'run' ? loadSecurity(request.config, events) : { authenticator: null, acl: null };
+    security = request.action === 'run' ? loadSecurity(request.config, events) : { authenticator: null, http: null, acl: null };
   } catch (err) {
     if (err instanceof RaftmqError) {
       process.stderr.write(`raftmq: ${err.message}\nTry raftmq --help.\n`);
@@ -376,29 +182,21 @@ async function main(argv: readonly string[]): Promise<number> {
   });
   logWriter = writer;
   const logger = createLogger({ level: config['log-level'], format: config['log-format'] as LogFormat, writer });
-  const options = nodeOptions(config, logger, tls);
-  const auth = security.authenticator;
-  options.gauges = () => ({
-    logLinesDropped: writer.dropped,
-    ...(auth === null
-      ? {}
-      : {
-          authThrottleAddresses: auth.throttle.byAddress.size,
-          authThrottleUsers: auth.throttle.byUser.size,
-          authThrottleTableMax: auth.throttle.byAddress.max,
-        }),
-  });
-  if (auth !== null) {
-    options.authenticator = auth;
-    // The file's SCRAM lines are the method's users, so a SIGHUP reload of the file reaches it too.
-    options.enhancedAuth = [new ScramSha256({ store: auth })];
-  }
-  options.acl = security.acl;
+  const options = buildNodeOptions(config, logger, tls, security, () => ({ logLinesDropped: writer.dropped }));
   let running: Running;
   try {
-    running = await startNode(config, options, logger, (n) => {
-      node = n;
-    });
+    running = await startNode(
+      config,
+      options,
+      logger,
+      (n) => {
+        node = n;
+      },
+      (code, err) => {
+        process.stderr.write(`raftmq: ${err.message}\n`);
+        exitAfterLogs(code);
+      },
+    );
   } catch (err) {
     logger.fatal({ err }, 'start failed');
     process.stderr.write(`raftmq: cannot start: ${(err as Error).message}\n`);

@@ -168,6 +168,32 @@ export const SCHEMA = {
     default: '',
     help: "ACL file in Mosquitto's acl_file syntax; empty: every client may publish and subscribe anywhere; re-read on SIGHUP",
   },
+  'auth-http-url': {
+    kind: 'string',
+    default: '',
+    help: 'http:// or https:// URL every CONNECT is POSTed to as JSON; a 2xx reply {"result":"allow"} lets it in, "deny" refuses it with 0x87, anything else with 0x88 (docs/security.md "HTTP authentication"); empty: off',
+  },
+  'auth-http-timeout-ms': {
+    kind: 'int',
+    default: 2000,
+    min: 1,
+    max: 60_000,
+    help: 'a reply of --auth-http-url not complete within this time refuses the CONNECT with 0x88 Server unavailable',
+  },
+  'auth-http-cache-ms': {
+    kind: 'int',
+    default: 60_000,
+    min: 0,
+    max: 86_400_000,
+    help: 'allow and deny replies of --auth-http-url are reused this long for the same client id, username and password; 0: no cache',
+  },
+  'auth-http-concurrency': {
+    kind: 'int',
+    default: 64,
+    min: 1,
+    max: 10_000,
+    help: 'requests to --auth-http-url at once; a CONNECT beyond them is refused with 0x89 Server busy',
+  },
   'max-connections': {
     kind: 'int',
     default: 100_000,
@@ -535,6 +561,31 @@ export function parseCli(argv: readonly string[]): CliRequest {
   listenerSpecs(config);
   clusterSettings(config);
   return { action: 'run', config };
+}
+
+/** A setting's key as a JavaScript property: `max-packet-size` is `maxPacketSize`. */
+type Camel<S extends string> = S extends `${infer H}-${infer T}` ? `${H}${Capitalize<Camel<T>>}` : S;
+/** The settings of the embedding API (src/index.ts): every key of SCHEMA in camel case, optional. */
+export type SettingOptions = { -readonly [K in SettingKey as Camel<K>]?: Config[K] };
+
+/** The flag key of a camel-case option: `maxPacketSize` is `max-packet-size`. */
+export function keyOfOption(name: string): string {
+  return name.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
+}
+
+/** A resolved configuration from the embedding API's options, each checked as its flag is; an
+ * unknown option or a bad value throws a ConfigError naming the option. */
+export function configFromOptions(options: Readonly<Record<string, unknown>>): Config {
+  const config = defaults();
+  for (const [name, raw] of Object.entries(options)) {
+    if (raw === undefined) continue;
+    const key = keyOfOption(name);
+    if (!isKey(key)) throw new ConfigError(CONFIG_ERROR.UNKNOWN_KEY, `option ${name}: unknown setting`);
+    (config as Record<string, unknown>)[key] = parseValue(key, raw, `option ${name}`);
+  }
+  listenerSpecs(config);
+  clusterSettings(config);
+  return config;
 }
 
 export function helpText(): string {

@@ -1,6 +1,7 @@
 // cluster-scripts/start-local and stop-local as an operator runs them: start-local starts three nodes
 // on the given base ports in DIR and names the one that serves; stop-local stops exactly the PIDs
-// start-local recorded, and leaves another raftmq process alone.
+// start-local recorded, and leaves another raftmq process alone. start-local DIR NODE restarts one
+// killed node with the flags recorded at the first start, appending to its log.
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -112,5 +113,57 @@ describe('cluster-scripts/start-local and stop-local', { timeout: 90_000 }, () =
     );
     assert.equal(other.proc.exitCode, null, 'another raftmq process still runs');
     assert.ok(running(other.proc.pid!), 'another raftmq process still runs');
+  });
+
+  it('start-local DIR NODE restarts a killed node with its own flags and appends to its log', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'raftmq-local-'));
+    cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+    const env = {
+      BASE_PEER: String(await freeRunOfThree()),
+      BASE_MQTT: String(await freeRunOfThree()),
+      BASE_HEALTH: String(await freeRunOfThree()),
+    };
+    const pids = (): number[] =>
+      [1, 2, 3].map((n) => (existsSync(join(dir, `node${n}.pid`)) ? Number(readFileSync(join(dir, `node${n}.pid`), 'utf8')) : 0));
+    cleanups.push(() => {
+      for (const pid of pids()) if (pid > 0 && running(pid)) process.kill(pid, 'SIGKILL');
+    });
+    const started = await run('start-local', [dir], env);
+    assert.equal(started.code, 0, `start-local failed: ${started.stderr}`);
+    const serving = Number(/^node (\d) serves$/m.exec(started.stdout)?.[1]);
+    const id = serving === 1 ? 2 : 1;
+    const args = readFileSync(join(dir, `node${id}.args`), 'utf8');
+    assert.match(args, new RegExp(`^--health-port\n${Number(env.BASE_HEALTH) + id - 1}$`, 'm'), 'the flags are recorded');
+
+    const refused = await run('start-local', [dir, String(id)], {});
+    assert.equal(refused.code, 1);
+    assert.match(refused.stderr, new RegExp(`node ${id} already runs`));
+    assert.equal((await run('start-local', [dir, '4'], {})).code, 2);
+
+    const old = pids()[id - 1] as number;
+    process.kill(old, 'SIGKILL');
+    for (let i = 0; i < 100 && running(old); i++) await new Promise((r) => setTimeout(r, 50));
+    const firstLog = readFileSync(join(dir, `node${id}.log`), 'utf8');
+    assert.ok(firstLog.length > 0);
+    // No BASE_* now: the restart takes the recorded flags, not the defaults.
+    const restarted = await run('start-local', [dir, String(id)], {});
+    assert.equal(restarted.code, 0, `restart failed: ${restarted.stderr}`);
+    const pid = pids()[id - 1] as number;
+    assert.notEqual(pid, old);
+    assert.ok(running(pid));
+    assert.match(restarted.stdout, new RegExp(`^node ${id}: PID ${pid}, mqtt 127\\.0\\.0\\.1:${Number(env.BASE_MQTT) + id - 1}, `, 'm'));
+    assert.equal(readFileSync(join(dir, `node${id}.args`), 'utf8'), args, 'the recorded flags are unchanged');
+    const health = await httpGet(Number(env.BASE_HEALTH) + id - 1, '/health');
+    assert.equal((JSON.parse(health.text) as { node: number }).node, id, 'the restarted node answers on its own health port');
+    const log = readFileSync(join(dir, `node${id}.log`), 'utf8');
+    assert.ok(log.startsWith(firstLog), 'the log of the first run is kept');
+    assert.equal([...log.matchAll(new RegExp(`^== \\S+ start-local: node ${id}`, 'gm'))].length, 2, 'one marker per start');
+
+    const stopped = await run('stop-local', [dir], {});
+    assert.equal(stopped.code, 0);
+    assert.deepEqual(
+      [old, pid, ...pids()].filter((p) => p > 0 && running(p)),
+      [],
+    );
   });
 });

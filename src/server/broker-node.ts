@@ -24,6 +24,7 @@ import { ConnectRateLimiter, DEFAULT_NODE_LIMITS, type NodeLimits, WRITE_BUFFER_
 import { type ListenerSpec, listenerUrl } from './listeners/listen-url.js';
 import { Listener, type ListenerHost, type ListenerLimits } from './listeners/listener.js';
 import type { TlsMaterial } from './listeners/tls-material.js';
+import type { NodeObserver } from './node-observer.js';
 import { type ConnackLimits, toWire } from './outbound.js';
 import { RateLimitedLog } from './rate-limited-log.js';
 import { type ReferenceSource, Referrer } from './referrer.js';
@@ -84,6 +85,8 @@ export interface NodeOptions {
    * leader when this node starts to serve becomes a connection here. Absent: nothing listens
    * unless serving. */
   serverReference?: ReferenceSource;
+  /** The embedding API's events (src/server/node-observer.ts); absent: none. */
+  observer?: NodeObserver;
 }
 
 const EMPTY_FILTERS: ReadonlySet<string> = new Set();
@@ -159,6 +162,13 @@ function eventLevel(kind: string): 'debug' | 'info' | 'warn' | 'error' {
     case 'limit-topic':
     case 'acl-denied-subscribe':
     case 'sys-publish-refused':
+    case 'auth-http-timeout':
+    case 'auth-http-failed':
+    case 'auth-http-status':
+    case 'auth-http-malformed':
+    case 'auth-http-busy':
+    case 'auth-hook-error':
+    case 'auth-hook-timeout':
       return 'warn';
     default:
       return 'info';
@@ -234,6 +244,8 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
   private readonly peerEndsBound = (): void => this.endPeers();
   private flushScheduled = false;
   private readonly flushBound = (): void => this.flushAll();
+  private observedServing = false;
+  private readonly clientIdOfBound = (conn: ConnId): string | null => this.broker.clientIdOf(conn);
   /** The last QoS 0 PUBLISH encoded per protocol level, shared by the rest of its fan-out; cleared
    * at every flush so it holds no message beyond the turn. */
   private readonly sharedPublish: (SharedPublish | null)[] = [null, null, null, null, null, null];
@@ -427,6 +439,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     this.opts.tls?.close();
     if (this.statsTimer !== null) clearInterval(this.statsTimer);
     this.referrer?.stop();
+    this.observeServing(false);
     const closing = this.stopServing(RC.SERVER_SHUTTING_DOWN, !this.log.serving);
     this.firstListen?.resolve();
     this.firstListen = null;
@@ -448,6 +461,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     if (this.stopped) return;
     if (!on) {
       this.logger.info({ period: this.period }, 'serve-end');
+      this.observeServing(false);
       // The lease lapsed or a higher term appeared: another node may serve soon.
       void this.stopServing(RC.SERVER_SHUTTING_DOWN, true);
       return;
@@ -486,7 +500,10 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     // The table is brought up to date first (its changes go to live subscribers as at the
     // interval), so the new subscriber gets current values: O(1) readings, about 50 topics.
     if (sysSub !== null) this.publishSys();
+    const observer = out !== null && this.opts.observer?.active === true ? this.opts.observer : null;
+    const leaving = observer !== null && e.cmd.t === 'disconnect' ? this.broker.clientIdOf(e.cmd.conn) : null;
     this.broker.apply(e, out);
+    if (observer !== null) observer.applied(e.cmd, out as Effect[], leaving, this.clientIdOfBound);
     if (e.cmd.t === 'check') this.checkApplied(e.index, e.cmd.atIndex, e.cmd.digest);
     const probed = this.probeConn !== null && e.cmd.t === 'publish' && e.cmd.conn === this.probeConn && e.cmd.pid === this.probePid;
     if (probed) this.probeMsg = (e.cmd as Extract<Command, { t: 'publish' }>).msg;
@@ -740,6 +757,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     const out = this.routeOut;
     out.length = 0;
     this.broker.routeQos0(from, msg, out);
+    if (this.opts.observer?.active === true) this.opts.observer.routed(from, msg, this.clientIdOfBound);
     this.execute(out);
     // Nobody to deliver the probe to: the next one may start.
     if (msg === this.probeMsg && this.probeTarget === null) this.clearProbe();
@@ -887,8 +905,18 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     this.openListeners();
   }
 
+  /** Tells the observer once per change: serving from when the listeners are bound. */
+  private observeServing(on: boolean): void {
+    if (on === this.observedServing || (on && !this.log.serving)) return;
+    this.observedServing = on;
+    this.opts.observer?.serving(on, this.period);
+  }
+
   private openListeners(): void {
-    if (this.listeners !== null) return;
+    if (this.listeners !== null) {
+      this.observeServing(true);
+      return;
+    }
     const gen = ++this.listenGen;
     const listeners = this.specs.map((spec) => new Listener(spec, this, this.opts.tls ?? null, this.listenerLimits()));
     this.listeners = listeners;
@@ -906,6 +934,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
         }
         this.firstListen?.resolve();
         this.firstListen = null;
+        this.observeServing(true);
       },
       (err: Error) => {
         for (const l of listeners) void l.close(0);
