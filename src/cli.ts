@@ -8,7 +8,14 @@ import type { pino } from 'pino';
 import { DriverError } from '../raft/driver/errors.js';
 import type { AclRule } from './broker/commands.js';
 import { clusterSettings } from './cluster/cluster-config.js';
-import { EXIT_STATE_FILE_REFUSED, healthSource, type RunningCluster, singleNodeStatus, startClusterNode } from './cluster/cluster-node.js';
+import {
+  EXIT_STATE_FILE_REFUSED,
+  healthSource,
+  type RunningCluster,
+  singleNodeStatus,
+  startClusterNode,
+  statusAccess,
+} from './cluster/cluster-node.js';
 import { HealthServer } from './cluster/health.js';
 import { type Config, helpText, listenerSpecs, parseCli } from './config.js';
 import { CONFIG_ERROR, ConfigError, RaftmqError } from './errors.js';
@@ -250,7 +257,11 @@ function bindNote(config: Config): string {
 /** A single node serves once it listens; a cluster node is started once raft runs, and serves only
  * while it is the leader with a lease, so its start does not wait for serving. */
 async function startNode(config: Config, opts: NodeOptions, logger: pino.Logger, created: (node: BrokerNode) => void): Promise<Running> {
-  const health = { host: config['health-host'] === '' ? config.host : config['health-host'], port: config['health-port'] };
+  const health = {
+    host: config['health-host'] === '' ? config.host : config['health-host'],
+    port: config['health-port'],
+    statusToken: config['status-token'],
+  };
   const cs = clusterSettings(config);
   if (cs !== null) {
     const c: RunningCluster = await startClusterNode(
@@ -300,7 +311,10 @@ async function startNode(config: Config, opts: NodeOptions, logger: pino.Logger,
   let server: HealthServer | null = null;
   let healthPort = -1;
   if (health.port >= 0) {
-    server = new HealthServer(healthSource(node, () => singleNodeStatus(node)));
+    server = new HealthServer(
+      healthSource(node, () => singleNodeStatus(node)),
+      statusAccess(health),
+    );
     try {
       healthPort = await server.listen(health.host, health.port);
     } catch (err) {

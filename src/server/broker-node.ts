@@ -21,6 +21,7 @@ import { type ListenerSpec, listenerUrl } from './listeners/listen-url.js';
 import { Listener, type ListenerHost, type ListenerLimits } from './listeners/listener.js';
 import type { TlsMaterial } from './listeners/tls-material.js';
 import { type ConnackLimits, toWire } from './outbound.js';
+import { PublishTracer } from './publish-trace.js';
 import { RateLimitedLog } from './rate-limited-log.js';
 import { type ReferenceSource, Referrer } from './referrer.js';
 import { filterReachesSys, type SysReadings, SysTopics } from './sys-topics.js';
@@ -202,6 +203,8 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
   readonly traffic = new Traffic();
   /** PUBLISH read to the socket write of its first delivery, sampled (Traffic.probeCountdown). */
   readonly deliveryLatency = new LatencyBuckets();
+  /** The status page's live trace of publishes (docs/operations.md "Live trace"). */
+  readonly tracer = new PublishTracer();
   /** The probe: its message once known (a QoS 0 one at once, a QoS 1/2 one when applied), else the
    * connection and packet id that find its entry; the time of its read; the connection that got
    * its first delivery, whose next write ends the probe. probeAt 0: no probe. */
@@ -493,6 +496,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     if (probed) this.probeMsg = (e.cmd as Extract<Command, { t: 'publish' }>).msg;
     if (sysSub !== null && out !== null) this.sendSysRetained(sysSub, existed, out);
     if (out !== null && this.log.serving) this.execute(out);
+    if (this.tracer.on) this.tracer.applied(e, out);
     if (probed && this.probeTarget === null) this.clearProbe();
     const id = connOf(e.cmd);
     const conn = id === undefined ? undefined : this.conns.get(id);
@@ -730,6 +734,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     out.length = 0;
     this.broker.routeQos0(from, msg, out);
     this.execute(out);
+    if (this.tracer.on) this.tracer.routed(msg, out);
     // Nobody to deliver the probe to: the next one may start.
     if (msg === this.probeMsg && this.probeTarget === null) this.clearProbe();
   }
