@@ -128,17 +128,21 @@ export class StatusPage {
       connected: true,
       clockOffsetMs: offsets.get(s.node) ?? null,
     };
-    const peers = (m?.peers ?? []).map((p) => ({
-      id: p.id,
-      self: false,
-      role: p.id === s.leader ? 'leader' : s.role === 'leader' && p.matchLag !== null ? 'follower' : null,
-      // A peer the leader replicates to has accepted its term.
-      term: s.role === 'leader' && p.matchLag !== null ? s.term : null,
-      matchLag: s.role === 'leader' ? p.matchLag : null,
-      lastContactAgoMs: p.lastContactAgoMs,
-      connected: p.connected,
-      clockOffsetMs: offsets.get(p.id) ?? null,
-    }));
+    const peers = (m?.peers ?? []).map((p) => {
+      // A connected peer the leader replicates to follows it, in its term; of others this node
+      // knows only which one it hears as the leader.
+      const follows = s.role === 'leader' && p.connected && p.matchLag !== null;
+      return {
+        id: p.id,
+        self: false,
+        role: p.id === s.leader ? 'leader' : follows ? 'follower' : null,
+        term: follows || p.id === s.leader ? s.term : null,
+        matchLag: s.role === 'leader' ? p.matchLag : null,
+        lastContactAgoMs: p.lastContactAgoMs,
+        connected: p.connected,
+        clockOffsetMs: offsets.get(p.id) ?? null,
+      };
+    });
     const tracer = this.source.node.tracer;
     return {
       now: Date.now(),
