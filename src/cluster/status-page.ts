@@ -219,6 +219,10 @@ export class StatusPage {
 
   /** An SSE stream (docs/operations.md "Live trace"): one `data:` line of JSON per record change. */
   private openTrace(req: IncomingMessage, res: ServerResponse, filter: string | null): void {
+    if (req.method !== 'GET') {
+      reply(res, 405, 'text/plain', 'trace: GET only\n');
+      return;
+    }
     if (filter === null || filter === '') {
       reply(res, 400, 'text/plain', 'trace: give ?filter=TOPIC_FILTER (a valid MQTT topic filter, e.g. sensors/#)\n');
       return;
