@@ -366,12 +366,17 @@ export const SCHEMA = {
     default: -1,
     min: -1,
     max: 65_535,
-    help: 'HTTP port of GET /health, /live and /metrics on --health-host; -1: off, 0 picks a free port',
+    help: 'HTTP port of GET /health, /live, /metrics and the status page / on --health-host; -1: off, 0 picks a free port',
   },
   'health-host': {
     kind: 'string',
     default: '',
     help: 'address the health port binds; none: the address of --host',
+  },
+  'status-token': {
+    kind: 'string',
+    default: '',
+    help: 'TOKEN the status page and live trace of the health port ask for (Authorization: Bearer TOKEN or ?token=TOKEN); empty: open on a loopback --health-host, refused (403) on any other',
   },
 } as const satisfies Record<string, SettingSpec>;
 

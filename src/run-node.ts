@@ -5,7 +5,7 @@ import { readFileSync } from 'node:fs';
 import type { pino } from 'pino';
 import type { AclRule } from './broker/commands.js';
 import { clusterSettings } from './cluster/cluster-config.js';
-import { healthSource, type RunningCluster, singleNodeStatus, startClusterNode } from './cluster/cluster-node.js';
+import { healthSource, type RunningCluster, singleNodeStatus, startClusterNode, statusAccess } from './cluster/cluster-node.js';
 import { HealthServer } from './cluster/health.js';
 import { type Config, listenerSpecs } from './config.js';
 import { CONFIG_ERROR, ConfigError } from './errors.js';
@@ -145,7 +145,11 @@ export async function startNode(
   created: (node: BrokerNode) => void,
   fatal: NodeFatal,
 ): Promise<Running> {
-  const health = { host: config['health-host'] === '' ? config.host : config['health-host'], port: config['health-port'] };
+  const health = {
+    host: config['health-host'] === '' ? config.host : config['health-host'],
+    port: config['health-port'],
+    statusToken: config['status-token'],
+  };
   const cs = clusterSettings(config);
   if (cs !== null) {
     const c: RunningCluster = await startClusterNode(
@@ -201,10 +205,13 @@ export async function startNode(
   let healthPort = -1;
   if (health.port >= 0) {
     const dd = dataDir;
-    server = new HealthServer({
-      ...healthSource(node, () => singleNodeStatus(node)),
-      ...(dd === null ? {} : { dataDir: () => dd.status() }),
-    });
+    server = new HealthServer(
+      {
+        ...healthSource(node, () => singleNodeStatus(node)),
+        ...(dd === null ? {} : { dataDir: () => dd.status() }),
+      },
+      statusAccess(health),
+    );
     try {
       healthPort = await server.listen(health.host, health.port);
     } catch (err) {

@@ -8,6 +8,7 @@ import type { ClusterSettings } from './cluster-config.js';
 import { configHash } from './config-hash.js';
 import { HealthServer, type HealthSource } from './health.js';
 import { type ClusterStatus, RaftLog } from './raft-log.js';
+import { isLoopbackHost, type StatusAccess } from './status-page.js';
 
 export interface RunningCluster {
   node: BrokerNode;
@@ -31,7 +32,7 @@ export const EXIT_STATE_FILE_REFUSED = 78;
 export async function startClusterNode(
   cs: ClusterSettings,
   nodeOpts: NodeOptions,
-  health: { host: string; port: number },
+  health: { host: string; port: number; statusToken?: string },
   logger: Logger,
   created: (node: BrokerNode) => void,
   onServeFailure: (err: Error) => void,
@@ -89,6 +90,7 @@ export async function startClusterNode(
         };
   const node = new BrokerNode({ ...nodeOpts, ...serverReference, audit, sysCluster: () => log.status() }, log);
   created(node);
+  log.attachTracer(node.tracer);
   log.attach({
     lastCheck: () => node.lastCheck,
     failure: () => node.failure,
@@ -109,7 +111,10 @@ export async function startClusterNode(
   let healthPort = -1;
   try {
     if (health.port >= 0) {
-      server = new HealthServer(healthSource(node, () => log.status(), log));
+      server = new HealthServer(
+        healthSource(node, () => log.status(), log),
+        statusAccess(health),
+      );
       healthPort = await server.listen(health.host, health.port);
       logger.info({ port: healthPort }, 'health listening');
     }
@@ -134,6 +139,11 @@ export async function startClusterNode(
       log.stopNow();
     },
   };
+}
+
+/** The status page's access from --status-token and the health port's bind address. */
+export function statusAccess(health: { host: string; statusToken?: string }): StatusAccess {
+  return { token: health.statusToken ?? '', openWithoutToken: isLoopbackHost(health.host) };
 }
 
 export function healthSource(node: BrokerNode, status: () => ClusterStatus, raft: RaftLog | null = null): HealthSource {

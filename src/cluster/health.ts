@@ -1,28 +1,48 @@
 // The HTTP health port (docs/operations.md "Health"): GET /health answers 200 on the serving leader and
 // 503 elsewhere, with a JSON body a load balancer or a script can read; GET /metrics is Prometheus
-// text. Everything is read from the node at request time; nothing here changes broker state.
+// text. Everything is read from the node at request time; nothing here changes broker state. GET /
+// is the status page (status-page.ts). Every request is bounded (docs/operations.md "Health port
+// bounds"): headers in size and time, no body, a fixed number of sockets.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Registry } from 'prom-client';
 import { type MetricsSource, NodeMetrics } from './metrics.js';
+import { reply, type StatusAccess, StatusPage } from './status-page.js';
 
 /** What /health and /metrics read from the node. */
 export type HealthSource = MetricsSource;
 
-/** A request that has not finished within this is closed (ms). */
-const REQUEST_TIMEOUT_MS = 5_000;
+/** A request whose headers have not all come within this is answered 408 and closed (ms). */
+const REQUEST_TIMEOUT_MS = 10_000;
+/** Request headers larger than this are answered 431 (bytes). */
+const HEADER_BYTES_MAX = 8_192;
+/** Sockets open at once on the health port; more are closed at accept. */
+const SOCKETS_MAX = 64;
+/** How often the request timeouts are checked (ms). */
+const TIMEOUT_CHECK_MS = 1_000;
 
 export class HealthServer {
   private readonly source: HealthSource;
   private readonly server: Server;
   private readonly registry = new Registry();
   private readonly metrics: NodeMetrics;
+  private readonly status: StatusPage;
 
-  constructor(source: HealthSource) {
+  /** `access`: who may open the status page; default: open, as on a loopback bind. */
+  constructor(source: HealthSource, access: StatusAccess = { token: '', openWithoutToken: true }) {
     this.source = source;
     this.metrics = new NodeMetrics(this.registry, source);
-    this.server = createServer((req, res) => this.onRequest(req, res));
-    this.server.requestTimeout = REQUEST_TIMEOUT_MS;
+    this.status = new StatusPage(source, access);
+    this.server = createServer(
+      {
+        maxHeaderSize: HEADER_BYTES_MAX,
+        headersTimeout: REQUEST_TIMEOUT_MS,
+        requestTimeout: REQUEST_TIMEOUT_MS,
+        connectionsCheckingInterval: TIMEOUT_CHECK_MS,
+      },
+      (req, res) => this.onRequest(req, res),
+    );
+    this.server.maxConnections = SOCKETS_MAX;
   }
 
   /** Binds host:port (0 picks a free port) and resolves with the bound port. */
@@ -38,13 +58,17 @@ export class HealthServer {
 
   async close(): Promise<void> {
     this.metrics.close();
+    this.status.close();
     this.server.closeAllConnections();
     if (!this.server.listening) return;
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
   }
 
   private onRequest(req: IncomingMessage, res: ServerResponse): void {
-    const path = (req.url ?? '/').split('?')[0];
+    const url = req.url ?? '/';
+    const q = url.indexOf('?');
+    const path = q < 0 ? url : url.slice(0, q);
+    if (refusedBody(req, res)) return;
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       reply(res, 405, 'text/plain', 'only GET\n');
       return;
@@ -67,7 +91,8 @@ export class HealthServer {
       );
       return;
     }
-    reply(res, 404, 'text/plain', 'GET /health, /live or /metrics\n');
+    if (this.status.handle(req, res, path, new URLSearchParams(q < 0 ? '' : url.slice(q + 1)))) return;
+    reply(res, 404, 'text/plain', 'GET /, /status.json, /trace?filter=F, /health, /live or /metrics\n');
   }
 }
 
@@ -76,7 +101,12 @@ function withDataDir(s: object, source: HealthSource): object {
   return source.dataDir === undefined ? s : { ...s, dataDir: source.dataDir() };
 }
 
-function reply(res: ServerResponse, code: number, type: string, body: string): void {
-  res.writeHead(code, { 'content-type': type, 'cache-control': 'no-store' });
-  res.end(body);
+/** Requests carry no body here: one announced is answered 413 and the socket closed unread. */
+function refusedBody(req: IncomingMessage, res: ServerResponse): boolean {
+  const length = req.headers['content-length'];
+  if (req.headers['transfer-encoding'] === undefined && (length === undefined || length === '0')) return false;
+  res.setHeader('connection', 'close');
+  reply(res, 413, 'text/plain', 'the health port takes no request body\n');
+  req.socket.destroySoon();
+  return true;
 }

@@ -118,6 +118,7 @@ export class NodeMetrics {
     this.defineLoop();
     this.defineLatencies();
     this.defineDataDir();
+    this.defineTrace();
   }
 
   /** The Prometheus text of every series, read now. */
@@ -395,6 +396,17 @@ export class NodeMetrics {
       'proposal to commit of a raft entry; one proposal timed at a time',
       () => raft.raftMetrics().commitLatency,
     );
+  }
+
+  /** The status page's live trace: 0 evaluations while nobody watches (docs/operations.md "Live trace"). */
+  private defineTrace(): void {
+    const tracer = this.source.node.tracer;
+    this.counter(
+      'raftmq_trace_evaluations_total',
+      'PUBLISH packets matched against the filters of open live traces',
+      () => tracer.evaluations,
+    );
+    this.gauge('raftmq_trace_watchers', 'live traces open on the status page', () => tracer.watching);
   }
 
   private defineLoop(): void {

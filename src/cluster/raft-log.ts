@@ -17,6 +17,7 @@ import type { Command, Entry, Settings } from '../broker/commands.js';
 import type { BrokerLog, LogListener } from '../log/broker-log.js';
 import { decodeCommand, encodeCommand } from '../log/command-codec.js';
 import { LatencyBuckets } from '../server/latency-buckets.js';
+import type { PublishTracer } from '../server/publish-trace.js';
 import { HealthAlerts } from './alerts.js';
 import type { AuditLog, LeaseView } from './audit-log.js';
 import { type CheckPolicy, CheckScheduler, defaultCheckPolicy } from './check-scheduler.js';
@@ -248,6 +249,7 @@ export class RaftLog implements BrokerLog, LeaseView {
   private readonly alerts: HealthAlerts;
   private readonly electionTimeoutMs: number;
   private audit: AuditLog | null = null;
+  private tracer: PublishTracer | null = null;
   /** The configuration hash of the latest applied serve-start that carried one. */
   private servingConfigHash: string | null = null;
   /** What this node's next serve-start carries: the settings of the latest reload, and their hash. */
@@ -426,6 +428,18 @@ export class RaftLog implements BrokerLog, LeaseView {
     this.audit = audit;
   }
 
+  /** The status page's live trace: appends and commits of traced publishes are noted while it is on. */
+  attachTracer(tracer: PublishTracer): void {
+    this.tracer = tracer;
+  }
+
+  /** This node and the peers whose match index has reached `index` (meaningful on the leader). */
+  private readonly holdersOf = (index: number): number[] => {
+    const out = [this.node];
+    for (const p of this.peers) if ((this.driver.matchIndex(p) ?? 0) >= index) out.push(p);
+    return out.sort((a, b) => a - b);
+  };
+
   get currentTerm(): number {
     return this.driver.currentTerm;
   }
@@ -485,6 +499,7 @@ export class RaftLog implements BrokerLog, LeaseView {
     // A reload's settings carry this node's hash, so every replica can compare its own with it.
     if (cmd.t === 'settings' && this.configHash !== undefined) cmd = { ...cmd, configHash: this.configHash };
     const r = this.driver.propose(encodeCommand(cmd));
+    if (this.tracer?.on && !(r instanceof Error)) this.tracer.appended(cmd, r.index, r.term);
     if (r instanceof Error) this.noteDropped(r);
     else if (this.probeIndex === 0) {
       this.probeIndex = r.index;
@@ -773,6 +788,8 @@ export class RaftLog implements BrokerLog, LeaseView {
       if (entry.cmd.t === 'check') checks++;
       out.push(entry);
     }
+    if (this.tracer?.on && raw.length > 0)
+      this.tracer.committed((raw[0] as LogEntry).index, (raw[raw.length - 1] as LogEntry).index, this.holdersOf);
     // Passed without its index (a snapshot, a truncation): not timed.
     if (this.probeIndex !== 0 && raw.length > 0 && (raw[raw.length - 1] as LogEntry).index > this.probeIndex) this.probeIndex = 0;
 

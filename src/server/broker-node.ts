@@ -26,6 +26,7 @@ import { Listener, type ListenerHost, type ListenerLimits } from './listeners/li
 import type { TlsMaterial } from './listeners/tls-material.js';
 import type { NodeObserver } from './node-observer.js';
 import { type ConnackLimits, toWire } from './outbound.js';
+import { PublishTracer } from './publish-trace.js';
 import { RateLimitedLog } from './rate-limited-log.js';
 import { type ReferenceSource, Referrer } from './referrer.js';
 import { filterReachesSys, type SysReadings, SysTopics } from './sys-topics.js';
@@ -210,6 +211,8 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
   /** PUBLISH read to the socket write of its first delivery, sampled (Traffic.probeCountdown). */
   readonly deliveryLatency = new LatencyBuckets();
   readonly storageGate: StorageGate;
+  /** The status page's live trace of publishes (docs/operations.md "Live trace"). */
+  readonly tracer = new PublishTracer();
   /** The probe: its message once known (a QoS 0 one at once, a QoS 1/2 one when applied), else the
    * connection and packet id that find its entry; the time of its read; the connection that got
    * its first delivery, whose next write ends the probe. probeAt 0: no probe. */
@@ -509,6 +512,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     if (probed) this.probeMsg = (e.cmd as Extract<Command, { t: 'publish' }>).msg;
     if (sysSub !== null && out !== null) this.sendSysRetained(sysSub, existed, out);
     if (out !== null && this.log.serving) this.execute(out);
+    if (this.tracer.on) this.tracer.applied(e, out);
     if (probed && this.probeTarget === null) this.clearProbe();
     const id = connOf(e.cmd);
     const conn = id === undefined ? undefined : this.conns.get(id);
@@ -759,6 +763,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     this.broker.routeQos0(from, msg, out);
     if (this.opts.observer?.active === true) this.opts.observer.routed(from, msg, this.clientIdOfBound);
     this.execute(out);
+    if (this.tracer.on) this.tracer.routed(msg, out);
     // Nobody to deliver the probe to: the next one may start.
     if (msg === this.probeMsg && this.probeTarget === null) this.clearProbe();
   }

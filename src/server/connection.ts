@@ -38,6 +38,7 @@ import { connectExpiryS, messageFromPublish, payloadFormatValid, RECEIVE_MAX_DEF
 import { keepAliveWheel, type WheelMember } from './keepalive-wheel.js';
 import { type NodeLimits, TokenBucket, topicLimitProblem } from './limits.js';
 import { type ConnackLimits, codesAckBytes, publishWithAlias, reasonText, toWire, withoutProblemInfo } from './outbound.js';
+import type { PublishTracer } from './publish-trace.js';
 import { OutboundAliases } from './topic-alias-out.js';
 import type { Traffic } from './traffic.js';
 import type { ByteStream, Transport } from './transport.js';
@@ -89,6 +90,8 @@ export interface ConnectionHost {
   /** Offers a PUBLISH read at `readAt` (performance.now() of its socket read) as the latency probe:
    * a QoS 0 one by its message, a QoS 1/2 one by its packet id. */
   probePublish(conn: ConnId, msg: Message | null, pid: number, readAt: number): void;
+  /** The status page's live trace (publish-trace.ts); called only while `tracer.on`. */
+  readonly tracer: PublishTracer;
 }
 
 /** A connection that decided to close waits at most this long for its queued replies. */
@@ -664,6 +667,7 @@ export class Connection implements WheelMember {
       return;
     }
     const msg = messageFromPublish(p, topic);
+    if (this.host.tracer.on) this.host.tracer.read(this.id, this.clientId, msg, p.pid ?? 0);
     // A retained QoS 0 PUBLISH goes through the log without a packet id to find it by: not probed.
     if (--traffic.probeCountdown <= 0 && (p.qos > 0 || !p.retain)) {
       this.host.probePublish(this.id, p.qos === 0 ? msg : null, p.pid ?? 0, this.lastRxMs);
