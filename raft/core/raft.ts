@@ -1,15 +1,16 @@
 import { RaftError } from '../errors.js';
 import { assert, assertInteger, unreachable } from './assert.js';
 import { ClusterClock } from './cluster-time.js';
+import { type Announced, ConfigTracker, nextConfig, progressKey, syncProgress } from './confchange.js';
+import { ForceStart, type ForceStartHost, type ForceStartPhase, forceStartProbeE, forceStartTimeoutE } from './force-start.js';
 import { MemoryLog } from './log.js';
 import type { Configuration, Epoch, Member, Membership } from './membership.js';
-import { hasMember, memberOf, noEpoch, quorumOf } from './membership.js';
+import { hasMember, memberOf, noEpoch } from './membership.js';
 import type {
   Announce,
   Append,
   AppendResponse,
   Heartbeat,
-  InstallSnapshot,
   LogEntry,
   Message,
   Outgoing,
@@ -21,9 +22,10 @@ import type {
 } from './messages.js';
 import { isVoteRequest } from './messages.js';
 import type { RandomSource } from './prng.js';
-import { Progress } from './progress.js';
+import type { Progress } from './progress.js';
 import type { Snapshot } from './snapshot.js';
-import { logBytesMaxDefault, logEntriesMaxDefault, rechunk, SnapshotAssembly, snapshotChunkBytesMaxDefault } from './snapshot.js';
+import { logBytesMaxDefault, logEntriesMaxDefault, rechunk, snapshotChunkBytesMaxDefault } from './snapshot.js';
+import { SnapshotTransfer, type SnapshotTransferHost } from './snapshot-transfer.js';
 import { validateMessage } from './validate.js';
 
 export type Role = 'follower' | 'pre-candidate' | 'candidate' | 'leader';
@@ -44,31 +46,10 @@ export const leaseMarginFraction = 0.05;
 /** A leadership transfer that has not completed within this many E is aborted (thesis §3.10). */
 export const transferTimeoutE = 1;
 
-/** Replacing a member that forgot (docs/design.md "Replacing a node that forgot"): it must have been silent this many E. */
-export const replaceSilentE = 2;
-/** A learner is caught up when it holds the whole log and answered a round sent within this many E. */
-export const caughtUpRoundE = 1;
+export { caughtUpRoundE, replaceSilentE } from './confchange.js';
+export { type ForceStartPhase, forceStartProbeE, forceStartTimeoutE } from './force-start.js';
 /** An announcement older than this many E no longer describes its sender. */
 export const announceStaleE = 4;
-/** A force-start first listens this many E for a peer showing a leader or a newer log in the old
- * epoch (announcements go out every E/5, and a leader answers one within a round trip), and for
- * any old lease to run out (docs/design.md "Force-start"). */
-export const forceStartProbeE = 3;
-
-/** Where a force-start stands (docs/design.md "Force-start"). */
-export type ForceStartPhase =
-  /** Listening to peers before making the new epoch. */
-  | 'probing'
-  /** The new epoch exists with this node its only voter; it does not serve. */
-  | 'waiting'
-  /** Two node ids are voters in the new epoch's committed configuration. */
-  | 'serving'
-  /** Refused or timed out: the node must exit (`forceStartFailure()` says why). */
-  | 'failed';
-
-/** Default of `forceStartTimeoutMs`, in E. */
-export const forceStartTimeoutE = 60;
-
 /** Default of `entriesPerAppendMax`: also the bound a wire decoder checks an append's count against. */
 export const entriesPerAppendMaxDefault = 64;
 
@@ -202,21 +183,6 @@ interface Transfer {
   timeoutNowSent: boolean;
 }
 
-/** The latest announcement heard from a node (docs/design.md "Fresh, amnesiac, bootstrap"). */
-interface Announced {
-  readonly inc: string;
-  readonly membership: Membership;
-  readonly peers: string;
-  readonly term: number;
-  readonly epoch: number;
-  readonly epochId: string;
-  readonly lastIndex: number;
-  readonly voter: boolean;
-  readonly stuck: boolean;
-  /** Monotonic ms when it arrived. */
-  readonly at: number;
-}
-
 interface RoleHandler {
   readonly role: Role;
   step(m: Message): void;
@@ -235,14 +201,8 @@ export class RaftCore {
   private readonly peersDigest: string;
   private readonly membership: Membership;
   private epochNow: Epoch;
-  /** The configuration before the first entry held (a static one, or the snapshot's); null: none. */
-  private baseConfig: Configuration | null;
-  /** Indexes of the configuration entries in the log, ascending. */
-  private readonly configIndexes: number[] = [];
-  /** The newest configuration in the log, committed or not (docs/design.md "Configuration"). */
-  private config: Configuration = [];
-  private quorum = 1;
-  private isVoter = false;
+  /** The configurations the log holds and the newest one's quorum (docs/design.md "Configuration"). */
+  private readonly conf: ConfigTracker;
   /** Monotonic ms this process started; bootstrap counts only announcements from E after it. */
   private readonly startedAt: number;
   private readonly announced = new Map<number, Announced>();
@@ -281,8 +241,8 @@ export class RaftCore {
   private appliedBytes = 0;
   /** The newest snapshot, taken here or installed from the leader (§7); null: never compacted. */
   private snapshot: Snapshot | null = null;
-  /** A snapshot being received from the leader, chunk by chunk. */
-  private incoming: SnapshotAssembly | null = null;
+  /** Snapshots sent to followers and received from the leader, chunk by chunk. */
+  private readonly snapshots: SnapshotTransfer;
   /** A snapshot for the application to restore, not yet handed out. */
   private readySnapshot: Snapshot | null = null;
   /** Monotonic and wall ms of the latest tick. */
@@ -309,13 +269,8 @@ export class RaftCore {
   /** wall − monotonic at the latest tick; a jump of more than the margin is a frozen machine. */
   private wallAhead: number | null = null;
   private readonly clock: ClusterClock;
-  /** Force-start progress; null: this process did not force-start. */
-  private forcePhase: ForceStartPhase | null = null;
-  /** Probing: monotonic ms of the force; waiting: monotonic ms of the give-up. */
-  private forceDeadline = 0;
-  private readonly forceTimeoutMs: number;
-  private readonly forceAbove: number;
-  private forceFailure: string | null = null;
+  /** Force-start progress (force-start.ts); its phase is null: this process did not force-start. */
+  private readonly forceStart: ForceStart;
   /** A newer epoch that serves with two node ids: this member of an older epoch must switch. */
   private switchTo: Epoch | null = null;
   /** This core bootstrapped its epoch (made generation 1 for a fresh cluster). */
@@ -336,7 +291,6 @@ export class RaftCore {
     this.peersDigest = this.nodes.join(',');
     const statics = opts.voters?.map((node) => ({ node, inc: '0' })) ?? null;
     const restoredSnapshot = opts.restore?.snapshot ?? null;
-    this.baseConfig = opts.restore?.baseConfig ?? restoredSnapshot?.config ?? statics;
     this.membership = opts.membership ?? (statics !== null || opts.restore !== undefined ? 'member' : 'fresh');
     this.epochNow = opts.epoch ?? (statics !== null ? { generation: 1, id: 'static' } : noEpoch);
     this.startedAt = opts.now;
@@ -362,6 +316,7 @@ export class RaftCore {
     this.clock = new ClusterClock({ electionTimeoutMs: e, maxClockOffsetMs: opts.maxClockOffsetMs ?? 1000 });
     this.now = opts.now;
     this.log = new MemoryLog(opts.restore?.entries, restoredSnapshot);
+    this.snapshots = new SnapshotTransfer(this.snapshotTransferHost(), this.snapshotChunksInflightMax, this.unsafe === 'install-any-chunk');
     // A restarted node restores the application from its snapshot first, then re-applies the rest.
     this.snapshot = restoredSnapshot;
     this.readySnapshot = restoredSnapshot;
@@ -370,21 +325,16 @@ export class RaftCore {
     this.vote = opts.restore?.vote ?? 0;
     this.voteInc = opts.restore?.voteInc ?? (this.vote === 0 ? '' : '0');
     assert(this.log.lastTerm() <= this.term, 'restored log has entries above the restored term');
-    for (const e of this.log.all()) if (e.config !== undefined) this.configIndexes.push(e.index);
+    this.conf = new ConfigTracker(this.id, this.incarnation, opts.restore?.baseConfig ?? restoredSnapshot?.config ?? statics, this.log);
     this.handler = this.followerHandler();
     this.refreshConfig();
     this.becomeFollower(this.term, 0);
     this.reportedHard = this.hardState();
-    this.forceTimeoutMs = opts.forceStartTimeoutMs ?? forceStartTimeoutE * this.electionTimeoutMs;
-    this.forceAbove = opts.forceStartAbove ?? 0;
-    if (opts.forceStart === true) {
-      this.forcePhase = 'probing';
-      this.forceDeadline = opts.now + forceStartProbeE * this.electionTimeoutMs;
-    } else if (opts.restore !== undefined && this.nodes.length > 1 && this.config.length === 1 && this.isVoter) {
-      // A forced epoch that did not serve yet when this member stopped: it still must not serve
-      // alone, and still gives up in time.
-      this.forcePhase = 'waiting';
-      this.forceDeadline = opts.now + this.forceTimeoutMs;
+    const forceTimeoutMs = opts.forceStartTimeoutMs ?? forceStartTimeoutE * this.electionTimeoutMs;
+    this.forceStart = new ForceStart(this.forceStartHost(), forceTimeoutMs, opts.forceStartAbove ?? 0);
+    if (opts.forceStart === true) this.forceStart.probe(opts.now, forceStartProbeE * this.electionTimeoutMs);
+    else if (opts.restore !== undefined && this.nodes.length > 1 && this.conf.config.length === 1 && this.conf.isVoter) {
+      this.forceStart.resumeWaiting(opts.now);
     }
   }
 
@@ -395,7 +345,7 @@ export class RaftCore {
     this.now = monotonic;
     this.wall = wall;
     this.detectFreeze(wall - monotonic);
-    if (this.forcePhase !== null && this.tickForceStart()) return;
+    if (this.forceStart.phase !== null && this.forceStart.tick()) return;
     this.handler.tick();
   }
 
@@ -422,8 +372,8 @@ export class RaftCore {
     const error = validateMessage(m, ctx);
     if (error !== null) return error;
     if (m.type === 'announce' && this.otherEpochAnnounce(m)) return null;
-    if ((this.forcePhase === 'probing' || this.forcePhase === 'failed') && this.ofOldEpoch(m)) {
-      this.probe(m);
+    if (this.forceStart.takes(m)) {
+      this.forceStart.hear(m);
       return null;
     }
     const foreign = this.refuseForIdentity(m);
@@ -501,7 +451,7 @@ export class RaftCore {
     if (this.handler.role !== 'leader') {
       return { ok: false, error: new RaftError('RAFT_NOT_LEADER', `node ${this.id} is ${this.handler.role}`), leader: this.leader };
     }
-    if (this.forcePhase === 'waiting') {
+    if (this.forceStart.phase === 'waiting') {
       return { ok: false, error: new RaftError('RAFT_NOT_SERVING', `epoch ${this.epochNow.generation} has one voter`), leader: this.id };
     }
     if (this.transfer !== null) {
@@ -523,7 +473,7 @@ export class RaftCore {
   /** Starts an election now, as an election timeout would (with pre-vote when enabled). */
   campaign(): void {
     // docs/design.md "Configuration": a learner never campaigns.
-    if (this.handler.role === 'leader' || !this.isVoter) return;
+    if (this.handler.role === 'leader' || !this.conf.isVoter) return;
     if (this.preVote) this.becomePreCandidate();
     else this.becomeCandidate(false);
   }
@@ -545,12 +495,12 @@ export class RaftCore {
 
   /** True while this node leads and holds a lease at monotonic ms `monotonic`. */
   hasLease(monotonic: number): boolean {
-    return this.handler.role === 'leader' && monotonic < this.leaseEnd && this.forcePhase !== 'waiting';
+    return this.handler.role === 'leader' && monotonic < this.leaseEnd && this.forceStart.phase !== 'waiting';
   }
 
   /** Monotonic ms at which the lease ends; 0 if there is none. */
   leaseUntil(): number {
-    return this.handler.role === 'leader' && this.forcePhase !== 'waiting' ? this.leaseEnd : 0;
+    return this.handler.role === 'leader' && this.forceStart.phase !== 'waiting' ? this.leaseEnd : 0;
   }
 
   /** Cluster ms (whole) at monotonic `monotonic`: on the leader, its steered clock (never below the log's
@@ -632,11 +582,11 @@ export class RaftCore {
 
   /** The newest configuration in the log (empty: none yet). */
   get configuration(): Configuration {
-    return this.config;
+    return this.conf.config;
   }
 
   get voter(): boolean {
-    return this.isVoter;
+    return this.conf.isVoter;
   }
 
   get membershipAtStart(): Membership {
@@ -645,12 +595,12 @@ export class RaftCore {
 
   /** Null unless this process force-started. */
   get forceStartPhase(): ForceStartPhase | null {
-    return this.forcePhase;
+    return this.forceStart.phase;
   }
 
   /** Why the force-start failed (refused by a peer, or timed out); null otherwise. */
   forceStartFailure(): string | null {
-    return this.forceFailure;
+    return this.forceStart.failure;
   }
 
   /** A newer epoch serves with two node ids and this node is a member of an older one: the driver
@@ -669,11 +619,11 @@ export class RaftCore {
   /** Leader only: every configured node id is a voter with its current incarnation, and each
    * holds the whole log (docs/operations.md "Health": `redundant`). */
   isRedundant(): boolean {
-    if (this.handler.role !== 'leader' || this.config.length !== this.nodes.length) return false;
-    if (this.log.termAt(this.log.commit) !== this.term || (this.configIndexes.at(-1) ?? 0) > this.log.commit) return false;
-    for (const m of this.config) {
+    if (this.handler.role !== 'leader' || this.conf.config.length !== this.nodes.length) return false;
+    if (this.log.termAt(this.log.commit) !== this.term || this.conf.pending(this.log.commit)) return false;
+    for (const m of this.conf.config) {
       if (m.node === this.id) continue;
-      const pr = this.progress.get(key(m.node, m.inc));
+      const pr = this.progress.get(progressKey(m.node, m.inc));
       if (pr === undefined || pr.match < this.log.commit) return false;
       const heard = this.announced.get(m.node);
       if (heard !== undefined && heard.inc !== m.inc && heard.at > pr.lastHeardAt) return false;
@@ -686,7 +636,7 @@ export class RaftCore {
    * three nodes are amnesiac, or a peer that knows more said so. */
   needsForceStart(): boolean {
     if (this.now - this.leaderHeardAt < this.electionTimeoutMs || this.handler.role === 'leader') return false;
-    if (this.isVoter) return this.liveVoters() < this.quorum;
+    if (this.conf.isVoter) return this.liveVoters() < this.conf.quorum;
     const fresh = (a: Announced | undefined) => a !== undefined && a.membership === 'fresh';
     let nonVoters = 1;
     let allFresh = this.membership === 'fresh';
@@ -704,7 +654,7 @@ export class RaftCore {
    * not come back as another incarnation. */
   private liveVoters(): number {
     let live = 0;
-    for (const m of this.config) {
+    for (const m of this.conf.config) {
       const a = this.announced.get(m.node);
       if (m.node === this.id || a === undefined || a.inc === m.inc) live++;
     }
@@ -725,7 +675,7 @@ export class RaftCore {
     const after = this.snapshotIndex;
     const held = after > this.log.snapshotIndex;
     const log = held ? this.log.slice(after + 1, this.log.lastIndex() + 1) : this.log.all();
-    const baseConfig = held ? this.configAt(after) : this.baseConfig;
+    const baseConfig = held ? this.conf.at(after, this.log) : this.conf.base;
     return { term: this.term, vote: this.vote, voteInc: this.voteInc, entries: log, baseConfig, snapshot: this.snapshot };
   }
 
@@ -795,8 +745,8 @@ export class RaftCore {
   }
 
   private voterProgress(node: number): Progress | undefined {
-    const m = memberOf(this.config, node);
-    return m === undefined ? undefined : this.progress.get(key(m.node, m.inc));
+    const m = memberOf(this.conf.config, node);
+    return m === undefined ? undefined : this.progress.get(progressKey(m.node, m.inc));
   }
 
   // ---- terms (§5.1) and votes (§5.2, §5.4.1, thesis §9.6) ----
@@ -942,7 +892,7 @@ export class RaftCore {
     this.votes.set(this.id, true);
     const lastIndex = this.log.lastIndex();
     const lastTerm = this.log.lastTerm();
-    for (const m of this.config) {
+    for (const m of this.conf.config) {
       const to = m.node;
       if (to === this.id) continue;
       if (type === 'pre-vote-request') this.send({ type, from: this.id, to, term, lastIndex, lastTerm }, m.inc);
@@ -956,10 +906,10 @@ export class RaftCore {
     let granted = 0;
     let rejected = 0;
     for (const g of this.votes.values()) g ? granted++ : rejected++;
-    if (granted >= this.quorum) {
+    if (granted >= this.conf.quorum) {
       if (this.handler.role === 'pre-candidate') this.becomeCandidate(false);
       else this.becomeLeader();
-    } else if (rejected >= this.quorum) {
+    } else if (rejected >= this.conf.quorum) {
       this.becomeFollower(this.term, 0);
     }
   }
@@ -1001,7 +951,7 @@ export class RaftCore {
   private tickElection(): void {
     this.maybeAnnounce();
     if (this.now < this.electionDeadline) return;
-    if (this.isVoter) this.campaign();
+    if (this.conf.isVoter) this.campaign();
     else this.resetElectionTimer();
   }
 
@@ -1019,7 +969,7 @@ export class RaftCore {
         this.handleHeartbeat(m);
         return;
       case 'snapshot':
-        this.handleSnapshot(m);
+        this.snapshots.receive(m);
         return;
       case 'timeout-now':
         // Thesis §3.10: campaign at once, without pre-vote, which the others would ignore.
@@ -1054,7 +1004,7 @@ export class RaftCore {
         return;
       case 'vote-response':
         if (this.handler.role !== 'candidate') return;
-        if (m.term === this.term && hasMember(this.config, m.from, m.fromInc)) this.clock.sample(m.from, m.wall, m.sentAt, this.now);
+        if (m.term === this.term && hasMember(this.conf.config, m.from, m.fromInc)) this.clock.sample(m.from, m.wall, m.sentAt, this.now);
         this.countVote(m, this.term);
         return;
       case 'pre-vote-request':
@@ -1075,7 +1025,7 @@ export class RaftCore {
   private countVote(m: PreVoteResponse | VoteResponse, pollTerm: number): void {
     if (m.granted ? m.term !== pollTerm : m.term !== this.term) return;
     // docs/design.md "Identity": a vote counts only for a member the configuration lists as a voter.
-    if (!hasMember(this.config, m.from, m.fromInc)) return;
+    if (!hasMember(this.conf.config, m.from, m.fromInc)) return;
     this.votes.set(m.from, m.granted);
     this.tallyVotes();
   }
@@ -1154,16 +1104,16 @@ export class RaftCore {
 
   /** Check-quorum: a majority (this node included) was heard from within the last E. */
   private quorumActive(): boolean {
-    let active = this.isVoter ? 1 : 0;
+    let active = this.conf.isVoter ? 1 : 0;
     for (const pr of this.progress.values()) {
       if (pr.voter && this.now - pr.lastHeardAt < this.electionTimeoutMs) active++;
     }
-    return active >= this.quorum;
+    return active >= this.conf.quorum;
   }
 
   private stepLeader(m: Message): void {
     // An answer from a member we do not replicate to (a replaced incarnation) counts for nothing.
-    const pr = this.progress.get(key(m.from, m.fromInc));
+    const pr = this.progress.get(progressKey(m.from, m.fromInc));
     switch (m.type) {
       case 'append-response':
         if (pr === undefined) return;
@@ -1218,10 +1168,10 @@ export class RaftCore {
     if (sentAt <= pr.ackedSentAt) return;
     pr.ackedSentAt = sentAt;
     if (this.leaseForfeited || !pr.voter) return;
-    const sent = this.isVoter ? [this.now] : [];
+    const sent = this.conf.isVoter ? [this.now] : [];
     for (const p of this.progress.values()) if (p.voter) sent.push(p.ackedSentAt);
     sent.sort((a, b) => b - a);
-    const round = sent[this.quorum - 1] ?? Number.NEGATIVE_INFINITY;
+    const round = sent[this.conf.quorum - 1] ?? Number.NEGATIVE_INFINITY;
     // Strictly after: a round sent just before a freeze carries the same monotonic time as the
     // moment it was detected, since the monotonic clock stood still in between.
     if (round <= this.leaseFloor) return;
@@ -1230,93 +1180,42 @@ export class RaftCore {
 
   // ---- configuration (docs/design.md "Configuration", docs/design.md "Replacing a node that forgot") ----
 
-  /** A node uses the newest configuration in its log, committed or not: note configuration
-   * entries just written, after any truncation that removed some. */
+  /** A node uses the newest configuration in its log, committed or not (confchange.ts): note
+   * configuration entries just written, after any truncation that removed some. */
   private noteConfigEntries(written: readonly LogEntry[], truncatedFrom: number | null): void {
-    let changed = false;
-    if (truncatedFrom !== null) {
-      while ((this.configIndexes.at(-1) ?? 0) >= truncatedFrom) {
-        this.configIndexes.pop();
-        changed = true;
-      }
-    }
-    for (const e of written) {
-      if (e.config === undefined) continue;
-      this.configIndexes.push(e.index);
-      changed = true;
-    }
-    if (changed) this.refreshConfig();
+    if (this.conf.noteEntries(written, truncatedFrom)) this.refreshConfig();
   }
 
   private refreshConfig(): void {
-    const at = this.configIndexes.at(-1);
-    const config = at === undefined ? (this.baseConfig ?? []) : (this.log.entry(at).config ?? []);
-    this.config = config;
-    this.quorum = quorumOf(config);
-    this.isVoter = hasMember(config, this.id, this.incarnation);
+    this.conf.refresh(this.log);
     if (this.handler.role === 'leader') {
-      if (!this.isVoter) this.becomeFollower(this.term, 0);
+      if (!this.conf.isVoter) this.becomeFollower(this.term, 0);
       else this.syncProgress();
-    } else if (!this.isVoter && this.handler.role !== 'follower') {
+    } else if (!this.conf.isVoter && this.handler.role !== 'follower') {
       this.becomeFollower(this.term, 0);
     }
   }
 
-  /** Leader: one progress per voter member of the configuration, and one per learner (a node id
-   * that announced a member the configuration does not list, docs/design.md "Configuration"). */
   private syncProgress(): void {
-    const next = this.log.lastIndex() + 1;
-    const wanted = new Map<string, Member & { voter: boolean }>();
-    for (const m of this.config) if (m.node !== this.id) wanted.set(key(m.node, m.inc), { ...m, voter: true });
-    for (const [node, a] of this.announced) {
-      const k = key(node, a.inc);
-      if (!wanted.has(k) && node !== this.id && this.announceJoinable(a)) wanted.set(k, { node, inc: a.inc, voter: false });
-    }
-    for (const [k, pr] of this.progress) {
-      const w = wanted.get(k);
-      if (w === undefined) this.progress.delete(k);
-      else pr.voter = w.voter;
-    }
-    for (const [k, w] of wanted) {
-      if (!this.progress.has(k)) this.progress.set(k, new Progress(w.node, w.inc, w.voter, next, this.now));
-    }
+    syncProgress(this.progress, this.id, this.conf.config, this.announced, this.epochNow, this.log.lastIndex() + 1, this.now);
   }
 
-  /** A learner may join this epoch if it has none or already holds this one. */
-  private announceJoinable(a: Announced): boolean {
-    return a.epoch === 0 || (a.epoch === this.epochNow.generation && a.epochId === this.epochNow.id);
-  }
-
-  /** One server at a time, only after an entry of this term committed and with no other change
-   * pending (thesis §4.1 and the single-server bug fix): first remove a member whose node id came
-   * back as another incarnation once it has been silent 2E, then add a caught-up learner. Never
-   * add first, never swap in one entry, and never go below two voters once there are two. */
+  /** Only after an entry of this term committed, with no other change pending and no transfer. */
   private maybeChangeConfig(): void {
     if (this.transfer !== null || this.log.termAt(this.log.commit) !== this.term) return;
-    if ((this.configIndexes.at(-1) ?? 0) > this.log.commit) return;
-    const silentMs = replaceSilentE * this.electionTimeoutMs;
-    for (const m of this.config) {
-      if (m.node === this.id) continue;
-      const heard = this.announced.get(m.node);
-      const pr = this.progress.get(key(m.node, m.inc));
-      if (heard === undefined || heard.inc === m.inc || pr === undefined || this.now - pr.lastHeardAt < silentMs) continue;
-      if (this.unsafe === 'swap-member') {
-        const learner = this.progress.get(key(m.node, heard.inc));
-        if (learner !== undefined) this.proposeConfig(this.config.map((x) => (x.node === m.node ? { node: m.node, inc: heard.inc } : x)));
-        return;
-      }
-      if (this.config.length > 2) this.proposeConfig(this.config.filter((x) => x !== m));
-      return;
-    }
-    if (this.config.length >= this.nodes.length) return;
-    for (const pr of this.progress.values()) {
-      if (pr.voter || memberOf(this.config, pr.node) !== undefined) continue;
-      const caughtUp = pr.match >= this.log.lastIndex() && this.now - pr.ackedSentAt <= caughtUpRoundE * this.electionTimeoutMs;
-      if (caughtUp) {
-        this.proposeConfig([...this.config, { node: pr.node, inc: pr.inc }]);
-        return;
-      }
-    }
+    if (this.conf.pending(this.log.commit)) return;
+    const config = nextConfig({
+      self: this.id,
+      config: this.conf.config,
+      nodes: this.nodes.length,
+      announced: this.announced,
+      progress: this.progress,
+      lastIndex: this.log.lastIndex(),
+      now: this.now,
+      electionTimeoutMs: this.electionTimeoutMs,
+      swapMember: this.unsafe === 'swap-member',
+    });
+    if (config !== null) this.proposeConfig(config);
   }
 
   private proposeConfig(config: Configuration): void {
@@ -1333,7 +1232,7 @@ export class RaftCore {
   private maybeAnnounce(): void {
     if (this.now < this.announceDue) return;
     const stuck = this.needsForceStart();
-    if (this.isVoter && !stuck) return;
+    if (this.conf.isVoter && !stuck) return;
     this.announceDue = this.now + this.heartbeatIntervalMs;
     for (const to of this.nodes) if (to !== this.id) this.announceTo(to, stuck);
   }
@@ -1364,7 +1263,7 @@ export class RaftCore {
       peers: this.peersDigest,
       lastIndex: this.log.lastIndex(),
       lastTerm: this.log.lastTerm(),
-      voter: this.isVoter,
+      voter: this.conf.isVoter,
       stuck,
       leader: this.recentLeader(),
       committedVoters: this.handler.role === 'leader' ? this.committedVoterIds() : 0,
@@ -1389,7 +1288,7 @@ export class RaftCore {
     this.announced.set(m.from, a);
     if (this.handler.role === 'leader') {
       if (before?.inc !== a.inc) this.syncProgress();
-      const pr = this.progress.get(key(m.from, m.fromInc));
+      const pr = this.progress.get(progressKey(m.from, m.fromInc));
       if (pr !== undefined && !pr.voter && pr.match < this.log.lastIndex()) this.sendAppend(pr, true);
       return;
     }
@@ -1402,7 +1301,7 @@ export class RaftCore {
    * this node id (a network delays a message less than E) can vouch for a peer. */
   private maybeBootstrap(): void {
     if (this.membership !== 'fresh' || this.id !== this.nodes[0] || this.term !== 0 || this.log.lastIndex() !== 0) return;
-    if (this.baseConfig !== null || this.epochNow.generation !== 0) return;
+    if (this.conf.base !== null || this.epochNow.generation !== 0) return;
     const since = Math.max(this.startedAt + this.electionTimeoutMs, this.now - 2 * this.electionTimeoutMs);
     const config: Member[] = [{ node: this.id, inc: this.incarnation }];
     for (const n of this.nodes) {
@@ -1425,99 +1324,50 @@ export class RaftCore {
 
   // ---- force-start (docs/design.md "Force-start") ----
 
-  /** True when the tick is used up by the force-start: probing, failed, or just timed out. */
-  private tickForceStart(): boolean {
-    switch (this.forcePhase) {
-      case 'probing':
-        if (this.now < this.forceDeadline) {
-          this.maybeAnnounce();
-          return true;
-        }
-        this.force();
-        return false;
-      case 'waiting':
-        // Only as leader: a member that resumed its file has committed nothing of its epoch yet,
-        // and the configuration before its log (a snapshot's) is the old epoch's.
-        if (this.handler.role === 'leader' && this.committedVoterIds() >= 2) {
-          this.forcePhase = 'serving';
-          return false;
-        }
-        if (this.now < this.forceDeadline) return false;
-        this.failForceStart(`epoch ${this.epochNow.generation} found no second voter within ${this.forceTimeoutMs} ms`);
-        return true;
-      case 'serving':
-      case null:
-        return false;
-      case 'failed':
-        return true;
-      default:
-        return unreachable(this.forcePhase, 'force-start phase');
-    }
+  /** What force-start.ts reads and does of this core. */
+  private forceStartHost(): ForceStartHost {
+    const core = this;
+    return {
+      clusterId: this.clusterId,
+      get now() {
+        return core.now;
+      },
+      get role() {
+        return core.handler.role;
+      },
+      get epoch() {
+        return core.epochNow;
+      },
+      get lastIndex() {
+        return core.log.lastIndex();
+      },
+      get lastTerm() {
+        return core.log.lastTerm();
+      },
+      committedVoterIds: () => this.committedVoterIds(),
+      announce: () => this.maybeAnnounce(),
+      stepDown: () => {
+        if (this.handler.role !== 'follower') this.becomeFollower(this.term, 0);
+      },
+      makeEpoch: (generation) => this.makeEpoch(generation),
+    };
   }
 
-  /** While probing, a peer that shows a leader, a newer log, or a newer epoch refuses the
-   * force-start; nothing else is answered (this member is not part of the old epoch). */
-  private probe(m: Message): void {
-    if (this.forcePhase !== 'probing') return;
-    switch (m.type) {
-      case 'append':
-      case 'heartbeat':
-      case 'snapshot':
-        this.failForceStart(`node ${m.from} leads epoch ${m.epoch} in term ${m.term}`);
-        return;
-      case 'announce':
-        if (m.leader !== 0) this.failForceStart(`node ${m.from} follows leader ${m.leader} in epoch ${m.epoch}`);
-        else this.refuseNewerLog(m.from, m.lastIndex, m.lastTerm);
-        return;
-      case 'pre-vote-request':
-      case 'vote-request':
-        this.refuseNewerLog(m.from, m.lastIndex, m.lastTerm);
-        return;
-      default:
-        return;
-    }
-  }
-
-  private refuseNewerLog(from: number, lastIndex: number, lastTerm: number): void {
-    const mine = this.log.lastTerm();
-    if (lastTerm > mine || (lastTerm === mine && lastIndex > this.log.lastIndex())) {
-      this.failForceStart(`node ${from} holds a newer log (${lastIndex}/${lastTerm} against ${this.log.lastIndex()}/${mine})`);
-    }
-  }
-
-  /** A message of this cluster and of the epoch the file is of, for this member or for the one
-   * the file was (a peer campaigning still addresses it): while probing, what it shows counts. */
-  private ofOldEpoch(m: Message): boolean {
-    return m.cluster === this.clusterId && m.epoch === this.epochNow.generation && m.epochId === this.epochNow.id;
-  }
-
-  private failForceStart(reason: string): void {
-    this.forcePhase = 'failed';
-    this.forceFailure = reason;
-    if (this.handler.role !== 'follower') this.becomeFollower(this.term, 0);
-  }
-
-  /** The next epoch, from the whole log treated as committed, with this member its only voter, in
-   * a term above any in the file; it serves only once a second node id is a voter. */
-  private force(): void {
-    const generation = Math.max(this.epochNow.generation, this.forceAbove) + 1;
+  /** docs/design.md "Force-start": the next epoch, from the whole log treated as committed, with
+   * this member its only voter, in a term above any in the file. */
+  private makeEpoch(generation: number): void {
     this.epochNow = { generation, id: this.random.int(2 ** 31).toString(36) };
     this.log.commitTo(this.log.lastIndex());
     this.term += 1;
     this.vote = this.id;
     this.voteInc = this.incarnation;
-    this.forcePhase = 'waiting';
-    this.forceDeadline = this.now + this.forceTimeoutMs;
     this.appendOwn([{ index: this.log.lastIndex() + 1, term: this.term, time: this.log.lastTime(), data: null, config: [this.member] }]);
     this.becomeLeader();
   }
 
   /** Node ids that are voters in the newest committed configuration. */
   private committedVoterIds(): number {
-    let at = 0;
-    for (const k of this.configIndexes) if (k <= this.log.commit) at = k;
-    const config = at === 0 ? (this.baseConfig ?? []) : (this.log.entry(at).config ?? []);
-    return config.length;
+    return this.conf.committedVoterIds(this.log);
   }
 
   /** Announcements of another epoch (not "none") change nothing here but two things: a member of
@@ -1527,12 +1377,13 @@ export class RaftCore {
     const mine = this.epochNow;
     if (m.epoch === 0 || mine.generation === 0 || (m.epoch === mine.generation && m.epochId === mine.id)) return false;
     if (m.cluster !== this.clusterId) return false; // refused as foreign by refuseForIdentity
-    if (this.forcePhase === 'probing' && m.epoch > mine.generation) this.failForceStart(`node ${m.from} is of newer epoch ${m.epoch}`);
+    if (this.forceStart.phase === 'probing' && m.epoch > mine.generation)
+      this.forceStart.fail(`node ${m.from} is of newer epoch ${m.epoch}`);
     // A learner holds no vote of its epoch, so it may leave for any newer one, as a fresh or
     // amnesiac node joins one; a voter only once the newer epoch serves with two node ids, when its
     // own can no longer gather a majority.
-    const leads = m.leader === m.from && (!this.isVoter || m.committedVoters >= 2);
-    if (m.epoch > mine.generation && leads && this.forcePhase === null) this.switchTo = { generation: m.epoch, id: m.epochId };
+    const leads = m.leader === m.from && (!this.conf.isVoter || m.committedVoters >= 2);
+    if (m.epoch > mine.generation && leads && this.forceStart.phase === null) this.switchTo = { generation: m.epoch, id: m.epochId };
     return true;
   }
 
@@ -1585,10 +1436,10 @@ export class RaftCore {
   /** §5.3, §5.4.2: the highest index on a majority commits, but only if it is of the leader's own
    * term; earlier entries then commit with it (Log Matching). True if the commit index moved. */
   private maybeCommit(): boolean {
-    const matches = this.isVoter ? [this.log.lastIndex()] : [];
+    const matches = this.conf.isVoter ? [this.log.lastIndex()] : [];
     for (const pr of this.progress.values()) if (pr.voter) matches.push(pr.match);
     matches.sort((a, b) => b - a);
-    const n = matches[this.quorum - 1] ?? 0;
+    const n = matches[this.conf.quorum - 1] ?? 0;
     if (n <= this.log.commit) return false;
     if (this.log.termAt(n) !== this.term && this.unsafe !== 'commit-old-terms') return false;
     return this.log.commitTo(n);
@@ -1622,7 +1473,7 @@ export class RaftCore {
       pr.becomeSnapshot(this.snapshot);
     }
     if (pr.state === 'snapshot') {
-      this.sendSnapshotChunks(pr);
+      this.snapshots.sendChunks(pr);
       return false;
     }
     if (pr.isPaused(this.inflightAppendsMax)) return false;
@@ -1667,12 +1518,12 @@ export class RaftCore {
     const { chunks: parts, bytes } = rechunk(chunks, this.snapshotChunkBytesMax);
     for (let i = before + 1; i <= index; i++) this.appliedBytes -= this.log.dataLength(i);
     const term = this.log.termAt(index) ?? 0;
-    this.snapshot = { index, term, time: this.log.timeAt(index), config: this.configAt(index), chunks: parts, bytes };
+    this.snapshot = { index, term, time: this.log.timeAt(index), config: this.conf.at(index, this.log), chunks: parts, bytes };
     const floor = this.compactionFloor(index);
     if (floor > this.log.snapshotIndex) {
-      const config = this.configAt(floor);
+      const config = this.conf.at(floor, this.log);
       this.log.compact(floor);
-      this.dropConfigsUpTo(floor, config);
+      this.conf.dropUpTo(floor, config);
     }
     this.checkInvariants();
     return null;
@@ -1712,80 +1563,31 @@ export class RaftCore {
     return floor;
   }
 
-  /** The configuration in force at `index` (held or the snapshot's). */
-  private configAt(index: number): Configuration | null {
-    let at: number | undefined;
-    for (const i of this.configIndexes) if (i <= index) at = i;
-    return at === undefined ? this.baseConfig : (this.log.entry(at).config ?? null);
-  }
-
-  /** The configuration entries up to `index` left the log; `config` is the one in force there. */
-  private dropConfigsUpTo(index: number, config: Configuration | null): void {
-    while ((this.configIndexes[0] ?? Number.POSITIVE_INFINITY) <= index) this.configIndexes.shift();
-    this.baseConfig = config;
-  }
-
-  /** Sends chunks while the follower's window of snapshotChunksInflightMax has room: one per answer
-   * once the window is full, so a transfer is sliced across event-loop turns. */
-  private sendSnapshotChunks(pr: Progress): void {
-    while (pr.snapshotChunkDue(this.snapshotChunksInflightMax)) this.sendSnapshotChunk(pr);
-  }
-
-  private sendSnapshotChunk(pr: Progress): void {
-    const s = pr.snapshot;
-    assert(s !== null, `progress of ${pr.node} in snapshot state without a snapshot`);
-    const seq = pr.snapshotNext;
-    const data = s.chunks[seq];
-    assert(data !== undefined, `snapshot chunk ${seq} of ${s.chunks.length}`);
-    const m: Outgoing = {
-      type: 'snapshot',
-      from: this.id,
-      to: pr.node,
-      term: this.term,
-      index: s.index,
-      lastTerm: s.term,
-      time: s.time,
-      config: s.config,
-      seq,
-      chunks: s.chunks.length,
-      data,
-      sentAt: this.now,
-    };
-    this.send(m, pr.inc);
-    pr.snapshotNext++;
-  }
-
   private handleSnapshotResponse(m: SnapshotResponse, pr: Progress): void {
     if (!pr.snapshotAnswered(m.index, m.received, m.match)) return;
-    if (pr.state === 'snapshot') this.sendSnapshotChunks(pr);
+    if (pr.state === 'snapshot') this.snapshots.sendChunks(pr);
     else if (this.maybeCommit()) this.broadcastAppend();
     else this.sendAppend(pr, true);
   }
 
-  /** §7 InstallSnapshot, one chunk at a time and in order. A snapshot at or below the commit index
-   * is already held (Log Matching), so it is acknowledged at once. */
-  private handleSnapshot(m: InstallSnapshot): void {
-    this.heardFromLeader(m.from);
-    if (m.index <= this.log.commit) {
-      this.incoming = null;
-      this.replySnapshot(m, m.chunks, this.log.commit);
-      return;
-    }
-    if (m.seq === 0 && (this.incoming === null || !this.incoming.isFor(m))) this.incoming = new SnapshotAssembly(m);
-    const a = this.incoming;
-    if (a === null || !a.isFor(m)) {
-      // A chunk of a snapshot we are not assembling (we restarted, or the leader began another).
-      this.replySnapshot(m, 0, 0);
-      return;
-    }
-    a.add(m, this.unsafe === 'install-any-chunk');
-    if (!a.complete) {
-      this.replySnapshot(m, a.received, 0);
-      return;
-    }
-    this.incoming = null;
-    this.installSnapshot(a.finish());
-    this.replySnapshot(m, m.chunks, this.log.commit);
+  /** What snapshot-transfer.ts reads and does of this core. */
+  private snapshotTransferHost(): SnapshotTransferHost {
+    const core = this;
+    return {
+      id: this.id,
+      get term() {
+        return core.term;
+      },
+      get now() {
+        return core.now;
+      },
+      get commit() {
+        return core.log.commit;
+      },
+      send: (m, toInc) => this.send(m, toInc),
+      heardFromLeader: (from) => this.heardFromLeader(from),
+      install: (s) => this.installSnapshot(s),
+    };
   }
 
   /** The snapshot replaces the log (keeping any entries after it that match, §7) and becomes the
@@ -1794,29 +1596,15 @@ export class RaftCore {
     const truncatedFrom = this.log.install(s);
     if (truncatedFrom !== null) {
       this.noteTruncation(truncatedFrom);
-      while ((this.configIndexes.at(-1) ?? 0) >= truncatedFrom) this.configIndexes.pop();
+      this.conf.truncate(truncatedFrom);
     }
     this.appended = this.appended.filter((e) => e.index > s.index);
     this.snapshot = s;
     this.readySnapshot = s;
     this.applied = s.index;
     this.appliedBytes = 0;
-    this.dropConfigsUpTo(s.index, s.config ?? this.baseConfig);
+    this.conf.dropUpTo(s.index, s.config ?? this.conf.base);
     this.refreshConfig();
-  }
-
-  private replySnapshot(m: InstallSnapshot, received: number, match: number): void {
-    const r: Outgoing = {
-      type: 'snapshot-response',
-      from: this.id,
-      to: m.from,
-      term: this.term,
-      index: m.index,
-      received,
-      match,
-      sentAt: m.sentAt,
-    };
-    this.send(r, m.fromInc);
   }
 
   private sendHeartbeat(pr: Progress): void {
@@ -1859,10 +1647,6 @@ export class RaftCore {
     assert(this.handler.role !== 'leader' || this.leader === this.id, 'leader does not know it leads');
     assert(this.applied <= this.log.commit, 'applied past commit');
   }
-}
-
-function key(node: number, inc: string): string {
-  return `${node}.${inc}`;
 }
 
 function checkOptions(opts: RaftOptions): void {

@@ -21,6 +21,7 @@ import type { PublishTracer } from '../server/publish-trace.js';
 import { HealthAlerts } from './alerts.js';
 import type { AuditLog, LeaseView } from './audit-log.js';
 import { type CheckPolicy, CheckScheduler, defaultCheckPolicy } from './check-scheduler.js';
+import { type ServingFacts, servingBegins, servingEnd, servingHolds } from './serving-rule.js';
 
 /** What RaftLog needs of a RaftDriver; tests give a fake to drive the serving rule by hand. */
 export interface ClusterDriver {
@@ -842,15 +843,21 @@ export class RaftLog implements BrokerLog, LeaseView {
   /** docs/design.md "One server at a time": leader, an entry of its own term applied, its serve-start
    * committed, a lease; and a sound state machine. */
   private servingHolds(): boolean {
+    return servingHolds(this.servingFacts(this.servingTerm));
+  }
+
+  /** The facts the rule (serving-rule.ts) is judged on, for a period of `servingTerm`. */
+  private servingFacts(servingTerm: number): ServingFacts {
     const d = this.driver;
-    return (
-      !this.stopped &&
-      d.currentRole === 'leader' &&
-      d.currentTerm === this.servingTerm &&
-      this.lastAppliedTerm === this.servingTerm &&
-      d.hasLease() &&
-      this.source?.failure() == null
-    );
+    return {
+      stopped: this.stopped,
+      role: d.currentRole,
+      term: d.currentTerm,
+      servingTerm,
+      lastAppliedTerm: this.lastAppliedTerm,
+      hasLease: d.hasLease(),
+      failed: this.source?.failure() != null,
+    };
   }
 
   private readonly evaluateSoon = (): void => {
@@ -884,7 +891,7 @@ export class RaftLog implements BrokerLog, LeaseView {
       this.startTicket = this.proposeInternal(cmd);
       return;
     }
-    if (this.readyPeriod !== 0 && this.listener !== null && !this.earlyPending && this.lastAppliedTerm === term && this.driver.hasLease()) {
+    if (this.readyPeriod !== 0 && servingBegins(this.servingFacts(term), this.listener !== null && !this.earlyPending)) {
       this.beginServing(this.readyPeriod, term);
     }
   }
@@ -903,14 +910,7 @@ export class RaftLog implements BrokerLog, LeaseView {
    * period are never reused (docs/design.md "The seam"). */
   private endServing(): void {
     const d = this.driver;
-    const reason =
-      d.currentRole !== 'leader'
-        ? 'not leader'
-        : d.currentTerm !== this.servingTerm
-          ? 'higher term'
-          : this.source?.failure() != null
-            ? 'state machine failed'
-            : 'lease lapsed';
+    const reason = servingEnd(this.servingFacts(this.servingTerm)) ?? 'lease lapsed';
     this.opts.logger.info({ node: this.node, period: this.period, term: d.currentTerm, reason }, 'serving ended');
     if (reason !== 'state machine failed') {
       const l = this.alerts.leaseLost(d.currentTerm, this.period, reason);

@@ -33,8 +33,9 @@
 //   fence this lost a message the new epoch acknowledged (bootstrap-two-fresh-one-member with the
 //   partition fault, seed 13; with drop, dup and reorder, seed 7010); the 'no-fence' mutant still
 //   does. Within one epoch the same reuse fails the seed ('qos2 pid reuse').
-// The serving rule is RaftLog's: leader, its own serve-start (proposed once its cluster time
-// follows the clocks) applied in its term, an entry of its term applied last, and a lease.
+// The serving rule is RaftLog's own (serving-rule.ts): leader, its own serve-start (proposed once its
+// cluster time follows the clocks) applied in its term, an entry of its term applied last, a lease
+// and a sound broker.
 
 import type { LogEntry } from '../../../raft/core/messages.js';
 import { Violation } from '../../../raft/sim/checker.js';
@@ -43,6 +44,7 @@ import { Broker } from '../../broker/broker.js';
 import { testSettings } from '../../broker/broker-harness.js';
 import type { Command, Effect, OutPacket, Settings } from '../../broker/commands.js';
 import { decodeCommand, encodeCommand } from '../../log/command-codec.js';
+import { servingHolds } from '../serving-rule.js';
 
 /** The tests' settings with a queue bound of its own. */
 export const simSettings: Settings = { ...testSettings, maxQueuedMessages: 1_000 };
@@ -551,8 +553,18 @@ export class BrokerSimApp implements SimApp {
     return n;
   }
 
+  /** RaftLog's rule (serving-rule.ts) over the simulated node's view. */
   private serving(n: NodeState, view: SimNodeView): boolean {
-    return n.period !== 0 && view.role === 'leader' && view.term === n.servingTerm && n.lastTerm === n.servingTerm && view.hasLease;
+    if (n.period === 0) return false;
+    return servingHolds({
+      stopped: false,
+      role: view.role,
+      term: view.term,
+      servingTerm: n.servingTerm,
+      lastAppliedTerm: n.lastTerm,
+      hasLease: view.hasLease,
+      failed: n.broker.failed !== null,
+    });
   }
 }
 
