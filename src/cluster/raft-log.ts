@@ -253,6 +253,16 @@ export class RaftLog implements BrokerLog, LeaseView {
   private tracer: PublishTracer | null = null;
   /** The configuration hash of the latest applied serve-start that carried one. */
   private servingConfigHash: string | null = null;
+  /** Scratch for servingFacts(). */
+  private readonly facts: { -readonly [K in keyof ServingFacts]: ServingFacts[K] } = {
+    stopped: false,
+    role: 'follower',
+    term: 0,
+    servingTerm: 0,
+    lastAppliedTerm: 0,
+    hasLease: false,
+    failed: false,
+  };
   /** What this node's next serve-start carries: the settings of the latest reload, and their hash. */
   private settings: Settings;
   private configHash: string | undefined;
@@ -846,18 +856,19 @@ export class RaftLog implements BrokerLog, LeaseView {
     return servingHolds(this.servingFacts(this.servingTerm));
   }
 
-  /** The facts the rule (serving-rule.ts) is judged on, for a period of `servingTerm`. */
+  /** The facts the rule (serving-rule.ts) is judged on, for a period of `servingTerm`. One object,
+   * refilled: the rule is judged at every accept and every write. */
   private servingFacts(servingTerm: number): ServingFacts {
     const d = this.driver;
-    return {
-      stopped: this.stopped,
-      role: d.currentRole,
-      term: d.currentTerm,
-      servingTerm,
-      lastAppliedTerm: this.lastAppliedTerm,
-      hasLease: d.hasLease(),
-      failed: this.source?.failure() != null,
-    };
+    const f = this.facts;
+    f.stopped = this.stopped;
+    f.role = d.currentRole;
+    f.term = d.currentTerm;
+    f.servingTerm = servingTerm;
+    f.lastAppliedTerm = this.lastAppliedTerm;
+    f.hasLease = d.hasLease();
+    f.failed = this.source?.failure() != null;
+    return f;
   }
 
   private readonly evaluateSoon = (): void => {
