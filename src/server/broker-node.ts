@@ -3,13 +3,11 @@
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import { Broker, type StateTotals } from '../broker/broker.js';
-import type { AclRule, Command, ConnId, Effect, Entry, Message, OutPacket, ProtocolLevel, Settings } from '../broker/commands.js';
-import { Fifo } from '../broker/fifo.js';
+import type { AclRule, Command, ConnId, Effect, Entry, Message, Settings } from '../broker/commands.js';
 import type { SnapshotCursor } from '../broker/snapshot-cursor.js';
 import type { AuditSink } from '../cluster/audit-log.js';
 import type { BrokerLog, LogListener } from '../log/broker-log.js';
 import { LocalLog } from '../log/local-log.js';
-import { encode } from '../protocol/encoder.js';
 import { RC } from '../protocol/reason-codes.js';
 import { type Authenticator, allowAll } from './authenticator.js';
 import { Connection, type ConnectionHost, type ConnectionLimits } from './connection.js';
@@ -20,7 +18,7 @@ import { ConnectRateLimiter, DEFAULT_NODE_LIMITS, type NodeLimits, WRITE_BUFFER_
 import { type ListenerSpec, listenerUrl } from './listeners/listen-url.js';
 import { Listener, type ListenerHost, type ListenerLimits } from './listeners/listener.js';
 import type { TlsMaterial } from './listeners/tls-material.js';
-import { type ConnackLimits, toWire } from './outbound.js';
+import { Outbox, type OutboxGate, type OutboxMember } from './outbox.js';
 import { RateLimitedLog } from './rate-limited-log.js';
 import { type ReferenceSource, Referrer } from './referrer.js';
 import { filterReachesSys, type SysReadings, SysTopics } from './sys-topics.js';
@@ -92,22 +90,6 @@ const STOP_GRACE_MS = 1_000;
 const TIMER_MAX_MS = 0x7fffffff;
 /** Back-off when the state reports a deadline it should already have processed. */
 const STALE_DEADLINE_RETRY_MS = 1_000;
-/** Sockets ended after their peer's FIN in one event-loop turn. Ending and closing one costs
- * about 30–40 µs (Node's stream teardown, the close() system call, the disconnect proposal and
- * its apply), so 64 keep a turn near 2 ms however many clients leave at once (docs/design.md
- * "Performance principles": no turn beyond E/10). Measured with bench/disconnect-storm.ts, 10,000
- * clients: event-loop delay max 20–65 ms at 64 per turn, 43–175 ms at 256, 120–490 ms with every
- * socket closed in the poll phase that read its FIN. */
-export const PEER_ENDS_PER_TURN_MAX = 64;
-/** Connections whose output is written (one socket write each) in one event-loop turn, and the
- * bytes after which a turn stops early; the rest are written in the next turns, in the order they
- * became dirty. A write costs about 10–20 µs in the kernel, so 256 keep the flush of a turn near
- * 4 ms when thousands of clients reconnect at once and each gets its CONNACK and queued messages
- * (docs/design.md "Performance principles": no turn beyond E/10). The byte bound is high (copying
- * 4 MiB into socket buffers is about a millisecond) so that a turn writing many messages to a few
- * subscribers is not split. */
-export const FLUSHES_PER_TURN_MAX = 256;
-export const FLUSH_BYTES_PER_TURN_MAX = 4 * 1024 * 1024;
 
 /** The Settings that apply() consults, from the node's options. */
 export function settingsFrom(o: NodeOptions): Settings {
@@ -122,12 +104,6 @@ export function settingsFrom(o: NodeOptions): Settings {
     maxSubscriptions: o.maxSubscriptions ?? 0,
     acl: o.acl ?? null,
   };
-}
-
-interface SharedPublish {
-  msg: Message;
-  retain: boolean;
-  buf: Buffer;
 }
 
 /** Broken invariants are errors; refused or dropped work is a warning; the rest is routine. */
@@ -192,7 +168,7 @@ function connOf(cmd: Command): ConnId | undefined {
   }
 }
 
-export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
+export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, OutboxGate {
   readonly limits: ConnectionLimits;
   readonly authenticator: Authenticator;
   readonly enhancedAuth: ReadonlyMap<string, EnhancedAuthMethod>;
@@ -227,18 +203,8 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
    * first pick). */
   private readonly boundPorts: number[];
   private readonly referrer: Referrer | null;
-  /** Connections with output not yet written, in the order they got it; FLUSHES_PER_TURN_MAX
-   * written per turn. A connection appears once until written (its own dirty flag). */
-  private readonly dirty = new Fifo<Connection>();
-  /** Connections whose peer sent FIN, ended PEER_ENDS_PER_TURN_MAX per turn in arrival order. */
-  private readonly peerEnds = new Fifo<Connection>();
-  private peerEndsScheduled = false;
-  private readonly peerEndsBound = (): void => this.endPeers();
-  private flushScheduled = false;
-  private readonly flushBound = (): void => this.flushAll();
-  /** The last QoS 0 PUBLISH encoded per protocol level, shared by the rest of its fan-out; cleared
-   * at every flush so it holds no message beyond the turn. */
-  private readonly sharedPublish: (SharedPublish | null)[] = [null, null, null, null, null, null];
+  /** Where the connections' output waits for its socket write (src/server/outbox.ts). */
+  private readonly outbox: Outbox = new Outbox(this);
   private readonly applyOut: Effect[] = [];
   private readonly routeOut: Effect[] = [];
   /** The $SYS table, local to this process; null with --sys-interval 0. */
@@ -440,7 +406,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
 
   committed(entries: readonly Entry[]): void {
     for (let i = 0; i < entries.length; i++) this.applyEntry(entries[i] as Entry);
-    this.flushTurn(FLUSHES_PER_TURN_MAX, FLUSH_BYTES_PER_TURN_MAX);
+    this.outbox.writeTurn();
     if (this.broker.failed !== null && !this.halted) this.halt(this.broker.failed);
     this.armTick();
   }
@@ -757,42 +723,6 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     this.clearProbe();
   }
 
-  markDirty(c: Connection): void {
-    this.dirty.push(c);
-    this.scheduleFlush();
-  }
-
-  private scheduleFlush(): void {
-    if (this.flushScheduled) return;
-    this.flushScheduled = true;
-    setImmediate(this.flushBound);
-  }
-
-  peerEnded(c: Connection): void {
-    this.peerEnds.push(c);
-    this.schedulePeerEnds();
-  }
-
-  private schedulePeerEnds(): void {
-    if (this.peerEndsScheduled) return;
-    this.peerEndsScheduled = true;
-    setImmediate(this.peerEndsBound);
-  }
-
-  private endPeers(): void {
-    this.peerEndsScheduled = false;
-    for (let n = 0; n < PEER_ENDS_PER_TURN_MAX; n++) {
-      const c = this.peerEnds.shift();
-      if (c === undefined) return;
-      try {
-        c.endAfterPeer();
-      } catch (err) {
-        c.internalError(err);
-      }
-    }
-    if (this.peerEnds.length > 0) this.schedulePeerEnds();
-  }
-
   closed(c: Connection): void {
     if (c === this.probeTarget) this.clearProbe();
     if (this.conns.get(c.id) === c) {
@@ -811,51 +741,19 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     this.limited.warn(`protocol:${key}`, fields, message);
   }
 
-  // ---- output ----
+  // ---- OutboxGate ----
 
-  /** A QoS 0 delivery without per-subscription fields is the same bytes for every subscriber of
-   * one level (docs/design.md "Performance principles": encode a PUBLISH once per fan-out). QoS 1/2
-   * deliveries differ in packet id and are encoded each. */
-  encodePublish(p: Extract<OutPacket, { type: 'publish' }>, level: ProtocolLevel, limits: ConnackLimits): Buffer {
-    if (p.qos !== 0 || p.dup || p.subIds !== undefined || p.expiryS !== undefined) {
-      return encode(toWire(p, level, limits), level);
-    }
-    const slot = this.sharedPublish[level];
-    if (slot != null && slot.msg === p.msg && slot.retain === p.retain) return slot.buf;
-    const buf = encode(toWire(p, level, limits), level);
-    this.sharedPublish[level] = { msg: p.msg, retain: p.retain, buf };
-    return buf;
+  mayWrite(): boolean {
+    if (this.period === 0 || this.log.serving) return true;
+    // Each write checks the lease (docs/design.md "One server at a time"): it lapsed since the last
+    // event, so this node stops serving before anything more goes out.
+    this.logger.info({ period: this.period }, 'serve-end at write');
+    void this.stopServing(RC.SERVER_SHUTTING_DOWN, true);
+    return false;
   }
 
-  /** The scheduled flush. */
-  private flushAll(): void {
-    this.flushScheduled = false;
-    this.flushTurn(FLUSHES_PER_TURN_MAX, FLUSH_BYTES_PER_TURN_MAX);
-  }
-
-  /** Writes the output of at most `conns` dirty connections, stopping early once `bytes` were
-   * written; what is left is written in a later turn. */
-  private flushTurn(conns: number, bytes: number): void {
-    this.sharedPublish.fill(null);
-    if (this.dirty.length === 0) return;
-    if (this.period !== 0 && !this.log.serving) {
-      // Each write checks the lease (docs/design.md "One server at a time"): it lapsed since the last
-      // event, so this node stops serving before anything more goes out.
-      this.logger.info({ period: this.period }, 'serve-end at write');
-      void this.stopServing(RC.SERVER_SHUTTING_DOWN, true);
-      return;
-    }
-    let written = 0;
-    for (let n = 0; n < conns && written < bytes; n++) {
-      const c = this.dirty.shift();
-      if (c === undefined) return;
-      written += c.flush();
-      if (c === this.probeTarget) this.endProbe();
-    }
-    if (this.dirty.length > 0) {
-      this.event('flush-continued', { left: this.dirty.length });
-      this.scheduleFlush();
-    }
+  written(m: OutboxMember): void {
+    if (m === this.probeTarget) this.endProbe();
   }
 
   // ---- listening ----
@@ -937,7 +835,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     }
     const id: ConnId = `${this.period}.${++this.seq}`;
     this.traffic.connectionsAccepted++;
-    this.conns.set(id, new Connection(id, stream, transport, this));
+    this.conns.set(id, new Connection(id, stream, transport, this, this.outbox));
   }
 
   refused(key: string, fields: Record<string, unknown>, message: string): void {
@@ -954,7 +852,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     }
     const id: ConnId = `${this.period}.${++this.seq}`;
     this.traffic.connectionsAccepted++;
-    const c = new Connection(id, stream, transport, this);
+    const c = new Connection(id, stream, transport, this, this.outbox);
     this.conns.set(id, c);
     for (const chunk of read) if (c.isOpen) c.onData(chunk);
   }
@@ -992,7 +890,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     this.conns.clear();
     this.admitted.clear();
     // Every connection is closed now, so everything they hold goes out in this turn.
-    this.flushTurn(Number.POSITIVE_INFINITY, Number.POSITIVE_INFINITY);
+    this.outbox.writeAll();
   }
 
   // ---- the deadline timer ----

@@ -37,6 +37,7 @@ import { connectExpiryS, messageFromPublish, payloadFormatValid, RECEIVE_MAX_DEF
 import { keepAliveWheel, type WheelMember } from './keepalive-wheel.js';
 import { type NodeLimits, TokenBucket, topicLimitProblem } from './limits.js';
 import { type ConnackLimits, codesAckBytes, publishWithAlias, reasonText, toWire, withoutProblemInfo } from './outbound.js';
+import type { Outbox, OutboxMember } from './outbox.js';
 import { OutboundAliases } from './topic-alias-out.js';
 import type { Traffic } from './traffic.js';
 import type { ByteStream, Transport } from './transport.js';
@@ -66,15 +67,8 @@ export interface ConnectionHost {
   propose(cmd: Command): void;
   /** Routes a QoS 0 non-retained message to live subscribers and executes the effects. */
   routeQos0(from: ConnId, msg: Message): void;
-  /** The connection has buffered output; the host flushes it once this turn. */
-  markDirty(c: Connection): void;
-  /** The peer ended its side of the socket (TCP FIN); the host calls `endAfterPeer()` in a later
-   * turn, a bounded number per turn. */
-  peerEnded(c: Connection): void;
   /** The socket has closed; the host forgets the connection. */
   closed(c: Connection): void;
-  /** Encodes a PUBLISH, sharing the bytes across one fan-out where they are identical. */
-  encodePublish(p: Extract<OutPacket, { type: 'publish' }>, level: ProtocolLevel, limits: ConnackLimits): Buffer;
   /** A counted event (and, for protocol errors, a rate-limited log line). */
   event(kind: string, fields?: Record<string, unknown>): void;
   protocolError(key: string, fields: Record<string, unknown>, message: string): void;
@@ -125,13 +119,15 @@ export function isSysTopic(topic: string): boolean {
 const OWNER: unique symbol = Symbol('raftmq.connection');
 type OwnedStream = ByteStream & { [OWNER]?: Connection };
 
-export class Connection implements WheelMember {
+export class Connection implements WheelMember, OutboxMember {
   readonly id: ConnId;
   /** The client id its CONNECT named, for log lines; null before CONNECT or when assigned. */
   private clientId: string | null = null;
   readonly transport: Transport;
   private readonly socket: ByteStream;
   private readonly host: ConnectionHost;
+  /** Where this connection's output waits for its socket write, shared by the node's connections. */
+  private readonly outbox: Outbox;
   private readonly decoder: Decoder;
   private phase: Phase = 'awaiting-connect';
   private level: ProtocolLevel = 4;
@@ -184,11 +180,12 @@ export class Connection implements WheelMember {
   /** PUBLISH packets refused over the rate, at the same rate: when it runs dry, DISCONNECT 0x96. */
   private excessBucket: TokenBucket | null = null;
 
-  constructor(id: ConnId, socket: ByteStream, transport: Transport, host: ConnectionHost) {
+  constructor(id: ConnId, socket: ByteStream, transport: Transport, host: ConnectionHost, outbox: Outbox) {
     this.id = id;
     this.socket = socket;
     this.transport = transport;
     this.host = host;
+    this.outbox = outbox;
     const l = host.limits;
     this.decoder = new Decoder({ maxPacketSize: l.maxPacketSize });
     this.limits = {
@@ -1020,7 +1017,7 @@ export class Connection implements WheelMember {
 
   private sendOut(p: OutPacket): void {
     if (p.type !== 'publish') this.writeControl(toWire(p, this.level, this.limits));
-    else if (this.aliasesOut === null) this.write(this.host.encodePublish(p, this.level, this.limits));
+    else if (this.aliasesOut === null) this.write(this.outbox.encodePublish(p, this.level, this.limits));
     else this.write(this.encodeAliased(p));
   }
 
@@ -1033,7 +1030,7 @@ export class Connection implements WheelMember {
     const buf = encode(publishWithAlias(p, alias, known), 5);
     if (this.clientMaxPacket === 0 || buf.length <= this.clientMaxPacket) return buf;
     if (!known) aliases.cancel(p.msg.topic);
-    return this.host.encodePublish(p, this.level, this.limits);
+    return this.outbox.encodePublish(p, this.level, this.limits);
   }
 
   /** Every packet but PUBLISH: Reason String and User Properties go first when the packet would
@@ -1061,7 +1058,7 @@ export class Connection implements WheelMember {
     this.outBytes += buf.length;
     if (!this.dirty) {
       this.dirty = true;
-      this.host.markDirty(this);
+      this.outbox.queued(this);
     }
   }
 
@@ -1183,10 +1180,10 @@ export class Connection implements WheelMember {
    * the same poll phase as its FIN: when thousands of clients leave at once, libuv delivers every
    * FIN in one poll phase, and closing them all there stalled the event loop for hundreds of ms. */
   onPeerEnd(): void {
-    this.host.peerEnded(this);
+    this.outbox.peerEnded(this);
   }
 
-  /** Ends the socket after the peer's FIN, in a turn the host chose: what was already decided for
+  /** Ends the socket after the peer's FIN, in a turn the outbox chose: what was already decided for
    * this client goes out first, then the socket closes and 'close' proposes the disconnect. */
   endAfterPeer(): void {
     if (this.socket.destroyed) return;
