@@ -376,7 +376,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
     });
     this.opts.tls?.watch(() => this.reloadTls());
     this.log.start(this);
-    if (!this.log.serving) this.startReferring();
+    if (!this.log.checkServing()) this.startReferring();
     const every = this.opts.statsIntervalMs ?? 0;
     if (every > 0) {
       this.statsTimer = setInterval(() => this.logger.info(this.stats(), 'stats'), every);
@@ -394,7 +394,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
     this.opts.tls?.close();
     if (this.statsTimer !== null) clearInterval(this.statsTimer);
     this.referrer?.stop();
-    const closing = this.stopServing(RC.SERVER_SHUTTING_DOWN, !this.log.serving);
+    const closing = this.stopServing(RC.SERVER_SHUTTING_DOWN, !this.log.checkServing());
     this.firstListen?.resolve();
     this.firstListen = null;
     // Nothing is written once stopServing returns, so the log (a cluster leader's handover) need
@@ -443,7 +443,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
     // effects, which it would drop. Serving begins only between batches (after committed()), so
     // a node that does not serve before apply does not serve after it; one that does is asked
     // again after apply, since its lease may have lapsed meanwhile (a long pause in apply).
-    const out = this.log.serving ? this.applyOut : null;
+    const out = this.log.checkServing() ? this.applyOut : null;
     if (out !== null) out.length = 0;
     // A subscription that may reach a $SYS topic gets the local table after its SUBACK; Retain
     // Handling 1 needs the filters held before this entry.
@@ -458,7 +458,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
     const probed = this.probeConn !== null && e.cmd.t === 'publish' && e.cmd.conn === this.probeConn && e.cmd.pid === this.probePid;
     if (probed) this.probeMsg = (e.cmd as Extract<Command, { t: 'publish' }>).msg;
     if (sysSub !== null && out !== null) this.sendSysRetained(sysSub, existed, out);
-    if (out !== null && this.log.serving) this.execute(out);
+    if (out !== null && this.log.checkServing()) this.execute(out);
     if (probed && this.probeTarget === null) this.clearProbe();
     const id = connOf(e.cmd);
     const conn = id === undefined ? undefined : this.conns.get(id);
@@ -548,7 +548,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
    * without a log entry (Broker.routeLocal); only while serving. */
   private publishSys(): void {
     const sys = this.sys;
-    if (sys === null || !this.log.serving || this.halted || this.stopped) return;
+    if (sys === null || !this.log.checkServing() || this.halted || this.stopped) return;
     const changed = sys.update(this.sysReadings());
     for (const msg of changed) {
       const out = this.routeOut;
@@ -659,7 +659,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
    * (which covers the password file too, so a reload of that file alone is proposed as well). */
   settingsReloaded(): void {
     this.log.updateSettings(this.settings);
-    if (this.log.serving && !this.stopped) this.log.propose({ t: 'settings', settings: this.settings });
+    if (this.log.checkServing() && !this.stopped) this.log.propose({ t: 'settings', settings: this.settings });
   }
 
   // ---- ConnectionHost ----
@@ -691,7 +691,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
   }
 
   routeQos0(from: ConnId, msg: Message): void {
-    if (!this.log.serving) return;
+    if (!this.log.checkServing()) return;
     const out = this.routeOut;
     out.length = 0;
     this.broker.routeQos0(from, msg, out);
@@ -744,7 +744,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
   // ---- OutboxGate ----
 
   mayWrite(): boolean {
-    if (this.period === 0 || this.log.serving) return true;
+    if (this.period === 0 || this.log.checkServing()) return true;
     // Each write checks the lease (docs/design.md "One server at a time"): it lapsed since the last
     // event, so this node stops serving before anything more goes out.
     this.logger.info({ period: this.period }, 'serve-end at write');
@@ -827,7 +827,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
   /** A socket past its handshake; its slot of the pending bound was released just before, and its
    * connection takes it. */
   accept(stream: ByteStream, transport: Transport): void {
-    if (!this.log.serving || this.halted || this.stopped) {
+    if (!this.log.checkServing() || this.halted || this.stopped) {
       // --cluster-server-reference: a node that does not serve answers with the leader's address.
       if (this.referrer !== null && !this.stopped) this.referrer.accept(stream, transport);
       else stream.destroy();
@@ -846,7 +846,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
   /** --cluster-server-reference: a socket whose CONNECT waited for a leader while this node began
    * to serve becomes a connection of this period; what was read from it is handed over. */
   adopt(stream: ByteStream, transport: Transport, read: readonly Buffer[]): void {
-    if (!this.log.serving || this.halted || this.stopped) {
+    if (!this.log.checkServing() || this.halted || this.stopped) {
       stream.destroy();
       return;
     }
@@ -898,7 +898,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
   /** One timer on the state's next deadline, in log time; when it passes a `tick` is proposed so
    * idle time still advances (docs/design.md "Deadlines live in the state"). */
   private armTick(): void {
-    if (!this.log.serving || this.halted || this.stopped) {
+    if (!this.log.checkServing() || this.halted || this.stopped) {
       this.clearTick();
       return;
     }
@@ -933,6 +933,6 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
   private onTick(): void {
     this.tickTimer = null;
     this.tickDeadline = undefined;
-    if (this.log.serving && !this.stopped) this.log.propose({ t: 'tick' });
+    if (this.log.checkServing() && !this.stopped) this.log.propose({ t: 'tick' });
   }
 }
