@@ -13,6 +13,7 @@ import {
   type Message,
   type OutPacket,
   type ProtocolLevel,
+  REFUSED_NONE,
   type SubscriptionRequest,
 } from '../broker/commands.js';
 import { assignedClientId } from '../broker/session.js';
@@ -156,10 +157,6 @@ export class Connection implements WheelMember, OutboxMember {
   /** Packet ids of inbound QoS 1/2 publishes not yet answered (v5 Receive Maximum, §4.9);
    * created by the first one, since an empty Set costs about 170 bytes per idle connection. */
   private inbound: Set<number> | null = null;
-  /** SUBSCRIBE/UNSUBSCRIBE packets that had invalid filters: the codes of those filters by
-   * position, -1 where apply's code goes. Keyed by packet id. */
-  private subMerge: Map<number, number[]> | null = null;
-  private unsubMerge: Map<number, number[]> | null = null;
   private connectExpiry = 0;
   private connectProposed = false;
   private disconnectProposed = false;
@@ -762,9 +759,10 @@ export class Connection implements WheelMember, OutboxMember {
 
   // ---- SUBSCRIBE / UNSUBSCRIBE ----
 
-  /** Invalid filters get their failure code here; the valid ones are proposed and the codes
-   * merged in order when the SUBACK effect arrives. A packet with no valid filter is answered
-   * locally (behind this connection's unapplied proposals). */
+  /** Invalid filters get their failure code here; the valid ones are proposed, and the codes
+   * decided here travel in the command (`refused`), so apply's SUBACK carries every code in order.
+   * A packet with no valid filter is answered locally (behind this connection's unapplied
+   * proposals). */
   private onSubscribe(s: SubscribePacket): void {
     if (!this.codesAckFits(s.subs.length, 'suback')) return;
     let codes: number[] | null = null;
@@ -778,7 +776,7 @@ export class Connection implements WheelMember, OutboxMember {
       }
       if (validateTopicFilter(sub.filter) === null && this.topicWithinLimits(sub.filter)) valid.push(sub);
       else {
-        codes ??= new Array<number>(s.subs.length).fill(-1);
+        codes ??= new Array<number>(s.subs.length).fill(REFUSED_NONE);
         codes[i] = RC.TOPIC_FILTER_INVALID;
       }
     }
@@ -786,12 +784,9 @@ export class Connection implements WheelMember, OutboxMember {
       this.reply({ k: 'send', packet: { type: 'suback', pid: s.pid, codes: codes ?? [] } });
       return;
     }
-    if (codes !== null) {
-      this.subMerge ??= new Map();
-      this.subMerge.set(s.pid, codes);
-    }
     const cmd: Command = { t: 'subscribe', conn: this.id, pid: s.pid, subs: valid };
     if (s.props.subId !== undefined) cmd.subId = s.props.subId;
+    if (codes !== null) cmd.refused = codes;
     this.propose(cmd);
   }
 
@@ -825,7 +820,7 @@ export class Connection implements WheelMember, OutboxMember {
       const f = u.filters[i] as string;
       if (validateTopicFilter(f) === null) valid.push(f);
       else {
-        codes ??= new Array<number>(u.filters.length).fill(-1);
+        codes ??= new Array<number>(u.filters.length).fill(REFUSED_NONE);
         codes[i] = RC.TOPIC_FILTER_INVALID;
       }
     }
@@ -833,11 +828,9 @@ export class Connection implements WheelMember, OutboxMember {
       this.reply({ k: 'send', packet: { type: 'unsuback', pid: u.pid, codes: codes ?? [] } });
       return;
     }
-    if (codes !== null) {
-      this.unsubMerge ??= new Map();
-      this.unsubMerge.set(u.pid, codes);
-    }
-    this.propose({ t: 'unsubscribe', conn: this.id, pid: u.pid, filters: valid });
+    const cmd: Command = { t: 'unsubscribe', conn: this.id, pid: u.pid, filters: valid };
+    if (codes !== null) cmd.refused = codes;
+    this.propose(cmd);
   }
 
   // ---- DISCONNECT ----
@@ -948,10 +941,9 @@ export class Connection implements WheelMember, OutboxMember {
         this.onConnack(p);
         return;
       case 'suback':
-        this.sendOut(mergeCodes(p, this.subMerge));
-        return;
       case 'unsuback':
-        this.sendOut(mergeCodes(p, this.unsubMerge));
+      case 'pubrel':
+        this.sendOut(p);
         return;
       case 'puback':
       case 'pubcomp':
@@ -961,9 +953,6 @@ export class Connection implements WheelMember, OutboxMember {
       case 'pubrec':
         // A PUBREC with an error ends the flow; otherwise the id is held until PUBCOMP (§4.9).
         if (p.code >= RC.UNSPECIFIED_ERROR) this.inbound?.delete(p.pid);
-        this.sendOut(p);
-        return;
-      case 'pubrel':
         this.sendOut(p);
         return;
       case 'publish':
@@ -1231,15 +1220,4 @@ function socketEnd(this: OwnedStream): void {
 
 function socketDrain(this: OwnedStream): void {
   this[OWNER]?.onDrain();
-}
-
-/** Puts apply's codes into the -1 slots of a merge template (invalid filters keep theirs). */
-function mergeCodes<P extends { pid: number; codes: number[] }>(p: P, merges: Map<number, number[]> | null): P {
-  const template = merges?.get(p.pid);
-  if (template === undefined) return p;
-  merges?.delete(p.pid);
-  const codes = template.slice();
-  let j = 0;
-  for (let i = 0; i < codes.length; i++) if (codes[i] === -1) codes[i] = p.codes[j++] ?? RC.UNSPECIFIED_ERROR;
-  return { ...p, codes };
 }
