@@ -18,7 +18,7 @@ import { ConnectRateLimiter, DEFAULT_NODE_LIMITS, type NodeLimits, WRITE_BUFFER_
 import { type ListenerSpec, listenerUrl } from './listeners/listen-url.js';
 import { Listener, type ListenerHost, type ListenerLimits } from './listeners/listener.js';
 import type { TlsMaterial } from './listeners/tls-material.js';
-import { Outbox, type OutboxGate, type OutboxMember } from './outbox.js';
+import { Outbox, type OutboxGate } from './outbox.js';
 import { RateLimitedLog } from './rate-limited-log.js';
 import { type ReferenceSource, Referrer } from './referrer.js';
 import { filterReachesSys, type SysReadings, SysTopics } from './sys-topics.js';
@@ -493,7 +493,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
     switch (e.t) {
       case 'send':
         if (this.probeMsg !== null && e.packet.type === 'publish' && e.packet.msg === this.probeMsg && this.probeTarget === null) {
-          this.probeTarget = conn;
+          this.setProbeTarget(conn);
         }
         conn.deliver(e.packet);
         if (this.opts.audit != null) this.opts.audit.packet(e.packet, this.broker.clientIdOf(e.conn));
@@ -707,14 +707,20 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
     this.probeConn = msg === null ? conn : null;
     this.probePid = pid;
     this.probeAt = readAt;
-    this.probeTarget = null;
+    this.setProbeTarget(null);
   }
 
   private clearProbe(): void {
     this.probeMsg = null;
     this.probeConn = null;
     this.probeAt = 0;
-    this.probeTarget = null;
+    this.setProbeTarget(null);
+  }
+
+  /** The connection that got the probe's first delivery; the outbox reports its next write. */
+  private setProbeTarget(c: Connection | null): void {
+    this.probeTarget = c;
+    this.outbox.watched = c;
   }
 
   /** The probe's first delivery went to its socket. */
@@ -752,8 +758,8 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
     return false;
   }
 
-  written(m: OutboxMember): void {
-    if (m === this.probeTarget) this.endProbe();
+  watchedWritten(): void {
+    this.endProbe();
   }
 
   // ---- listening ----

@@ -2,8 +2,8 @@
 // effects (docs/design.md "Effects"). The outbox owns the connections with output waiting, the
 // per-turn bounds of writing them, the PUBLISH encodings one fan-out shares, and the sockets ended
 // after their peer's FIN, a bounded number per turn. A connection shapes its own packets (aliases,
-// the client's Maximum Packet Size) and hands the bytes here; nothing in the outbox calls the node
-// back but the one question of each write turn, whether this node still serves.
+// the client's Maximum Packet Size) and hands the bytes here. The outbox asks the node one question
+// per write turn, whether it still serves, and tells it when the latency probe's delivery is out.
 import type { Message, OutPacket, ProtocolLevel } from '../broker/commands.js';
 import { Fifo } from '../broker/fifo.js';
 import { encode } from '../protocol/encoder.js';
@@ -42,8 +42,8 @@ export interface OutboxGate {
    * has then stopped serving (docs/design.md "One server at a time": the lease is checked at each
    * write), and the output of its connections is discarded. */
   mayWrite(): boolean;
-  /** A connection's output was written (the node's latency probe ends at the first one it tracks). */
-  written(m: OutboxMember): void;
+  /** The output of `Outbox.watched` was written (the node's latency probe ends there). */
+  watchedWritten(): void;
   event(kind: string, fields?: Record<string, unknown>): void;
 }
 
@@ -67,6 +67,10 @@ export class Outbox {
   /** The last QoS 0 PUBLISH encoded per protocol level, shared by the rest of its fan-out; cleared
    * at every write turn so it holds no message beyond the turn. */
   private readonly sharedPublish: (SharedPublish | null)[] = [null, null, null, null, null, null];
+
+  /** The connection whose next write the gate hears of (the latency probe's first delivery);
+   * cleared when that write happens. */
+  watched: OutboxMember | null = null;
 
   constructor(gate: OutboxGate) {
     this.gate = gate;
@@ -128,7 +132,10 @@ export class Outbox {
       const m = this.dirty.shift();
       if (m === undefined) return;
       written += m.flush();
-      this.gate.written(m);
+      if (m === this.watched) {
+        this.watched = null;
+        this.gate.watchedWritten();
+      }
     }
     if (this.dirty.length > 0) {
       this.gate.event('flush-continued', { left: this.dirty.length });
