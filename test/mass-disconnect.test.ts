@@ -10,7 +10,7 @@ import { DEADLINES_PER_ENTRY_MAX } from '../src/broker/broker.js';
 import { encode } from '../src/protocol/encoder.js';
 import { RC } from '../src/protocol/reason-codes.js';
 import type { BrokerNode } from '../src/server/broker-node.js';
-import { PEER_ENDS_PER_TURN_MAX } from '../src/server/broker-node.js';
+import { PEER_ENDS_PER_TURN_MAX } from '../src/server/outbox.js';
 import { connectClient, connectPacket, sleep, startNode, subscribe, type TestClient, WAIT_MS, withTimeout } from './helpers.js';
 
 /** More than a few turns' worth of peer ends. */

@@ -4,7 +4,8 @@
 import assert from 'node:assert/strict';
 import { afterEach, describe, it } from 'node:test';
 import type { Packet } from '../src/protocol/packets.js';
-import { type BrokerNode, FLUSHES_PER_TURN_MAX } from '../src/server/broker-node.js';
+import type { BrokerNode } from '../src/server/broker-node.js';
+import { FLUSHES_PER_TURN_MAX } from '../src/server/outbox.js';
 import { connectPacket, RawClient, startNode } from './helpers.js';
 
 /** Enough subscribers that one publish's fan-out needs three flush turns. */

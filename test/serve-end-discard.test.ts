@@ -26,6 +26,9 @@ class ManualLog implements BrokerLog {
     if (this.readsLeft !== null && this.readsLeft-- <= 0) this.lease = false;
     return this.period !== 0 && this.lease;
   }
+  checkServing(): boolean {
+    return this.serving;
+  }
   get servePeriod(): number {
     return this.serving ? this.period : 0;
   }

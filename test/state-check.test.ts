@@ -21,6 +21,9 @@ class FeedLog implements BrokerLog {
   get serving(): boolean {
     return this.period !== 0;
   }
+  checkServing(): boolean {
+    return this.serving;
+  }
   get servePeriod(): number {
     return this.period;
   }

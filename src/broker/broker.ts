@@ -20,6 +20,7 @@ import type {
   UnsubscribeCommand,
   Will,
 } from './commands.js';
+import { REFUSED_NONE } from './commands.js';
 import { type Deadline, DeadlineHeap, SESSION_DEADLINE, WILL_DEADLINE } from './deadlines.js';
 import {
   applyAck,
@@ -106,6 +107,16 @@ const expiryDeadline = (msg: Message, now: number): number | null =>
 
 /** The rules a session's own record keeps, whatever the indexes: checked by verify, and on
  * restore, where an image that breaks one is refused. */
+/** The codes of a SUBACK or UNSUBACK, one per filter of the packet in order: those the connection
+ * decided (`refused`), with apply's `codes` in its REFUSED_NONE slots. */
+function withRefused(refused: readonly number[] | undefined, codes: number[]): number[] {
+  if (refused === undefined) return codes;
+  const all = refused.slice();
+  let j = 0;
+  for (let i = 0; i < all.length; i++) if (all[i] === REFUSED_NONE) all[i] = codes[j++] ?? RC.UNSPECIFIED_ERROR;
+  return all;
+}
+
 function sessionProblem(s: Session, settings: Settings): string | null {
   if (s.conn !== null && s.expiresAt !== null) return 'online with an expiry deadline';
   if (s.conn === null && s.will !== null) return 'offline with a connection will';
@@ -294,9 +305,12 @@ export class Broker implements BrokerState {
     const s = this.byConn.get(cmd.conn);
     if (s === undefined) return;
     const subIds = cmd.subId === undefined ? null : [cmd.subId];
+    // The SUBACK has a code per filter of the packet; `subs` are those of its REFUSED_NONE slots.
+    const refused = cmd.refused;
+    const granted = refused === undefined ? codes : codes.filter((_, i) => refused[i] === REFUSED_NONE);
     for (let i = 0; i < cmd.subs.length; i++) {
       const req = cmd.subs[i] as SubscribeCommand['subs'][number];
-      if ((codes[i] ?? RC.UNSPECIFIED_ERROR) >= RC.UNSPECIFIED_ERROR || req.filter.startsWith(SHARE_PREFIX)) continue;
+      if ((granted[i] ?? RC.UNSPECIFIED_ERROR) >= RC.UNSPECIFIED_ERROR || req.filter.startsWith(SHARE_PREFIX)) continue;
       if (s.protocol === 5 && (req.rh === 2 || (req.rh === 1 && existed.has(req.filter)))) continue;
       match(req.filter, (topic, msg) => {
         if (!aclAllows(this.settings.acl, s, 'read', topic)) return;
@@ -805,7 +819,7 @@ export class Broker implements BrokerState {
       // Retain Handling (§3.8.3.1; 3.1.1 always sends); none on a shared subscription (§4.8.2).
       if (sub.share === null && (s.protocol < 5 || req.rh === 0 || (req.rh === 1 && isNew))) wantRetained.push(sub);
     }
-    out?.push({ t: 'send', conn: cmd.conn, packet: { type: 'suback', pid: cmd.pid, codes } });
+    out?.push({ t: 'send', conn: cmd.conn, packet: { type: 'suback', pid: cmd.pid, codes: withRefused(cmd.refused, codes) } });
     for (const sub of wantRetained) this.sendRetained(s, sub, now, out);
   }
 
@@ -868,7 +882,7 @@ export class Broker implements BrokerState {
     }
     this.cow(s);
     const codes = cmd.filters.map((f) => (this.removeSub(s, f) ? RC.SUCCESS : RC.NO_SUBSCRIPTION_EXISTED));
-    out?.push({ t: 'send', conn: cmd.conn, packet: { type: 'unsuback', pid: cmd.pid, codes } });
+    out?.push({ t: 'send', conn: cmd.conn, packet: { type: 'unsuback', pid: cmd.pid, codes: withRefused(cmd.refused, codes) } });
     // Queued messages of a share left go to its other members; those already sent are completed
     // with this session [MQTT-3.10.4-3].
     for (let i = 0; i < codes.length; i++) {

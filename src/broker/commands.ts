@@ -137,6 +137,10 @@ export interface SubscribeCommand {
   subs: SubscriptionRequest[];
   /** MQTT 5 Subscription Identifier, if sent. */
   subId?: number;
+  /** The SUBACK codes the connection decided itself, one per filter of the packet in order:
+   * TOPIC_FILTER_INVALID for a filter it refused, REFUSED_NONE where apply decides (the next of
+   * `subs`). Absent: every filter of the packet is in `subs` (entries written before it existed). */
+  refused?: number[];
 }
 
 export interface UnsubscribeCommand {
@@ -144,7 +148,13 @@ export interface UnsubscribeCommand {
   conn: ConnId;
   pid: number;
   filters: string[];
+  /** As SubscribeCommand.refused, for the UNSUBACK: REFUSED_NONE where apply decides (the next of
+   * `filters`). */
+  refused?: number[];
 }
+
+/** The slot of `refused` whose code apply decides. */
+export const REFUSED_NONE = -1;
 
 /** QoS 1/2 publishes, and retained QoS 0 publishes. pid is absent for QoS 0. */
 export interface PublishCommand {

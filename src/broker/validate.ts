@@ -1,5 +1,13 @@
 import { validateTopicFilter, validateTopicName } from '../protocol/topic.js';
-import { ACKS_PER_COMMAND_MAX, type Command, type Message, type MessageProps, type SubscriptionRequest, type Will } from './commands.js';
+import {
+  ACKS_PER_COMMAND_MAX,
+  type Command,
+  type Message,
+  type MessageProps,
+  REFUSED_NONE,
+  type SubscriptionRequest,
+  type Will,
+} from './commands.js';
 import { connPeriod } from './session.js';
 import { completeSettings } from './settings.js';
 
@@ -51,6 +59,18 @@ function isSubRequest(r: unknown): r is SubscriptionRequest {
 
 const isConn = (c: unknown): c is string => isStr(c) && connPeriod(c) !== null;
 const isPid = (p: unknown): p is number => isInt(p, 1, 65_535);
+/** The codes a connection decided itself for a packet whose other `decided` filters apply
+ * answers: one slot per filter of the packet, REFUSED_NONE exactly `decided` times, a failure
+ * code (0x80 and above) elsewhere. */
+const isRefused = (r: unknown, decided: number): boolean => {
+  if (!Array.isArray(r)) return false;
+  let open = 0;
+  for (const c of r) {
+    if (c === REFUSED_NONE) open++;
+    else if (!isInt(c, 0x80, 0xff)) return false;
+  }
+  return open === decided;
+};
 const isAckKind = (k: unknown): boolean => k === 'puback' || k === 'pubrec' || k === 'pubcomp';
 
 /** Null when the command's shape is valid, else a short reason. */
@@ -90,7 +110,8 @@ export function commandProblem(cmd: unknown): string | null {
         Array.isArray(c.subs) &&
         c.subs.length > 0 &&
         c.subs.every(isSubRequest) &&
-        (c.subId === undefined || isInt(c.subId, 1, 268_435_455))
+        (c.subId === undefined || isInt(c.subId, 1, 268_435_455)) &&
+        (c.refused === undefined || isRefused(c.refused, c.subs.length))
         ? null
         : 'bad subscribe';
     case 'unsubscribe':
@@ -98,7 +119,8 @@ export function commandProblem(cmd: unknown): string | null {
         isPid(c.pid) &&
         Array.isArray(c.filters) &&
         c.filters.length > 0 &&
-        c.filters.every((f) => isStr(f) && validateTopicFilter(f) === null)
+        c.filters.every((f) => isStr(f) && validateTopicFilter(f) === null) &&
+        (c.refused === undefined || isRefused(c.refused, c.filters.length))
         ? null
         : 'bad unsubscribe';
     case 'publish': {

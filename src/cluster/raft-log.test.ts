@@ -256,7 +256,7 @@ describe('RaftLog serving rule', { timeout: 10_000 }, () => {
       await serve(driver, 2);
       assert.deepEqual(listener.servingCalls, [[true, 2]]);
       driver.lease = false;
-      assert.equal(log.serving, false, 'the getter sees the lapse at once (each accept and write)');
+      assert.equal(log.checkServing(), false, 'the check sees the lapse at once (each accept and write)');
       await turn();
       assert.deepEqual(listener.servingCalls.at(-1), [false, 0], 'and the listener hears of it in a turn of its own');
       assert.equal(driver.commandAt(driver.lastIndex)?.t, 'serve-start', 'a fresh serve-start is proposed');
@@ -264,6 +264,23 @@ describe('RaftLog serving rule', { timeout: 10_000 }, () => {
       driver.lease = true;
       driver.commitAll();
       assert.deepEqual(listener.servingCalls.at(-1), [true, next], 'the new period is the new serve-start');
+    } finally {
+      await log.stop();
+    }
+  });
+
+  it('reads serving as a plain query: only checkServing ends a lapsed period', async () => {
+    // The getter is judged live but schedules nothing; the end of the period is checkServing's.
+    const { log, driver, listener } = await setup();
+    try {
+      await serve(driver, 2);
+      driver.lease = false;
+      assert.equal(log.serving, false, 'the getter sees the lapse at once');
+      await turn();
+      assert.deepEqual(listener.servingCalls, [[true, 2]], 'reading the getter ends nothing');
+      assert.equal(log.checkServing(), false);
+      await turn();
+      assert.deepEqual(listener.servingCalls.at(-1), [false, 0], 'the check ends the period in a turn of its own');
     } finally {
       await log.stop();
     }
@@ -373,7 +390,7 @@ describe('RaftLog serving rule', { timeout: 10_000 }, () => {
       await serve(driver, 2);
       assert.equal(log.status().serving, true);
       failure = 'digest mismatch at 40';
-      assert.equal(log.serving, false);
+      assert.equal(log.checkServing(), false);
       await turn();
       assert.deepEqual(listener.servingCalls.at(-1), [false, 0]);
       const s = log.status();

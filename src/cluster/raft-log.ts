@@ -2,7 +2,7 @@
 // Commands are encoded once, all proposals of one event-loop turn go to raft as one append,
 // and committed entries are decoded and handed to the broker in log order on every node. Only a
 // node that leads, has applied an entry of its own term, has committed its serve-start and holds a
-// lease serves; the rule is judged again at each accept and each write (the `serving` getter) and
+// lease serves; the rule is judged again at each accept and each write (`checkServing()`) and
 // every poll interval, and the moment it fails the node stops serving.
 import { performance } from 'node:perf_hooks';
 import type { Epoch, Membership } from '../../raft/core/membership.js';
@@ -465,16 +465,24 @@ export class RaftLog implements BrokerLog, LeaseView {
     return this.driver.accepting;
   }
 
-  /** Live: judged on every call, so each accept and each write sees a lapsed lease at once. */
+  /** Live: the serving rule judged on every read, so each accept and each write sees a lapsed
+   * lease at once. No side effect: checkServing() is where a lapse found ends the period. */
   get serving(): boolean {
+    return this.period !== 0 && this.servingHolds();
+  }
+
+  /** The serving rule judged at a moment that acts on it (accept, write, proposal, apply's
+   * effects, status). A period whose rule failed since the last event ends in a turn of its own
+   * (endServingSoon), without waiting for the poll. */
+  checkServing(): boolean {
     if (this.period === 0) return false;
     if (this.servingHolds()) return true;
-    this.evaluateImmediate ??= setImmediate(this.evaluateSoon);
+    this.endServingSoon();
     return false;
   }
 
   get servePeriod(): number {
-    return this.serving ? this.period : 0;
+    return this.checkServing() ? this.period : 0;
   }
 
   /** The leader's cluster time; elsewhere the time of the last applied entry. */
@@ -506,7 +514,7 @@ export class RaftLog implements BrokerLog, LeaseView {
   /** Encoded once; the driver sends every proposal of this turn as one append, and raft/core
    * stamps that append with one cluster time (docs/design.md "Batch", docs/design.md "Cluster time"). */
   propose(cmd: Command): void {
-    if (this.stopped || !this.serving) return;
+    if (this.stopped || !this.checkServing()) return;
     // A reload's settings carry this node's hash, so every replica can compare its own with it.
     if (cmd.t === 'settings' && this.configHash !== undefined) cmd = { ...cmd, configHash: this.configHash };
     const r = this.driver.propose(encodeCommand(cmd));
@@ -667,7 +675,7 @@ export class RaftLog implements BrokerLog, LeaseView {
   }
 
   status(): ClusterStatus {
-    const serving = this.serving && this.source?.failure() == null;
+    const serving = this.checkServing() && this.source?.failure() == null;
     const m = this.driver.status();
     return {
       node: this.node,
@@ -871,6 +879,12 @@ export class RaftLog implements BrokerLog, LeaseView {
     return f;
   }
 
+  /** The serving rule failed inside a period: evaluate() ends it in the next turn, once however
+   * many reads found the failure this turn (never inside the caller's own accept or write). */
+  private endServingSoon(): void {
+    this.evaluateImmediate ??= setImmediate(this.evaluateSoon);
+  }
+
   private readonly evaluateSoon = (): void => {
     this.evaluateImmediate = undefined;
     this.evaluate();
@@ -936,7 +950,7 @@ export class RaftLog implements BrokerLog, LeaseView {
   // ---- checks ----
 
   private maybeCheck(): void {
-    if (this.period === 0 || !this.serving) return;
+    if (this.period === 0 || !this.checkServing()) return;
     const now = this.now();
     if (!this.checks.due(now)) return;
     const last = this.source?.lastCheck() ?? null;

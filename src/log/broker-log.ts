@@ -19,8 +19,13 @@ export interface BrokerLog {
   propose(cmd: Command): void;
   /** False: uncommitted data is over its bound; stop reading sockets until drain(). */
   readonly accepting: boolean;
-  /** Accept connections and write to them only while true. */
+  /** The serving rule as it holds now; a plain query with no side effect. */
   readonly serving: boolean;
+  /** Judges the serving rule at a moment that acts on it (an accept, a write turn, a proposal, the
+   * effects of an entry): accept connections and write to them only while true. When the rule has
+   * just failed inside a serving period, the log ends that period in a turn of its own, so the
+   * listener hears `serving(false)` without waiting for the next periodic check. */
+  checkServing(): boolean;
   /** Log index of the serve-start entry of the current serving period; 0 when not serving. */
   readonly servePeriod: number;
   /** The settings of a reload (SIGHUP): a later serve-start of this node carries them. The caller

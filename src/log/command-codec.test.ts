@@ -1,10 +1,15 @@
 import assert from 'node:assert/strict';
 import { Buffer } from 'node:buffer';
+import { readFileSync } from 'node:fs';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
 import { Packr } from 'msgpackr';
 import type { Command } from '../broker/commands.js';
 import { CommandDecodeError, decodeCommand, encodeCommand } from './command-codec.js';
+
+/** Commands encoded by an earlier version (test/fixtures/commands-format-1/README.md). */
+const FORMAT_1 = new URL('../../../test/fixtures/commands-format-1/commands.json', import.meta.url);
+const format1 = (): Record<string, { hex: string; cmd: Command }> => JSON.parse(readFileSync(FORMAT_1, 'utf8'));
 
 // The hand-written layout of publish and ack must decode to exactly what msgpackr alone gave
 // before it, so a log of either encoding applies the same values.
@@ -163,5 +168,13 @@ describe('command codec', { timeout: 30_000 }, () => {
     assert.throws(() => decodeCommand(Uint8Array.from([0xc1, 3, 0, 1, 7, 0, 1, 0x31])), /kind out of range/);
     assert.throws(() => decodeCommand(Uint8Array.from([0xc1, 2, 3, 0, 1])), CommandDecodeError);
     assert.throws(() => decodeCommand(Uint8Array.from([0xc1, 1, 4, 0, 0, 0, 0, 0, 0, 0])), CommandDecodeError);
+  });
+
+  it('decodes the log entries an earlier version wrote, to the commands they were made from', () => {
+    const fixtures = format1();
+    assert.ok(Object.keys(fixtures).length >= 9);
+    for (const [name, { hex, cmd }] of Object.entries(fixtures)) {
+      assert.deepEqual(decodeCommand(Buffer.from(hex, 'hex')), cmd, name);
+    }
   });
 });

@@ -147,6 +147,11 @@ export class LocalLog implements BrokerLog {
     return this.period !== 0;
   }
 
+  /** The period of a single node ends only at stop(): nothing to schedule. */
+  checkServing(): boolean {
+    return this.serving;
+  }
+
   get servePeriod(): number {
     return this.period;
   }

@@ -3,14 +3,12 @@
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import { Broker, type StateTotals } from '../broker/broker.js';
-import type { AclRule, Command, ConnId, Effect, Entry, Message, OutPacket, ProtocolLevel, Settings } from '../broker/commands.js';
-import { Fifo } from '../broker/fifo.js';
+import type { AclRule, Command, ConnId, Effect, Entry, Message, Settings } from '../broker/commands.js';
 import { pickSettings } from '../broker/settings.js';
 import type { SnapshotCursor } from '../broker/snapshot-cursor.js';
 import type { AuditSink } from '../cluster/audit-log.js';
 import type { BrokerLog, LogListener } from '../log/broker-log.js';
 import { LocalLog } from '../log/local-log.js';
-import { encode } from '../protocol/encoder.js';
 import type { ConnectPacket } from '../protocol/packets.js';
 import { RC } from '../protocol/reason-codes.js';
 import { type Authenticator, allowAll } from './authenticator.js';
@@ -25,7 +23,7 @@ import { type ListenerSpec, listenerUrl } from './listeners/listen-url.js';
 import { Listener, type ListenerHost, type ListenerLimits } from './listeners/listener.js';
 import type { TlsMaterial } from './listeners/tls-material.js';
 import type { NodeObserver } from './node-observer.js';
-import { type ConnackLimits, toWire } from './outbound.js';
+import { Outbox, type OutboxGate } from './outbox.js';
 import { PublishTracer } from './publish-trace.js';
 import { RateLimitedLog } from './rate-limited-log.js';
 import { type ReferenceSource, Referrer } from './referrer.js';
@@ -103,32 +101,10 @@ const STOP_GRACE_MS = 1_000;
 const TIMER_MAX_MS = 0x7fffffff;
 /** Back-off when the state reports a deadline it should already have processed. */
 const STALE_DEADLINE_RETRY_MS = 1_000;
-/** Sockets ended after their peer's FIN in one event-loop turn. Ending and closing one costs
- * about 30–40 µs (Node's stream teardown, the close() system call, the disconnect proposal and
- * its apply), so 64 keep a turn near 2 ms however many clients leave at once (docs/design.md
- * "Performance principles": no turn beyond E/10). Measured with bench/disconnect-storm.ts, 10,000
- * clients: event-loop delay max 20–65 ms at 64 per turn, 43–175 ms at 256, 120–490 ms with every
- * socket closed in the poll phase that read its FIN. */
-export const PEER_ENDS_PER_TURN_MAX = 64;
-/** Connections whose output is written (one socket write each) in one event-loop turn, and the
- * bytes after which a turn stops early; the rest are written in the next turns, in the order they
- * became dirty. A write costs about 10–20 µs in the kernel, so 256 keep the flush of a turn near
- * 4 ms when thousands of clients reconnect at once and each gets its CONNACK and queued messages
- * (docs/design.md "Performance principles": no turn beyond E/10). The byte bound is high (copying
- * 4 MiB into socket buffers is about a millisecond) so that a turn writing many messages to a few
- * subscribers is not split. */
-export const FLUSHES_PER_TURN_MAX = 256;
-export const FLUSH_BYTES_PER_TURN_MAX = 4 * 1024 * 1024;
 
 /** The Settings that apply() consults, from the node's options. */
 export function settingsFrom(o: NodeOptions): Settings {
   return pickSettings(o);
-}
-
-interface SharedPublish {
-  msg: Message;
-  retain: boolean;
-  buf: Buffer;
 }
 
 /** Broken invariants are errors; refused or dropped work is a warning; the rest is routine. */
@@ -200,7 +176,7 @@ function connOf(cmd: Command): ConnId | undefined {
   }
 }
 
-export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
+export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, OutboxGate {
   readonly limits: ConnectionLimits;
   readonly authenticator: Authenticator;
   readonly enhancedAuth: ReadonlyMap<string, EnhancedAuthMethod>;
@@ -238,20 +214,10 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
    * first pick). */
   private readonly boundPorts: number[];
   private readonly referrer: Referrer | null;
-  /** Connections with output not yet written, in the order they got it; FLUSHES_PER_TURN_MAX
-   * written per turn. A connection appears once until written (its own dirty flag). */
-  private readonly dirty = new Fifo<Connection>();
-  /** Connections whose peer sent FIN, ended PEER_ENDS_PER_TURN_MAX per turn in arrival order. */
-  private readonly peerEnds = new Fifo<Connection>();
-  private peerEndsScheduled = false;
-  private readonly peerEndsBound = (): void => this.endPeers();
-  private flushScheduled = false;
-  private readonly flushBound = (): void => this.flushAll();
+  /** Where the connections' output waits for its socket write (src/server/outbox.ts). */
+  private readonly outbox: Outbox = new Outbox(this);
   private observedServing = false;
   private readonly clientIdOfBound = (conn: ConnId): string | null => this.broker.clientIdOf(conn);
-  /** The last QoS 0 PUBLISH encoded per protocol level, shared by the rest of its fan-out; cleared
-   * at every flush so it holds no message beyond the turn. */
-  private readonly sharedPublish: (SharedPublish | null)[] = [null, null, null, null, null, null];
   private readonly applyOut: Effect[] = [];
   private readonly routeOut: Effect[] = [];
   /** The $SYS table, local to this process; null with --sys-interval 0. */
@@ -424,7 +390,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     });
     this.opts.tls?.watch(() => this.reloadTls());
     this.log.start(this);
-    if (!this.log.serving) this.startReferring();
+    if (!this.log.checkServing()) this.startReferring();
     const every = this.opts.statsIntervalMs ?? 0;
     if (every > 0) {
       this.statsTimer = setInterval(() => this.logger.info(this.stats(), 'stats'), every);
@@ -443,7 +409,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     if (this.statsTimer !== null) clearInterval(this.statsTimer);
     this.referrer?.stop();
     this.observeServing(false);
-    const closing = this.stopServing(RC.SERVER_SHUTTING_DOWN, !this.log.serving);
+    const closing = this.stopServing(RC.SERVER_SHUTTING_DOWN, !this.log.checkServing());
     this.firstListen?.resolve();
     this.firstListen = null;
     // Nothing is written once stopServing returns, so the log (a cluster leader's handover) need
@@ -455,7 +421,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
 
   committed(entries: readonly Entry[]): void {
     for (let i = 0; i < entries.length; i++) this.applyEntry(entries[i] as Entry);
-    this.flushTurn(FLUSHES_PER_TURN_MAX, FLUSH_BYTES_PER_TURN_MAX);
+    this.outbox.writeTurn();
     if (this.broker.failed !== null && !this.halted) this.halt(this.broker.failed);
     this.armTick();
   }
@@ -493,7 +459,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     // effects, which it would drop. Serving begins only between batches (after committed()), so
     // a node that does not serve before apply does not serve after it; one that does is asked
     // again after apply, since its lease may have lapsed meanwhile (a long pause in apply).
-    const out = this.log.serving ? this.applyOut : null;
+    const out = this.log.checkServing() ? this.applyOut : null;
     if (out !== null) out.length = 0;
     // A subscription that may reach a $SYS topic gets the local table after its SUBACK; Retain
     // Handling 1 needs the filters held before this entry.
@@ -511,7 +477,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     const probed = this.probeConn !== null && e.cmd.t === 'publish' && e.cmd.conn === this.probeConn && e.cmd.pid === this.probePid;
     if (probed) this.probeMsg = (e.cmd as Extract<Command, { t: 'publish' }>).msg;
     if (sysSub !== null && out !== null) this.sendSysRetained(sysSub, existed, out);
-    if (out !== null && this.log.serving) this.execute(out);
+    if (out !== null && this.log.checkServing()) this.execute(out);
     if (this.tracer.on) this.tracer.applied(e, out);
     if (probed && this.probeTarget === null) this.clearProbe();
     const id = connOf(e.cmd);
@@ -547,7 +513,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     switch (e.t) {
       case 'send':
         if (this.probeMsg !== null && e.packet.type === 'publish' && e.packet.msg === this.probeMsg && this.probeTarget === null) {
-          this.probeTarget = conn;
+          this.setProbeTarget(conn);
         }
         conn.deliver(e.packet);
         if (this.opts.audit != null) this.opts.audit.packet(e.packet, this.broker.clientIdOf(e.conn));
@@ -602,7 +568,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
    * without a log entry (Broker.routeLocal); only while serving. */
   private publishSys(): void {
     const sys = this.sys;
-    if (sys === null || !this.log.serving || this.halted || this.stopped) return;
+    if (sys === null || !this.log.checkServing() || this.halted || this.stopped) return;
     const changed = sys.update(this.sysReadings());
     for (const msg of changed) {
       const out = this.routeOut;
@@ -713,7 +679,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
    * (which covers the password file too, so a reload of that file alone is proposed as well). */
   settingsReloaded(): void {
     this.log.updateSettings(this.settings);
-    if (this.log.serving && !this.stopped) this.log.propose({ t: 'settings', settings: this.settings });
+    if (this.log.checkServing() && !this.stopped) this.log.propose({ t: 'settings', settings: this.settings });
   }
 
   // ---- ConnectionHost ----
@@ -757,7 +723,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
   }
 
   routeQos0(from: ConnId, msg: Message): void {
-    if (!this.log.serving) return;
+    if (!this.log.checkServing()) return;
     const out = this.routeOut;
     out.length = 0;
     this.broker.routeQos0(from, msg, out);
@@ -775,56 +741,26 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     this.probeConn = msg === null ? conn : null;
     this.probePid = pid;
     this.probeAt = readAt;
-    this.probeTarget = null;
+    this.setProbeTarget(null);
   }
 
   private clearProbe(): void {
     this.probeMsg = null;
     this.probeConn = null;
     this.probeAt = 0;
-    this.probeTarget = null;
+    this.setProbeTarget(null);
+  }
+
+  /** The connection that got the probe's first delivery; the outbox reports its next write. */
+  private setProbeTarget(c: Connection | null): void {
+    this.probeTarget = c;
+    this.outbox.watched = c;
   }
 
   /** The probe's first delivery went to its socket. */
   private endProbe(): void {
     this.deliveryLatency.observe((performance.now() - this.probeAt) / 1000);
     this.clearProbe();
-  }
-
-  markDirty(c: Connection): void {
-    this.dirty.push(c);
-    this.scheduleFlush();
-  }
-
-  private scheduleFlush(): void {
-    if (this.flushScheduled) return;
-    this.flushScheduled = true;
-    setImmediate(this.flushBound);
-  }
-
-  peerEnded(c: Connection): void {
-    this.peerEnds.push(c);
-    this.schedulePeerEnds();
-  }
-
-  private schedulePeerEnds(): void {
-    if (this.peerEndsScheduled) return;
-    this.peerEndsScheduled = true;
-    setImmediate(this.peerEndsBound);
-  }
-
-  private endPeers(): void {
-    this.peerEndsScheduled = false;
-    for (let n = 0; n < PEER_ENDS_PER_TURN_MAX; n++) {
-      const c = this.peerEnds.shift();
-      if (c === undefined) return;
-      try {
-        c.endAfterPeer();
-      } catch (err) {
-        c.internalError(err);
-      }
-    }
-    if (this.peerEnds.length > 0) this.schedulePeerEnds();
   }
 
   closed(c: Connection): void {
@@ -845,51 +781,19 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     this.limited.warn(`protocol:${key}`, fields, message);
   }
 
-  // ---- output ----
+  // ---- OutboxGate ----
 
-  /** A QoS 0 delivery without per-subscription fields is the same bytes for every subscriber of
-   * one level (docs/design.md "Performance principles": encode a PUBLISH once per fan-out). QoS 1/2
-   * deliveries differ in packet id and are encoded each. */
-  encodePublish(p: Extract<OutPacket, { type: 'publish' }>, level: ProtocolLevel, limits: ConnackLimits): Buffer {
-    if (p.qos !== 0 || p.dup || p.subIds !== undefined || p.expiryS !== undefined) {
-      return encode(toWire(p, level, limits), level);
-    }
-    const slot = this.sharedPublish[level];
-    if (slot != null && slot.msg === p.msg && slot.retain === p.retain) return slot.buf;
-    const buf = encode(toWire(p, level, limits), level);
-    this.sharedPublish[level] = { msg: p.msg, retain: p.retain, buf };
-    return buf;
+  mayWrite(): boolean {
+    if (this.period === 0 || this.log.checkServing()) return true;
+    // Each write checks the lease (docs/design.md "One server at a time"): it lapsed since the last
+    // event, so this node stops serving before anything more goes out.
+    this.logger.info({ period: this.period }, 'serve-end at write');
+    void this.stopServing(RC.SERVER_SHUTTING_DOWN, true);
+    return false;
   }
 
-  /** The scheduled flush. */
-  private flushAll(): void {
-    this.flushScheduled = false;
-    this.flushTurn(FLUSHES_PER_TURN_MAX, FLUSH_BYTES_PER_TURN_MAX);
-  }
-
-  /** Writes the output of at most `conns` dirty connections, stopping early once `bytes` were
-   * written; what is left is written in a later turn. */
-  private flushTurn(conns: number, bytes: number): void {
-    this.sharedPublish.fill(null);
-    if (this.dirty.length === 0) return;
-    if (this.period !== 0 && !this.log.serving) {
-      // Each write checks the lease (docs/design.md "One server at a time"): it lapsed since the last
-      // event, so this node stops serving before anything more goes out.
-      this.logger.info({ period: this.period }, 'serve-end at write');
-      void this.stopServing(RC.SERVER_SHUTTING_DOWN, true);
-      return;
-    }
-    let written = 0;
-    for (let n = 0; n < conns && written < bytes; n++) {
-      const c = this.dirty.shift();
-      if (c === undefined) return;
-      written += c.flush();
-      if (c === this.probeTarget) this.endProbe();
-    }
-    if (this.dirty.length > 0) {
-      this.event('flush-continued', { left: this.dirty.length });
-      this.scheduleFlush();
-    }
+  watchedWritten(): void {
+    this.endProbe();
   }
 
   // ---- listening ----
@@ -974,7 +878,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
   /** A socket past its handshake; its slot of the pending bound was released just before, and its
    * connection takes it. */
   accept(stream: ByteStream, transport: Transport): void {
-    if (!this.log.serving || this.halted || this.stopped) {
+    if (!this.log.checkServing() || this.halted || this.stopped) {
       // --cluster-server-reference: a node that does not serve answers with the leader's address.
       if (this.referrer !== null && !this.stopped) this.referrer.accept(stream, transport);
       else stream.destroy();
@@ -982,7 +886,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     }
     const id: ConnId = `${this.period}.${++this.seq}`;
     this.traffic.connectionsAccepted++;
-    this.conns.set(id, new Connection(id, stream, transport, this));
+    this.conns.set(id, new Connection(id, stream, transport, this, this.outbox));
   }
 
   refused(key: string, fields: Record<string, unknown>, message: string): void {
@@ -993,13 +897,13 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
   /** --cluster-server-reference: a socket whose CONNECT waited for a leader while this node began
    * to serve becomes a connection of this period; what was read from it is handed over. */
   adopt(stream: ByteStream, transport: Transport, read: readonly Buffer[]): void {
-    if (!this.log.serving || this.halted || this.stopped) {
+    if (!this.log.checkServing() || this.halted || this.stopped) {
       stream.destroy();
       return;
     }
     const id: ConnId = `${this.period}.${++this.seq}`;
     this.traffic.connectionsAccepted++;
-    const c = new Connection(id, stream, transport, this);
+    const c = new Connection(id, stream, transport, this, this.outbox);
     this.conns.set(id, c);
     for (const chunk of read) if (c.isOpen) c.onData(chunk);
   }
@@ -1037,7 +941,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
     this.conns.clear();
     this.admitted.clear();
     // Every connection is closed now, so everything they hold goes out in this turn.
-    this.flushTurn(Number.POSITIVE_INFINITY, Number.POSITIVE_INFINITY);
+    this.outbox.writeAll();
   }
 
   // ---- the deadline timer ----
@@ -1045,7 +949,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
   /** One timer on the state's next deadline, in log time; when it passes a `tick` is proposed so
    * idle time still advances (docs/design.md "Deadlines live in the state"). */
   private armTick(): void {
-    if (!this.log.serving || this.halted || this.stopped) {
+    if (!this.log.checkServing() || this.halted || this.stopped) {
       this.clearTick();
       return;
     }
@@ -1080,6 +984,6 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost {
   private onTick(): void {
     this.tickTimer = null;
     this.tickDeadline = undefined;
-    if (this.log.serving && !this.stopped) this.log.propose({ t: 'tick' });
+    if (this.log.checkServing() && !this.stopped) this.log.propose({ t: 'tick' });
   }
 }

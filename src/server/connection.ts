@@ -13,6 +13,7 @@ import {
   type Message,
   type OutPacket,
   type ProtocolLevel,
+  REFUSED_NONE,
   type SubscriptionRequest,
 } from '../broker/commands.js';
 import { assignedClientId } from '../broker/session.js';
@@ -38,6 +39,7 @@ import { connectExpiryS, messageFromPublish, payloadFormatValid, RECEIVE_MAX_DEF
 import { keepAliveWheel, type WheelMember } from './keepalive-wheel.js';
 import { type NodeLimits, TokenBucket, topicLimitProblem } from './limits.js';
 import { type ConnackLimits, codesAckBytes, publishWithAlias, reasonText, toWire, withoutProblemInfo } from './outbound.js';
+import type { Outbox, OutboxMember } from './outbox.js';
 import type { PublishTracer } from './publish-trace.js';
 import { OutboundAliases } from './topic-alias-out.js';
 import type { Traffic } from './traffic.js';
@@ -71,15 +73,8 @@ export interface ConnectionHost {
   propose(cmd: Command): void;
   /** Routes a QoS 0 non-retained message to live subscribers and executes the effects. */
   routeQos0(from: ConnId, msg: Message): void;
-  /** The connection has buffered output; the host flushes it once this turn. */
-  markDirty(c: Connection): void;
-  /** The peer ended its side of the socket (TCP FIN); the host calls `endAfterPeer()` in a later
-   * turn, a bounded number per turn. */
-  peerEnded(c: Connection): void;
   /** The socket has closed; the host forgets the connection. */
   closed(c: Connection): void;
-  /** Encodes a PUBLISH, sharing the bytes across one fan-out where they are identical. */
-  encodePublish(p: Extract<OutPacket, { type: 'publish' }>, level: ProtocolLevel, limits: ConnackLimits): Buffer;
   /** A counted event (and, for protocol errors, a rate-limited log line). */
   event(kind: string, fields?: Record<string, unknown>): void;
   protocolError(key: string, fields: Record<string, unknown>, message: string): void;
@@ -132,13 +127,15 @@ export function isSysTopic(topic: string): boolean {
 const OWNER: unique symbol = Symbol('raftmq.connection');
 type OwnedStream = ByteStream & { [OWNER]?: Connection };
 
-export class Connection implements WheelMember {
+export class Connection implements WheelMember, OutboxMember {
   readonly id: ConnId;
   /** The client id its CONNECT named, for log lines; null before CONNECT or when assigned. */
   private clientId: string | null = null;
   readonly transport: Transport;
   private readonly socket: ByteStream;
   private readonly host: ConnectionHost;
+  /** Where this connection's output waits for its socket write, shared by the node's connections. */
+  private readonly outbox: Outbox;
   private readonly decoder: Decoder;
   private phase: Phase = 'awaiting-connect';
   private level: ProtocolLevel = 4;
@@ -167,10 +164,6 @@ export class Connection implements WheelMember {
   /** Packet ids of inbound QoS 1/2 publishes not yet answered (v5 Receive Maximum, §4.9);
    * created by the first one, since an empty Set costs about 170 bytes per idle connection. */
   private inbound: Set<number> | null = null;
-  /** SUBSCRIBE/UNSUBSCRIBE packets that had invalid filters: the codes of those filters by
-   * position, -1 where apply's code goes. Keyed by packet id. */
-  private subMerge: Map<number, number[]> | null = null;
-  private unsubMerge: Map<number, number[]> | null = null;
   private connectExpiry = 0;
   private connectProposed = false;
   private disconnectProposed = false;
@@ -191,11 +184,12 @@ export class Connection implements WheelMember {
   /** PUBLISH packets refused over the rate, at the same rate: when it runs dry, DISCONNECT 0x96. */
   private excessBucket: TokenBucket | null = null;
 
-  constructor(id: ConnId, socket: ByteStream, transport: Transport, host: ConnectionHost) {
+  constructor(id: ConnId, socket: ByteStream, transport: Transport, host: ConnectionHost, outbox: Outbox) {
     this.id = id;
     this.socket = socket;
     this.transport = transport;
     this.host = host;
+    this.outbox = outbox;
     const l = host.limits;
     this.decoder = new Decoder({ maxPacketSize: l.maxPacketSize });
     this.limits = {
@@ -792,9 +786,10 @@ export class Connection implements WheelMember {
 
   // ---- SUBSCRIBE / UNSUBSCRIBE ----
 
-  /** Invalid filters get their failure code here; the valid ones are proposed and the codes
-   * merged in order when the SUBACK effect arrives. A packet with no valid filter is answered
-   * locally (behind this connection's unapplied proposals). */
+  /** Invalid filters get their failure code here; the valid ones are proposed, and the codes
+   * decided here travel in the command (`refused`), so apply's SUBACK carries every code in order.
+   * A packet with no valid filter is answered locally (behind this connection's unapplied
+   * proposals). */
   private onSubscribe(s: SubscribePacket): void {
     if (!this.codesAckFits(s.subs.length, 'suback')) return;
     let codes: number[] | null = null;
@@ -808,7 +803,7 @@ export class Connection implements WheelMember {
       }
       if (validateTopicFilter(sub.filter) === null && this.topicWithinLimits(sub.filter)) valid.push(sub);
       else {
-        codes ??= new Array<number>(s.subs.length).fill(-1);
+        codes ??= new Array<number>(s.subs.length).fill(REFUSED_NONE);
         codes[i] = RC.TOPIC_FILTER_INVALID;
       }
     }
@@ -816,12 +811,9 @@ export class Connection implements WheelMember {
       this.reply({ k: 'send', packet: { type: 'suback', pid: s.pid, codes: codes ?? [] } });
       return;
     }
-    if (codes !== null) {
-      this.subMerge ??= new Map();
-      this.subMerge.set(s.pid, codes);
-    }
     const cmd: Command = { t: 'subscribe', conn: this.id, pid: s.pid, subs: valid };
     if (s.props.subId !== undefined) cmd.subId = s.props.subId;
+    if (codes !== null) cmd.refused = codes;
     this.propose(cmd);
   }
 
@@ -855,7 +847,7 @@ export class Connection implements WheelMember {
       const f = u.filters[i] as string;
       if (validateTopicFilter(f) === null) valid.push(f);
       else {
-        codes ??= new Array<number>(u.filters.length).fill(-1);
+        codes ??= new Array<number>(u.filters.length).fill(REFUSED_NONE);
         codes[i] = RC.TOPIC_FILTER_INVALID;
       }
     }
@@ -863,11 +855,9 @@ export class Connection implements WheelMember {
       this.reply({ k: 'send', packet: { type: 'unsuback', pid: u.pid, codes: codes ?? [] } });
       return;
     }
-    if (codes !== null) {
-      this.unsubMerge ??= new Map();
-      this.unsubMerge.set(u.pid, codes);
-    }
-    this.propose({ t: 'unsubscribe', conn: this.id, pid: u.pid, filters: valid });
+    const cmd: Command = { t: 'unsubscribe', conn: this.id, pid: u.pid, filters: valid };
+    if (codes !== null) cmd.refused = codes;
+    this.propose(cmd);
   }
 
   // ---- DISCONNECT ----
@@ -978,10 +968,9 @@ export class Connection implements WheelMember {
         this.onConnack(p);
         return;
       case 'suback':
-        this.sendOut(mergeCodes(p, this.subMerge));
-        return;
       case 'unsuback':
-        this.sendOut(mergeCodes(p, this.unsubMerge));
+      case 'pubrel':
+        this.sendOut(p);
         return;
       case 'puback':
       case 'pubcomp':
@@ -991,9 +980,6 @@ export class Connection implements WheelMember {
       case 'pubrec':
         // A PUBREC with an error ends the flow; otherwise the id is held until PUBCOMP (§4.9).
         if (p.code >= RC.UNSPECIFIED_ERROR) this.inbound?.delete(p.pid);
-        this.sendOut(p);
-        return;
-      case 'pubrel':
         this.sendOut(p);
         return;
       case 'publish':
@@ -1047,7 +1033,7 @@ export class Connection implements WheelMember {
 
   private sendOut(p: OutPacket): void {
     if (p.type !== 'publish') this.writeControl(toWire(p, this.level, this.limits));
-    else if (this.aliasesOut === null) this.write(this.host.encodePublish(p, this.level, this.limits));
+    else if (this.aliasesOut === null) this.write(this.outbox.encodePublish(p, this.level, this.limits));
     else this.write(this.encodeAliased(p));
   }
 
@@ -1060,7 +1046,7 @@ export class Connection implements WheelMember {
     const buf = encode(publishWithAlias(p, alias, known), 5);
     if (this.clientMaxPacket === 0 || buf.length <= this.clientMaxPacket) return buf;
     if (!known) aliases.cancel(p.msg.topic);
-    return this.host.encodePublish(p, this.level, this.limits);
+    return this.outbox.encodePublish(p, this.level, this.limits);
   }
 
   /** Every packet but PUBLISH: Reason String and User Properties go first when the packet would
@@ -1088,7 +1074,7 @@ export class Connection implements WheelMember {
     this.outBytes += buf.length;
     if (!this.dirty) {
       this.dirty = true;
-      this.host.markDirty(this);
+      this.outbox.queued(this);
     }
   }
 
@@ -1210,10 +1196,10 @@ export class Connection implements WheelMember {
    * the same poll phase as its FIN: when thousands of clients leave at once, libuv delivers every
    * FIN in one poll phase, and closing them all there stalled the event loop for hundreds of ms. */
   onPeerEnd(): void {
-    this.host.peerEnded(this);
+    this.outbox.peerEnded(this);
   }
 
-  /** Ends the socket after the peer's FIN, in a turn the host chose: what was already decided for
+  /** Ends the socket after the peer's FIN, in a turn the outbox chose: what was already decided for
    * this client goes out first, then the socket closes and 'close' proposes the disconnect. */
   endAfterPeer(): void {
     if (this.socket.destroyed) return;
@@ -1261,15 +1247,4 @@ function socketEnd(this: OwnedStream): void {
 
 function socketDrain(this: OwnedStream): void {
   this[OWNER]?.onDrain();
-}
-
-/** Puts apply's codes into the -1 slots of a merge template (invalid filters keep theirs). */
-function mergeCodes<P extends { pid: number; codes: number[] }>(p: P, merges: Map<number, number[]> | null): P {
-  const template = merges?.get(p.pid);
-  if (template === undefined) return p;
-  merges?.delete(p.pid);
-  const codes = template.slice();
-  let j = 0;
-  for (let i = 0; i < codes.length; i++) if (codes[i] === -1) codes[i] = p.codes[j++] ?? RC.UNSPECIFIED_ERROR;
-  return { ...p, codes };
 }
