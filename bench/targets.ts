@@ -8,7 +8,7 @@ import { once } from 'node:events';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { dirname, join, resolve } from 'node:path';
-import { freePort, httpGet } from '../jepsen-like-tests/net.js';
+import { freePort, httpGet } from '../test/support/net.js';
 
 export const REPO = resolve(dirname(new URL(import.meta.url).pathname), '..', '..');
 /** The raftmq CLI the bench runs; RAFTMQ_BENCH_CLI names another build's (a before/after run of

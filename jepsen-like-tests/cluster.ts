@@ -10,7 +10,7 @@ import { createWriteStream, type WriteStream } from 'node:fs';
 import { join } from 'node:path';
 import { Prng } from '../raft/core/prng.js';
 import { hostMonotonicMs } from '../src/cluster/audit-log.js';
-import { freePort, httpGet, LOOPBACK } from './net.js';
+import { freePort, httpGet, LOOPBACK } from '../test/support/net.js';
 import { Relay } from './relay.js';
 
 export { freePort, httpGet, LOOPBACK };

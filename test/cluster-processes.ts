@@ -8,7 +8,7 @@ import { once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { freePort, httpGet, LOOPBACK } from '../jepsen-like-tests/net.js';
+import { freePort, httpGet, LOOPBACK } from './support/net.js';
 import { CLI, type LogLine } from './broker-process.js';
 
 export { freePort, httpGet, LOOPBACK };

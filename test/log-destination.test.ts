@@ -8,7 +8,7 @@ import { closeSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { freePort } from '../jepsen-like-tests/net.js';
+import { freePort } from './support/net.js';
 import { CLI, requireCommand } from './broker-process.js';
 import { ClusterNodeProcess, LOOPBACK } from './cluster-processes.js';
 import { connectClient, disconnect, publish, publishRoundTrip, sleep, subscribe } from './helpers.js';

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { describe, it } from 'node:test';
-import { freePort } from '../jepsen-like-tests/net.js';
+import { freePort } from './support/net.js';
 import { CLI } from './broker-process.js';
 import { ClusterNodeProcess, LOOPBACK } from './cluster-processes.js';
 import { publishRoundTrip } from './helpers.js';

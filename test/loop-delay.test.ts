@@ -6,7 +6,7 @@ import { once } from 'node:events';
 import { connect } from 'node:net';
 import { describe, it } from 'node:test';
 import mqtt from 'mqtt';
-import { freePort } from '../jepsen-like-tests/net.js';
+import { freePort } from './support/net.js';
 import { CLI } from './broker-process.js';
 import { sleep } from './helpers.js';
 

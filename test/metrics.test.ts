@@ -3,7 +3,7 @@
 // from fixed sets, and prom-client's process metrics are there without the ones that reset.
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { httpGet } from '../jepsen-like-tests/net.js';
+import { httpGet } from './support/net.js';
 import { BrokerProcess } from './broker-process.js';
 import { connectClient, disconnect, publish, subscribe, type TestClient, withTimeout } from './helpers.js';
 import { parseMetrics } from './prom-text.js';

@@ -9,7 +9,7 @@ import { writeFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { connect } from 'node:net';
 import { dirname, join, resolve } from 'node:path';
-import { freePort } from '../../jepsen-like-tests/net.js';
+import { freePort } from '../../test/support/net.js';
 import type { Endpoint } from './client.js';
 
 export type TargetKind = 'raftmq' | 'raftmq-cluster' | 'mosquitto';
