@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Prng } from '../raft/core/prng.js';
 import { hostMonotonicMs } from '../src/cluster/audit-log.js';
+import { sleep } from '../test/support/wait.js';
 import { type AuditSource, checkAll } from './checker.js';
 import { JepsenCluster, livePids, type NodeProcess } from './cluster.js';
 import { type AppliedFault, type RunReport, writeReport } from './report.js';
@@ -55,10 +56,6 @@ const HEALTH_TIMEOUT_MS = 250;
 const OVERHEAD_BOUND_MS = 120_000;
 
 const CLI = join(process.cwd(), 'build', 'src', 'cli.js');
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, Math.max(0, ms)));
-}
 
 /** The node a fault hits: the serving one, or a live one that does not serve. */
 async function pickTarget(cluster: JepsenCluster, want: Target, r: Prng): Promise<{ node: NodeProcess | null; serving: boolean }> {

@@ -5,8 +5,9 @@
 import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import mqtt, { type IClientOptions, type MqttClient } from 'mqtt';
-import { collect, connect, killLeader as killLeaderWithin, until } from './cluster-mqtt.js';
+import { collect, connect, killLeader as killLeaderWithin } from './cluster-mqtt.js';
 import { type ClusterNodeProcess, freePort, LOOPBACK, LocalCluster } from './cluster-processes.js';
+import { until } from './support/wait.js';
 
 const ELECTION_TIMEOUT_MS = 500;
 const SERVE_WAIT_MS = 15_000;

@@ -14,8 +14,9 @@ import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { CLI } from './broker-process.js';
-import { collect, connect, until as untilTrue } from './cluster-mqtt.js';
+import { collect, connect } from './cluster-mqtt.js';
 import { ClusterNodeProcess, clusterNodeArgs, type Health, LOOPBACK, LocalCluster } from './cluster-processes.js';
+import { until } from './support/wait.js';
 
 const ELECTION_TIMEOUT_MS = 300;
 const SERVE_WAIT_MS = 20_000;
@@ -41,16 +42,6 @@ async function healthOf(n: ClusterNodeProcess): Promise<IdentityHealth | null> {
     (h) => h.body as IdentityHealth,
     () => null,
   );
-}
-
-async function until<T>(what: string, probe: () => Promise<T | null>, timeoutMs: number): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await probe();
-    if (v !== null) return v;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
 }
 
 /** A serving cluster whose three nodes report one cluster identity; returns it. */
@@ -210,7 +201,7 @@ describe('cluster identity', { timeout: 240_000 }, () => {
     const { client } = await connect(leader.mqttPort, { clientId: 'format1-reader', clean: true });
     const got = collect(client);
     await client.subscribeAsync('fixture/retained', { qos: 1 });
-    await untilTrue('the retained message of the fixture', () => got.length > 0, SERVE_WAIT_MS);
+    await until('the retained message of the fixture', () => got.length > 0, SERVE_WAIT_MS);
     assert.equal(got[0], 'written before cluster identities');
     await client.endAsync();
 

@@ -1,5 +1,5 @@
 // MQTT.js clients against a LocalCluster: connect without automatic reconnects, collect what
-// arrives, wait for a condition, and kill the serving leader while timing the failover.
+// arrives, and kill the serving leader while timing the failover.
 import mqtt, { type IClientOptions, type MqttClient } from 'mqtt';
 import { type ClusterNodeProcess, LOOPBACK, type LocalCluster } from './cluster-processes.js';
 
@@ -28,14 +28,6 @@ export function collect(client: MqttClient): string[] {
   const got: string[] = [];
   client.on('message', (_topic, payload) => got.push(payload.toString()));
   return got;
-}
-
-export async function until(what: string, cond: () => boolean, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
 }
 
 /** Kills the leader with SIGKILL and measures until a client's CONNACK on the new serving leader. */

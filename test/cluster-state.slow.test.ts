@@ -12,8 +12,9 @@ import { after, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import mqtt from 'mqtt';
 import { CLI } from './broker-process.js';
-import { collect, connect, killLeader, until } from './cluster-mqtt.js';
+import { collect, connect, killLeader } from './cluster-mqtt.js';
 import { type ClusterNodeProcess, type Health, LOOPBACK, LocalCluster } from './cluster-processes.js';
+import { until } from './support/wait.js';
 
 const ELECTION_TIMEOUT_MS = 300;
 const SERVE_WAIT_MS = 20_000;

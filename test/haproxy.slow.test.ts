@@ -15,6 +15,7 @@ import { after, describe, it } from 'node:test';
 import mqtt, { type IClientOptions, type MqttClient } from 'mqtt';
 import { requireCommand } from './broker-process.js';
 import { type ClusterNodeProcess, freePort, httpGet, LOOPBACK, LocalCluster } from './cluster-processes.js';
+import { until } from './support/wait.js';
 
 const SHIPPED_CFG = join(process.cwd(), 'cluster-scripts', 'haproxy.cfg');
 const ELECTION_TIMEOUT_MS = 500;
@@ -29,14 +30,6 @@ const cleanups: Array<() => Promise<void> | void> = [];
 after(async () => {
   for (const c of cleanups.reverse()) await c();
 });
-
-async function until(what: string, cond: () => boolean, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
 
 interface ServerState {
   name: string;

@@ -8,10 +8,11 @@ import { closeSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { freePort } from './support/net.js';
 import { CLI, requireCommand } from './broker-process.js';
 import { ClusterNodeProcess, LOOPBACK } from './cluster-processes.js';
-import { connectClient, disconnect, publish, publishRoundTrip, sleep, subscribe } from './helpers.js';
+import { connectClient, disconnect, publish, publishRoundTrip, subscribe } from './helpers.js';
+import { freePort } from './support/net.js';
+import { sleep } from './support/wait.js';
 
 const WAIT_MS = 20_000;
 const single = (extra: string[] = []): string[] => ['--host', LOOPBACK, '--port', '0', ...extra];

@@ -3,10 +3,10 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { describe, it } from 'node:test';
-import { freePort } from './support/net.js';
 import { CLI } from './broker-process.js';
 import { ClusterNodeProcess, LOOPBACK } from './cluster-processes.js';
 import { publishRoundTrip } from './helpers.js';
+import { freePort } from './support/net.js';
 
 const WAIT_MS = 15_000;
 
