@@ -10,6 +10,7 @@ import { createWriteStream, type WriteStream } from 'node:fs';
 import { join } from 'node:path';
 import { Prng } from '../raft/core/prng.js';
 import { hostMonotonicMs } from '../src/cluster/audit-log.js';
+import type { HealthBody } from '../src/cluster/health.js';
 import { freePort, httpGet, LOOPBACK } from '../test/support/net.js';
 import { Relay } from './relay.js';
 
@@ -47,15 +48,6 @@ export interface ProcessRun {
   signalMono: number | null;
   end: RunEnd;
   exitCode: number | null;
-}
-
-/** The /health fields the harness reads. */
-export interface HealthBody {
-  serving: boolean;
-  role: string;
-  redundant: boolean;
-  needsForceStart: boolean;
-  membership: string;
 }
 
 export class NodeProcess {

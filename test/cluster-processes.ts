@@ -8,35 +8,15 @@ import { once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { freePort, httpGet, LOOPBACK } from './support/net.js';
+import type { HealthBody } from '../src/cluster/health.js';
 import { CLI, type LogLine } from './broker-process.js';
+import { freePort, httpGet, LOOPBACK } from './support/net.js';
 
 export { freePort, httpGet, LOOPBACK };
 
 export interface Health {
   code: number;
-  body: {
-    node: number;
-    serving: boolean;
-    role: string;
-    term: number;
-    leader: number;
-    servePeriod: number;
-    leaseRemainingMs: number;
-    commitIndex: number;
-    appliedIndex: number;
-    redundant: boolean;
-    needsForceStart: boolean;
-    membership: string;
-    voter: boolean;
-    epoch: unknown;
-    forceStart: string | null;
-    excludedClocks: number[];
-    clusterUid: string | null;
-    outOfMembership: { forMs: number; peers: Record<string, string> } | null;
-    failure: string | null;
-    configMatchesServing: boolean;
-  };
+  body: HealthBody;
 }
 
 export class ClusterNodeProcess {
@@ -99,7 +79,7 @@ export class ClusterNodeProcess {
 
   async health(): Promise<Health> {
     const r = await httpGet(this.healthPort, '/health');
-    return { code: r.code, body: JSON.parse(r.text) as Health['body'] };
+    return { code: r.code, body: JSON.parse(r.text) as HealthBody };
   }
 
   signal(sig: NodeJS.Signals): void {

@@ -5,9 +5,13 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { Registry } from 'prom-client';
 import { type MetricsSource, NodeMetrics } from './metrics.js';
+import type { ClusterStatus } from './raft-log.js';
 
 /** What /health and /metrics read from the node. */
 export type HealthSource = MetricsSource;
+
+/** The JSON body of GET /health (a client reads it back with JSON.parse). */
+export type HealthBody = ClusterStatus;
 
 /** A request that has not finished within this is closed (ms). */
 const REQUEST_TIMEOUT_MS = 5_000;
