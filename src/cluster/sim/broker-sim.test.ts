@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { type Fault, faultNames } from '../../../raft/sim/sim.js';
-import { type BrokerMutant, type BrokerSimStats, runBrokerSeed, servingForceStarts } from './broker-sim.js';
+import { type BrokerMutant, type BrokerSimStats, runBrokerSeed, servingForceStarts } from './broker-sim.testkit.js';
 
 const all: ReadonlySet<Fault> = new Set(faultNames);
 const none: ReadonlySet<Fault> = new Set();
