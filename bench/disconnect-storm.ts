@@ -12,9 +12,10 @@ import { connect, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { freePort } from '../jepsen-like-tests/net.js';
 import { encode } from '../src/protocol/encoder.js';
 import type { Packet } from '../src/protocol/packets.js';
+import { freePort } from '../test/support/net.js';
+import { sleep, until } from '../test/support/wait.js';
 
 const REPO = resolve(dirname(new URL(import.meta.url).pathname), '..', '..');
 const DEFAULT_CLI = join(REPO, 'build', 'src', 'cli.js');
@@ -101,8 +102,6 @@ function parseOptions(argv: string[]): Options {
     outDir: resolve(v.out ?? join(REPO, 'bench', 'results')),
   };
 }
-
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 // ---- the broker processes ----
 
@@ -446,12 +445,12 @@ class Probe {
   }
 }
 
-async function waitFor(what: string, cond: () => boolean): Promise<void> {
-  const deadline = Date.now() + PHASE_WAIT_MS;
-  while (!cond()) {
-    if (Date.now() > deadline) fail(`timed out waiting for ${what}`);
-    await sleep(POLL_MS);
-  }
+/** Waits for a phase's condition; a phase that does not end in PHASE_WAIT_MS fails the run. */
+function waitFor(what: string, cond: () => boolean): Promise<void> {
+  return until(what, cond, PHASE_WAIT_MS, { intervalMs: POLL_MS }).then(
+    () => undefined,
+    () => fail(`timed out waiting for ${what}`),
+  );
 }
 
 /** Publishes `count` QoS 1 messages to each topic from one connection, `FILL_WINDOW` in flight. */

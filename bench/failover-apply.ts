@@ -4,7 +4,7 @@
 // time of the serve-start entry and of the entries that fire the wills (every replica applies the
 // same). Figures, not assertions.
 // Usage: npm run build && node build/bench/failover-apply.js [N]
-import { Harness, msg } from '../src/broker/broker-harness.js';
+import { Harness, msg } from '../src/broker/broker-harness.testkit.js';
 
 const N = Number(process.argv[2] ?? 10_000);
 const GRACE_MS = 30_000;

@@ -6,9 +6,9 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { connect } from 'node:net';
 import { dirname, join, resolve } from 'node:path';
-import { freePort, httpGet } from '../jepsen-like-tests/net.js';
+import { freePort, httpGet, portOpen } from '../test/support/net.js';
+import { sleep } from '../test/support/wait.js';
 
 export const REPO = resolve(dirname(new URL(import.meta.url).pathname), '..', '..');
 /** The raftmq CLI the bench runs; RAFTMQ_BENCH_CLI names another build's (a before/after run of
@@ -52,21 +52,6 @@ export interface GcTally {
   count: number;
   ms: number;
   maxMs: number;
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
-}
-
-async function portOpen(port: number): Promise<boolean> {
-  return new Promise((resolveOpen) => {
-    const s = connect(port, HOST);
-    s.once('connect', () => {
-      s.destroy();
-      resolveOpen(true);
-    });
-    s.once('error', () => resolveOpen(false));
-  });
 }
 
 /** The status of GET /health on `port`; 0 when it does not answer. */
@@ -263,7 +248,7 @@ async function startSingle(name: Exclude<TargetName, 'raftmq-cluster'>, tmp: str
   }
   const t = new Target(name, port, [p], ['broker'], [], dir, health);
   const deadline = Date.now() + START_WAIT_MS;
-  while (!(await portOpen(port))) {
+  while (!(await portOpen(port, HOST))) {
     if (!p.alive) throw new Error(`${name} ended at start (${p.ended ?? 'no PID'}): ${p.tail()}`);
     if (Date.now() > deadline) {
       await t.stop();

@@ -1,8 +1,8 @@
 // Writes the seed corpus, fuzz/corpus/<target>/NN.bin, from the fixtures the tests already hold.
 // The files are kept in the repository; writeCorpus only remakes them.
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
-import { fixtures } from '../src/protocol/codec-fixtures.js';
-import { TO_SERVER_TYPES } from '../src/protocol/codec-testkit.js';
+import { TO_SERVER_TYPES } from '../src/protocol/codec.testkit.js';
+import { fixtures } from '../src/protocol/codec-fixtures.testkit.js';
 import { CORPUS_DIR } from './harness.js';
 import { snapshotCorpus } from './targets/broker-snapshot.js';
 import { commandCorpus } from './targets/command-codec.js';

@@ -12,8 +12,10 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Prng } from '../raft/core/prng.js';
 import { hostMonotonicMs } from '../src/cluster/audit-log.js';
+import type { ClusterNode } from '../test/support/cluster.js';
+import { sleep } from '../test/support/wait.js';
 import { type AuditSource, checkAll } from './checker.js';
-import { JepsenCluster, livePids, type NodeProcess } from './cluster.js';
+import { JepsenCluster, livePids } from './cluster.js';
 import { type AppliedFault, type RunReport, writeReport } from './report.js';
 import {
   describeFault,
@@ -56,12 +58,8 @@ const OVERHEAD_BOUND_MS = 120_000;
 
 const CLI = join(process.cwd(), 'build', 'src', 'cli.js');
 
-function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, Math.max(0, ms)));
-}
-
 /** The node a fault hits: the serving one, or a live one that does not serve. */
-async function pickTarget(cluster: JepsenCluster, want: Target, r: Prng): Promise<{ node: NodeProcess | null; serving: boolean }> {
+async function pickTarget(cluster: JepsenCluster, want: Target, r: Prng): Promise<{ node: ClusterNode | null; serving: boolean }> {
   const serving = await cluster.servingNode(300);
   const live = cluster.nodes.filter((n) => n.state === 'running');
   if (want === 'leader' && serving !== null) return { node: serving, serving: true };
@@ -103,7 +101,7 @@ function label(w: Window): string {
 
 /** Starts `nodes` again (same flags), then measures in the background the time from the spawn to
  * the leader's `redundant`. */
-async function startAgain(ctx: FaultContext, f: AppliedFault, nodes: readonly NodeProcess[]): Promise<void> {
+async function startAgain(ctx: FaultContext, f: AppliedFault, nodes: readonly ClusterNode[]): Promise<void> {
   const t0 = performance.now();
   const started = await Promise.all(
     nodes.map((n) =>
@@ -128,7 +126,7 @@ async function startAgain(ctx: FaultContext, f: AppliedFault, nodes: readonly No
 
 /** SIGTERM, and the exit code recorded; an exit other than 0 is an anomaly (docs/design.md "State file":
  * the stop writes the state file and exits). */
-async function terminate(ctx: FaultContext, f: AppliedFault, n: NodeProcess): Promise<void> {
+async function terminate(ctx: FaultContext, f: AppliedFault, n: ClusterNode): Promise<void> {
   let code: number | null;
   try {
     code = await n.terminate(TERM_EXIT_TIMEOUT_MS);
@@ -143,7 +141,7 @@ async function terminate(ctx: FaultContext, f: AppliedFault, n: NodeProcess): Pr
 
 /** Applies one window and heals it; resolves once healed (for kill and restarts: started again).
  * `n` is null only for restart-all. */
-async function apply(ctx: FaultContext, f: AppliedFault, n: NodeProcess | null): Promise<void> {
+async function apply(ctx: FaultContext, f: AppliedFault, n: ClusterNode | null): Promise<void> {
   const { cluster } = ctx;
   const w = f.window;
   const fault = w.fault;

@@ -7,7 +7,8 @@ import type { AddressInfo } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import type mqtt from 'mqtt';
 import { BrokerProcess } from './broker-process.js';
-import { connectClient, disconnect, sleep, WAIT_MS, withTimeout } from './helpers.js';
+import { connectClient, disconnect, WAIT_MS, withTimeout } from './helpers.js';
+import { sleep } from './support/wait.js';
 
 interface AuthRequest {
   clientid: string;

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { LogLine } from './broker-process.js';
-import { type ClusterNodeProcess, LocalCluster } from './cluster-processes.js';
+import { Cluster, type ClusterNode } from './support/cluster.js';
 
 const E = 500;
 const WAIT_MS = 20_000;
@@ -13,7 +13,7 @@ const WAIT_MS = 20_000;
 const WARN = 40;
 const INFO = 30;
 
-async function redundant(leader: ClusterNodeProcess): Promise<void> {
+async function redundant(leader: ClusterNode): Promise<void> {
   const deadline = Date.now() + WAIT_MS;
   while (!(await leader.health()).body.redundant) {
     if (Date.now() > deadline) throw new Error('the cluster never became redundant');
@@ -22,21 +22,21 @@ async function redundant(leader: ClusterNodeProcess): Promise<void> {
 }
 
 /** The first line `msg` logged after `from` lines. */
-function after(n: ClusterNodeProcess, from: number, msg: string): Promise<LogLine> {
+function after(n: ClusterNode, from: number, msg: string): Promise<LogLine> {
   return n.waitForLog((l) => l.msg === msg && n.logs.indexOf(l) >= from, WAIT_MS);
 }
 
-function count(n: ClusterNodeProcess, msg: string): number {
+function count(n: ClusterNode, msg: string): number {
   return n.logs.filter((l) => l.msg === msg).length;
 }
 
 describe('cluster alert lines', { timeout: 120_000 }, () => {
   it('warns when redundancy, the lease and the quorum are lost, and says when they are back', async () => {
-    const cluster = await LocalCluster.start({ electionTimeoutMs: E });
+    const cluster = await Cluster.start({ electionTimeoutMs: E });
     try {
       const leader = await cluster.serving(WAIT_MS);
       await redundant(leader);
-      const [a, b] = cluster.nodes.filter((n) => n !== leader) as [ClusterNodeProcess, ClusterNodeProcess];
+      const [a, b] = cluster.nodes.filter((n) => n !== leader) as [ClusterNode, ClusterNode];
 
       let mark = leader.logs.length;
       a.signal('SIGSTOP');

@@ -9,16 +9,17 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { CLI } from './broker-process.js';
-import { ClusterNodeProcess, freePort, httpGet, LOOPBACK, LocalCluster } from './cluster-processes.js';
 import { connectClient, disconnect, publish, subscribe } from './helpers.js';
 import { parseMetrics } from './prom-text.js';
+import { Cluster, ClusterNode } from './support/cluster.js';
+import { freePort, httpGet, LOOPBACK } from './support/net.js';
 
 const ELECTION_WAIT_MS = 10_000;
 
 describe('raftmq cluster mode', { timeout: 60_000 }, () => {
-  let cluster: LocalCluster;
+  let cluster: Cluster;
   before(async () => {
-    cluster = await LocalCluster.start();
+    cluster = await Cluster.start();
   });
   after(async () => {
     await cluster?.dispose();
@@ -172,7 +173,7 @@ describe('raftmq cluster links', { timeout: 30_000 }, () => {
     const peers = ports.map((p, i) => `${i + 1}=${LOOPBACK}:${p}`).join(',');
     const dir = mkdtempSync(join(tmpdir(), 'raftmq-secret-'));
     const start = (id: number, secret: string) =>
-      ClusterNodeProcess.spawn(id, [
+      ClusterNode.spawn(id, [
         '--host',
         LOOPBACK,
         '--port',
@@ -207,7 +208,7 @@ describe('raftmq cluster mode: a node given other configuration', { timeout: 60_
   it('/health configMatchesServing is false exactly on nodes whose settings differ from the serving leader', async () => {
     // docs/design.md "The seam": every node is given the same files, and /health reports a node whose
     // configuration differs. Node 3 gets another will grace; whoever serves, the odd side says so.
-    const cluster = await LocalCluster.start({ extra: (id) => (id === 3 ? ['--will-grace-s', '31'] : []) });
+    const cluster = await Cluster.start({ extra: (id) => (id === 3 ? ['--will-grace-s', '31'] : []) });
     try {
       const server = await cluster.serving(ELECTION_WAIT_MS);
       const period = (await server.health()).body.servePeriod;

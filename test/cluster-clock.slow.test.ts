@@ -7,8 +7,10 @@ import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { after, describe, it } from 'node:test';
 import mqtt, { type IClientOptions, type MqttClient } from 'mqtt';
-import { collect, until } from './cluster-mqtt.js';
-import { type ClusterNodeProcess, freePort, LOOPBACK, LocalCluster } from './cluster-processes.js';
+import { collect } from './cluster-mqtt.js';
+import { Cluster, type ClusterNode } from './support/cluster.js';
+import { freePort, LOOPBACK } from './support/net.js';
+import { until } from './support/wait.js';
 
 const LIBFAKETIME = '/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1';
 const SKEW_S = 600;
@@ -19,7 +21,7 @@ const EXIT_WAIT_MS = 10_000;
 /** SIGTERM of a leader hands over to the most caught-up peer; bounded tries until node 1 leads. */
 const HANDOVER_TRIES_MAX = 6;
 
-const clusters: LocalCluster[] = [];
+const clusters: Cluster[] = [];
 after(async () => {
   await Promise.all(clusters.map((c) => c.dispose()));
 });
@@ -38,7 +40,7 @@ describe('one wall clock ten minutes ahead', { timeout: 180_000 }, () => {
   it('moves no will and no expiry early, whether that node follows or leads, and the leader reports its clock', async () => {
     requireFaketime();
     const mqttPorts = [await freePort(), await freePort(), await freePort()];
-    const cluster = await LocalCluster.start({
+    const cluster = await Cluster.start({
       electionTimeoutMs: ELECTION_TIMEOUT_MS,
       extra: (id) => ['--port', String(mqttPorts[id - 1])],
       env: (id) => (id === 1 ? { LD_PRELOAD: LIBFAKETIME, FAKETIME: `+${SKEW_S}s`, FAKETIME_DONT_FAKE_MONOTONIC: '1' } : undefined),
@@ -83,7 +85,7 @@ describe('one wall clock ten minutes ahead', { timeout: 180_000 }, () => {
     pub.end(true);
     await dies('slow', 120, leader.mqttPort);
 
-    const checkNothingEarly = async (control: string, on: ClusterNodeProcess): Promise<void> => {
+    const checkNothingEarly = async (control: string, on: ClusterNode): Promise<void> => {
       await dies(control, 1, on.mqttPort);
       await until(`the control will ${control}`, () => wills.includes(control), WAIT_MS);
       assert.equal(wills.includes('slow'), false, `the 120 s will did not go (node ${on.id} serving)`);

@@ -5,8 +5,10 @@
 import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import mqtt, { type IClientOptions, type MqttClient } from 'mqtt';
-import { collect, connect, killLeader as killLeaderWithin, until } from './cluster-mqtt.js';
-import { type ClusterNodeProcess, freePort, LOOPBACK, LocalCluster } from './cluster-processes.js';
+import { collect, connect, killLeader as killLeaderWithin } from './cluster-mqtt.js';
+import { Cluster, type ClusterNode } from './support/cluster.js';
+import { freePort, LOOPBACK } from './support/net.js';
+import { until } from './support/wait.js';
 
 const ELECTION_TIMEOUT_MS = 500;
 const SERVE_WAIT_MS = 15_000;
@@ -15,15 +17,15 @@ const DELIVERY_WAIT_MS = 15_000;
 /** A bound on each publisher's stream, whatever happens. */
 const STREAM_MESSAGES_MAX = 20_000;
 const RC_PACKET_ID_NOT_FOUND = 0x92;
-const killLeader = (cluster: LocalCluster, leader: ClusterNodeProcess) => killLeaderWithin(cluster, leader, FAILOVER_WAIT_MS);
+const killLeader = (cluster: Cluster, leader: ClusterNode) => killLeaderWithin(cluster, leader, FAILOVER_WAIT_MS);
 
-const clusters: LocalCluster[] = [];
+const clusters: Cluster[] = [];
 after(async () => {
   await Promise.all(clusters.map((c) => c.dispose()));
 });
 
-async function startCluster(): Promise<{ cluster: LocalCluster; leader: ClusterNodeProcess }> {
-  const cluster = await LocalCluster.start({ electionTimeoutMs: ELECTION_TIMEOUT_MS });
+async function startCluster(): Promise<{ cluster: Cluster; leader: ClusterNode }> {
+  const cluster = await Cluster.start({ electionTimeoutMs: ELECTION_TIMEOUT_MS });
   clusters.push(cluster);
   const leader = await cluster.serving(SERVE_WAIT_MS);
   return { cluster, leader };
@@ -130,7 +132,7 @@ describe('three-node cluster with MQTT.js clients', { timeout: 120_000 }, () => 
     // Fixed MQTT ports, so every client can list all three nodes (MQTT.js `servers`) and reconnect
     // with its session to whichever serves; an in-flight QoS 2 publish is re-sent with its packet id.
     const mqttPorts = [await freePort(), await freePort(), await freePort()];
-    const cluster = await LocalCluster.start({
+    const cluster = await Cluster.start({
       electionTimeoutMs: ELECTION_TIMEOUT_MS,
       extra: (id) => ['--port', String(mqttPorts[id - 1])],
     });

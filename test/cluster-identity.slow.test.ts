@@ -14,8 +14,10 @@ import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { CLI } from './broker-process.js';
-import { collect, connect, until as untilTrue } from './cluster-mqtt.js';
-import { ClusterNodeProcess, clusterNodeArgs, type Health, LOOPBACK, LocalCluster } from './cluster-processes.js';
+import { collect, connect } from './cluster-mqtt.js';
+import { Cluster, ClusterNode, clusterNodeArgs, type Health } from './support/cluster.js';
+import { LOOPBACK } from './support/net.js';
+import { until } from './support/wait.js';
 
 const ELECTION_TIMEOUT_MS = 300;
 const SERVE_WAIT_MS = 20_000;
@@ -28,14 +30,14 @@ const FORMAT_1 = fileURLToPath(new URL('../../test/fixtures/state-format-1', imp
 
 type IdentityHealth = Health['body'];
 
-const clusters: LocalCluster[] = [];
-const extra: ClusterNodeProcess[] = [];
+const clusters: Cluster[] = [];
+const extra: ClusterNode[] = [];
 after(async () => {
   await Promise.all(extra.map((n) => n.stop()));
   await Promise.all(clusters.map((c) => c.dispose()));
 });
 
-async function healthOf(n: ClusterNodeProcess): Promise<IdentityHealth | null> {
+async function healthOf(n: ClusterNode): Promise<IdentityHealth | null> {
   if (!n.alive) return null;
   return n.health().then(
     (h) => h.body as IdentityHealth,
@@ -43,19 +45,9 @@ async function healthOf(n: ClusterNodeProcess): Promise<IdentityHealth | null> {
   );
 }
 
-async function until<T>(what: string, probe: () => Promise<T | null>, timeoutMs: number): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await probe();
-    if (v !== null) return v;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
 /** A serving cluster whose three nodes report one cluster identity; returns it. */
-async function identifiedCluster(): Promise<{ cluster: LocalCluster; uid: string }> {
-  const cluster = await LocalCluster.start({ electionTimeoutMs: ELECTION_TIMEOUT_MS });
+async function identifiedCluster(): Promise<{ cluster: Cluster; uid: string }> {
+  const cluster = await Cluster.start({ electionTimeoutMs: ELECTION_TIMEOUT_MS });
   clusters.push(cluster);
   await cluster.serving(SERVE_WAIT_MS);
   const uid = await until(
@@ -71,12 +63,12 @@ async function identifiedCluster(): Promise<{ cluster: LocalCluster; uid: string
   return { cluster, uid };
 }
 
-/** The flags LocalCluster gives node `id` (its state file included). */
-function argsOf(cluster: Pick<LocalCluster, 'peers' | 'stateFile'>, id: number): string[] {
+/** The flags Cluster gives node `id` (its state file included). */
+function argsOf(cluster: Pick<Cluster, 'peers' | 'stateFile'>, id: number): string[] {
   return clusterNodeArgs({ peers: cluster.peers, stateFile: (n) => cluster.stateFile(n), electionTimeoutMs: ELECTION_TIMEOUT_MS }, id);
 }
 
-async function sigterm(n: ClusterNodeProcess): Promise<void> {
+async function sigterm(n: ClusterNode): Promise<void> {
   n.signal('SIGTERM');
   assert.equal(await n.exited(EXIT_WAIT_MS), 0, `node ${n.id} exits 0 on SIGTERM`);
 }
@@ -140,7 +132,7 @@ describe('cluster identity', { timeout: 240_000 }, () => {
     const path = a.cluster.stateFile(2);
     rmSync(`${path}.member`);
     copyFileSync(b.cluster.stateFile(2), path);
-    const n = ClusterNodeProcess.spawn(2, argsOf(a.cluster, 2));
+    const n = ClusterNode.spawn(2, argsOf(a.cluster, 2));
     extra.push(n);
     const line = await n.waitForLog((l) => l.msg === 'health listening', EXIT_WAIT_MS);
     n.healthPort = line.port as number;
@@ -199,7 +191,7 @@ describe('cluster identity', { timeout: 240_000 }, () => {
       rmSync(dir, { recursive: true, force: true });
     }
 
-    const cluster = await LocalCluster.start({ electionTimeoutMs: ELECTION_TIMEOUT_MS, prepare: (d) => fixtureInto(d, 'a') });
+    const cluster = await Cluster.start({ electionTimeoutMs: ELECTION_TIMEOUT_MS, prepare: (d) => fixtureInto(d, 'a') });
     clusters.push(cluster);
     const leader = await cluster.serving(SERVE_WAIT_MS);
     for (const n of cluster.nodes) {
@@ -210,7 +202,7 @@ describe('cluster identity', { timeout: 240_000 }, () => {
     const { client } = await connect(leader.mqttPort, { clientId: 'format1-reader', clean: true });
     const got = collect(client);
     await client.subscribeAsync('fixture/retained', { qos: 1 });
-    await untilTrue('the retained message of the fixture', () => got.length > 0, SERVE_WAIT_MS);
+    await until('the retained message of the fixture', () => got.length > 0, SERVE_WAIT_MS);
     assert.equal(got[0], 'written before cluster identities');
     await client.endAsync();
 

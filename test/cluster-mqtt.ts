@@ -1,7 +1,8 @@
-// MQTT.js clients against a LocalCluster: connect without automatic reconnects, collect what
-// arrives, wait for a condition, and kill the serving leader while timing the failover.
+// MQTT.js clients against a Cluster: connect without automatic reconnects, collect what
+// arrives, and kill the serving leader while timing the failover.
 import mqtt, { type IClientOptions, type MqttClient } from 'mqtt';
-import { type ClusterNodeProcess, LOOPBACK, type LocalCluster } from './cluster-processes.js';
+import type { Cluster, ClusterNode } from './support/cluster.js';
+import { LOOPBACK } from './support/net.js';
 
 /** Connects without automatic reconnects; resolves on CONNACK with the session-present flag. */
 export function connect(port: number, opts: IClientOptions, timeoutMs = 5_000): Promise<{ client: MqttClient; sessionPresent: boolean }> {
@@ -30,20 +31,8 @@ export function collect(client: MqttClient): string[] {
   return got;
 }
 
-export async function until(what: string, cond: () => boolean, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
 /** Kills the leader with SIGKILL and measures until a client's CONNACK on the new serving leader. */
-export async function killLeader(
-  cluster: LocalCluster,
-  leader: ClusterNodeProcess,
-  waitMs: number,
-): Promise<{ next: ClusterNodeProcess; ms: number }> {
+export async function killLeader(cluster: Cluster, leader: ClusterNode, waitMs: number): Promise<{ next: ClusterNode; ms: number }> {
   const survivors = cluster.nodes.filter((n) => n !== leader);
   const t0 = performance.now();
   leader.signal('SIGKILL');

@@ -5,7 +5,7 @@ import type { Entry } from '../src/broker/commands.js';
 import { RaftLog } from '../src/cluster/raft-log.js';
 import { brokerLogContract, contractSettings } from '../src/log/broker-log.contract.js';
 import type { LogListener } from '../src/log/broker-log.js';
-import { freePort, LOOPBACK } from './cluster-processes.js';
+import { freePort, LOOPBACK } from './support/net.js';
 
 const ELECTION_TIMEOUT_MS = 150;
 const ELECTION_WAIT_MS = 10_000;

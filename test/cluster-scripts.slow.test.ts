@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import mqtt from 'mqtt';
 import { BrokerProcess } from './broker-process.js';
-import { freePort, httpGet, LOOPBACK } from './cluster-processes.js';
+import { freePort, httpGet, LOOPBACK } from './support/net.js';
 
 const SCRIPTS = join(process.cwd(), 'cluster-scripts');
 const SCRIPT_TIMEOUT_MS = 30_000;

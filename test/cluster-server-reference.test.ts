@@ -8,7 +8,8 @@ import { connect } from 'node:net';
 import { describe, it } from 'node:test';
 import mqtt, { type IClientOptions } from 'mqtt';
 import { CLI } from './broker-process.js';
-import { type ClusterNodeProcess, freePort, LOOPBACK, LocalCluster } from './cluster-processes.js';
+import { Cluster, type ClusterNode } from './support/cluster.js';
+import { freePort, LOOPBACK } from './support/net.js';
 
 const WAIT_MS = 15_000;
 
@@ -77,7 +78,7 @@ describe('followers refer clients to the leader', { timeout: 90_000 }, () => {
     const mqttPorts = [await freePort(), await freePort(), await freePort()];
     const address = (id: number): string => `${LOOPBACK}:${mqttPorts[id - 1]}`;
     const refs = [1, 2, 3].map((id) => `${id}=${address(id)}`).join(',');
-    const cluster = await LocalCluster.start({
+    const cluster = await Cluster.start({
       extra: (id) => ['--port', String(mqttPorts[id - 1]), '--cluster-server-reference', refs],
     });
     try {
@@ -103,7 +104,7 @@ describe('followers refer clients to the leader', { timeout: 90_000 }, () => {
       const next = await cluster.serving(WAIT_MS, followers);
       assert.equal(next.mqttPort, mqttPorts[next.id - 1], 'the new leader serves on its own port, released by its referrer');
       assert.equal((await answerOf(next.mqttPort, 5, (a) => a.connected)).connected, true);
-      const rest = followers.find((n) => n !== next) as ClusterNodeProcess;
+      const rest = followers.find((n) => n !== next) as ClusterNode;
       const after = await answerOf(mqttPorts[rest.id - 1] as number, 5, (a) => a.reference === address(next.id));
       assert.deepEqual(after, { connected: false, code: 0x9c, reference: address(next.id) });
       assert.ok(

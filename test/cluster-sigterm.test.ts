@@ -6,7 +6,8 @@ import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { describe, it } from 'node:test';
 import mqtt from 'mqtt';
-import { LOOPBACK, LocalCluster } from './cluster-processes.js';
+import { Cluster } from './support/cluster.js';
+import { LOOPBACK } from './support/net.js';
 
 const ELECTION_TIMEOUT_MS = 500;
 const SHUTDOWN_TIMEOUT_MS = 3_000;
@@ -25,7 +26,7 @@ function connack(port: number, timeoutMs: number): Promise<void> {
 
 describe('SIGTERM of the cluster leader', { timeout: 60_000 }, () => {
   it('hands leadership over, exits 0 within the shutdown timeout, and another node serves', async () => {
-    const cluster = await LocalCluster.start({
+    const cluster = await Cluster.start({
       electionTimeoutMs: ELECTION_TIMEOUT_MS,
       extra: () => ['--shutdown-timeout-ms', String(SHUTDOWN_TIMEOUT_MS)],
     });

@@ -12,8 +12,10 @@ import { after, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import mqtt from 'mqtt';
 import { CLI } from './broker-process.js';
-import { collect, connect, killLeader, until } from './cluster-mqtt.js';
-import { type ClusterNodeProcess, type Health, LOOPBACK, LocalCluster } from './cluster-processes.js';
+import { collect, connect, killLeader } from './cluster-mqtt.js';
+import { Cluster, type ClusterNode, type Health } from './support/cluster.js';
+import { LOOPBACK } from './support/net.js';
+import { until } from './support/wait.js';
 
 const ELECTION_TIMEOUT_MS = 300;
 const SERVE_WAIT_MS = 20_000;
@@ -25,23 +27,23 @@ const EXIT_FORCE_START_FAILED = 75;
 const EXIT_STATE_FILE_REFUSED = 78;
 const NEWEST_STATE = fileURLToPath(new URL('../../cluster-scripts/newest-state', import.meta.url));
 
-const clusters: LocalCluster[] = [];
+const clusters: Cluster[] = [];
 after(async () => {
   await Promise.all(clusters.map((c) => c.dispose()));
 });
 
-async function startCluster(): Promise<{ cluster: LocalCluster; leader: ClusterNodeProcess }> {
-  const cluster = await LocalCluster.start({ electionTimeoutMs: ELECTION_TIMEOUT_MS });
+async function startCluster(): Promise<{ cluster: Cluster; leader: ClusterNode }> {
+  const cluster = await Cluster.start({ electionTimeoutMs: ELECTION_TIMEOUT_MS });
   clusters.push(cluster);
   return { cluster, leader: await cluster.serving(SERVE_WAIT_MS) };
 }
 
 /** Health of a live node, or null while it does not answer. */
-async function healthOf(n: ClusterNodeProcess): Promise<Health | null> {
+async function healthOf(n: ClusterNode): Promise<Health | null> {
   return n.alive ? n.health().catch(() => null) : null;
 }
 
-async function untilHealth(n: ClusterNodeProcess, what: string, pred: (h: Health) => boolean, timeoutMs: number): Promise<Health> {
+async function untilHealth(n: ClusterNode, what: string, pred: (h: Health) => boolean, timeoutMs: number): Promise<Health> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const h = await healthOf(n);
@@ -104,13 +106,13 @@ async function retainedOn(port: number, topic: string): Promise<string> {
   }
 }
 
-async function sigtermAll(cluster: LocalCluster): Promise<void> {
+async function sigtermAll(cluster: Cluster): Promise<void> {
   for (const n of cluster.nodes) n.signal('SIGTERM');
   const codes = await Promise.all(cluster.nodes.map((n) => n.exited(EXIT_WAIT_MS)));
   assert.deepEqual(codes, [0, 0, 0], 'every node exits 0 on SIGTERM');
 }
 
-async function kill(n: ClusterNodeProcess): Promise<void> {
+async function kill(n: ClusterNode): Promise<void> {
   n.signal('SIGKILL');
   await n.exited(EXIT_WAIT_MS);
 }

@@ -11,8 +11,8 @@ import type mqtt from 'mqtt';
 import { pino } from 'pino';
 import { ConfigError } from '../src/errors.js';
 import { type ClientDisconnectedEvent, MqttBroker, type PublishedEvent, type SubscribedEvent } from '../src/index.js';
-import { freePort, LOOPBACK } from './cluster-processes.js';
 import { connectClient, connectPacket, disconnect, publish, RawClient, subscribe, WAIT_MS, withTimeout } from './helpers.js';
+import { freePort, LOOPBACK } from './support/net.js';
 
 const quiet = pino({ level: 'silent' });
 const cleanups: Array<() => Promise<void> | void> = [];

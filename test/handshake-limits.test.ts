@@ -9,7 +9,8 @@ import { after, before, describe, it } from 'node:test';
 import type { BrokerNode } from '../src/server/broker-node.js';
 import type { ListenerSpec } from '../src/server/listeners/listen-url.js';
 import { TlsMaterial } from '../src/server/listeners/tls-material.js';
-import { connectClient, disconnect, sleep, startNode, WAIT_MS, withTimeout } from './helpers.js';
+import { connectClient, disconnect, startNode, WAIT_MS, withTimeout } from './helpers.js';
+import { until } from './support/wait.js';
 import { makePki, type Pki } from './tls-certs.js';
 
 const L = (kind: ListenerSpec['kind']): ListenerSpec => ({
@@ -39,12 +40,6 @@ async function silent(port: number): Promise<Silent> {
     'TCP connect',
   );
   return { socket, closed };
-}
-
-/** Polls a condition of the node, bounded in count and time. */
-async function until(what: string, cond: () => boolean): Promise<void> {
-  for (let i = 0; i < 250 && !cond(); i++) await sleep(20);
-  assert.ok(cond(), what);
 }
 
 const counter = (node: BrokerNode, kind: string): number => node.counters.get(kind) ?? 0;

@@ -14,7 +14,9 @@ import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import mqtt, { type IClientOptions, type MqttClient } from 'mqtt';
 import { requireCommand } from './broker-process.js';
-import { type ClusterNodeProcess, freePort, httpGet, LOOPBACK, LocalCluster } from './cluster-processes.js';
+import { Cluster, type ClusterNode } from './support/cluster.js';
+import { freePort, httpGet, LOOPBACK } from './support/net.js';
+import { until } from './support/wait.js';
 
 const SHIPPED_CFG = join(process.cwd(), 'cluster-scripts', 'haproxy.cfg');
 const ELECTION_TIMEOUT_MS = 500;
@@ -29,14 +31,6 @@ const cleanups: Array<() => Promise<void> | void> = [];
 after(async () => {
   for (const c of cleanups.reverse()) await c();
 });
-
-async function until(what: string, cond: () => boolean, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
 
 interface ServerState {
   name: string;
@@ -157,7 +151,7 @@ function connectOnce(port: number, opts: IClientOptions, timeoutMs = 5_000): Pro
   });
 }
 
-async function connectionsOn(node: ClusterNodeProcess): Promise<number> {
+async function connectionsOn(node: ClusterNode): Promise<number> {
   const r = await httpGet(node.healthPort, '/metrics');
   const m = /^raftmq_connections (\d+)$/m.exec(r.text);
   if (m === null) throw new Error(`node ${node.id}: no raftmq_connections in /metrics`);
@@ -179,7 +173,7 @@ describe('HAProxy with cluster-scripts/haproxy.cfg in front of three nodes', { t
     const dir = mkdtempSync(join(tmpdir(), 'raftmq-haproxy-'));
     cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
 
-    const cluster = await LocalCluster.start({
+    const cluster = await Cluster.start({
       electionTimeoutMs: ELECTION_TIMEOUT_MS,
       extra: (id) => ['--port', String(mqttPorts[id - 1]), '--health-port', String(healthPorts[id - 1])],
     });

@@ -8,6 +8,7 @@ import { Decoder } from '../src/protocol/decoder.js';
 import { encode } from '../src/protocol/encoder.js';
 import type { Packet, ProtocolLevel } from '../src/protocol/packets.js';
 import { BrokerNode, type NodeOptions } from '../src/server/broker-node.js';
+import { sleep } from './support/wait.js';
 
 export const WAIT_MS = 5_000;
 
@@ -42,10 +43,6 @@ export function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise
     timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms waiting for ${what}`)), ms);
   });
   return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
-}
-
-export function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
 /** An MQTT.js client with every message it received, in order. */

@@ -7,7 +7,8 @@ import type { Packet } from '../src/protocol/packets.js';
 import { RC } from '../src/protocol/reason-codes.js';
 import type { BrokerNode } from '../src/server/broker-node.js';
 import type { NodeLimits } from '../src/server/limits.js';
-import { connectClient, connectPacket, disconnect, publish, RawClient, sleep, startNode, subscribe } from './helpers.js';
+import { connectClient, connectPacket, disconnect, publish, RawClient, startNode, subscribe } from './helpers.js';
+import { sleep } from './support/wait.js';
 
 async function withNode(limits: Partial<NodeLimits>, body: (node: BrokerNode) => Promise<void>): Promise<void> {
   const node = await startNode({ nodeLimits: limits });

@@ -8,17 +8,18 @@ import { closeSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { freePort } from '../jepsen-like-tests/net.js';
 import { CLI, requireCommand } from './broker-process.js';
-import { ClusterNodeProcess, LOOPBACK } from './cluster-processes.js';
-import { connectClient, disconnect, publish, publishRoundTrip, sleep, subscribe } from './helpers.js';
+import { connectClient, disconnect, publish, publishRoundTrip, subscribe } from './helpers.js';
+import { ClusterNode } from './support/cluster.js';
+import { freePort, LOOPBACK } from './support/net.js';
+import { sleep } from './support/wait.js';
 
 const WAIT_MS = 20_000;
 const single = (extra: string[] = []): string[] => ['--host', LOOPBACK, '--port', '0', ...extra];
 
 describe('log destination', { timeout: 120_000 }, () => {
   it('SIGTERM ends a node whose stdout reader has gone away (EPIPE), with exit code 0', async () => {
-    const n = ClusterNodeProcess.spawn(1, single(['--log-level', 'debug']));
+    const n = ClusterNode.spawn(1, single(['--log-level', 'debug']));
     try {
       await n.waitForLog((l) => l.msg === 'listening', WAIT_MS);
       // The read end closes: every later write of the node to stdout fails with EPIPE.
@@ -62,7 +63,7 @@ describe('log destination', { timeout: 120_000 }, () => {
   });
 
   it('a stdout nobody reads: the node serves MQTT, drops lines, counts and reports them', async () => {
-    const n = ClusterNodeProcess.spawn(1, single(['--log-level', 'debug', '--stats-interval-ms', '1', '--log-queue-bytes', '16KiB']));
+    const n = ClusterNode.spawn(1, single(['--log-level', 'debug', '--stats-interval-ms', '1', '--log-queue-bytes', '16KiB']));
     try {
       await n.waitForLog((l) => l.msg === 'listening', WAIT_MS);
       const port = n.mqttPort;

@@ -3,10 +3,10 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { describe, it } from 'node:test';
-import { freePort } from '../jepsen-like-tests/net.js';
 import { CLI } from './broker-process.js';
-import { ClusterNodeProcess, LOOPBACK } from './cluster-processes.js';
 import { publishRoundTrip } from './helpers.js';
+import { ClusterNode } from './support/cluster.js';
+import { freePort, LOOPBACK } from './support/net.js';
 
 const WAIT_MS = 15_000;
 
@@ -22,7 +22,7 @@ function isJson(line: string): boolean {
 describe('log format and level', { timeout: 60_000 }, () => {
   it('--log-format pretty prints lines for a terminal, not JSON', async () => {
     const port = await freePort();
-    const n = ClusterNodeProcess.spawn(1, ['--host', LOOPBACK, '--port', String(port), '--log-format', 'pretty']);
+    const n = ClusterNode.spawn(1, ['--host', LOOPBACK, '--port', String(port), '--log-format', 'pretty']);
     try {
       const line = await n.waitForLog((l) => / INFO.*: listening$/.test(l.msg), WAIT_MS);
       assert.equal(isJson(line.msg), false);
@@ -43,7 +43,7 @@ describe('log format and level', { timeout: 60_000 }, () => {
 
   it('--log-level warn prints no info line while the node starts and serves', async () => {
     const port = await freePort();
-    const n = ClusterNodeProcess.spawn(1, ['--host', LOOPBACK, '--port', String(port), '--log-level', 'warn']);
+    const n = ClusterNode.spawn(1, ['--host', LOOPBACK, '--port', String(port), '--log-level', 'warn']);
     try {
       await publishRoundTrip(port, 'log-format-probe', WAIT_MS);
       assert.equal(n.logs.length, 0, `nothing at all, a clean start has nothing to warn about: ${JSON.stringify(n.logs)}`);

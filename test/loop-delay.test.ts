@@ -3,33 +3,14 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { connect } from 'node:net';
 import { describe, it } from 'node:test';
 import mqtt from 'mqtt';
-import { freePort } from '../jepsen-like-tests/net.js';
 import { CLI } from './broker-process.js';
-import { sleep } from './helpers.js';
+import { freePort, portOpen } from './support/net.js';
+import { sleep, until } from './support/wait.js';
 
 const START_WAIT_MS = 10_000;
 const POLL_MS = 50;
-
-/** Under --log-level warn the 'listening' line is not written: wait until the port accepts. */
-async function waitForPort(port: number): Promise<void> {
-  const deadline = Date.now() + START_WAIT_MS;
-  while (Date.now() < deadline) {
-    const ok = await new Promise<boolean>((resolve) => {
-      const s = connect(port, '127.0.0.1');
-      s.once('connect', () => {
-        s.destroy();
-        resolve(true);
-      });
-      s.once('error', () => resolve(false));
-    });
-    if (ok) return;
-    await sleep(POLL_MS);
-  }
-  throw new Error(`broker did not listen on ${port} within ${START_WAIT_MS} ms`);
-}
 
 /** 4,000 publishes of 2 KiB from one client to a subscriber of their topic, all delivered. */
 async function makeGarbage(port: number): Promise<void> {
@@ -76,7 +57,8 @@ describe('event-loop delay report', { timeout: 30_000 }, () => {
     });
     const exited = once(proc, 'exit');
     try {
-      await waitForPort(port);
+      // Under --log-level warn the 'listening' line is not written: wait until the port accepts.
+      await until(`the broker to listen on ${port}`, () => portOpen(port), START_WAIT_MS, { intervalMs: POLL_MS });
       await sleep(POLL_MS); // the signal handler is installed right after the listener opens
       await makeGarbage(port);
       proc.kill('SIGUSR2');

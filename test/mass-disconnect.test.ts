@@ -11,11 +11,11 @@ import { encode } from '../src/protocol/encoder.js';
 import { RC } from '../src/protocol/reason-codes.js';
 import type { BrokerNode } from '../src/server/broker-node.js';
 import { PEER_ENDS_PER_TURN_MAX } from '../src/server/outbox.js';
-import { connectClient, connectPacket, sleep, startNode, subscribe, type TestClient, WAIT_MS, withTimeout } from './helpers.js';
+import { connectClient, connectPacket, startNode, subscribe, type TestClient, WAIT_MS, withTimeout } from './helpers.js';
+import { until } from './support/wait.js';
 
 /** More than a few turns' worth of peer ends. */
 const CLIENTS = PEER_ENDS_PER_TURN_MAX * 5 + 7;
-const POLL_MS = 20;
 
 /** A raw client past its CONNACK, with a QoS 0 will on `will/<id>`; MQTT 5 with will delay and
  * session expiry `delayS` when given. */
@@ -31,14 +31,6 @@ async function clientWithWill(port: number, id: string, delayS?: number): Promis
   assert.equal(chunk[0], 0x20, `${id}: CONNACK`);
   assert.equal(chunk[3], 0, `${id}: accepted`);
   return socket;
-}
-
-async function until(what: string, cond: () => boolean): Promise<void> {
-  const deadline = Date.now() + WAIT_MS;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(POLL_MS);
-  }
 }
 
 describe('clients that close the network connection', { timeout: 60_000 }, () => {
@@ -65,7 +57,7 @@ describe('clients that close the network connection', { timeout: 60_000 }, () =>
     const will = new Promise<string>((resolve) => watcher?.client.once('message', (_t: string, p: Buffer) => resolve(p.toString())));
     assert.equal(await withTimeout(will, WAIT_MS, 'the will'), 'half');
     await withTimeout(closed, WAIT_MS, 'the broker to close the half-closed socket');
-    await until('the node to forget the connection', () => node?.connectionCount === 1);
+    await until('the node to forget the connection', () => node?.connectionCount === 1, WAIT_MS);
   });
 
   it('many clients leaving in one turn are all closed, over several turns, with every will published', async () => {
@@ -78,9 +70,9 @@ describe('clients that close the network connection', { timeout: 60_000 }, () =>
     let closed = 0;
     for (const s of sockets) s.once('close', () => closed++);
     for (const s of sockets) s.end();
-    await until(`${CLIENTS} wills`, () => wills.size === CLIENTS);
-    await until(`${CLIENTS} sockets closed by the broker`, () => closed === CLIENTS);
-    await until('the node to hold only the watcher', () => node?.connectionCount === 1);
+    await until(`${CLIENTS} wills`, () => wills.size === CLIENTS, WAIT_MS);
+    await until(`${CLIENTS} sockets closed by the broker`, () => closed === CLIENTS, WAIT_MS);
+    await until('the node to hold only the watcher', () => node?.connectionCount === 1, WAIT_MS);
     for (let i = 0; i < CLIENTS; i++) assert.ok(wills.has(`c${i}`), `will of c${i}`);
   });
 
@@ -96,7 +88,7 @@ describe('clients that close the network connection', { timeout: 60_000 }, () =>
     for (let i = 0; i < n; i++) sockets.push(await clientWithWill(node.port, `d${i}`, 1));
     const bye = encode({ type: 'disconnect', code: RC.DISCONNECT_WITH_WILL, props: {} }, 5);
     for (const s of sockets) s.write(bye);
-    await until(`${n} wills`, () => wills.size === n);
+    await until(`${n} wills`, () => wills.size === n, WAIT_MS);
     assert.equal(node.counters.get('stale-deadline'), undefined);
   });
 });

@@ -6,8 +6,9 @@ import { Registry } from 'prom-client';
 import { healthSource, singleNodeStatus } from '../src/cluster/cluster-node.js';
 import { NodeMetrics } from '../src/cluster/metrics.js';
 import type { BrokerNode } from '../src/server/broker-node.js';
-import { connectClient, disconnect, publish, sleep, startNode } from './helpers.js';
+import { connectClient, disconnect, publish, startNode } from './helpers.js';
 import { parseMetrics } from './prom-text.js';
+import { sleep } from './support/wait.js';
 
 describe('NodeMetrics', { timeout: 30_000 }, () => {
   let node: BrokerNode;

@@ -3,10 +3,10 @@
 // from fixed sets, and prom-client's process metrics are there without the ones that reset.
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { httpGet } from '../jepsen-like-tests/net.js';
 import { BrokerProcess } from './broker-process.js';
 import { connectClient, disconnect, publish, subscribe, type TestClient, withTimeout } from './helpers.js';
 import { parseMetrics } from './prom-text.js';
+import { httpGet } from './support/net.js';
 
 async function scrape(port: number): Promise<Map<string, number>> {
   const r = await httpGet(port, '/metrics');

@@ -12,13 +12,13 @@ import {
   dropConnection,
   publish,
   RawClient,
-  sleep,
   startNode,
   subscribe,
   type TestClient,
   WAIT_MS,
   withTimeout,
 } from './helpers.js';
+import { sleep } from './support/wait.js';
 
 const payload = (s: string) => new Uint8Array(Buffer.from(s));
 const text = (b: Uint8Array) => Buffer.from(b).toString();

@@ -12,7 +12,8 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { decodeAnyStateFile, encodeStateFile, prevPathOf, type StateFile } from '../raft/driver/state-file.js';
 import type { Ranked, Report } from '../src/cluster/newest-state.js';
-import { agreedLeader, linkAll, RaftNodeProcess, stopNodes, waitUntil } from './raft-node-process.js';
+import { agreedLeader, linkAll, RaftNodeProcess, stopNodes } from './raft-node-process.js';
+import { until } from './support/wait.js';
 
 const E = 300;
 const PROPOSE_TRIES_MAX = 5;
@@ -26,7 +27,7 @@ const start = (id: number): Promise<RaftNodeProcess> => RaftNodeProcess.start(id
 
 async function sigterm(node: RaftNodeProcess): Promise<void> {
   node.signal('SIGTERM');
-  await waitUntil(`node ${node.id} to exit after SIGTERM`, async () => (node.alive ? undefined : true), WAIT_MS);
+  await until(`node ${node.id} to exit after SIGTERM`, async () => (node.alive ? undefined : true), WAIT_MS);
   assert.equal(node.proc.exitCode, 0, node.stderr);
 }
 
@@ -35,7 +36,7 @@ async function sigterm(node: RaftNodeProcess): Promise<void> {
 async function propose(nodes: readonly RaftNodeProcess[], texts: readonly string[]): Promise<void> {
   let left = [...texts];
   for (let attempt = 0; attempt < PROPOSE_TRIES_MAX && left.length > 0; attempt++) {
-    const leader = await waitUntil('an agreed leader', () => agreedLeader(nodes), WAIT_MS);
+    const leader = await until('an agreed leader', () => agreedLeader(nodes), WAIT_MS);
     const replies = await leader.requestMany(left.map((t) => `propose ${t}`));
     for (const r of replies) assert.match(r, /^(ok \d+|err lost \d+|err RAFT_NOT_LEADER.*)$/, 'committed, or refused without committing');
     left = left.filter((_, k) => !/^ok /.test(replies[k]!));
@@ -69,7 +70,7 @@ describe('newest-state on the state files of three raft node programs', { timeou
   before(async () => {
     for (const id of IDS) nodes.set(id, await start(id));
     await linkAll(alive());
-    const leader = await waitUntil(
+    const leader = await until(
       'a leader with three caught-up voters',
       async () => {
         const l = await agreedLeader(alive());

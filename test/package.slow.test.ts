@@ -81,7 +81,7 @@ describe('npm pack of an unbuilt clone', { timeout: 600_000 }, () => {
     for (const f of listing) {
       assert.doesNotMatch(
         f,
-        /\.test\.|\/bench\/|\/fuzz\/|jepsen-like-tests|\/sim\/|\.map$|^package\/(src|raft|test)\//,
+        /\.test\.|\.testkit\.|\/bench\/|\/fuzz\/|jepsen-like-tests|\/sim\/|\.map$|^package\/(src|raft|test)\//,
         `${f} is not shipped`,
       );
     }

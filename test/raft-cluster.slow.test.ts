@@ -3,7 +3,8 @@
 // what they waited for; no test asserts how fast anything happened.
 import assert from 'node:assert/strict';
 import { after, describe, test } from 'node:test';
-import { agreedLeader, type RaftNodeProcess, sleep, startCluster, stopNodes, waitUntil } from './raft-node-process.js';
+import { agreedLeader, type RaftNodeProcess, startCluster, stopNodes } from './raft-node-process.js';
+import { sleep, until } from './support/wait.js';
 
 const E = 300;
 /** Generous bounds: a loaded CI machine may be slow; only a hang should hit them. */
@@ -26,7 +27,7 @@ async function appliedTexts(node: RaftNodeProcess): Promise<string[]> {
 
 async function waitApplied(nodes: readonly RaftNodeProcess[], index: number): Promise<void> {
   for (const n of nodes) {
-    await waitUntil(
+    await until(
       `node ${n.id} to apply index ${index}`,
       async () => ((await n.status()).appliedIndex >= index ? true : undefined),
       CATCH_UP_WAIT_MS,
@@ -40,7 +41,7 @@ describe('three raft node processes on loopback', { timeout: 120_000 }, () => {
 
   test('elect one leader and commit proposals, in the same order, on all three', async () => {
     nodes = await startCluster(E);
-    const leader = await waitUntil('one agreed leader', () => agreedLeader(nodes), ELECTION_WAIT_MS);
+    const leader = await until('one agreed leader', () => agreedLeader(nodes), ELECTION_WAIT_MS);
     const texts = Array.from({ length: 20 }, (_, k) => `first-${k}`);
     const indexes = await proposeAll(leader, texts);
     assert.deepEqual(
@@ -56,7 +57,7 @@ describe('three raft node processes on loopback', { timeout: 120_000 }, () => {
   });
 
   test('a follower paused with SIGSTOP catches up after SIGCONT', async () => {
-    const leader = await waitUntil('one agreed leader', () => agreedLeader(nodes), ELECTION_WAIT_MS);
+    const leader = await until('one agreed leader', () => agreedLeader(nodes), ELECTION_WAIT_MS);
     const follower = nodes.find((n) => n !== leader)!;
     follower.signal('SIGSTOP');
     const texts = Array.from({ length: 50 }, (_, k) => `while-paused-${k}`);
@@ -72,7 +73,7 @@ describe('three raft node processes on loopback', { timeout: 120_000 }, () => {
   });
 
   test('kill -9 of the leader: the survivors elect a new leader and keep every committed entry', async () => {
-    const oldLeader = await waitUntil('one agreed leader', () => agreedLeader(nodes), ELECTION_WAIT_MS);
+    const oldLeader = await until('one agreed leader', () => agreedLeader(nodes), ELECTION_WAIT_MS);
     const before = await appliedTexts(oldLeader);
     const acked = await proposeAll(oldLeader, ['before-kill-a', 'before-kill-b']);
     await waitApplied(nodes, acked.at(-1)!);
@@ -81,7 +82,7 @@ describe('three raft node processes on loopback', { timeout: 120_000 }, () => {
     // let it vote twice in a term or forget acknowledged entries; rejoining waits for part 3's
     // incarnations and amnesiac-learner rule (docs/design.md "Fresh, amnesiac, bootstrap").
     const survivors = nodes.filter((n) => n !== oldLeader);
-    const newLeader = await waitUntil('a new leader among the survivors', () => agreedLeader(survivors), ELECTION_WAIT_MS);
+    const newLeader = await until('a new leader among the survivors', () => agreedLeader(survivors), ELECTION_WAIT_MS);
     assert.notEqual(newLeader.id, oldLeader.id);
     const more = await proposeAll(newLeader, ['after-kill']);
     await waitApplied(survivors, more[0]!);

@@ -11,7 +11,7 @@ import { type DriverLogger, RaftDriver } from '../raft/driver/driver.js';
 import { DriverError } from '../raft/driver/errors.js';
 import { readRecord } from '../raft/driver/state-file.js';
 import { Transport } from '../raft/transport/transport.js';
-import { LOOPBACK, waitFor } from '../raft/transport/transport-harness.js';
+import { LOOPBACK, waitFor } from '../raft/transport/transport-harness.testkit.js';
 
 const E = 200;
 const IDS = [1, 2, 3];

@@ -8,7 +8,7 @@ import { type DriverLogger, RaftDriver } from '../raft/driver/driver.js';
 import { type RaftWireCodec, type RaftWireOptions, raftWireCodec } from '../raft/driver/wire-codec.js';
 import { encodeFrame } from '../raft/transport/frame.js';
 import { Transport } from '../raft/transport/transport.js';
-import { frameOf, LOOPBACK, RawPeer, settle, waitFor } from '../raft/transport/transport-harness.js';
+import { frameOf, LOOPBACK, RawPeer, settle, waitFor } from '../raft/transport/transport-harness.testkit.js';
 
 const E = 200;
 const IDS = [1, 2, 3];

@@ -9,7 +9,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import type { DriverStatus } from '../raft/driver/driver.js';
-import { agreedLeader, linkAll, RaftNodeProcess, stopNodes, waitUntil } from './raft-node-process.js';
+import { agreedLeader, linkAll, RaftNodeProcess, stopNodes } from './raft-node-process.js';
+import { until } from './support/wait.js';
 
 const E = 300;
 const IDS = [1, 2, 3];
@@ -23,7 +24,7 @@ async function start(id: number, extra: readonly string[] = []): Promise<RaftNod
 
 /** A leader that every node follows, whose configuration lists all three node ids, each caught up. */
 async function redundantLeader(nodes: readonly RaftNodeProcess[]): Promise<RaftNodeProcess> {
-  return waitUntil(
+  return until(
     'a leader with three caught-up voters',
     async () => {
       const leader = await agreedLeader(nodes);
@@ -44,7 +45,7 @@ async function texts(node: RaftNodeProcess): Promise<string[]> {
 }
 
 async function waitTexts(node: RaftNodeProcess, want: readonly string[]): Promise<void> {
-  await waitUntil(
+  await until(
     `node ${node.id} to apply ${want.length} entries`,
     async () => {
       const got = await texts(node);
@@ -56,7 +57,7 @@ async function waitTexts(node: RaftNodeProcess, want: readonly string[]): Promis
 
 async function sigterm(node: RaftNodeProcess): Promise<void> {
   node.signal('SIGTERM');
-  await waitUntil('a clean exit', async () => (node.alive ? undefined : true), WAIT_MS);
+  await until('a clean exit', async () => (node.alive ? undefined : true), WAIT_MS);
   assert.equal(node.proc.exitCode, 0, node.stderr);
 }
 
@@ -124,7 +125,7 @@ describe('raft node programs with state files', { timeout: 300_000 }, () => {
     for (const n of all()) if (n.id !== survivor) await n.kill();
     for (const id of IDS) if (id !== survivor) nodes.set(id, await start(id));
     await linkAll(all());
-    const statuses = await waitUntil(
+    const statuses = await until(
       'every node to report needsForceStart',
       async () => {
         const s: DriverStatus[] = await Promise.all(all().map((n) => n.status()));

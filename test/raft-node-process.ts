@@ -6,9 +6,10 @@ import { once } from 'node:events';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import type { DriverStatus } from '../raft/driver/driver.js';
+import { LOOPBACK } from './support/net.js';
+import { sleep } from './support/wait.js';
 
 export const NODE_MAIN = join(process.cwd(), 'build', 'raft', 'driver', 'node-main.js');
-const LOOPBACK = '127.0.0.1';
 
 export interface NodeLogLine {
   level?: string;
@@ -211,26 +212,6 @@ export async function startCluster(electionTimeoutMs: number): Promise<RaftNodeP
 
 export async function stopNodes(nodes: readonly RaftNodeProcess[]): Promise<void> {
   await Promise.all(nodes.map((n) => n.kill()));
-}
-
-export function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
-}
-
-/** Polls `probe` until it returns a value other than undefined; fails after timeoutMs. */
-export async function waitUntil<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs: number): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let lastError = '';
-  for (;;) {
-    try {
-      const v = await probe();
-      if (v !== undefined) return v;
-    } catch (err) {
-      lastError = (err as Error).message;
-    }
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${lastError ? ` (${lastError})` : ''}`);
-    await sleep(50);
-  }
 }
 
 /** The one leader that every given live node agrees on, in one term; undefined while they differ. */

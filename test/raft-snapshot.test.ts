@@ -8,7 +8,7 @@ import type { Message } from '../raft/core/messages.js';
 import type { Snapshot } from '../raft/core/snapshot.js';
 import { type DriverLogger, RaftDriver } from '../raft/driver/driver.js';
 import { Transport } from '../raft/transport/transport.js';
-import { LOOPBACK, waitFor } from '../raft/transport/transport-harness.js';
+import { LOOPBACK, waitFor } from '../raft/transport/transport-harness.testkit.js';
 
 const E = 200;
 const IDS = [1, 2, 3];

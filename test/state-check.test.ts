@@ -11,6 +11,7 @@ import { contractSettings } from '../src/log/broker-log.contract.js';
 import type { BrokerLog, LogListener } from '../src/log/broker-log.js';
 import { BrokerNode } from '../src/server/broker-node.js';
 import { nodeOptions, WAIT_MS, withTimeout } from './helpers.js';
+import { until } from './support/wait.js';
 
 /** A log whose entries the test commits, one batch per call; serving once serveStart() ran. */
 class FeedLog implements BrokerLog {
@@ -69,11 +70,6 @@ const connectCmd = (conn: string, clientId: string): Command => ({
 /** Sessions enough that a digest run takes several slices. */
 const SESSIONS = 3_000;
 const turn = (): Promise<void> => new Promise((r) => setImmediate(r));
-
-async function until(what: string, done: () => boolean): Promise<void> {
-  for (let i = 0; i < 2_000 && !done(); i++) await new Promise((r) => setTimeout(r, 2));
-  assert.ok(done(), what);
-}
 
 /** A node over a FeedLog, not started (a follower), with SESSIONS sessions applied. */
 interface Replica {

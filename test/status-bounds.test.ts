@@ -5,13 +5,13 @@ import assert from 'node:assert/strict';
 import { connect, type Socket } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import pino from 'pino';
-import { httpGet } from '../jepsen-like-tests/net.js';
 import { healthSource, singleNodeStatus } from '../src/cluster/cluster-node.js';
 import { HealthServer } from '../src/cluster/health.js';
 import { TRACE_WATCHERS_MAX } from '../src/server/publish-trace.js';
 import { BrokerProcess } from './broker-process.js';
 import { connectClient, disconnect, publish, startNode, subscribe, withTimeout } from './helpers.js';
 import { parseMetrics } from './prom-text.js';
+import { httpGet } from './support/net.js';
 
 const TOKEN = 'open-sesame';
 /** Any answer the tests wait for comes within this (the server's own bound is 10 s). */

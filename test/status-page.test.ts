@@ -9,8 +9,8 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { type BrowserContext, chromium, type Page } from 'playwright-core';
 import { BrokerProcess } from './broker-process.js';
-import { type ClusterNodeProcess, LocalCluster } from './cluster-processes.js';
 import { connectClient, disconnect, publish, subscribe, type TestClient } from './helpers.js';
+import { Cluster, type ClusterNode } from './support/cluster.js';
 
 const CHROMIUM = '/usr/bin/chromium';
 /** Every wait on the page is bounded by this (ms). */
@@ -79,14 +79,14 @@ async function shot(page: Page, name: string): Promise<void> {
 }
 
 describe('status page of a three-node cluster in Chromium', { timeout: 120_000 }, () => {
-  let cluster: LocalCluster;
-  let leader: ClusterNodeProcess;
+  let cluster: Cluster;
+  let leader: ClusterNode;
   let browser: Awaited<ReturnType<typeof launch>>;
   let sub: TestClient;
   let pub: TestClient;
 
   before(async () => {
-    cluster = await LocalCluster.start();
+    cluster = await Cluster.start();
     leader = await cluster.serving(PAGE_WAIT_MS);
     browser = await launch();
   });
@@ -133,7 +133,7 @@ describe('status page of a three-node cluster in Chromium', { timeout: 120_000 }
   });
 
   it('keeps showing the cluster with a follower down', async () => {
-    const follower = cluster.nodes.find((n) => n !== leader) as ClusterNodeProcess;
+    const follower = cluster.nodes.find((n) => n !== leader) as ClusterNode;
     await follower.stop();
     const page = await browser.context.newPage();
     await page.goto(`http://127.0.0.1:${leader.healthPort}/`, { timeout: PAGE_WAIT_MS });

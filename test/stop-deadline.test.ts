@@ -8,13 +8,14 @@ import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { describe, it } from 'node:test';
-import { ClusterNodeProcess, LOOPBACK, LocalCluster } from './cluster-processes.js';
+import { Cluster, ClusterNode } from './support/cluster.js';
+import { LOOPBACK } from './support/net.js';
 
 const WAIT_MS = 30_000;
 const TIMEOUT_MS = 300;
 
 /** Until the leader reports every node caught up (a handover has a target). */
-async function redundant(leader: ClusterNodeProcess): Promise<void> {
+async function redundant(leader: ClusterNode): Promise<void> {
   const deadline = Date.now() + WAIT_MS;
   while (!(await leader.health()).body.redundant) {
     if (Date.now() > deadline) throw new Error('the cluster never became redundant');
@@ -44,7 +45,7 @@ async function stubbornClient(port: number): Promise<Socket> {
   return s;
 }
 
-function order(n: ClusterNodeProcess, msgs: string[]): number[] {
+function order(n: ClusterNode, msgs: string[]): number[] {
   const all = n.logs.map((l) => l.msg);
   return msgs.map((m) => all.indexOf(m));
 }
@@ -55,7 +56,7 @@ function inOrder(at: number[]): boolean {
 
 describe('stop deadline', { timeout: 180_000 }, () => {
   it('a single node whose stop is held up past the timeout exits 1 and says so', async () => {
-    const n = ClusterNodeProcess.spawn(1, ['--host', LOOPBACK, '--port', '0', '--shutdown-timeout-ms', String(TIMEOUT_MS)]);
+    const n = ClusterNode.spawn(1, ['--host', LOOPBACK, '--port', '0', '--shutdown-timeout-ms', String(TIMEOUT_MS)]);
     let s: Socket | undefined;
     try {
       await n.waitForLog((l) => l.msg === 'listening', WAIT_MS);
@@ -76,7 +77,7 @@ describe('stop deadline', { timeout: 180_000 }, () => {
   });
 
   it('SIGTERM of a leader whose stdout reader is gone: exits 0 and writes its state file', async () => {
-    const cluster = await LocalCluster.start({ extra: () => ['--shutdown-timeout-ms', '5000'] });
+    const cluster = await Cluster.start({ extra: () => ['--shutdown-timeout-ms', '5000'] });
     try {
       const leader = await cluster.serving(WAIT_MS);
       await redundant(leader);
@@ -95,7 +96,7 @@ describe('stop deadline', { timeout: 180_000 }, () => {
   });
 
   it('a leader whose stop is held up past the timeout writes its state file, then exits 1', async () => {
-    const cluster = await LocalCluster.start({ extra: () => ['--shutdown-timeout-ms', String(TIMEOUT_MS)] });
+    const cluster = await Cluster.start({ extra: () => ['--shutdown-timeout-ms', String(TIMEOUT_MS)] });
     let s: Socket | undefined;
     try {
       const leader = await cluster.serving(WAIT_MS);

@@ -4,6 +4,7 @@ import assert from 'node:assert/strict';
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { after, before, describe, it } from 'node:test';
 import { BrokerProcess, requireCommand } from './broker-process.js';
+import { until } from './support/wait.js';
 
 function collect(proc: ChildProcess): { out: () => string } {
   let out = '';
@@ -11,14 +12,6 @@ function collect(proc: ChildProcess): { out: () => string } {
     out += c;
   });
   return { out: () => out };
-}
-
-async function waitFor(cond: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
 }
 
 describe('third-party clients', { timeout: 90_000 }, () => {
@@ -39,10 +32,10 @@ describe('third-party clients', { timeout: 90_000 }, () => {
     const got = collect(sub);
     try {
       // mosquitto_sub prints nothing when subscribed; publish until the first message arrives.
-      await waitFor(() => {
+      await until('the subscription to be live', () => {
         spawnSync('mosquitto_pub', ['-h', '127.0.0.1', '-p', String(broker.port), '-t', 'probe', '-m', 'p']);
         return got.out().includes('probe p');
-      }, 'the subscription to be live');
+      });
       for (const qos of [0, 1, 2]) {
         const r = spawnSync(
           'mosquitto_pub',
@@ -54,9 +47,8 @@ describe('third-party clients', { timeout: 90_000 }, () => {
         );
         assert.equal(r.status, 0, r.stderr);
       }
-      await waitFor(
-        () => ['sensors/0/temp t=0', 'sensors/1/temp t=1', 'sensors/2/temp t=2'].every((l) => got.out().includes(l)),
-        'three messages',
+      await until('three messages', () =>
+        ['sensors/0/temp t=0', 'sensors/1/temp t=1', 'sensors/2/temp t=2'].every((l) => got.out().includes(l)),
       );
     } finally {
       sub.kill('SIGTERM');

@@ -19,6 +19,7 @@ import type { ListenerSpec } from '../src/server/listeners/listen-url.js';
 import { TlsMaterial, type TlsSettings } from '../src/server/listeners/tls-material.js';
 import type { Transport } from '../src/server/transport.js';
 import { connectClient, connectPacket, disconnect, publish, RawClient, startNode, subscribe, WAIT_MS, withTimeout } from './helpers.js';
+import { until } from './support/wait.js';
 import { makePki, type Pki } from './tls-certs.js';
 
 const L = (kind: ListenerSpec['kind'], extra: Partial<ListenerSpec> = {}): ListenerSpec => ({
@@ -316,7 +317,7 @@ describe('listeners and transport security', { timeout: 120_000 }, () => {
       got = Buffer.concat([got, d]);
     });
     ws.write(Buffer.concat([Buffer.from(upgrade), frame]));
-    await waitUntil(() => got.includes(Buffer.from([0x82, 0x04, 0x20, 0x02, 0x00, 0x00])), 'CONNACK frame over ws');
+    await until('CONNACK frame over ws', () => got.includes(Buffer.from([0x82, 0x04, 0x20, 0x02, 0x00, 0x00])));
     assert.match(got.toString('latin1'), /^HTTP\/1\.1 101/);
     assert.equal(seen.at(-1)?.remote, '2001:db8::77');
     ws.destroy();
@@ -365,11 +366,6 @@ describe('listeners and transport security', { timeout: 120_000 }, () => {
 function rawSocket(port: number): Promise<Socket> {
   const s = netConnect({ host: '127.0.0.1', port });
   return withTimeout(new Promise((r, j) => s.once('connect', () => r(s)).once('error', j)), WAIT_MS, 'TCP connect');
-}
-
-async function waitUntil(cond: () => boolean, what: string): Promise<void> {
-  for (let i = 0; i < 100 && !cond(); i++) await new Promise((r) => setTimeout(r, 50));
-  assert.ok(cond(), what);
 }
 
 function upgradeStatus(url: string, protocols: string[]): Promise<number> {

@@ -50,7 +50,6 @@ export interface Ctx {
 }
 
 export const hr = (): bigint => hrtime.bigint();
-export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 export const msSince = (t0: bigint, t: bigint): number => Number(t - t0) / 1e6;
 export const round = (v: number, digits = 1): number => Math.round(v * 10 ** digits) / 10 ** digits;
 

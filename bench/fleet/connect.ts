@@ -5,7 +5,8 @@
 // connected / (first connect to last CONNACK); bytes per connection is the serving process's RSS
 // growth over the phase divided by the connections.
 import { readFileSync } from 'node:fs';
-import { brokerMeter, type Ctx, failureSummary, loadMeter, type Outcome, type Row, round, sleep } from './common.js';
+import { sleep } from '../../test/support/wait.js';
+import { brokerMeter, type Ctx, failureSummary, loadMeter, type Outcome, type Row, round } from './common.js';
 import type { Pki } from './pki.js';
 import { split } from './pool.js';
 import { HostMeter, sampleProc } from './procstat.js';

@@ -3,7 +3,9 @@
 // across all workers. Devices behave as devices from the start: one that loses its connection
 // (e.g. the leadership moves while the machine is loaded) reconnects by itself; one whose first
 // connect fails is tried again, up to SETUP_PASSES passes, against whichever node serves then.
-import { type Ctx, failureSummary, hr, msSince, round, sleep } from './common.js';
+
+import { sleep } from '../../test/support/wait.js';
+import { type Ctx, failureSummary, hr, msSince, round } from './common.js';
 import { split } from './pool.js';
 import type { ArmArgs, ConnectReply, FailoverStatus } from './protocol.js';
 import type { Target } from './targets.js';

@@ -15,7 +15,9 @@
 // dead link would see nothing) and notice the loss only by their keep-alive: a PINGREQ every
 // keepalive seconds, the link dead after 1.5 x keepalive without any packet. Times then include
 // that detection (between 0.5 and 1.5 x keepalive after the kill).
-import { brokerMeter, type Ctx, hr, loadMeter, msSince, type Outcome, type Row, round, sleep } from './common.js';
+
+import { sleep } from '../../test/support/wait.js';
+import { brokerMeter, type Ctx, hr, loadMeter, msSince, type Outcome, type Row, round } from './common.js';
 import { ATTEMPT_TIMEOUT_MS, connectDevices, devicesUp, reconnectLoop } from './devices.js';
 import { Hist, quantiles } from './histogram.js';
 import { HostMeter } from './procstat.js';

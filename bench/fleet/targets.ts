@@ -9,7 +9,8 @@ import { writeFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { connect } from 'node:net';
 import { dirname, join, resolve } from 'node:path';
-import { freePort } from '../../jepsen-like-tests/net.js';
+import { freePort } from '../../test/support/net.js';
+import { sleep } from '../../test/support/wait.js';
 import type { Endpoint } from './client.js';
 
 export type TargetKind = 'raftmq' | 'raftmq-cluster' | 'mosquitto';
@@ -102,8 +103,6 @@ export class BrokerNode {
     clearTimeout(timer);
   }
 }
-
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 export function portOpen(port: number): Promise<boolean> {
   return new Promise((res) => {

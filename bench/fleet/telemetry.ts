@@ -8,7 +8,9 @@
 // --find-max steps the per-device rate up by --step-factor (at most --max-steps steps) and stops
 // at the first step that does not hold: p99 over --p99-limit-ms, any loss, or a publish skipped
 // (a device already had 32 unacknowledged, or the command backend's queue was full).
-import { brokerMeter, type Ctx, hr, loadMeter, type Outcome, type Row, round, sleep } from './common.js';
+
+import { sleep } from '../../test/support/wait.js';
+import { brokerMeter, type Ctx, hr, loadMeter, type Outcome, type Row, round } from './common.js';
 import { connectDevices, devicesUp } from './devices.js';
 import { Hist } from './histogram.js';
 import { HostMeter } from './procstat.js';

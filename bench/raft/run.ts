@@ -20,6 +20,7 @@ import type { LogEntry, Message } from '../../raft/core/messages.js';
 import { type DriverLogger, RaftDriver } from '../../raft/driver/driver.js';
 import { type RaftWireCodec, raftWireCodec } from '../../raft/driver/wire-codec.js';
 import { Transport } from '../../raft/transport/transport.js';
+import { sleep } from '../../test/support/wait.js';
 
 const ENTRY_BYTES = 100;
 const IDS = [1, 2, 3];
@@ -132,8 +133,6 @@ function usage(why: string): never {
   );
   process.exit(2);
 }
-
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 async function startNodes(opts: Options): Promise<Node[]> {
   const nodes = IDS.map((id) => new Node(id, opts));

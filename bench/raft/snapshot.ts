@@ -18,6 +18,7 @@ import type { Snapshot } from '../../raft/core/snapshot.js';
 import { type DriverLogger, RaftDriver } from '../../raft/driver/driver.js';
 import type { PeerAddress } from '../../raft/transport/transport.js';
 import { Transport } from '../../raft/transport/transport.js';
+import { sleep, until } from '../../test/support/wait.js';
 
 const IDS = [1, 2, 3];
 const LOOPBACK = '127.0.0.1';
@@ -143,16 +144,6 @@ function startFollower(setup: NodeSetup): Promise<Follower> {
   });
 }
 
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
-
-async function until(what: string, ok: () => boolean, ms = WAIT_MS): Promise<void> {
-  const deadline = performance.now() + ms;
-  while (!ok()) {
-    if (performance.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(5);
-  }
-}
-
 interface Delay {
   p50Ms: number;
   p99Ms: number;
@@ -202,13 +193,15 @@ async function runMain(opts: Options): Promise<void> {
   f2.worker.postMessage(peers([[1, leader.transport().address()]]));
   // Nodes 1 and 2 alone; node 1 must lead, so a node 2 that won hands leadership over.
   const handOver = setInterval(() => f2.worker.postMessage({ t: 'hand-over' } satisfies ToWorker), 4 * opts.electionTimeoutMs);
-  await until('node 1 to lead', () => leader.driver.currentRole === 'leader' && leader.driver.hasLease()).finally(() =>
-    clearInterval(handOver),
-  );
+  await until('node 1 to lead', () => leader.driver.currentRole === 'leader' && leader.driver.hasLease(), WAIT_MS, {
+    intervalMs: 5,
+  }).finally(() => clearInterval(handOver));
   const stopLoad = load(leader.driver);
   let f3: Follower | undefined;
   try {
-    const snap = await measured(() => until('the leader to compact its log', () => leader.driver.status().snapshotIndex > 0));
+    const snap = await measured(() =>
+      until('the leader to compact its log', () => leader.driver.status().snapshotIndex > 0, WAIT_MS, { intervalMs: 5 }),
+    );
     f3 = await startFollower(setup(3));
     const follower = f3;
     const catchUp = await measured(async () => {
@@ -221,7 +214,9 @@ async function runMain(opts: Options): Promise<void> {
       );
       f2.worker.postMessage(peers([[3, follower.address]]));
       const target = leader.driver.commitIndex;
-      await until('node 3 to catch up', () => (follower.last?.index ?? 0) >= target && (follower.last?.restored ?? 0) > 0);
+      await until('node 3 to catch up', () => (follower.last?.index ?? 0) >= target && (follower.last?.restored ?? 0) > 0, WAIT_MS, {
+        intervalMs: 5,
+      });
       return target;
     });
     const after = await measured(() => sleep(REST_MS));

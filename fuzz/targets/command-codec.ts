@@ -5,7 +5,7 @@
 import fc from 'fast-check';
 import { Packr } from 'msgpackr';
 import { Broker } from '../../src/broker/broker.js';
-import { testSettings } from '../../src/broker/broker-harness.js';
+import { testSettings } from '../../src/broker/broker-harness.testkit.js';
 import type { Command, Effect, Message, Settings } from '../../src/broker/commands.js';
 import { CommandDecodeError, decodeCommand, encodeCommand } from '../../src/log/command-codec.js';
 import { check, type FuzzInput, type FuzzTarget, MSGPACK_TOKENS, onlyTyped, valueMutated } from '../harness.js';

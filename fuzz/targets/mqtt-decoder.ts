@@ -6,7 +6,7 @@
 // decoded; every packet decoded re-encodes, and its bytes decode to the same packet again.
 import { isDeepStrictEqual } from 'node:util';
 import fc from 'fast-check';
-import * as arb from '../../src/protocol/codec-arbitraries.js';
+import * as arb from '../../src/protocol/codec-arbitraries.testkit.js';
 import { Decoder } from '../../src/protocol/decoder.js';
 import { encode } from '../../src/protocol/encoder.js';
 import type { DecodeError, Packet, ProtocolLevel } from '../../src/protocol/packets.js';

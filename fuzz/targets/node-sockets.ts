@@ -14,7 +14,7 @@ import { randomBytes } from 'node:crypto';
 import { connect, type Socket } from 'node:net';
 import fc from 'fast-check';
 import pino from 'pino';
-import * as arb from '../../src/protocol/codec-arbitraries.js';
+import * as arb from '../../src/protocol/codec-arbitraries.testkit.js';
 import { encode } from '../../src/protocol/encoder.js';
 import type { ConnectPacket, Packet } from '../../src/protocol/packets.js';
 import { BrokerNode } from '../../src/server/broker-node.js';

@@ -6,7 +6,7 @@ import { clockDriftMax, forceStartProbeE, RaftCore } from '../core/raft.js';
 import { drainReady, type ReadySink } from '../core/ready-handler.js';
 import type { SnapshotMeta } from '../core/snapshot.js';
 import { formatEntry, formatMessage } from '../core/test-cluster.js';
-import { decodeStateFile, encodeStateFile, stateOfCore } from '../driver/state-file.js';
+import { decodeStateFile, encodeStateFile, stateOfCore } from '../driver/state-format.js';
 import { RaftError } from '../errors.js';
 import { SafetyChecker, Violation } from './checker.js';
 import { SimClock, wallEpochMs } from './clocks.js';

@@ -5,7 +5,18 @@ import { type BodyCodec, BodyRefusal, newUnpacker, packBody, unpackBody } from '
 import { type LinkCloseCode, TransportError } from './errors.js';
 import { allocFrame, encodeFrame, FRAME_HEADER_BYTES } from './frame.js';
 import type { LinkEvent } from './transport.js';
-import { frameOf, LOOPBACK, makeNode, type Node, RawPeer, settle, stopAll, type TestMsg, waitFor, wire } from './transport-harness.js';
+import {
+  frameOf,
+  LOOPBACK,
+  makeNode,
+  type Node,
+  RawPeer,
+  settle,
+  stopAll,
+  type TestMsg,
+  waitFor,
+  wire,
+} from './transport-harness.testkit.js';
 
 let running: Node[] = [];
 let raws: RawPeer[] = [];

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
-import { Harness, msg, testSettings } from './broker-harness.js';
+import { Harness, msg, testSettings } from './broker-harness.testkit.js';
 import type { AckItem, Effect } from './commands.js';
 
 // An `acks` command (a connection's acks of one read) must apply exactly as its acks would as

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { RC } from '../protocol/reason-codes.js';
 import { parseAcl } from './acl.js';
-import { events, Harness, msg, published, sent, testSettings } from './broker-harness.js';
+import { events, Harness, msg, published, sent, testSettings } from './broker-harness.testkit.js';
 import type { AclRule, ConnectCommand, Settings } from './commands.js';
 
 function table(text: string): AclRule[] {

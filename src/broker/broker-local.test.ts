@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { parseAcl } from './acl.js';
-import { Harness, msg, published, testSettings, text } from './broker-harness.js';
+import { Harness, msg, published, testSettings, text } from './broker-harness.testkit.js';
 import type { AclRule, Effect, Message, SubscribeCommand } from './commands.js';
 
 function rules(text: string): AclRule[] {

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { RC } from '../protocol/reason-codes.js';
-import { events, Harness, msg, published, sent, testSettings, text } from './broker-harness.js';
+import { events, Harness, msg, published, sent, testSettings, text } from './broker-harness.testkit.js';
 import type { ConnectCommand, Effect } from './commands.js';
 
 // The MQTT 5 behaviour of the state machine: expiry intervals, will delay, subscription options,

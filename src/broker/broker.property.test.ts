@@ -4,7 +4,7 @@ import fc from 'fast-check';
 import { unpack } from 'msgpackr';
 import { parseSharedFilter } from '../protocol/topic.js';
 import { Broker } from './broker.js';
-import { Harness, msg, T0, testSettings } from './broker-harness.js';
+import { Harness, msg, T0, testSettings } from './broker-harness.testkit.js';
 import type { Command, Effect, Entry, Message, Settings, SubscriptionRequest } from './commands.js';
 import { decodeImage, encodeImage, packValue } from './snapshot.js';
 

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { RC } from '../protocol/reason-codes.js';
 import { Broker, DEADLINES_PER_ENTRY_MAX } from './broker.js';
-import { events, Harness, msg, published, sent, testSettings, text } from './broker-harness.js';
+import { events, Harness, msg, published, sent, testSettings, text } from './broker-harness.testkit.js';
 import type { Command, Effect } from './commands.js';
 
 // The MQTT 3.1.1 behaviour of the state machine, driven by entries only.

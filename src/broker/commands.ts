@@ -5,19 +5,15 @@
 // machine applies committed entries in order and emits Effects that only the serving node carries
 // out. Commands are plain data (strings, integers, booleans, arrays, Uint8Array, null) so that they
 // encode once with msgpackr and every replica applies the same bytes. Commands carry no time.
+import type { ProtocolLevel, QoS, UserProperties } from '../protocol/packets.js';
 import type { Settings } from './settings.js';
 
 /** `${servePeriod}.${seq}`: servePeriod is the log index of the serve-start entry under which the
  * serving node accepted the connection; seq counts connections accepted in that period from 1. */
 export type ConnId = string;
 
-export type QoS = 0 | 1 | 2;
-
-/** MQTT protocol level from CONNECT: 3 is MQTT 3.1 ("MQIsdp"), 4 is 3.1.1, 5 is 5.0. */
-export type ProtocolLevel = 3 | 4 | 5;
-
-/** An ordered list of MQTT 5 user properties; order and duplicates are kept [MQTT-3.3.2-18]. */
-export type UserProperties = [string, string][];
+/** The protocol owns these (src/protocol/packets.ts); commands carry them. */
+export type { ProtocolLevel, QoS, UserProperties };
 
 /** MQTT 5 properties that travel with an application message from publisher to subscriber. */
 export interface MessageProps {

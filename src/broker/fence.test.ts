@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { RC } from '../protocol/reason-codes.js';
 import { Broker } from './broker.js';
-import { events, Harness, msg, sent, testSettings, text } from './broker-harness.js';
+import { events, Harness, msg, sent, testSettings, text } from './broker-harness.testkit.js';
 import type { Effect, OutPacket, Settings } from './commands.js';
 import { PID_MAX } from './session.js';
 

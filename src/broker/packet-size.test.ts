@@ -2,7 +2,8 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
 import mqttPacket from 'mqtt-packet';
-import type { Message, QoS } from './commands.js';
+import type { QoS } from '../protocol/packets.js';
+import type { Message } from './commands.js';
 import { publishPacketSize } from './packet-size.js';
 
 // publishPacketSize decides drops for the client's Maximum Packet Size, so it must agree with a

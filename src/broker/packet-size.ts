@@ -1,5 +1,6 @@
 import { Buffer } from 'node:buffer';
-import type { Message, ProtocolLevel, QoS } from './commands.js';
+import type { ProtocolLevel, QoS } from '../protocol/packets.js';
+import type { Message } from './commands.js';
 
 // The encoded size of a PUBLISH the broker sends, so that apply can drop a message larger than the
 // client's Maximum Packet Size [MQTT-3.1.2-25] at the position it is decided, the same on every

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { RC } from '../protocol/reason-codes.js';
-import { events, Harness, sent } from './broker-harness.js';
+import { events, Harness, sent } from './broker-harness.testkit.js';
 import { REFUSED_NONE } from './commands.js';
 
 // A SUBSCRIBE or UNSUBSCRIBE whose filters the connection refused in part carries the codes it

@@ -1,4 +1,5 @@
-import type { ConnId, Message, ProtocolLevel, QoS, Will } from './commands.js';
+import type { ProtocolLevel, QoS } from '../protocol/packets.js';
+import type { ConnId, Message, Will } from './commands.js';
 import { Fifo } from './fifo.js';
 
 // The replicated records of the broker state and their invariants. Fields marked "derived" are

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { Packr } from 'msgpackr';
 import { Broker } from './broker.js';
-import { testSettings } from './broker-harness.js';
+import { testSettings } from './broker-harness.testkit.js';
 import type { Command } from './commands.js';
 import { SNAPSHOT_ERROR, SnapshotError } from './snapshot.js';
 

@@ -1,5 +1,6 @@
 import { Packr } from 'msgpackr';
-import type { AclRule, Message, MessageProps, ProtocolLevel, QoS, Settings, Will } from './commands.js';
+import type { ProtocolLevel, QoS } from '../protocol/packets.js';
+import type { AclRule, Message, MessageProps, Settings, Will } from './commands.js';
 import { queueSize } from './deliver.js';
 import { Fifo } from './fifo.js';
 import {

@@ -16,11 +16,7 @@ import { closeSync, openSync, write, writeSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import type { OutPacket } from '../broker/commands.js';
 import { CONFIG_ERROR, ConfigError } from '../errors.js';
-
-/** What the broker node reports: one call per ack or delivery written to a client. */
-export interface AuditSink {
-  packet(p: OutPacket, clientId: string | null): void;
-}
+import type { AuditSink } from '../server/audit-sink.js';
 
 /** The lease as the log sees it now. */
 export interface LeaseView {

@@ -2,8 +2,34 @@
 // docs/design.md "Links").
 // Every refusal names the flag it is about. This stage runs the fixed three-voter configuration:
 // a peer list of any other size is refused.
-import type { Config } from '../config.js';
 import { CONFIG_ERROR, ConfigError } from '../errors.js';
+
+/** The settings read here, by kind: src/config.ts hands over its whole Config (which must hold each
+ * with this kind, or it does not compile), and this module needs no import of it. */
+export type ClusterConfig = Readonly<
+  Record<
+    | 'acl-file'
+    | 'audit-log'
+    | 'cluster-id'
+    | 'cluster-listen'
+    | 'cluster-peers'
+    | 'cluster-secret'
+    | 'cluster-server-reference'
+    | 'data-dir'
+    | 'password-file'
+    | 'state-file',
+    string
+  > &
+    Record<
+      | 'cluster-election-timeout-ms'
+      | 'cluster-force-start-timeout-s'
+      | 'cluster-max-clock-offset-ms'
+      | 'cluster-node'
+      | 'shutdown-timeout-ms',
+      number
+    > &
+    Record<'cluster-force-start', boolean>
+>;
 
 export interface PeerAddress {
   host: string;
@@ -40,7 +66,7 @@ export interface ClusterSettings {
 export const CLUSTER_SIZE = 3;
 
 /** Null on a single node; the checked cluster settings otherwise. Throws ConfigError. */
-export function clusterSettings(config: Config): ClusterSettings | null {
+export function clusterSettings(config: ClusterConfig): ClusterSettings | null {
   const node = config['cluster-node'];
   const peersText = config['cluster-peers'];
   if (node === 0 && peersText === '') {

@@ -5,7 +5,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { testSettings } from '../broker/broker-harness.js';
+import { testSettings } from '../broker/broker-harness.testkit.js';
 import { configHash } from './config-hash.js';
 
 describe('configHash', { timeout: 10_000 }, () => {

@@ -7,10 +7,14 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { Registry } from 'prom-client';
 import { type MetricsSource, NodeMetrics } from './metrics.js';
+import type { ClusterStatus } from './raft-log.js';
 import { reply, type StatusAccess, StatusPage } from './status-page.js';
 
 /** What /health and /metrics read from the node. */
 export type HealthSource = MetricsSource;
+
+/** The JSON body of GET /health (a client reads it back with JSON.parse). */
+export type HealthBody = ClusterStatus;
 
 /** A request whose headers have not all come within this is answered 408 and closed (ms). */
 const REQUEST_TIMEOUT_MS = 10_000;

@@ -2,7 +2,7 @@
 // implementation: LocalLog here, RaftLog in the cluster work.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { testSettings } from '../broker/broker-harness.js';
+import { testSettings } from '../broker/broker-harness.testkit.js';
 import type { Command, Entry, Settings } from '../broker/commands.js';
 import type { BrokerLog, LogListener } from './broker-log.js';
 

@@ -3,8 +3,8 @@
 // them, and the bytes decode alike however the stream is cut.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { type Fixture, fixtures } from './codec-fixtures.js';
-import { comparable, decoderFor, feedPieces, fromMp, mpParse } from './codec-testkit.js';
+import { comparable, decoderFor, feedPieces, fromMp, mpParse } from './codec.testkit.js';
+import { type Fixture, fixtures } from './codec-fixtures.testkit.js';
 import { encode } from './encoder.js';
 import type { Packet } from './packets.js';
 

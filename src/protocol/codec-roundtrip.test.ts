@@ -4,8 +4,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
-import * as arb from './codec-arbitraries.js';
-import { comparable, decoderFor, feedPieces, fromMp, MAX, mpGenerate, mpParse, toMp } from './codec-testkit.js';
+import { comparable, decoderFor, feedPieces, fromMp, MAX, mpGenerate, mpParse, toMp } from './codec.testkit.js';
+import * as arb from './codec-arbitraries.testkit.js';
 import { Decoder, type DecoderOptions, type FeedResult } from './decoder.js';
 import { encode } from './encoder.js';
 import type { Packet, ProtocolLevel, UserProperties } from './packets.js';

@@ -2,7 +2,7 @@
 // decided on the raw bytes, and the decoder stays refused afterwards.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { frame, MAX, str, u16, u32 } from './codec-testkit.js';
+import { frame, MAX, str, u16, u32 } from './codec.testkit.js';
 import { Decoder, type DecoderOptions } from './decoder.js';
 import type { ProtocolLevel } from './packets.js';
 import { RC } from './reason-codes.js';

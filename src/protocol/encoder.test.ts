@@ -2,7 +2,7 @@
 // cannot represent. Byte-exact fixtures for every packet type live in codec-fixtures.test.ts.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { frame, MAX, str, u16 } from './codec-testkit.js';
+import { frame, MAX, str, u16 } from './codec.testkit.js';
 import { Decoder } from './decoder.js';
 import { encode } from './encoder.js';
 import type { Packet } from './packets.js';

@@ -1,9 +1,13 @@
 // MQTT control packets as the broker sees them: one union for 3.1, 3.1.1 and 5.0. The codec
 // (decoder.ts, encoder.ts) turns bytes into these and back; nothing outside src/protocol sees
 // mqtt-packet's shapes. Absent optional fields mean "not present on the wire".
-import type { ProtocolLevel, QoS, UserProperties } from '../broker/commands.js';
+export type QoS = 0 | 1 | 2;
 
-export type { ProtocolLevel, QoS, UserProperties };
+/** MQTT protocol level from CONNECT: 3 is MQTT 3.1 ("MQIsdp"), 4 is 3.1.1, 5 is 5.0. */
+export type ProtocolLevel = 3 | 4 | 5;
+
+/** An ordered list of MQTT 5 user properties; order and duplicates are kept [MQTT-3.3.2-18]. */
+export type UserProperties = [string, string][];
 
 export interface ConnectProps {
   sessionExpiry?: number;

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
-import { Harness, msg } from '../broker/broker-harness.js';
+import { Harness, msg } from '../broker/broker-harness.testkit.js';
 import type { Command } from '../broker/commands.js';
 import { DIGESTS_KEPT, DigestRunner, type Verdict } from './digest-runner.js';
 

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { type Fault, faultNames } from '../../../raft/sim/sim.js';
-import { runBrokerSeed, servingForceStarts } from './broker-sim.js';
+import { runBrokerSeed, servingForceStarts } from './broker-sim.testkit.js';
 
 describe('broker over the raft simulator, long run', { timeout: 300_000 }, () => {
   it('1,000 seeds of every fault class keep the MQTT invariants', () => {

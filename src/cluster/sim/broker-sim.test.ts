@@ -3,12 +3,12 @@
 // "Testing layers", docs/design.md "Force-start"). Each seed checks, per epoch, equal digests at equal applied index, no
 // acknowledged publish lost and no QoS 2 duplicate, and across a force-start that the new epoch
 // starts from the forced file, that no older epoch serves again and that no QoS 2 message is
-// dropped for a packet id an older epoch's flow still holds (see broker-sim.ts); more seeds
+// dropped for a packet id an older epoch's flow still holds (see broker-sim.testkit.ts); more seeds
 // run in broker-sim.slow.test.ts.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { type Fault, faultNames } from '../../../raft/sim/sim.js';
-import { type BrokerMutant, type BrokerSimStats, runBrokerSeed, servingForceStarts } from './broker-sim.js';
+import { type BrokerMutant, type BrokerSimStats, runBrokerSeed, servingForceStarts } from './broker-sim.testkit.js';
 
 const all: ReadonlySet<Fault> = new Set(faultNames);
 const none: ReadonlySet<Fault> = new Set();

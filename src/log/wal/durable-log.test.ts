@@ -3,6 +3,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
+import { until } from '../../../test/support/wait.js';
 import type { Command, Entry } from '../../broker/commands.js';
 import { brokerLogContract, contractSettings } from '../broker-log.contract.js';
 import type { LogListener } from '../broker-log.js';
@@ -11,6 +12,9 @@ import { MemStorage, seededRandom } from './mem-storage.js';
 import { recover } from './recover.js';
 import type { Storage } from './storage.js';
 import { DataDirError, snapshotName, WalIoError, type WalOptions } from './wal.js';
+
+/** A wait for the log's own turns (polled once per event-loop turn). */
+const TURNS_WAIT_MS = 20_000;
 
 const quiet = { info() {}, warn() {}, error() {} };
 
@@ -79,16 +83,9 @@ async function open(storage: Storage, over: Partial<WalOptions> = {}): Promise<R
   log.recovered(await recover(machine, walOptions(storage, over)));
   log.attachSnapshots(() => machine.snapshot());
   log.start(machine);
-  await until(() => machine.servingOn || fatal.length > 0, 'serving');
+  await until('serving', () => machine.servingOn || fatal.length > 0, TURNS_WAIT_MS, { intervalMs: 0 });
   if (fatal.length > 0) throw fatal[0];
   return { log, machine, fatal };
-}
-
-async function until(cond: () => boolean, what: string): Promise<void> {
-  for (let i = 0; !cond(); i++) {
-    if (i > 20_000) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setImmediate(r));
-  }
 }
 
 const turn = (): Promise<void> => new Promise((r) => setImmediate(r));
@@ -104,15 +101,15 @@ describe('LocalLog with a WAL', { timeout: 60_000 }, () => {
   it('commits nothing before its batch is synced, and one turn of proposals is one batch and one sync', async () => {
     const storage = new MemStorage();
     const r = await open(storage);
-    await until(() => r.machine.servingOn, 'serving');
+    await until('serving', () => r.machine.servingOn, TURNS_WAIT_MS, { intervalMs: 0 });
     const syncsBefore = storage.syncs;
     const release = storage.holdSyncs();
     for (let pid = 1; pid <= 20; pid++) r.log.propose(publish(pid));
-    await until(() => storage.syncsHeld === 1, 'the batch waiting for its sync');
+    await until('the batch waiting for its sync', () => storage.syncsHeld === 1, TURNS_WAIT_MS, { intervalMs: 0 });
     for (let i = 0; i < 20; i++) await turn();
     assert.deepEqual(r.machine.pids, [], 'nothing committed while the sync runs');
     release();
-    await until(() => r.machine.pids.length === 20, '20 committed');
+    await until('20 committed', () => r.machine.pids.length === 20, TURNS_WAIT_MS, { intervalMs: 0 });
     assert.equal(storage.syncs, syncsBefore + 1);
     await r.log.stop();
   });
@@ -120,17 +117,17 @@ describe('LocalLog with a WAL', { timeout: 60_000 }, () => {
   it('gathers what arrives while a sync runs into the next batch', async () => {
     const storage = new MemStorage();
     const r = await open(storage);
-    await until(() => r.machine.servingOn, 'serving');
+    await until('serving', () => r.machine.servingOn, TURNS_WAIT_MS, { intervalMs: 0 });
     const syncsBefore = storage.syncs;
     const release = storage.holdSyncs();
     r.log.propose(publish(1));
-    await until(() => storage.syncsHeld === 1, 'the first batch waiting for its sync');
+    await until('the first batch waiting for its sync', () => storage.syncsHeld === 1, TURNS_WAIT_MS, { intervalMs: 0 });
     for (let pid = 2; pid <= 6; pid++) {
       r.log.propose(publish(pid));
       await turn();
     }
     release();
-    await until(() => r.machine.pids.length === 6, '6 committed');
+    await until('6 committed', () => r.machine.pids.length === 6, TURNS_WAIT_MS, { intervalMs: 0 });
     assert.equal(storage.syncs, syncsBefore + 2, 'one batch, then the five proposed meanwhile');
     await r.log.stop();
   });
@@ -142,10 +139,10 @@ describe('LocalLog with a WAL', { timeout: 60_000 }, () => {
       a.log.propose(publish(pid));
       if (pid % 7 === 0) await turn();
     }
-    await until(() => a.machine.pids.length === 50, '50 committed');
+    await until('50 committed', () => a.machine.pids.length === 50, TURNS_WAIT_MS, { intervalMs: 0 });
     await a.log.stop();
     const b = await open(storage);
-    await until(() => b.machine.servingOn, 'serving again');
+    await until('serving again', () => b.machine.servingOn, TURNS_WAIT_MS, { intervalMs: 0 });
     assert.deepEqual(
       b.machine.pids,
       Array.from({ length: 50 }, (_, i) => i + 1),
@@ -158,7 +155,7 @@ describe('LocalLog with a WAL', { timeout: 60_000 }, () => {
     const storage = new MemStorage();
     const a = await open(storage);
     for (let pid = 1; pid <= 30; pid++) a.log.propose(publish(pid));
-    await until(() => a.machine.pids.length === 30, '30 committed');
+    await until('30 committed', () => a.machine.pids.length === 30, TURNS_WAIT_MS, { intervalMs: 0 });
     const applied = a.machine.index;
     await a.log.stop();
     assert.ok((await storage.list()).includes(snapshotName(applied)), 'a snapshot at the last applied entry');
@@ -172,10 +169,10 @@ describe('LocalLog with a WAL', { timeout: 60_000 }, () => {
     const storage = new MemStorage();
     const r = await open(storage);
     for (let pid = 1; pid <= 5; pid++) r.log.propose(publish(pid));
-    await until(() => r.machine.pids.length === 5, '5 committed');
+    await until('5 committed', () => r.machine.pids.length === 5, TURNS_WAIT_MS, { intervalMs: 0 });
     storage.failSyncs(Object.assign(new Error('EIO: i/o error, fdatasync'), { code: 'EIO' }));
     for (let pid = 6; pid <= 10; pid++) r.log.propose(publish(pid));
-    await until(() => r.fatal.length > 0, 'the failure reported');
+    await until('the failure reported', () => r.fatal.length > 0, TURNS_WAIT_MS, { intervalMs: 0 });
     for (let pid = 11; pid <= 15; pid++) r.log.propose(publish(pid));
     for (let i = 0; i < 50; i++) await turn();
     assert.equal(r.fatal.length, 1);
@@ -195,8 +192,8 @@ describe('LocalLog with a WAL', { timeout: 60_000 }, () => {
       a.log.propose(publish(pid));
       if (pid % 5 === 0) await turn();
     }
-    await until(() => a.machine.pids.length === 400, '400 committed');
-    await until(() => !a.log.snapshotRunning, 'the last snapshot finished');
+    await until('400 committed', () => a.machine.pids.length === 400, TURNS_WAIT_MS, { intervalMs: 0 });
+    await until('the last snapshot finished', () => !a.log.snapshotRunning, TURNS_WAIT_MS, { intervalMs: 0 });
     await a.log.stop();
     const names = await storage.list();
     const snaps = names.filter((n) => n.endsWith('.snap'));
@@ -205,7 +202,7 @@ describe('LocalLog with a WAL', { timeout: 60_000 }, () => {
     // 400 entries of about 100 bytes in segments of 1 KiB would be about 40 segments.
     assert.ok(segs.length < 15, `older segments removed: ${segs.length} left`);
     const b = await open(storage);
-    await until(() => b.machine.servingOn, 'serving again');
+    await until('serving again', () => b.machine.servingOn, TURNS_WAIT_MS, { intervalMs: 0 });
     assert.deepEqual(
       b.machine.pids,
       Array.from({ length: 400 }, (_, i) => i + 1),
@@ -235,7 +232,7 @@ describe('LocalLog with a WAL', { timeout: 60_000 }, () => {
           // The old process dies with the power: its pending I/O fails.
           await a.log.stop().catch(() => undefined);
           const b = await open(after, over);
-          await until(() => b.machine.servingOn, 'serving after the cut');
+          await until('serving after the cut', () => b.machine.servingOn, TURNS_WAIT_MS, { intervalMs: 0 });
           const got = b.machine.pids;
           assert.deepEqual(got.slice(0, committed.length), committed, 'every committed entry is back');
           assert.deepEqual(
@@ -259,8 +256,8 @@ describe('recovery refusals', { timeout: 60_000 }, () => {
       a.log.propose(publish(pid));
       if (pid % 3 === 0) await turn();
     }
-    await until(() => a.machine.pids.length === count, 'all committed');
-    await until(() => !a.log.snapshotRunning, 'no snapshot running');
+    await until('all committed', () => a.machine.pids.length === count, TURNS_WAIT_MS, { intervalMs: 0 });
+    await until('no snapshot running', () => !a.log.snapshotRunning, TURNS_WAIT_MS, { intervalMs: 0 });
     // The files as a crash leaves them: a clean stop would add a snapshot at the last entry.
     const files = new Map<string, Uint8Array>();
     for (const n of await storage.list()) files.set(n, storage.bytes(n) as Uint8Array);

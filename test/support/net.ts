@@ -1,7 +1,7 @@
-// Loopback helpers shared by the fault-injection harness and the cluster tests: a free port, and a
-// bounded HTTP GET (for /health and /metrics).
+// Loopback helpers shared by the tests, the benches and the fault-injection harness: a free port,
+// whether a port accepts connections, and a bounded HTTP GET (for /health and /metrics).
 import { request } from 'node:http';
-import { createServer } from 'node:net';
+import { connect, createServer } from 'node:net';
 
 export const LOOPBACK = '127.0.0.1';
 
@@ -34,6 +34,18 @@ async function bindAndRelease(): Promise<number> {
   const port = typeof a === 'object' && a !== null ? a.port : 0;
   await new Promise<void>((resolve) => server.close(() => resolve()));
   return port;
+}
+
+/** Whether `host:port` accepts a TCP connection now (closed at once). */
+export function portOpen(port: number, host = LOOPBACK): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = connect(port, host);
+    s.once('connect', () => {
+      s.destroy();
+      resolve(true);
+    });
+    s.once('error', () => resolve(false));
+  });
 }
 
 export function httpGet(port: number, path: string, timeoutMs = 2_000): Promise<{ code: number; text: string }> {

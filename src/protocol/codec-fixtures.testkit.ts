@@ -1,7 +1,7 @@
 // Hand-written packets and their exact bytes, for every packet type and level: the codec's
 // fixtures (codec-fixtures.test.ts) and the seed corpus of the MQTT decoder's fuzz target.
 // Imported by tests and the fuzz harness only.
-import { frame, str, u16, u32 } from './codec-testkit.js';
+import { frame, str, u16, u32 } from './codec.testkit.js';
 import type { Packet, ProtocolLevel } from './packets.js';
 import { RC } from './reason-codes.js';
 export interface Fixture {

@@ -41,7 +41,7 @@ import type { LogEntry } from '../../../raft/core/messages.js';
 import { Violation } from '../../../raft/sim/checker.js';
 import { type Fault, runSeed, type Scenario, type SimApp, type SimNodeView, type SimResult } from '../../../raft/sim/sim.js';
 import { Broker } from '../../broker/broker.js';
-import { testSettings } from '../../broker/broker-harness.js';
+import { testSettings } from '../../broker/broker-harness.testkit.js';
 import type { Command, Effect, OutPacket, Settings } from '../../broker/commands.js';
 import { decodeCommand, encodeCommand } from '../../log/command-codec.js';
 import { servingHolds } from '../serving-rule.js';
