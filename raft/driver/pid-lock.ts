@@ -45,11 +45,24 @@ function releasePidLock(path: string): void {
   }
 }
 
+/** A process that exists and is not a zombie: a killed holder whose parent has not reaped it yet
+ * (an orphan waits for init to) has exited and writes nothing more, so its lock is stale. */
 function pidAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
-    return true;
   } catch (err) {
     return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+  return !zombie(pid);
+}
+
+/** Linux: the state field of /proc/PID/stat, after the command name in parentheses, is Z. Elsewhere
+ * (no /proc) a process that answers the signal counts as alive. */
+function zombie(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) === 'Z';
+  } catch {
+    return false;
   }
 }
