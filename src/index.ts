@@ -10,12 +10,21 @@ import { BoundedLogWriter, stdoutSink } from './logging/log-writer.js';
 import { createLogger, type LogFormat } from './logging/logger.js';
 import { buildNodeOptions, loadSecurity, type Running, startNode, tlsMaterial } from './run-node.js';
 import { type AuthenticateHook, HookAuthenticator } from './server/auth/hook-authenticator.js';
+import { type AuthorizePublishHook, type AuthorizeSubscribeHook, HookAuthorizer } from './server/auth/hook-authorizer.js';
 import type { BrokerNode } from './server/broker-node.js';
 import { listenerUrl } from './server/listeners/listen-url.js';
 import type { NodeObserver } from './server/node-observer.js';
 
 export type { Config, SettingOptions } from './config.js';
 export type { AuthenticateAnswer, AuthenticateHook, AuthenticateRequest } from './server/auth/hook-authenticator.js';
+export type {
+  AuthorizePublishAnswer,
+  AuthorizePublishHook,
+  AuthorizePublishRequest,
+  AuthorizeSubscribeAnswer,
+  AuthorizeSubscribeHook,
+  AuthorizeSubscribeRequest,
+} from './server/auth/hook-authorizer.js';
 
 /** Every setting of docs/configuration.md in camel case (`maxPacketSize` for --max-packet-size),
  * checked as the flag is, and the hooks of an embedding application. */
@@ -24,6 +33,13 @@ export interface MqttBrokerOptions extends SettingOptions {
   authenticate?: AuthenticateHook;
   /** An `authenticate` answer not given within this refuses the CONNECT with 0x88 (ms; default 5000). */
   authenticateTimeoutMs?: number;
+  /** Decides each client PUBLISH, and each will before its CONNECT is proposed; the ACL file, when
+   * given, still applies after it: both must allow. */
+  authorizePublish?: AuthorizePublishHook;
+  /** Decides each filter of a SUBSCRIBE; may grant a lower QoS. */
+  authorizeSubscribe?: AuthorizeSubscribeHook;
+  /** An authorize answer not given within this counts as a failed hook (ms; default 5000). */
+  authorizeTimeoutMs?: number;
   /** Where log lines go; absent: JSON lines on stdout at `logLevel`, as the raftmq command writes. */
   logger?: pino.Logger;
 }
@@ -106,7 +122,15 @@ export class MqttBroker extends EventEmitter<MqttBrokerEvents> {
   constructor(options: MqttBrokerOptions = {}) {
     super();
     this.options = options;
-    const { authenticate: _a, authenticateTimeoutMs: _t, logger: _l, ...settings } = options;
+    const {
+      authenticate: _a,
+      authenticateTimeoutMs: _t,
+      authorizePublish: _p,
+      authorizeSubscribe: _s,
+      authorizeTimeoutMs: _z,
+      logger: _l,
+      ...settings
+    } = options;
     this.config = configFromOptions(settings);
     this.observer = new EventsObserver(this);
     const plain = this as EventEmitter;
@@ -137,8 +161,19 @@ export class MqttBroker extends EventEmitter<MqttBrokerEvents> {
     const events = { event: (kind: string, f?: Record<string, unknown>) => this.node?.event(kind, f) };
     const security = loadSecurity(config, events);
     const hook = this.options.authenticate;
+    const { authorizePublish, authorizeSubscribe } = this.options;
+    const authorizer =
+      authorizePublish === undefined && authorizeSubscribe === undefined
+        ? undefined
+        : new HookAuthorizer(
+            authorizePublish ?? null,
+            authorizeSubscribe ?? null,
+            this.options.authorizeTimeoutMs ?? AUTHENTICATE_TIMEOUT_MS_DEFAULT,
+            events,
+          );
     const options = buildNodeOptions(config, logger, tlsMaterial(config), security, () => ({}), {
       observer: this.observer,
+      ...(authorizer === undefined ? {} : { authorizer }),
       ...(hook === undefined
         ? {}
         : { authenticator: new HookAuthenticator(hook, this.options.authenticateTimeoutMs ?? AUTHENTICATE_TIMEOUT_MS_DEFAULT, events) }),

@@ -238,6 +238,7 @@ export async function startNode(
 export interface NodeExtras {
   /** Asked after the password file and --auth-http-url, when they allow. */
   authenticator?: Authenticator;
+  authorizer?: NodeOptions['authorizer'];
   observer?: NodeOptions['observer'];
 }
 
@@ -276,6 +277,7 @@ export function buildNodeOptions(
   if (extras.authenticator !== undefined) chain.push(extras.authenticator);
   if (chain.length > 0) options.authenticator = allOf(chain);
   if (extras.observer !== undefined) options.observer = extras.observer;
+  if (extras.authorizer !== undefined) options.authorizer = extras.authorizer;
   options.acl = security.acl;
   return options;
 }

@@ -11,6 +11,7 @@ import { LocalLog } from '../log/local-log.js';
 import type { ConnectPacket } from '../protocol/packets.js';
 import { RC } from '../protocol/reason-codes.js';
 import type { AuditSink } from './audit-sink.js';
+import type { HookAuthorizer } from './auth/hook-authorizer.js';
 import { type Authenticator, allowAll } from './authenticator.js';
 import { Connection, type ConnectionHost, type ConnectionLimits } from './connection.js';
 import { DIGEST_CURSOR, DIGEST_SLICE_MS, DigestRunner, type RunStats, type Verdict } from './digest-runner.js';
@@ -54,6 +55,8 @@ export interface NodeOptions {
   logger: Logger;
   /** Checks each CONNECT; accepts everyone when absent. */
   authenticator?: Authenticator;
+  /** An embedding application's authorizePublish / authorizeSubscribe hooks; absent: none. */
+  authorizer?: HookAuthorizer;
   /** MQTT 5 enhanced-authentication methods offered (e.g. ScramSha256 over a credential store). A
    * CONNECT naming one of them is authenticated by it instead of `authenticator`; any other
    * Authentication Method is refused with 0x8C. */
@@ -146,6 +149,8 @@ function eventLevel(kind: string): 'debug' | 'info' | 'warn' | 'error' {
     case 'auth-http-busy':
     case 'auth-hook-error':
     case 'auth-hook-timeout':
+    case 'authz-hook-error':
+    case 'authz-hook-timeout':
       return 'warn';
     default:
       return 'info';
@@ -179,6 +184,7 @@ function connOf(cmd: Command): ConnId | undefined {
 export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, OutboxGate {
   readonly limits: ConnectionLimits;
   readonly authenticator: Authenticator;
+  readonly authorizer: HookAuthorizer | null;
   readonly enhancedAuth: ReadonlyMap<string, EnhancedAuthMethod>;
   /** Event counts (apply events, protocol errors, drops), for metrics. */
   readonly counters = new Map<string, number>();
@@ -258,6 +264,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
     });
     this.sys = (opts.sysIntervalS ?? 0) > 0 ? new SysTopics(opts.version ?? 'unknown') : null;
     this.authenticator = opts.authenticator ?? allowAll;
+    this.authorizer = opts.authorizer ?? null;
     this.specs = opts.listeners?.length ? opts.listeners : [{ kind: 'mqtt', host: opts.host, port: opts.port, path: '', proxy: null }];
     this.boundPorts = this.specs.map(() => 0);
     this.enhancedAuth = methodTable(opts.enhancedAuth);

@@ -31,6 +31,7 @@ import type {
 } from '../protocol/packets.js';
 import { CONNACK_V4, RC } from '../protocol/reason-codes.js';
 import { validateTopicFilter, validateTopicName } from '../protocol/topic.js';
+import type { Authorization, HookAuthorizer } from './auth/hook-authorizer.js';
 import { type AuthAction, EnhancedAuthState, type FailedLogin } from './auth-exchange.js';
 import type { Authenticator, AuthResult } from './authenticator.js';
 import type { StorageGate } from './disk-space.js';
@@ -62,6 +63,8 @@ export interface ConnectionLimits extends NodeLimits {
 export interface ConnectionHost {
   readonly limits: ConnectionLimits;
   readonly authenticator: Authenticator;
+  /** An embedding application's authorization hooks (src/server/auth/hook-authorizer.ts), or null. */
+  readonly authorizer: HookAuthorizer | null;
   /** MQTT 5 enhanced-authentication methods offered, by Authentication Method name. */
   readonly enhancedAuth: ReadonlyMap<string, EnhancedAuthMethod>;
   /** A node limit's refusal of this CONNECT (RC.*), or null when admitted (src/server/limits.ts,
@@ -131,6 +134,8 @@ export class Connection implements WheelMember, OutboxMember {
   readonly id: ConnId;
   /** The client id its CONNECT named, for log lines; null before CONNECT or when assigned. */
   private clientId: string | null = null;
+  /** The user the CONNECT was allowed as (a certificate identity replaces the name sent). */
+  private username: string | null = null;
   readonly transport: Transport;
   private readonly socket: ByteStream;
   private readonly host: ConnectionHost;
@@ -168,7 +173,9 @@ export class Connection implements WheelMember, OutboxMember {
   private connectProposed = false;
   private disconnectProposed = false;
   private limits: ConnackLimits;
-  /** Packets decoded while an asynchronous authentication was running. */
+  /** An authorization hook's answer is pending: what was read after its packet waits in `backlog`. */
+  private awaitingHook = false;
+  /** Packets decoded while an asynchronous authentication or authorization was running. */
   private backlog: Packet[] = [];
   private backlogError: DecodeError | null = null;
   /** Enhanced authentication agreed at CONNECT, kept for re-authentication. */
@@ -252,7 +259,7 @@ export class Connection implements WheelMember, OutboxMember {
 
   private handleEach(packets: Packet[], from: number, error: DecodeError | null): void {
     for (let i = from; i < packets.length; i++) {
-      if (this.phase === 'authenticating') {
+      if (this.phase === 'authenticating' || this.awaitingHook) {
         this.backlog = packets.slice(i);
         this.backlogError = error;
         return;
@@ -260,8 +267,8 @@ export class Connection implements WheelMember, OutboxMember {
       if (this.phase === 'closing' || this.phase === 'closed') return;
       this.handle(packets[i] as Packet);
     }
-    if (this.phase === 'authenticating') {
-      // The CONNECT was the last packet: a decode error behind it waits for the verdict too.
+    if (this.phase === 'authenticating' || this.awaitingHook) {
+      // The packet waiting was the last one: a decode error behind it waits for the verdict too.
       this.backlog = [];
       this.backlogError = error;
       return;
@@ -422,8 +429,14 @@ export class Connection implements WheelMember, OutboxMember {
   private afterAuthAsync(c: ConnectPacket, r: AuthResult): void {
     if (this.phase !== 'authenticating') return;
     this.phase = 'awaiting-connect';
+    this.resumeAfter(() => this.afterAuth(c, r));
+  }
+
+  /** Runs what a pending verdict decided, then the packets read meanwhile, in order; reading resumes
+   * unless they made the connection wait again. */
+  private resumeAfter(decided: () => void): void {
     try {
-      this.afterAuth(c, r);
+      decided();
       const backlog = this.backlog;
       const error = this.backlogError;
       this.backlog = [];
@@ -435,11 +448,49 @@ export class Connection implements WheelMember, OutboxMember {
     if (this.isReading() && !this.host.readsPaused) this.socket.resume();
   }
 
+  /** An authorization hook answered with a promise: nothing more is handled until it settles. */
+  private waitForHook<T>(verdict: Promise<T>, decided: (answer: T) => void): void {
+    this.awaitingHook = true;
+    this.socket.pause();
+    void verdict.then((a) => {
+      this.awaitingHook = false;
+      if (this.phase === 'closing' || this.phase === 'closed') return;
+      this.resumeAfter(() => decided(a));
+    });
+  }
+
   private afterAuth(c: ConnectPacket, r: AuthResult, user: string | null = c.username): void {
     if (!r.ok) {
       this.refuseConnect(r.reason);
       return;
     }
+    const authz = this.host.authorizer;
+    if (c.will !== null && authz?.decidesPublish === true) {
+      const w = c.will;
+      const verdict = authz.publish({
+        clientId: c.clientId === '' ? assignedClientId(this.id) : c.clientId,
+        username: user,
+        topic: w.topic,
+        payload: Buffer.from(w.payload.buffer, w.payload.byteOffset, w.payload.byteLength),
+        qos: w.qos,
+        retain: w.retain,
+        will: true,
+      });
+      if (verdict instanceof Promise) this.waitForHook(verdict, (a) => this.afterWillAuthorized(c, a, user));
+      else this.afterWillAuthorized(c, verdict, user);
+      return;
+    }
+    this.proposeConnect(c, user);
+  }
+
+  /** A will the hook refused refuses the CONNECT with its code, as an ACL denial of the will does
+   * (3.1.1: the nearest return code); a hook that failed, with 0x88, as `authenticate` does. */
+  private afterWillAuthorized(c: ConnectPacket, a: Authorization, user: string | null): void {
+    if (a.ok) this.proposeConnect(c, user);
+    else this.refuseConnect(a.failed ? RC.SERVER_UNAVAILABLE : a.reason);
+  }
+
+  private proposeConnect(c: ConnectPacket, user: string | null): void {
     if (c.level === 5) this.takeClientLimits(c);
     const keepAliveS = this.keepAliveFor(c);
     const unanswerable = c.level === 5 ? this.connackRefusal(c) : null;
@@ -448,6 +499,7 @@ export class Connection implements WheelMember, OutboxMember {
       return;
     }
     this.phase = 'connecting';
+    this.username = user;
     this.connectExpiry = connectExpiryS(c);
     this.keepAliveMs = keepAliveS * KEEPALIVE_FACTOR_PER_S_MS;
     this.clearTimer();
@@ -660,6 +712,37 @@ export class Connection implements WheelMember, OutboxMember {
       this.refuseSys(p);
       return;
     }
+    const authz = this.host.authorizer;
+    if (authz?.decidesPublish === true) {
+      const verdict = authz.publish({
+        clientId: this.clientId ?? assignedClientId(this.id),
+        username: this.username,
+        topic,
+        payload: Buffer.from(p.payload.buffer, p.payload.byteOffset, p.payload.byteLength),
+        qos: p.qos,
+        retain: p.retain,
+        will: false,
+      });
+      if (verdict instanceof Promise) this.waitForHook(verdict, (a) => this.afterPublishAuthorized(p, topic, a));
+      else this.afterPublishAuthorized(p, topic, verdict);
+      return;
+    }
+    this.acceptPublish(p, topic);
+  }
+
+  /** A PUBLISH the hook refused is answered as an ACL denial is: the hook's code on a v5 PUBACK or
+   * PUBREC, nothing for QoS 0, and a 3.1.1 QoS 1/2 acknowledged and dropped, as 3.1.1 has no
+   * negative acknowledgement. A hook that failed decided nothing: the connection closes (v5:
+   * DISCONNECT 0x80) with nothing acknowledged, so the client sends the message again. */
+  private afterPublishAuthorized(p: PublishPacket, topic: string, a: Authorization): void {
+    if (a.ok) this.acceptPublish(p, topic);
+    else if (a.failed) this.beginClose(RC.UNSPECIFIED_ERROR);
+    else if (p.qos === 1) this.reply({ k: 'send', packet: { type: 'puback', pid: p.pid as number, code: a.reason } });
+    else if (p.qos === 2) this.reply({ k: 'send', packet: { type: 'pubrec', pid: p.pid as number, code: a.reason } });
+  }
+
+  private acceptPublish(p: PublishPacket, topic: string): void {
+    const traffic = this.host.traffic;
     const msg = messageFromPublish(p, topic);
     if (this.host.tracer.on) this.host.tracer.read(this.id, this.clientId, msg, p.pid ?? 0);
     // A retained QoS 0 PUBLISH goes through the log without a packet id to find it by: not probed.
@@ -794,6 +877,8 @@ export class Connection implements WheelMember, OutboxMember {
     if (!this.codesAckFits(s.subs.length, 'suback')) return;
     let codes: number[] | null = null;
     const valid: SubscriptionRequest[] = [];
+    /** The packet's index of each valid filter. */
+    const at: number[] = [];
     for (let i = 0; i < s.subs.length; i++) {
       const sub = s.subs[i] as SubscribePacket['subs'][number];
       if (sub.nl && this.level === 5 && sub.filter.startsWith('$share/')) {
@@ -801,17 +886,46 @@ export class Connection implements WheelMember, OutboxMember {
         this.fail(RC.PROTOCOL_ERROR, 'shared-no-local', sub.filter);
         return;
       }
-      if (validateTopicFilter(sub.filter) === null && this.topicWithinLimits(sub.filter)) valid.push(sub);
-      else {
+      if (validateTopicFilter(sub.filter) === null && this.topicWithinLimits(sub.filter)) {
+        valid.push(sub);
+        at.push(i);
+      } else {
         codes ??= new Array<number>(s.subs.length).fill(REFUSED_NONE);
         codes[i] = RC.TOPIC_FILTER_INVALID;
       }
     }
-    if (valid.length === 0) {
+    const authz = this.host.authorizer;
+    if (valid.length === 0 || authz?.decidesSubscribe !== true) {
+      this.proposeSubscribe(s, valid, codes);
+      return;
+    }
+    const clientId = this.clientId ?? assignedClientId(this.id);
+    const verdicts = valid.map((sub) => authz.subscribe({ clientId, username: this.username, filter: sub.filter, qos: sub.qos }));
+    const decided = (all: readonly Authorization[]): void => {
+      const allowed: SubscriptionRequest[] = [];
+      for (let k = 0; k < all.length; k++) {
+        const a = all[k] as Authorization;
+        const sub = valid[k] as SubscriptionRequest;
+        if (a.ok) allowed.push(a.qos === sub.qos ? sub : { ...sub, qos: a.qos });
+        else {
+          // A SUBACK failure code is valid in both versions (3.1.1 sends it as 0x80).
+          codes ??= new Array<number>(s.subs.length).fill(REFUSED_NONE);
+          codes[at[k] as number] = a.reason;
+        }
+      }
+      this.proposeSubscribe(s, allowed, codes);
+    };
+    if (verdicts.some((v) => v instanceof Promise)) this.waitForHook(Promise.all(verdicts), decided);
+    else decided(verdicts as Authorization[]);
+  }
+
+  /** The filters that remain are proposed; the codes decided here travel in the command. */
+  private proposeSubscribe(s: SubscribePacket, subs: SubscriptionRequest[], codes: number[] | null): void {
+    if (subs.length === 0) {
       this.reply({ k: 'send', packet: { type: 'suback', pid: s.pid, codes: codes ?? [] } });
       return;
     }
-    const cmd: Command = { t: 'subscribe', conn: this.id, pid: s.pid, subs: valid };
+    const cmd: Command = { t: 'subscribe', conn: this.id, pid: s.pid, subs };
     if (s.props.subId !== undefined) cmd.subId = s.props.subId;
     if (codes !== null) cmd.refused = codes;
     this.propose(cmd);
@@ -1122,7 +1236,7 @@ export class Connection implements WheelMember, OutboxMember {
   // ---- reading, timers, socket events ----
 
   private isReading(): boolean {
-    return this.phase !== 'closing' && this.phase !== 'closed' && this.phase !== 'authenticating' && !this.outputFull;
+    return this.phase !== 'closing' && this.phase !== 'closed' && this.phase !== 'authenticating' && !this.awaitingHook && !this.outputFull;
   }
 
   setReadsPaused(paused: boolean): void {

@@ -7,6 +7,7 @@ import type { ConnectPacket } from '../../protocol/packets.js';
 import { RC } from '../../protocol/reason-codes.js';
 import type { Authenticator, AuthResult } from '../authenticator.js';
 import type { ListenerKind, Transport } from '../transport.js';
+import { describeAnswer, settleHook } from './hook-answer.js';
 import type { AuthCounters } from './password-authenticator.js';
 
 /** What the hook is told of a CONNECT. */
@@ -69,28 +70,13 @@ export class HookAuthenticator implements Authenticator {
   ) {}
 
   authenticate(c: ConnectPacket, remoteAddress: string, t: Transport): AuthResult | Promise<AuthResult> {
-    let answer: AuthenticateAnswer | Promise<AuthenticateAnswer>;
-    try {
-      answer = this.hook(requestOf(c, remoteAddress, t));
-    } catch (err) {
-      return this.failed(c, `threw: ${(err as Error)?.message ?? String(err)}`);
-    }
-    if (!(answer instanceof Promise)) return this.decide(c, answer);
-    return new Promise<AuthResult>((resolve) => {
-      const timer = setTimeout(() => {
+    return settleHook(() => this.hook(requestOf(c, remoteAddress, t)), this.timeoutMs, {
+      decide: (a) => this.decide(c, a),
+      failed: (problem) => this.failed(c, problem),
+      timedOut: () => {
         this.counters.event('auth-hook-timeout', { clientId: c.clientId, timeoutMs: this.timeoutMs });
-        resolve(HOOK_TIMEOUT);
-      }, this.timeoutMs);
-      answer.then(
-        (a) => {
-          clearTimeout(timer);
-          resolve(this.decide(c, a));
-        },
-        (err: unknown) => {
-          clearTimeout(timer);
-          resolve(this.failed(c, `rejected: ${(err as Error)?.message ?? String(err)}`));
-        },
-      );
+        return HOOK_TIMEOUT;
+      },
     });
   }
 
@@ -104,7 +90,7 @@ export class HookAuthenticator implements Authenticator {
       this.counters.event('auth-hook-denied', { clientId: c.clientId, reason: a.reasonCode });
       return { ok: false, reason: a.reasonCode };
     }
-    return this.failed(c, `answered ${describe(a)}, not true, false or { reasonCode } with a CONNACK refusal code`);
+    return this.failed(c, `answered ${describeAnswer(a)}, not true, false or { reasonCode } with a CONNACK refusal code`);
   }
 
   /** A hook that throws, rejects or answers nonsense refuses the CONNECT with 0x88: its fault,
@@ -112,13 +98,5 @@ export class HookAuthenticator implements Authenticator {
   private failed(c: ConnectPacket, problem: string): AuthResult {
     this.counters.event('auth-hook-error', { clientId: c.clientId, problem });
     return HOOK_TIMEOUT;
-  }
-}
-
-function describe(v: unknown): string {
-  try {
-    return JSON.stringify(v) ?? String(v);
-  } catch {
-    return typeof v;
   }
 }
