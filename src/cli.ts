@@ -6,9 +6,9 @@ import { monitorEventLoopDelay, PerformanceObserver, constants as perfConstants 
 import type { pino } from 'pino';
 import { DriverError } from '../raft/driver/errors.js';
 import type { AclRule } from './broker/commands.js';
-import { EXIT_STATE_FILE_REFUSED } from './cluster/cluster-node.js';
 import { type Config, helpText, parseCli } from './config.js';
-import { RaftmqError } from './errors.js';
+import { EXIT, RaftmqError } from './errors.js';
+import type { EventSink } from './events.js';
 import { DataDirError } from './log/wal/wal.js';
 import { BoundedLogWriter, stdoutSink } from './logging/log-writer.js';
 import { createLogger, type LogFormat } from './logging/logger.js';
@@ -27,9 +27,6 @@ const EXIT_LOG_DRAIN_MS = 1_000;
 
 /** performance.now() at which a stop on SIGTERM/SIGINT must be over; null before a signal. */
 let stopDeadline: number | null = null;
-
-/** Exit status of a stop that ran into --shutdown-timeout-ms (the state file is written all the same). */
-const EXIT_STOP_TIMED_OUT = 1;
 
 /** Exits once the queued log lines have left or `drainMs` has passed, whichever comes first: a
  * log destination that takes nothing never keeps the process alive. Without a running node
@@ -152,7 +149,7 @@ async function main(argv: readonly string[]): Promise<number> {
   let tls: TlsMaterial | null = null;
   let security: Security;
   let node: BrokerNode | null = null;
-  const events = { event: (kind: string, f?: Record<string, unknown>) => node?.event(kind, f) };
+  const events: EventSink = { event: (kind, f) => node?.event(kind, f) };
   try {
     request = parseCli(argv);
     if (request.action === 'run') tls = tlsMaterial(request.config);
@@ -160,7 +157,7 @@ async function main(argv: readonly string[]): Promise<number> {
   } catch (err) {
     if (err instanceof RaftmqError) {
       process.stderr.write(`raftmq: ${err.message}\nTry raftmq --help.\n`);
-      return 2;
+      return EXIT.USAGE;
     }
     throw err;
   }
@@ -202,7 +199,7 @@ async function main(argv: readonly string[]): Promise<number> {
     process.stderr.write(`raftmq: cannot start: ${(err as Error).message}\n`);
     // A refused state file, membership record, data directory or PID lock: the message names the file.
     const refused = (err instanceof DriverError && err.code.startsWith('RAFT_STATE_FILE')) || err instanceof DataDirError;
-    return refused ? EXIT_STATE_FILE_REFUSED : 1;
+    return refused ? EXIT.STATE_FILE_REFUSED : EXIT.FAILED;
   }
   const broker = running.node;
   const stopLoopDelay = watchLoopDelay(logger);
@@ -247,7 +244,7 @@ function stopWithin(
 ): Promise<number> {
   const reserve = Math.min(FORCED_STOP_RESERVE_MS, Math.floor(timeoutMs / 4));
   stopDeadline = performance.now() + timeoutMs;
-  const hardExit = (): never => process.exit(EXIT_STOP_TIMED_OUT);
+  const hardExit = (): never => process.exit(EXIT.FAILED);
   // Unref'd: it must never be why the process lives on; when it fires, the process ends.
   let lastResort = setTimeout(hardExit, timeoutMs + LAST_RESORT_MARGIN_MS).unref();
   const lateByReserve = (): void => {
@@ -275,7 +272,7 @@ function stopWithin(
       } catch (err) {
         logger.error({ err: (err as Error).message }, 'forced stop failed');
       }
-      finish(EXIT_STOP_TIMED_OUT, 'warn', { timeoutMs });
+      finish(EXIT.FAILED, 'warn', { timeoutMs });
     }, timeoutMs - reserve);
     running.stop().then(
       () => {

@@ -1,5 +1,25 @@
-// The error registry: every error the broker reports to an operator has a class with a stable code.
-// Tests assert the code, not the message text.
+// The error registry: every error the broker reports to an operator has a class with a stable code,
+// and every way the raftmq command ends has one exit status. Tests assert the code, not the message
+// text; docs/errors.md lists them all (test/errors-doc.test.ts keeps the two in sync).
+
+/** Exit statuses of the raftmq command (sysexits.h where one fits). The raft node program of
+ * raft/driver uses the same values for the same causes (raft/driver/node-app.ts). */
+export const EXIT = {
+  /** A clean stop, --help, --version. */
+  OK: 0,
+  /** The start failed (a listener or port could not open), or a stop ran into
+   * --shutdown-timeout-ms (the state file is written all the same). */
+  FAILED: 1,
+  /** A flag, config key, value or file named by a flag cannot be used; the message names it. */
+  USAGE: 2,
+  /** A write, fsync, rename or remove in --data-dir failed (EX_IOERR); never retried. */
+  DATA_DIR_IO: 74,
+  /** --cluster-force-start was refused or its epoch found no second voter (EX_TEMPFAIL). */
+  FORCE_START_FAILED: 75,
+  /** A state file, membership record, data directory or PID lock was refused (EX_CONFIG); the
+   * message names the file, which is left as it was. */
+  STATE_FILE_REFUSED: 78,
+} as const;
 
 export class RaftmqError extends Error {
   readonly code: string;

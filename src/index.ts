@@ -6,6 +6,7 @@ import type { pino } from 'pino';
 import type { Command, ConnId, Effect, Message } from './broker/commands.js';
 import { clusterSettings } from './cluster/cluster-config.js';
 import { type Config, configFromOptions, listenerSpecs, type SettingOptions } from './config.js';
+import type { EventSink } from './events.js';
 import { BoundedLogWriter, stdoutSink } from './logging/log-writer.js';
 import { createLogger, type LogFormat } from './logging/logger.js';
 import { buildNodeOptions, loadSecurity, type Running, startNode, tlsMaterial } from './run-node.js';
@@ -158,7 +159,7 @@ export class MqttBroker extends EventEmitter<MqttBrokerEvents> {
       const writer = new BoundedLogWriter({ sink: stdoutSink(), maxQueuedBytes: config['log-queue-bytes'] });
       logger = createLogger({ level: config['log-level'], format: config['log-format'] as LogFormat, writer });
     }
-    const events = { event: (kind: string, f?: Record<string, unknown>) => this.node?.event(kind, f) };
+    const events: EventSink = { event: (kind, f) => this.node?.event(kind, f) };
     const security = loadSecurity(config, events);
     const hook = this.options.authenticate;
     const { authorizePublish, authorizeSubscribe } = this.options;

@@ -8,7 +8,8 @@ import { clusterSettings } from './cluster/cluster-config.js';
 import { healthSource, type RunningCluster, singleNodeStatus, startClusterNode, statusAccess } from './cluster/cluster-node.js';
 import { HealthServer } from './cluster/health.js';
 import { type Config, listenerSpecs } from './config.js';
-import { CONFIG_ERROR, ConfigError } from './errors.js';
+import { CONFIG_ERROR, ConfigError, EXIT } from './errors.js';
+import type { EventSink } from './events.js';
 import { readAclFile } from './server/auth/acl-file.js';
 import { allOf } from './server/auth/all-of.js';
 import { HttpAuthenticator } from './server/auth/http-authenticator.js';
@@ -20,10 +21,6 @@ import { type RunningDurable, startDurableNode } from './server/durable-node.js'
 import { isTlsKind } from './server/listeners/listen-url.js';
 import { type ClientAuth, type IdentityField, TlsMaterial } from './server/listeners/tls-material.js';
 import { ScramSha256 } from './server/scram.js';
-
-/** Exit status after a write, fsync, rename or remove in --data-dir failed (EX_IOERR): the node
- * stopped at once and never retried the call (docs/operations.md "Disk trouble"). */
-const EXIT_DATA_DIR_IO = 74;
 
 export function version(): string {
   const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
@@ -94,7 +91,7 @@ export interface Security {
 }
 
 /** Reads the password and ACL files; a problem throws a ConfigError naming the file and line. */
-export function loadSecurity(config: Config, events: { event(kind: string, f?: Record<string, unknown>): void }): Security {
+export function loadSecurity(config: Config, events: EventSink): Security {
   const pw = config['password-file'];
   if (pw === '' && config['allow-anonymous'] === 'false') {
     // Without a password file nobody could authenticate: refused rather than letting any username in.
@@ -187,8 +184,8 @@ export async function startNode(
       created,
       (err) => {
         // Never retried: the node stops, and the next start recovers from what is on disk.
-        logger.fatal({ err: err.message, exitCode: EXIT_DATA_DIR_IO }, 'data directory write failed; stopping');
-        fatal(EXIT_DATA_DIR_IO, err);
+        logger.fatal({ err: err.message, exitCode: EXIT.DATA_DIR_IO }, 'data directory write failed; stopping');
+        fatal(EXIT.DATA_DIR_IO, err);
       },
     );
     node = d.node;

@@ -17,6 +17,7 @@ import { SCRAM_SHA_256, ScramClient, ScramSha256, scramCredential } from '../src
 import {
   connectClient,
   connectPacket,
+  counter,
   disconnect,
   publish,
   RawClient,
@@ -66,8 +67,6 @@ function acl(text: string): AclRule[] {
   if ('problem' in r) throw new Error(r.problem.reason);
   return r.rules;
 }
-
-const counter = (node: BrokerNode, kind: string): number => node.counters.get(kind) ?? 0;
 
 describe('password file authentication', { timeout: 60_000 }, () => {
   let node: BrokerNode;

@@ -22,7 +22,7 @@ const SERVE_WAIT_MS = 20_000;
 const REDUNDANT_WAIT_MS = 30_000;
 const DELIVERY_WAIT_MS = 15_000;
 const EXIT_WAIT_MS = 10_000;
-/** Exit codes of a cluster node (src/cluster/cluster-node.ts). */
+/** Exit codes of a cluster node, as docs/errors.md lists them. */
 const EXIT_FORCE_START_FAILED = 75;
 const EXIT_STATE_FILE_REFUSED = 78;
 const NEWEST_STATE = fileURLToPath(new URL('../../cluster-scripts/newest-state', import.meta.url));

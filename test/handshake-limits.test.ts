@@ -9,7 +9,7 @@ import { after, before, describe, it } from 'node:test';
 import type { BrokerNode } from '../src/server/broker-node.js';
 import type { ListenerSpec } from '../src/server/listeners/listen-url.js';
 import { TlsMaterial } from '../src/server/listeners/tls-material.js';
-import { connectClient, disconnect, startNode, WAIT_MS, withTimeout } from './helpers.js';
+import { connectClient, counter, disconnect, startNode, WAIT_MS, withTimeout } from './helpers.js';
 import { until } from './support/wait.js';
 import { makePki, type Pki } from './tls-certs.js';
 
@@ -41,8 +41,6 @@ async function silent(port: number): Promise<Silent> {
   );
   return { socket, closed };
 }
-
-const counter = (node: BrokerNode, kind: string): number => node.counters.get(kind) ?? 0;
 
 describe('handshakes count toward max-pending-connections', { timeout: 60_000 }, () => {
   let pki: Pki;

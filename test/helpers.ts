@@ -4,6 +4,7 @@
 import { connect as netConnect, type Socket } from 'node:net';
 import mqtt, { type IClientOptions, type IPublishPacket, type MqttClient } from 'mqtt';
 import pino from 'pino';
+import type { CounterKey } from '../src/events.js';
 import { Decoder } from '../src/protocol/decoder.js';
 import { encode } from '../src/protocol/encoder.js';
 import type { Packet, ProtocolLevel } from '../src/protocol/packets.js';
@@ -296,3 +297,6 @@ export async function publishRoundTrip(port: number, clientId: string, waitMs: n
     }
   }
 }
+
+/** A node's count of one event, refusal or protocol error. */
+export const counter = (node: BrokerNode, kind: CounterKey): number => node.counters.get(kind) ?? 0;

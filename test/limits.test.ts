@@ -7,7 +7,7 @@ import type { Packet } from '../src/protocol/packets.js';
 import { RC } from '../src/protocol/reason-codes.js';
 import type { BrokerNode } from '../src/server/broker-node.js';
 import type { NodeLimits } from '../src/server/limits.js';
-import { connectClient, connectPacket, disconnect, publish, RawClient, startNode, subscribe } from './helpers.js';
+import { connectClient, connectPacket, counter, disconnect, publish, RawClient, startNode, subscribe } from './helpers.js';
 import { sleep } from './support/wait.js';
 
 async function withNode(limits: Partial<NodeLimits>, body: (node: BrokerNode) => Promise<void>): Promise<void> {
@@ -27,7 +27,6 @@ async function rawConnect(node: BrokerNode, level: 4 | 5, clientId: string): Pro
 
 const acksOf = (c: RawClient, type: 'puback' | 'pubrec'): [number, number][] =>
   c.packets.flatMap((p) => (p.type === type ? [[p.pid, p.code] as [number, number]] : []));
-const counter = (node: BrokerNode, kind: string): number => node.counters.get(kind) ?? 0;
 const EMPTY = new Uint8Array(0);
 const qos0 = (topic: string): Packet => ({ type: 'publish', topic, payload: EMPTY, qos: 0, retain: false, dup: false, props: {} });
 const qos1 = (topic: string, pid: number): Packet => ({

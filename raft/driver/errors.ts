@@ -1,5 +1,6 @@
 // Stable codes for what the driver and its node program report, in the style of raft/errors.ts and
-// raft/transport/errors.ts (STYLE.md: one registry per module, tests compare codes, never text).
+// raft/transport/errors.ts: one registry per module, tests compare codes, never text;
+// docs/errors.md lists every code.
 export const DriverErrorCodes = {
   /** Options given to the driver are out of range. */
   RAFT_DRIVER_BAD_OPTIONS: 'bad raft driver options',

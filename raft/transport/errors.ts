@@ -1,4 +1,5 @@
-// Stable codes for everything the transport reports (STYLE.md: one registry, tests assert the code).
+// Stable codes for everything the transport reports: one registry, tests assert the code;
+// docs/errors.md lists every code.
 
 /** Why a link was closed. Each is logged with the peer address; none reaches onMessage. */
 export type LinkCloseCode =

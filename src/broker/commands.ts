@@ -5,6 +5,7 @@
 // machine applies committed entries in order and emits Effects that only the serving node carries
 // out. Commands are plain data (strings, integers, booleans, arrays, Uint8Array, null) so that they
 // encode once with msgpackr and every replica applies the same bytes. Commands carry no time.
+import type { EventKind } from '../events.js';
 import type { ProtocolLevel, QoS, UserProperties } from '../protocol/packets.js';
 import type { Settings } from './settings.js';
 
@@ -206,4 +207,4 @@ export type Effect =
   /** Close the connection, with an MQTT 5 DISCONNECT reason where the protocol allows one. */
   | { t: 'close'; conn: ConnId; reason: number }
   /** Counters and log lines: apply itself does no I/O. */
-  | { t: 'event'; kind: string; detail?: Record<string, string | number | boolean> };
+  | { t: 'event'; kind: EventKind; detail?: Record<string, string | number | boolean> };

@@ -1,4 +1,5 @@
 import { Buffer } from 'node:buffer';
+import type { EventKind } from '../events.js';
 import type { Effect, Settings } from './commands.js';
 import { Fifo } from './fifo.js';
 import { publishPacketSize } from './packet-size.js';
@@ -13,7 +14,7 @@ import { type Delivery, type Inflight, PID_MAX, type Queued, type Session } from
  * way, only the effect objects are left out. */
 export type Effects = Effect[] | null;
 
-export function event(out: Effects, kind: string, detail?: Record<string, string | number | boolean>): void {
+export function event(out: Effects, kind: EventKind, detail?: Record<string, string | number | boolean>): void {
   if (out === null) return;
   out.push(detail === undefined ? { t: 'event', kind } : { t: 'event', kind, detail });
 }

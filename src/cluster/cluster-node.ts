@@ -2,6 +2,7 @@
 // and the health port. The peer port is bound first (a second process of this node id fails at
 // once); the MQTT listeners open only while this node serves.
 import type { Logger } from 'pino';
+import { EXIT } from '../errors.js';
 import { BrokerNode, type NodeOptions, settingsFrom } from '../server/broker-node.js';
 import { AuditLog } from './audit-log.js';
 import type { ClusterSettings } from './cluster-config.js';
@@ -20,10 +21,6 @@ export interface RunningCluster {
   /** The stop's deadline: the handover is skipped and the state file written now (RaftLog.stopNow). */
   stopNow(): void;
 }
-
-/** Exit codes of a cluster node besides 0, 1 and 2 (the raft node program uses the same). */
-export const EXIT_FORCE_START_FAILED = 75;
-export const EXIT_STATE_FILE_REFUSED = 78;
 
 /** Starts raft, the broker node and the health port. Rejects if the peer or health port cannot be
  * bound (the error names the address) or the state file, its record or its lock is refused (a
@@ -56,7 +53,7 @@ export async function startClusterNode(
     forceStartTimeoutMs: cs.forceStartTimeoutMs,
     maxClockOffsetMs: cs.maxClockOffsetMs,
     handoverTimeoutMs: cs.handoverTimeoutMs,
-    onForceStartFailed: (err) => onExit(EXIT_FORCE_START_FAILED, err),
+    onForceStartFailed: (err) => onExit(EXIT.FORCE_START_FAILED, err),
   });
   let audit: AuditLog | null = null;
   if (cs.auditLog !== undefined) {

@@ -6,6 +6,7 @@
 import { type IntervalHistogram, monitorEventLoopDelay } from 'node:perf_hooks';
 import { Counter, collectDefaultMetrics, Gauge, type Metric, type Registry } from 'prom-client';
 import type { StateTotals } from '../broker/broker.js';
+import type { CounterKey } from '../events.js';
 import type { BrokerNode } from '../server/broker-node.js';
 import type { DataDirStatus } from '../server/durable-node.js';
 import type { LatencyBuckets } from '../server/latency-buckets.js';
@@ -21,7 +22,7 @@ export interface MetricsSource {
 }
 
 /** A labelled counter's series: label value → the node's event counters summed into it. */
-type Reasons = Readonly<Record<string, readonly string[]>>;
+type Reasons = Readonly<Record<string, readonly CounterKey[]>>;
 
 /** Refused before or at CONNECT; each refusal is counted under one reason. A CONNACK refusal of
  * any reason code is `connack` (its cause is also under the auth and limit series). */

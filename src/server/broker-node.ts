@@ -6,6 +6,7 @@ import { Broker, type StateTotals } from '../broker/broker.js';
 import type { AclRule, Command, ConnId, Effect, Entry, Message, Settings } from '../broker/commands.js';
 import { pickSettings } from '../broker/settings.js';
 import type { SnapshotCursor } from '../broker/snapshot-cursor.js';
+import { type CounterKey, type EventKind, eventLevel, type RefusalKey } from '../events.js';
 import type { BrokerLog, LogListener } from '../log/broker-log.js';
 import { LocalLog } from '../log/local-log.js';
 import type { ConnectPacket } from '../protocol/packets.js';
@@ -110,53 +111,6 @@ export function settingsFrom(o: NodeOptions): Settings {
   return pickSettings(o);
 }
 
-/** Broken invariants are errors; refused or dropped work is a warning; the rest is routine. */
-function eventLevel(kind: string): 'debug' | 'info' | 'warn' | 'error' {
-  switch (kind) {
-    case 'invariant':
-    case 'digest-mismatch':
-      return 'error';
-    case 'check-unknown':
-    case 'check-match':
-    case 'digest-run':
-    case 'snapshot-deferred':
-    case 'flush-continued':
-      return 'debug';
-    case 'no-op':
-    case 'queue-full':
-    case 'shared-dropped':
-    case 'too-large':
-    case 'will-dropped':
-    case 'qos0-dropped-slow-consumer':
-    case 'reads-paused-slow-consumer':
-    case 'stale-deadline':
-    case 'reads-paused':
-    case 'acl-denied':
-    case 'auth-failed':
-    case 'auth-throttled':
-    case 'auth-anonymous-refused':
-    case 'limit-max-connections':
-    case 'limit-pending-connections':
-    case 'limit-connect-rate':
-    case 'limit-publish-rate':
-    case 'limit-topic':
-    case 'acl-denied-subscribe':
-    case 'sys-publish-refused':
-    case 'auth-http-timeout':
-    case 'auth-http-failed':
-    case 'auth-http-status':
-    case 'auth-http-malformed':
-    case 'auth-http-busy':
-    case 'auth-hook-error':
-    case 'auth-hook-timeout':
-    case 'authz-hook-error':
-    case 'authz-hook-timeout':
-      return 'warn';
-    default:
-      return 'info';
-  }
-}
-
 /** The connection a command came from, if any: its proposer counts it as pending until applied. */
 function connOf(cmd: Command): ConnId | undefined {
   switch (cmd.t) {
@@ -187,7 +141,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
   readonly authorizer: HookAuthorizer | null;
   readonly enhancedAuth: ReadonlyMap<string, EnhancedAuthMethod>;
   /** Event counts (apply events, protocol errors, drops), for metrics. */
-  readonly counters = new Map<string, number>();
+  readonly counters = new Map<CounterKey, number>();
   /** Bytes, PUBLISH packets and connections of this process, for metrics and $SYS. */
   readonly traffic = new Traffic();
   /** PUBLISH read to the socket write of its first delivery, sampled (Traffic.probeCountdown). */
@@ -778,7 +732,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
     }
   }
 
-  event(kind: string, fields?: Record<string, unknown>): void {
+  event(kind: EventKind, fields?: Record<string, unknown>): void {
     this.counters.set(kind, (this.counters.get(kind) ?? 0) + 1);
     this.limited.log(eventLevel(kind), `event:${kind}`, fields ?? {}, kind);
   }
@@ -896,7 +850,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
     this.conns.set(id, new Connection(id, stream, transport, this, this.outbox));
   }
 
-  refused(key: string, fields: Record<string, unknown>, message: string): void {
+  refused(key: RefusalKey, fields: Record<string, unknown>, message: string): void {
     this.counters.set(key, (this.counters.get(key) ?? 0) + 1);
     this.limited.warn(key, fields, message);
   }

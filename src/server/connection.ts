@@ -17,6 +17,7 @@ import {
   type SubscriptionRequest,
 } from '../broker/commands.js';
 import { assignedClientId } from '../broker/session.js';
+import type { EventKind } from '../events.js';
 import { Decoder } from '../protocol/decoder.js';
 import { encode } from '../protocol/encoder.js';
 import type {
@@ -79,7 +80,7 @@ export interface ConnectionHost {
   /** The socket has closed; the host forgets the connection. */
   closed(c: Connection): void;
   /** A counted event (and, for protocol errors, a rate-limited log line). */
-  event(kind: string, fields?: Record<string, unknown>): void;
+  event(kind: EventKind, fields?: Record<string, unknown>): void;
   protocolError(key: string, fields: Record<string, unknown>, message: string): void;
   /** True while the log refuses more input; new and resumed sockets stay paused. */
   readonly readsPaused: boolean;

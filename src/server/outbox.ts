@@ -6,6 +6,7 @@
 // per write turn, whether it still serves, and tells it when the latency probe's delivery is out.
 import type { Message, OutPacket, ProtocolLevel } from '../broker/commands.js';
 import { Fifo } from '../broker/fifo.js';
+import type { EventKind } from '../events.js';
 import { encode } from '../protocol/encoder.js';
 import { type ConnackLimits, toWire } from './outbound.js';
 
@@ -44,7 +45,7 @@ export interface OutboxGate {
   mayWrite(): boolean;
   /** The output of `Outbox.watched` was written (the node's latency probe ends there). */
   watchedWritten(): void;
-  event(kind: string, fields?: Record<string, unknown>): void;
+  event(kind: EventKind, fields?: Record<string, unknown>): void;
 }
 
 interface SharedPublish {

@@ -4,6 +4,8 @@
 // leader is known an MQTT 5 CONNECT waits for one, at most REFERRAL_HOLD_MS; when this node
 // begins to serve, the sockets it holds become connections and their CONNECTs are served. Nothing
 // else of MQTT is spoken here and nothing reaches the log.
+
+import type { RefusalKey } from '../events.js';
 import { Decoder } from '../protocol/decoder.js';
 import { encode } from '../protocol/encoder.js';
 import { CONNACK_V4, RC } from '../protocol/reason-codes.js';
@@ -18,7 +20,7 @@ export interface ReferenceSource {
 
 export interface ReferrerHost {
   /** Counted and logged at most once per window per key, as the node's other refusals. */
-  refused(key: string, fields: Record<string, unknown>, message: string): void;
+  refused(key: RefusalKey, fields: Record<string, unknown>, message: string): void;
   /** This node serves now: a held socket becomes a connection, given the bytes read from it so far
    * (its CONNECT, and whatever followed it). */
   adopt(stream: ByteStream, transport: Transport, read: readonly Buffer[]): void;

@@ -1,6 +1,7 @@
 // What one node's connections moved, as plain number fields bumped in place on the message path and
 // read only by the metrics and $SYS collectors. Counters of this process: they start at 0 with it
 // and never reset, so every reader sees totals that only grow.
+import type { EventKind } from '../events.js';
 
 export class Traffic {
   /** Bytes read from and written to client sockets (MQTT bytes; WebSocket framing excluded). */
@@ -29,7 +30,7 @@ export class Traffic {
 export const PROBE_EVERY = 32;
 
 /** The node events that are a message not delivered (raftmq_messages_dropped_total's reasons). */
-export const DROP_EVENTS: readonly string[] = [
+export const DROP_EVENTS: readonly EventKind[] = [
   'queue-full',
   'qos0-dropped-slow-consumer',
   'too-large',

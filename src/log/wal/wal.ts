@@ -39,8 +39,10 @@ export class WalIoError extends Error {
 }
 
 /** The data directory cannot be used as it is: the message names the file. Nothing was changed. */
+export const DATA_DIR_ERRORS = ['DATA_DIR_CORRUPT', 'DATA_DIR_FOREIGN', 'DATA_DIR_LOCKED'] as const;
+
 export class DataDirError extends Error {
-  readonly code: 'DATA_DIR_CORRUPT' | 'DATA_DIR_FOREIGN' | 'DATA_DIR_LOCKED';
+  readonly code: (typeof DATA_DIR_ERRORS)[number];
   constructor(code: DataDirError['code'], message: string) {
     super(message);
     this.name = 'DataDirError';

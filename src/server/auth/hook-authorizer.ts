@@ -5,6 +5,8 @@
 // connection whose hook answers with a promise reads nothing further until it settles
 // (src/server/connection.ts), so its packets keep their order. docs/operations.md "Embedding
 // raftmq" documents the answers.
+
+import type { EventKind } from '../../events.js';
 import type { QoS } from '../../protocol/packets.js';
 import { RC } from '../../protocol/reason-codes.js';
 import { describeAnswer, settleHook } from './hook-answer.js';
@@ -69,7 +71,7 @@ export type Authorization = { ok: true; qos: QoS } | { ok: false; reason: number
 const FAILED: Authorization = { ok: false, reason: RC.UNSPECIFIED_ERROR, failed: true };
 
 export interface AuthorizerEvents {
-  event(kind: string, fields?: Record<string, unknown>): void;
+  event(kind: EventKind, fields?: Record<string, unknown>): void;
 }
 
 export class HookAuthorizer {

@@ -6,6 +6,7 @@ import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { CONFIG_ERROR, ConfigError } from '../../errors.js';
+import type { EventKind } from '../../events.js';
 import type { ConnectPacket } from '../../protocol/packets.js';
 import { RC } from '../../protocol/reason-codes.js';
 import type { Authenticator, AuthResult, LoginThrottle } from '../authenticator.js';
@@ -41,7 +42,7 @@ function decoySecretOf(users: ReadonlyMap<string, PasswordHash>): Buffer {
 
 export interface AuthCounters {
   /** A counted event, e.g. 'auth-failed', 'auth-throttled'. */
-  event(kind: string, fields?: Record<string, unknown>): void;
+  event(kind: EventKind, fields?: Record<string, unknown>): void;
 }
 
 export class PasswordFileAuthenticator implements Authenticator, ScramCredentialStore {

@@ -6,6 +6,7 @@ import { createServer as createHttpsServer } from 'node:https';
 import { createServer as createNetServer, type Server as NetServer, type Socket } from 'node:net';
 import { createServer as createTlsServer, type TLSSocket, type Server as TlsServer } from 'node:tls';
 import { WebSocketServer } from 'ws';
+import type { RefusalKey } from '../../events.js';
 import { type ProxySource, parseProxyHeader } from '../proxy-protocol.js';
 import type { ByteStream, Transport } from '../transport.js';
 import { isTlsKind, type ListenerSpec } from './listen-url.js';
@@ -24,7 +25,7 @@ export interface ListenerHost {
   accept(stream: ByteStream, transport: Transport): void;
   /** A connection refused before MQTT (TLS handshake, PROXY header, WebSocket upgrade): counted
    * under `key` and logged at most once per window per key. */
-  refused(key: string, fields: Record<string, unknown>, message: string): void;
+  refused(key: RefusalKey, fields: Record<string, unknown>, message: string): void;
 }
 
 /** A PROXY header that has not arrived within this time closes the socket. */
@@ -192,7 +193,7 @@ export class Listener {
   /** Reads the PROXY header before anything else; the bytes behind it are put back. */
   private readProxy(socket: Socket, version: 1 | 2): void {
     let buf: Buffer = Buffer.alloc(0);
-    const fail = (reason: string, key: string): void => {
+    const fail = (reason: string, key: RefusalKey): void => {
       cleanup();
       this.host.refused(key, { listener: this.spec.kind, remote: socket.remoteAddress, reason }, 'PROXY header refused; closing');
       socket.destroy();
@@ -282,7 +283,7 @@ export class Listener {
   // ---- TLS ----
 
   /** `key`: a failed handshake, or a verified handshake whose certificate this listener refuses. */
-  private onTlsError(err: Error & { code?: string }, s: TLSSocket, key = 'tls-handshake-refused'): void {
+  private onTlsError(err: Error & { code?: string }, s: TLSSocket, key: RefusalKey = 'tls-handshake-refused'): void {
     this.host.refused(
       key,
       { listener: this.spec.kind, remote: this.sources.get(peerKey(s))?.address ?? s.remoteAddress, reason: err.code ?? err.message },
