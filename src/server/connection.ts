@@ -27,12 +27,13 @@ import type {
   DisconnectPacket,
   Packet,
   PublishPacket,
+  QoS,
   SubscribePacket,
   UnsubscribePacket,
 } from '../protocol/packets.js';
 import { CONNACK_V4, RC } from '../protocol/reason-codes.js';
 import { validateTopicFilter, validateTopicName } from '../protocol/topic.js';
-import type { Authorization, HookAuthorizer } from './auth/hook-authorizer.js';
+import type { Authorization, AuthorizePublishRequest, HookAuthorizer } from './auth/hook-authorizer.js';
 import { type AuthAction, EnhancedAuthState, type FailedLogin } from './auth-exchange.js';
 import type { Authenticator, AuthResult } from './authenticator.js';
 import type { StorageGate } from './disk-space.js';
@@ -449,6 +450,12 @@ export class Connection implements WheelMember, OutboxMember {
     if (this.isReading() && !this.host.readsPaused) this.socket.resume();
   }
 
+  /** A verdict given at once is acted on at once; a promise makes the connection wait for it. */
+  private onVerdict<T>(verdict: T | Promise<T>, decided: (answer: T) => void): void {
+    if (verdict instanceof Promise) this.waitForHook(verdict, decided);
+    else decided(verdict);
+  }
+
   /** An authorization hook answered with a promise: nothing more is handled until it settles. */
   private waitForHook<T>(verdict: Promise<T>, decided: (answer: T) => void): void {
     this.awaitingHook = true;
@@ -467,18 +474,9 @@ export class Connection implements WheelMember, OutboxMember {
     }
     const authz = this.host.authorizer;
     if (c.will !== null && authz?.decidesPublish === true) {
-      const w = c.will;
-      const verdict = authz.publish({
-        clientId: c.clientId === '' ? assignedClientId(this.id) : c.clientId,
-        username: user,
-        topic: w.topic,
-        payload: Buffer.from(w.payload.buffer, w.payload.byteOffset, w.payload.byteLength),
-        qos: w.qos,
-        retain: w.retain,
-        will: true,
-      });
-      if (verdict instanceof Promise) this.waitForHook(verdict, (a) => this.afterWillAuthorized(c, a, user));
-      else this.afterWillAuthorized(c, verdict, user);
+      const clientId = c.clientId === '' ? assignedClientId(this.id) : c.clientId;
+      const verdict = authz.publish(publishRequest(clientId, user, c.will.topic, c.will, true));
+      this.onVerdict(verdict, (a) => this.afterWillAuthorized(c, a, user));
       return;
     }
     this.proposeConnect(c, user);
@@ -715,17 +713,8 @@ export class Connection implements WheelMember, OutboxMember {
     }
     const authz = this.host.authorizer;
     if (authz?.decidesPublish === true) {
-      const verdict = authz.publish({
-        clientId: this.clientId ?? assignedClientId(this.id),
-        username: this.username,
-        topic,
-        payload: Buffer.from(p.payload.buffer, p.payload.byteOffset, p.payload.byteLength),
-        qos: p.qos,
-        retain: p.retain,
-        will: false,
-      });
-      if (verdict instanceof Promise) this.waitForHook(verdict, (a) => this.afterPublishAuthorized(p, topic, a));
-      else this.afterPublishAuthorized(p, topic, verdict);
+      const verdict = authz.publish(publishRequest(this.clientId ?? assignedClientId(this.id), this.username, topic, p, false));
+      this.onVerdict(verdict, (a) => this.afterPublishAuthorized(p, topic, a));
       return;
     }
     this.acceptPublish(p, topic);
@@ -916,8 +905,7 @@ export class Connection implements WheelMember, OutboxMember {
       }
       this.proposeSubscribe(s, allowed, codes);
     };
-    if (verdicts.some((v) => v instanceof Promise)) this.waitForHook(Promise.all(verdicts), decided);
-    else decided(verdicts as Authorization[]);
+    this.onVerdict(verdicts.some((v) => v instanceof Promise) ? Promise.all(verdicts) : (verdicts as Authorization[]), decided);
   }
 
   /** The filters that remain are proposed; the codes decided here travel in the command. */
@@ -1362,4 +1350,16 @@ function socketEnd(this: OwnedStream): void {
 
 function socketDrain(this: OwnedStream): void {
   this[OWNER]?.onDrain();
+}
+
+/** What authorizePublish is told of a PUBLISH or a will (its payload not copied). */
+function publishRequest(
+  clientId: string,
+  username: string | null,
+  topic: string,
+  m: { payload: Uint8Array; qos: QoS; retain: boolean },
+  will: boolean,
+): AuthorizePublishRequest {
+  const payload = Buffer.from(m.payload.buffer, m.payload.byteOffset, m.payload.byteLength);
+  return { clientId, username, topic, payload, qos: m.qos, retain: m.retain, will };
 }
