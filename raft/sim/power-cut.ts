@@ -83,6 +83,11 @@ export class PowerCutStorage implements RaftStorage {
     return this.written.state();
   }
 
+  /** Index of the newest snapshot written (0: none). */
+  get snapshotIndex(): number {
+    return this.written.snapshotIndex;
+  }
+
   append(entries: readonly LogEntry[], truncatedFrom: number | null): void {
     this.written.append(entries, truncatedFrom);
     this.record({ kind: 'append', entries, truncatedFrom });
