@@ -3,6 +3,7 @@ import { describe, it } from 'node:test';
 import type { Message } from './messages.js';
 import { Prng } from './prng.js';
 import { RaftCore, type RaftOptions } from './raft.js';
+import { staticEnvelope } from './test-cluster.js';
 
 // docs/raft.md "Persistence": with awaitStorage the core learns what is durable from persisted()
 // and persistedHardState(). These tests play the storage by hand.
@@ -196,5 +197,41 @@ describe('raft core: the persisted-index rule (awaitStorage)', () => {
       restore: before.durableState(),
     });
     assert.equal(after.durableIndex, before.lastIndex);
+  });
+
+  it('a node back in the term it led with a shorter log ignores acks for the tail it lost', () => {
+    const net = new Net();
+    net.elect(1);
+    net.core(1).propose([bytes('x'), bytes('y')]);
+    net.pump();
+    const before = net.core(1).durableState();
+    // Power lost before the last two entries were synced: the term survives, the tail does not.
+    const after = new RaftCore({
+      id: 1,
+      voters: ids,
+      electionTimeoutMs: E,
+      random: new Prng(3),
+      now: 0,
+      awaitStorage: true,
+      restore: { ...before, entries: before.entries.slice(0, -2) },
+    });
+    const ack = {
+      ...staticEnvelope,
+      type: 'append-response' as const,
+      from: 2,
+      to: 1,
+      term: before.term,
+      success: true,
+      index: before.entries.length,
+      hint: 0,
+      sentAt: 0,
+    };
+    assert.equal(after.step(ack), null);
+    assert.equal(after.role, 'follower');
+    assert.equal(
+      net.core(1).step({ ...ack, index: before.entries.length + 1 })?.code,
+      'RAFT_BAD_MESSAGE',
+      'a leader still refuses an ack past its log',
+    );
   });
 });

@@ -454,10 +454,14 @@ export class RaftCore {
   /** Checks of a valid message against this node's state: what the peer claims must be possible. */
   private refuseForState(m: Message): RaftError | null {
     if (m.term !== this.term) return null;
-    if (m.type === 'append-response' && m.index > this.log.lastIndex() && m.success) {
+    // Only a leader counts acks, and one never loses its own entries in its term. A node that lost
+    // power may come back in the term it led with a shorter log (its unsynced tail is gone); acks
+    // for that tail still in flight mean nothing to it, and a node that does not lead ignores acks.
+    const leads = this.handler.role === 'leader';
+    if (leads && m.type === 'append-response' && m.index > this.log.lastIndex() && m.success) {
       return new RaftError('RAFT_BAD_MESSAGE', `ack of index ${m.index} beyond last ${this.log.lastIndex()}`);
     }
-    if (m.type === 'snapshot-response' && m.match > this.log.lastIndex()) {
+    if (leads && m.type === 'snapshot-response' && m.match > this.log.lastIndex()) {
       return new RaftError('RAFT_BAD_MESSAGE', `snapshot ack of index ${m.match} beyond last ${this.log.lastIndex()}`);
     }
     const echoes =
