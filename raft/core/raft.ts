@@ -141,6 +141,13 @@ export interface RaftOptions {
    * must be newer than that one too, so its members switch. Default 0. */
   readonly forceStartAbove?: number;
   readonly unsafe?: UnsafeRule;
+  /** False (default): the log, term and vote are durable the moment the core writes them, as with
+   * in-memory storage, and nothing waits. True: they are durable only once the storage says so
+   * through persisted() and persistedHardState() (docs/raft.md "Persistence"): the leader counts
+   * itself toward a commit only up to its persisted index, a candidate counts its own vote only
+   * once it is durable, and an append ack, a vote grant and a snapshot ack leave only once what
+   * they answer for is durable. */
+  readonly awaitStorage?: boolean;
 }
 
 export interface SoftState {
@@ -181,6 +188,15 @@ interface Transfer {
   readonly deadline: number;
   /** TimeoutNow went out; the lease is given up for the rest of the term. */
   timeoutNowSent: boolean;
+}
+
+/** A message that waits until what it answers for is durable (awaitStorage). */
+interface HeldMessage {
+  readonly m: Message;
+  /** The log must be durable through this index (0: nothing of the log). */
+  readonly index: number;
+  /** A vote grant: the vote for m.to (this member) must be durable in m.term. */
+  readonly vote: boolean;
 }
 
 interface RoleHandler {
@@ -281,6 +297,14 @@ export class RaftCore {
   private truncatedFrom: number | null = null;
   private reportedSoft: SoftState | null = null;
   private reportedHard: HardState | null = null;
+  /** awaitStorage: writes are durable only once the storage acknowledges them. */
+  private readonly awaitStorage: boolean;
+  /** awaitStorage: the log is durable through this index (its entry matched the storage's term). */
+  private persistedIndex = 0;
+  /** awaitStorage: the newest term and vote the storage made durable. */
+  private persistedHard: HardState = { term: 0, vote: 0, voteInc: '' };
+  /** awaitStorage: answers waiting for the storage, in the order they were made. */
+  private held: HeldMessage[] = [];
 
   constructor(opts: RaftOptions) {
     checkOptions(opts);
@@ -324,6 +348,10 @@ export class RaftCore {
     this.term = opts.restore?.term ?? 0;
     this.vote = opts.restore?.vote ?? 0;
     this.voteInc = opts.restore?.voteInc ?? (this.vote === 0 ? '' : '0');
+    this.awaitStorage = opts.awaitStorage === true;
+    // What a node restarts from is what its storage kept.
+    this.persistedIndex = this.log.lastIndex();
+    this.persistedHard = { term: this.term, vote: this.vote, voteInc: this.voteInc };
     assert(this.log.lastTerm() <= this.term, 'restored log has entries above the restored term');
     this.conf = new ConfigTracker(this.id, this.incarnation, opts.restore?.baseConfig ?? restoredSnapshot?.config ?? statics, this.log);
     this.handler = this.followerHandler();
@@ -426,10 +454,14 @@ export class RaftCore {
   /** Checks of a valid message against this node's state: what the peer claims must be possible. */
   private refuseForState(m: Message): RaftError | null {
     if (m.term !== this.term) return null;
-    if (m.type === 'append-response' && m.index > this.log.lastIndex() && m.success) {
+    // Only a leader counts acks, and one never loses its own entries in its term. A node that lost
+    // power may come back in the term it led with a shorter log (its unsynced tail is gone); acks
+    // for that tail still in flight mean nothing to it, and a node that does not lead ignores acks.
+    const leads = this.handler.role === 'leader';
+    if (leads && m.type === 'append-response' && m.index > this.log.lastIndex() && m.success) {
       return new RaftError('RAFT_BAD_MESSAGE', `ack of index ${m.index} beyond last ${this.log.lastIndex()}`);
     }
-    if (m.type === 'snapshot-response' && m.match > this.log.lastIndex()) {
+    if (leads && m.type === 'snapshot-response' && m.match > this.log.lastIndex()) {
       return new RaftError('RAFT_BAD_MESSAGE', `snapshot ack of index ${m.match} beyond last ${this.log.lastIndex()}`);
     }
     const echoes =
@@ -525,6 +557,80 @@ export class RaftCore {
   /** Leader only: each voter clock's distance from the median (ms; ClusterClock.offsets). */
   clockOffsets(): Map<number, number> {
     return this.handler.role === 'leader' ? this.clock.offsets(this.now) : new Map();
+  }
+
+  // ---- storage acknowledgements (docs/raft.md "Persistence") ----
+
+  /** The storage made the log durable through `index`, whose entry has `term` (the snapshot's
+   * index and term when that is the last thing written). A report that no longer matches the log
+   * (it was truncated or replaced since) changes nothing. Without awaitStorage, a no-op. */
+  persisted(index: number, term: number): void {
+    if (!this.awaitStorage || index <= this.persistedIndex || index > this.log.lastIndex()) return;
+    if (this.log.termAt(index) !== term) return;
+    this.persistedIndex = index;
+    this.afterPersist();
+  }
+
+  /** The storage made this term and vote durable. Without awaitStorage, a no-op. */
+  persistedHardState(h: HardState): void {
+    if (!this.awaitStorage || h.term < this.persistedHard.term || h.term > this.term) return;
+    this.persistedHard = { term: h.term, vote: h.vote, voteInc: h.voteInc };
+    // §5.2: a candidate counts its own vote only once a restart cannot forget it.
+    if (this.handler.role === 'candidate' && !this.votes.has(this.id) && this.ownVoteDurable()) {
+      this.votes.set(this.id, true);
+      this.tallyVotes();
+    }
+    this.afterPersist();
+  }
+
+  /** Highest index this node counts itself for toward a commit. */
+  get durableIndex(): number {
+    return this.awaitStorage ? Math.min(this.persistedIndex, this.log.lastIndex()) : this.log.lastIndex();
+  }
+
+  /** Answers held for the storage (awaitStorage), not yet sent. */
+  get heldMessages(): number {
+    return this.held.length;
+  }
+
+  private ownVoteDurable(): boolean {
+    const h = this.persistedHard;
+    return !this.awaitStorage || (h.term === this.term && h.vote === this.id && h.voteInc === this.incarnation);
+  }
+
+  private afterPersist(): void {
+    this.releaseHeld();
+    if (this.handler.role === 'leader' && this.maybeCommit()) this.commitMoved();
+    this.checkInvariants();
+  }
+
+  /** Sends each held answer whose subject is now durable; drops those of an earlier term, which
+   * answer for a log or a vote this node may no longer hold. */
+  private releaseHeld(): void {
+    if (this.held.length === 0) return;
+    const keep: HeldMessage[] = [];
+    for (const x of this.held) {
+      if (x.m.term !== this.term) continue;
+      if (this.durableFor(x)) this.messages.push(x.m);
+      else keep.push(x);
+    }
+    this.held = keep;
+  }
+
+  /** The term (and for a grant, the vote) and the log through x.index are durable. */
+  private durableFor(x: HeldMessage): boolean {
+    const h = this.persistedHard;
+    const hardOk = h.term === x.m.term && (!x.vote || (h.vote === x.m.to && h.voteInc === x.m.toInc));
+    return hardOk && this.persistedIndex >= x.index;
+  }
+
+  /** What a message answers for that must be durable before it leaves: the acknowledged log for
+   * an append or snapshot ack, the vote for a grant; null: nothing, it leaves at once. */
+  private holdFor(m: Message): HeldMessage | null {
+    if (m.type === 'append-response' && m.success) return { m, index: m.index, vote: false };
+    if (m.type === 'snapshot-response' && m.match > 0) return { m, index: m.match, vote: false };
+    if (m.type === 'vote-response' && m.granted) return { m, index: 0, vote: true };
+    return null;
   }
 
   // ---- output ----
@@ -889,7 +995,8 @@ export class RaftCore {
 
   private startPoll(type: 'pre-vote-request' | 'vote-request', term: number, transfer: boolean): void {
     this.votes.clear();
-    this.votes.set(this.id, true);
+    // A vote of this term counts for itself once durable (at once without awaitStorage).
+    if (type === 'pre-vote-request' || this.ownVoteDurable()) this.votes.set(this.id, true);
     const lastIndex = this.log.lastIndex();
     const lastTerm = this.log.lastTerm();
     for (const m of this.conf.config) {
@@ -1067,6 +1174,7 @@ export class RaftCore {
   }
 
   private noteTruncation(from: number): void {
+    if (this.persistedIndex >= from) this.persistedIndex = from - 1;
     this.truncatedFrom = this.truncatedFrom === null ? from : Math.min(this.truncatedFrom, from);
     this.appended = this.appended.filter((e) => e.index < from);
   }
@@ -1422,21 +1530,27 @@ export class RaftCore {
     if (m.success) {
       if (!pr.acked(m.index)) return;
       if (!this.maybeCommit()) this.sendAppends(pr);
-      else if (this.commitNoticeDelayMs === 0) this.broadcastAppend();
-      else {
-        // The new commit index rides on the appends that go anyway; the rest wait for the notice.
-        for (const p of this.progress.values()) this.sendAppends(p);
-        if (this.commitNoticeDue === 0) this.commitNoticeDue = this.now + this.commitNoticeDelayMs;
-      }
+      else this.commitMoved();
       return;
     }
     if (pr.rejected(m.index, m.hint)) this.sendAppend(pr, true);
   }
 
+  /** The commit index moved on the leader: followers learn it. */
+  private commitMoved(): void {
+    if (this.commitNoticeDelayMs === 0) this.broadcastAppend();
+    else {
+      // The new commit index rides on the appends that go anyway; the rest wait for the notice.
+      for (const p of this.progress.values()) this.sendAppends(p);
+      if (this.commitNoticeDue === 0) this.commitNoticeDue = this.now + this.commitNoticeDelayMs;
+    }
+  }
+
   /** §5.3, §5.4.2: the highest index on a majority commits, but only if it is of the leader's own
-   * term; earlier entries then commit with it (Log Matching). True if the commit index moved. */
+   * term; earlier entries then commit with it (Log Matching). The leader counts itself up to its
+   * durable index. True if the commit index moved. */
   private maybeCommit(): boolean {
-    const matches = this.conf.isVoter ? [this.log.lastIndex()] : [];
+    const matches = this.conf.isVoter ? [this.durableIndex] : [];
     for (const pr of this.progress.values()) if (pr.voter) matches.push(pr.match);
     matches.sort((a, b) => b - a);
     const n = matches[this.conf.quorum - 1] ?? 0;
@@ -1593,6 +1707,9 @@ export class RaftCore {
   /** The snapshot replaces the log (keeping any entries after it that match, §7) and becomes the
    * application's state: Ready.snapshot carries it, and applying continues after it. */
   private installSnapshot(s: Snapshot): void {
+    // Entries kept after the snapshot stay durable; a replaced log is durable only up to the old
+    // commit index (the snapshot's prefix) until the storage holds the snapshot.
+    if (!this.log.matches(s.index, s.term)) this.persistedIndex = Math.min(this.persistedIndex, this.log.commit);
     const truncatedFrom = this.log.install(s);
     if (truncatedFrom !== null) {
       this.noteTruncation(truncatedFrom);
@@ -1628,6 +1745,13 @@ export class RaftCore {
     full.epochId = this.epochNow.id;
     full.fromInc = this.incarnation;
     full.toInc = toInc;
+    if (this.awaitStorage) {
+      const hold = this.holdFor(full as Message);
+      if (hold !== null && !this.durableFor(hold)) {
+        this.held.push(hold);
+        return;
+      }
+    }
     this.messages.push(full as Message);
   }
 

@@ -1,6 +1,6 @@
 import type { Configuration, Epoch } from '../core/membership.js';
 import { formatConfig, majoritiesOverlap } from '../core/membership.js';
-import type { LogEntry } from '../core/messages.js';
+import type { LogEntry, VoteResponse } from '../core/messages.js';
 import type { RaftCore, Ready } from '../core/raft.js';
 import type { SnapshotMeta } from '../core/snapshot.js';
 import { RaftError } from '../errors.js';
@@ -51,6 +51,25 @@ export class SafetyChecker {
 
   /** Leaders elected so far (one per term at most). */
   elections = 0;
+  /** Durable mode: a vote counts once its grant is sent, not when the core records it, since a
+   * power cut may take back a vote that was never durable and so never sent. */
+  private votesFromGrants = false;
+
+  countVotesFromGrants(): void {
+    this.votesFromGrants = true;
+  }
+
+  /** Durable mode: `node` sent a granted vote; no member grants two in a term. */
+  granted(node: RaftCore, m: VoteResponse): void {
+    this.noteVote(`${node.id}.${node.incarnation}`, node, m.term, `${m.to}.${m.toInc}`);
+  }
+
+  /** Durable mode: `node` restarted from its storage. Its term may be below the one it reached
+   * before the cut (a term never made durable is lost with the power); it never goes below what it
+   * restarted with. */
+  restoredFromStorage(node: RaftCore): void {
+    this.memberTerm.set(`${node.id}.${node.incarnation}`, node.currentTerm);
+  }
 
   /** The committed log of the newest epoch (highest generation, then longest). */
   get committed(): readonly CommittedEntry[] {
@@ -149,12 +168,15 @@ export class SafetyChecker {
     if (term < (this.memberTerm.get(member) ?? 0)) throw new Violation('rollback', `member ${member} went back to term ${term}`);
     this.memberTerm.set(member, term);
     const hs = ready.hardState;
-    if (hs === null || hs.vote === 0) return;
-    const key = `${member}/${node.epoch.generation}.${node.epoch.id}/${hs.term}`;
-    const vote = `${hs.vote}.${hs.voteInc}`;
+    if (hs === null || hs.vote === 0 || this.votesFromGrants) return;
+    this.noteVote(member, node, hs.term, `${hs.vote}.${hs.voteInc}`);
+  }
+
+  private noteVote(member: string, node: RaftCore, term: number, vote: string): void {
+    const key = `${member}/${node.epoch.generation}.${node.epoch.id}/${term}`;
     const before = this.votes.get(key);
     if (before !== undefined && before !== vote)
-      throw new Violation('double vote', `member ${member} voted for ${before} and ${vote} in term ${hs.term}`);
+      throw new Violation('double vote', `member ${member} voted for ${before} and ${vote} in term ${term}`);
     this.votes.set(key, vote);
   }
 

@@ -7,14 +7,16 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import type { UnsafeRule } from '../core/raft.js';
 import { formatMutantReport, mutantReport } from './mutants.js';
-import type { Fault } from './sim.js';
-import { faultNames, runSeed } from './sim.js';
+import type { Fault, SimRule } from './sim.js';
+import { durableFaultNames, faultNames, memoryOnlyFaults, runSeed, type StorageBug, storageBugs } from './sim.js';
 
 const usage =
   `usage: sim --seeds N --first-seed S [--faults ${faultNames.join(',')}|all|none] ` +
   '[--break grant-every-vote|commit-old-terms|answer-every-vote|swap-member|install-any-chunk]\n' +
-  '       sim --mutants [--seeds N] [--first-seed S] [--blocks B] [--min-caught K] [--faults ...]: every --break rule ' +
-  'over B disjoint blocks of N seeds (default 3 x 500 from a random first seed); exit 1 unless each is caught in at ' +
+  '       sim --durable ... [--break skip-fsync|ack-before-fsync]: nodes keep their state in a power-cut storage double ' +
+  `and lose power, one or all at once (faults there: ${durableFaultNames.join(',')}; all: these)\n` +
+  '       sim --mutants [--durable] [--seeds N] [--first-seed S] [--blocks B] [--min-caught K] [--faults ...]: every --break rule ' +
+  '(with --durable: the storage bugs) over B disjoint blocks of N seeds (default 3 x 500 from a random first seed); exit 1 unless each is caught in at ' +
   'least K seeds (default 5) of every block';
 export const unsafeRules: readonly UnsafeRule[] = [
   'grant-every-vote',
@@ -23,6 +25,8 @@ export const unsafeRules: readonly UnsafeRule[] = [
   'swap-member',
   'install-any-chunk',
 ];
+/** The rules planted in the durable mode's storage handling. */
+export const durableRules: readonly StorageBug[] = storageBugs;
 
 export const exitOk = 0;
 export const exitViolation = 1;
@@ -46,12 +50,13 @@ function parseCount(name: string, value: string, min: number): number {
   return n;
 }
 
-function parseFaults(list: string): Set<Fault> {
+function parseFaults(list: string, durable: boolean): Set<Fault> {
   const out = new Set<Fault>();
   const names = list.split(',').map((s) => s.trim());
   for (const name of names.filter((s) => s !== '')) {
-    if (name === 'all') for (const f of faultNames) out.add(f);
+    if (name === 'all') for (const f of durable ? durableFaultNames : faultNames) out.add(f);
     else if (name === 'none') continue;
+    else if (durable && memoryOnlyFaults.has(name as Fault)) fail(`fault "${name}" is not run with --durable`);
     else if ((faultNames as readonly string[]).includes(name)) out.add(name as Fault);
     else fail(`unknown fault "${name}"`);
   }
@@ -68,6 +73,7 @@ function parseFlags(argv: readonly string[]) {
         faults: { type: 'string', default: 'all' },
         break: { type: 'string' },
         mutants: { type: 'boolean', default: false },
+        durable: { type: 'boolean', default: false },
         blocks: { type: 'string', default: '3' },
         'min-caught': { type: 'string', default: '5' },
         help: { type: 'boolean', default: false },
@@ -97,12 +103,14 @@ function simulate(argv: readonly string[], io: CliOutput): number {
     io.out(usage);
     return exitOk;
   }
-  const faults = parseFaults(v.faults ?? 'all');
+  const durable = v.durable === true;
+  const faults = parseFaults(v.faults ?? 'all', durable);
   if (v.mutants === true) {
     if (v.break !== undefined) fail('--mutants runs every --break rule; give one or the other');
     const report = mutantReport({
-      rules: unsafeRules,
+      rules: durable ? durableRules : unsafeRules,
       faults,
+      durable,
       seeds: parseCount('seeds', v.seeds ?? '500', 1),
       // Seeds nobody chose: a random block unless one is asked for (printed, so a run replays).
       first: parseCount('first-seed', v['first-seed'] ?? String(randomInt(1, 2 ** 31)), 0),
@@ -115,19 +123,23 @@ function simulate(argv: readonly string[], io: CliOutput): number {
   const seeds = parseCount('seeds', v.seeds ?? '100', 1);
   const first = parseCount('first-seed', v['first-seed'] ?? '1', 0);
   const broken = v.break;
-  if (broken !== undefined && !(unsafeRules as readonly string[]).includes(broken)) fail(`unknown rule "${broken}" for --break`);
+  const rules: readonly string[] = durable ? [...unsafeRules, ...durableRules] : unsafeRules;
+  if (broken !== undefined && (durableRules as readonly string[]).includes(broken) && !durable) fail(`--break ${broken} needs --durable`);
+  if (broken !== undefined && !rules.includes(broken)) fail(`unknown rule "${broken}" for --break`);
   const faultList = [...faults].join(',') || 'none';
   const started = performance.now();
   let committed = 0;
   let elections = 0;
   let compactions = 0;
   let restores = 0;
+  let powerCuts = 0;
+  let tornCut = 0;
   for (let seed = first; seed < first + seeds; seed++) {
-    const r = runSeed({ seed, faults, ...(broken === undefined ? {} : { unsafe: broken as UnsafeRule }) });
+    const r = runSeed({ seed, faults, ...(durable ? { durable } : {}), ...(broken === undefined ? {} : { unsafe: broken as SimRule }) });
     if (!r.ok) {
       for (const line of r.trace) io.out(line);
       io.err(`sim: VIOLATION at seed ${seed} (faults ${faultList}): ${r.violation}`);
-      const extra = broken === undefined ? '' : ` --break ${broken}`;
+      const extra = (durable ? ' --durable' : '') + (broken === undefined ? '' : ` --break ${broken}`);
       io.err(`sim: replay with: node build/raft/sim/cli.js --seeds 1 --first-seed ${seed} --faults ${faultList}${extra}`);
       return exitViolation;
     }
@@ -135,11 +147,14 @@ function simulate(argv: readonly string[], io: CliOutput): number {
     elections += r.stats.elections;
     compactions += r.stats.compactions;
     restores += r.stats.restores;
+    powerCuts += r.stats.powerCuts;
+    tornCut += r.stats.tornTailsCut;
   }
   const ms = Math.round(performance.now() - started);
   io.out(
     `sim: ${seeds} seeds from ${first} passed (faults ${faultList}) in ${ms} ms; ${elections} elections, ${committed} committed entries` +
-      (compactions > 0 ? `, ${compactions} compactions, ${restores} snapshots restored` : ''),
+      (compactions > 0 ? `, ${compactions} compactions, ${restores} snapshots restored` : '') +
+      (durable ? `, ${powerCuts} power cuts, ${tornCut} torn tails cut` : ''),
   );
   return exitOk;
 }

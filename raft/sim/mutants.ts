@@ -2,13 +2,14 @@
 // seeds with the fault mix, counting the seeds in which a checker caught it. A planted bug that the
 // default mix seldom catches is a situation the fault schedules seldom build, or one no checker
 // looks at: the report says which, seed by seed, so the schedule is fixed and not the seed.
-import type { UnsafeRule } from '../core/raft.js';
-import type { Fault } from './sim.js';
+import type { Fault, SimRule } from './sim.js';
 import { runSeed } from './sim.js';
 
 export interface MutantReportOptions {
-  readonly rules: readonly UnsafeRule[];
+  readonly rules: readonly SimRule[];
   readonly faults: ReadonlySet<Fault>;
+  /** Run the seeds in the durable mode (the storage bugs need it). */
+  readonly durable?: boolean;
   /** Seeds per block. */
   readonly seeds: number;
   readonly first: number;
@@ -28,7 +29,7 @@ export interface BlockResult {
 }
 
 export interface RuleResult {
-  readonly rule: UnsafeRule;
+  readonly rule: SimRule;
   readonly blocks: readonly BlockResult[];
   readonly ok: boolean;
 }
@@ -48,14 +49,14 @@ export function mutantReport(o: MutantReportOptions): MutantReport {
   return { options: o, rules, ok: rules.every((r) => r.ok) };
 }
 
-function runBlock(o: MutantReportOptions, rule: UnsafeRule, first: number): BlockResult {
+function runBlock(o: MutantReportOptions, rule: SimRule, first: number): BlockResult {
   const started = performance.now();
   let caught = 0;
   let run = 0;
   let firstCaught: BlockResult['firstCaught'] = null;
   for (let seed = first; seed < first + o.seeds && caught < o.minCaught; seed++) {
     run++;
-    const r = runSeed({ seed, faults: o.faults, unsafe: rule });
+    const r = runSeed({ seed, faults: o.faults, unsafe: rule, ...(o.durable === true ? { durable: true } : {}) });
     if (r.ok) continue;
     caught++;
     firstCaught ??= { seed, property: r.property };
@@ -67,7 +68,7 @@ export function formatMutantReport(r: MutantReport): string[] {
   const o = r.options;
   const faults = [...o.faults].join(',') || 'none';
   const lines = [
-    `sim: mutant report, ${o.blocks} block(s) of ${o.seeds} seeds from ${o.first} (faults ${faults}); a block stops once ${o.minCaught} seeds caught the rule`,
+    `sim: mutant report${o.durable === true ? ' (durable mode)' : ''}, ${o.blocks} block(s) of ${o.seeds} seeds from ${o.first} (faults ${faults}); a block stops once ${o.minCaught} seeds caught the rule`,
     '| rule | block | seeds run | caught | first caught (seed, property) | ms |',
     '|---|--:|--:|--:|---|--:|',
   ];

@@ -12,6 +12,7 @@ import { SafetyChecker, Violation } from './checker.js';
 import { SimClock, wallEpochMs } from './clocks.js';
 import { EventQueue } from './event-queue.js';
 import { LeaseChecker } from './lease-checker.js';
+import { PowerCutStorage } from './power-cut.js';
 
 export const faultNames = [
   'drop',
@@ -30,6 +31,22 @@ export const faultNames = [
   'deaf-follower',
 ] as const;
 export type Fault = (typeof faultNames)[number];
+
+/** Faults of the in-memory mode only: they lose or replace a node's memory through state files
+ * and new members, which the durable mode replaces by power cuts. */
+export const memoryOnlyFaults: ReadonlySet<Fault> = new Set<Fault>(['amnesia', 'restart', 'force-start']);
+/** The faults the durable mode runs with (`all` there). */
+export const durableFaultNames: readonly Fault[] = faultNames.filter((f) => !memoryOnlyFaults.has(f));
+
+/** Bugs planted in the durable mode's storage handling, never in the core (docs/raft.md
+ * "Persistence"): 'skip-fsync' reports writes persisted without syncing them; 'ack-before-fsync'
+ * reports a follower's entries persisted as soon as they are written, so its append
+ * acknowledgement leaves before they are durable. */
+export type StorageBug = 'skip-fsync' | 'ack-before-fsync';
+export const storageBugs: readonly StorageBug[] = ['skip-fsync', 'ack-before-fsync'];
+/** A planted bug: a broken core rule, or (durable mode) broken storage handling. */
+export type SimRule = UnsafeRule | StorageBug;
+const isStorageBug = (r: SimRule | undefined): r is StorageBug => r === 'skip-fsync' || r === 'ack-before-fsync';
 
 /** Named scenarios: node 1 campaigns at E/2, clocks drift, and one thing happens (see docs/raft.md). */
 export const scenarioNames = [
@@ -69,7 +86,11 @@ export interface SimOptions {
   readonly electionTimeoutMs?: number;
   /** Length of the phase with faults, in simulated ms. Default 200E. */
   readonly faultPhaseMs?: number;
-  readonly unsafe?: UnsafeRule;
+  readonly unsafe?: SimRule;
+  /** Every node keeps its log, term, vote and snapshot in a power-cut storage double and its core
+   * waits for it (awaitStorage); nodes lose power, one or all at once, and restart from what their
+   * storage kept (docs/raft.md "Persistence"). A crash is a power cut of one node. */
+  readonly durable?: boolean;
   readonly scenario?: Scenario;
   /** Record the event list (off for speed; a failing seed is re-run with it on). */
   readonly trace?: boolean;
@@ -138,6 +159,12 @@ export interface SimStats {
   readonly forceStarts: number;
   /** Vote grants sent by a node that did not list itself as a voter. */
   readonly learnerVotes: number;
+  /** Durable mode: nodes that lost power, cuts of all three at once, cuts where a torn prefix of an
+   * unsynced write reached the disk, and restarts that cut a torn tail off. */
+  readonly powerCuts: number;
+  readonly allPowerCuts: number;
+  readonly tornWrites: number;
+  readonly tornTailsCut: number;
   /** Restarts whose state file was refused as consumed (a restored copy). */
   readonly refusedFiles: number;
   readonly forceFailures: number;
@@ -216,6 +243,8 @@ type SimEvent =
   | { readonly kind: 'deaf-follower' }
   | { readonly kind: 'deaf-cut'; readonly leader: number; readonly follower: number }
   | { readonly kind: 'deaf-end' }
+  | { readonly kind: 'sync'; readonly node: number; readonly process: number }
+  | { readonly kind: 'power-cut'; readonly node: number; readonly all: boolean }
   | { readonly kind: 'quiet' }
   | { readonly kind: 'liveness-probe' }
   | { readonly kind: 'end' };
@@ -226,6 +255,7 @@ const scripted = (ev: SimEvent): boolean =>
   (ev.kind === 'amnesia' && ev.again === true) || ((ev.kind === 'force-start' || ev.kind === 'stop') && ev.downMs !== undefined);
 const waitsForFigure8: ReadonlySet<SimEvent['kind']> = new Set<SimEvent['kind']>([
   'crash',
+  'power-cut',
   'amnesia',
   'stop',
   'force-start',
@@ -397,8 +427,26 @@ class Simulation {
   private deaf = false;
   private readonly episodes = { figure8: 0, deaf: 0 };
   private readonly figure8Random: Prng;
+  /** Durable mode: each node's storage, kept across its processes. */
+  private readonly durable: boolean;
+  private readonly storages = new Map<number, PowerCutStorage>();
+  /** Durable mode: simulated ms an fsync takes (per seed). */
+  private readonly fsyncMs: number;
+  /** Durable mode: the process whose sync is due, by node (one sync in flight per node). */
+  private readonly syncDue = new Map<number, number>();
+  /** Processes started per node: a sync scheduled by an earlier one is void. */
+  private readonly processes = new Map<number, number>();
+  private readonly storageBug: StorageBug | null;
+  private readonly power = { cuts: 0, allCuts: 0, tornWrites: 0, tornCut: 0 };
 
   constructor(private readonly opts: SimOptions) {
+    this.durable = opts.durable === true;
+    this.storageBug = isStorageBug(opts.unsafe) ? opts.unsafe : null;
+    if (this.storageBug !== null && !this.durable) throw new RaftError('RAFT_BAD_OPTIONS', `${this.storageBug} needs the durable mode`);
+    for (const f of opts.faults) {
+      if (this.durable && memoryOnlyFaults.has(f)) throw new RaftError('RAFT_BAD_OPTIONS', `fault ${f} is not run in the durable mode`);
+    }
+    if (this.durable && opts.scenario !== undefined) throw new RaftError('RAFT_BAD_OPTIONS', 'scenarios run in the in-memory mode');
     this.app = opts.app?.() ?? null;
     // A node stopped for hours: E of 1 s keeps the two hours to 7,200E of simulated events.
     this.e = opts.electionTimeoutMs ?? (opts.scenario === 'stopped-for-hours' ? 1000 : 100);
@@ -438,6 +486,12 @@ class Simulation {
       const offset = drifts ? (this.prng.float() * 2 - 1) * correctWallErrorMs : 0;
       this.clocks.set(id, new SimClock(0, rate, offset));
     }
+    // Drawn only in the durable mode, so the in-memory mode replays as before.
+    this.fsyncMs = this.durable ? this.prng.range(1, 9) : 0;
+    if (this.durable) for (const id of ids) this.storages.set(id, new PowerCutStorage());
+    // A vote that never became durable was never sent either: with power cuts, votes are counted
+    // from the grants that left.
+    if (this.durable) this.checker.countVotesFromGrants();
   }
 
   private readonly entriesPerAppendMax: number;
@@ -487,6 +541,10 @@ class Simulation {
       finalGeneration: Math.max(...ids.map((id) => this.node(id).epoch.generation)),
       figure8Episodes: this.episodes.figure8,
       deafEpisodes: this.episodes.deaf,
+      powerCuts: this.power.cuts,
+      allPowerCuts: this.power.allCuts,
+      tornWrites: this.power.tornWrites,
+      tornTailsCut: this.power.tornCut,
     };
     return { ok: true, seed: this.opts.seed, stats, trace: this.trace ?? [] };
   }
@@ -540,6 +598,8 @@ class Simulation {
       this.queue.push(this.prng.range(20 * this.e, 60 * this.e), { kind: 'force-start', node: this.pickNode() });
     if (this.faults.has('figure8')) this.queue.push(this.figure8Random.range(3 * this.e, 15 * this.e), { kind: 'figure8' });
     if (this.faults.has('deaf-follower')) this.queue.push(this.figure8Random.range(3 * this.e, 15 * this.e), { kind: 'deaf-follower' });
+    if (this.durable)
+      this.queue.push(this.prng.range(this.e, 5 * this.e), { kind: 'power-cut', node: this.pickNode(), all: this.prng.chance(0.5) });
     if (this.opts.scenario !== undefined) this.scheduleScenario(this.opts.scenario);
     this.queue.push(this.faultEnd, { kind: 'quiet' });
     this.queue.push(this.faultEnd + probeStartE * this.e, { kind: 'liveness-probe' });
@@ -623,6 +683,12 @@ class Simulation {
         this.node(ev.node).campaign();
         this.flush(this.node(ev.node));
         return false;
+      case 'sync':
+        this.onSync(ev.node, ev.process);
+        return false;
+      case 'power-cut':
+        this.onPowerCut(ev.node, ev.all);
+        return false;
       case 'quiet':
         return this.onQuiet();
       case 'liveness-probe':
@@ -694,6 +760,7 @@ class Simulation {
     if (!this.faults.has('snapshot') || this.quiet || m.type !== 'snapshot' || m.seq === 0 || !this.runs(m.to)) return false;
     if (!this.prng.chance(0.1)) return false;
     this.installCrashes++;
+    if (this.durable) this.cutPower([m.to]);
     this.down.add(m.to);
     this.leases.update(m.to, this.now, this.now);
     this.record(`crash ${m.to} during install of chunk ${m.seq + 1}/${m.chunks}`);
@@ -723,7 +790,10 @@ class Simulation {
   }
 
   private onCrash(id: number): boolean {
-    if (!this.quiet && this.runs(id)) {
+    if (!this.quiet && this.runs(id) && this.durable) {
+      this.cutPower([id]);
+      this.queue.push(this.now + this.prng.range(this.e / 2, 4 * this.e), { kind: 'restart', node: id });
+    } else if (!this.quiet && this.runs(id)) {
       this.down.add(id);
       this.leases.update(id, this.now, this.now);
       this.record(`crash ${id}`);
@@ -736,6 +806,12 @@ class Simulation {
   private onRestart(id: number): boolean {
     if (!this.down.has(id)) return false;
     this.down.delete(id);
+    if (this.durable) {
+      this.startNode(id, this.node(id), 'member');
+      const r = this.storage(id).lastRecovery;
+      this.record(`restart ${id} from its storage${r.cutBytes > 0 ? ` (cut a torn tail of ${r.cutBytes} bytes: ${r.reason})` : ''}`);
+      return false;
+    }
     if (this.forgetful.delete(id)) {
       this.startNode(id, undefined, this.wiped.delete(id) ? 'fresh' : 'amnesiac');
       this.record(`restart ${id} amnesiac as ${this.node(id).incarnation}`);
@@ -901,7 +977,7 @@ class Simulation {
       commitNoticeDelayMs: this.commitNoticeDelayMs,
       random: this.prng.fork(),
       now: mono,
-      ...(this.opts.unsafe === undefined ? {} : { unsafe: this.opts.unsafe }),
+      ...this.coreRule(),
     });
     this.nodes.set(id, node);
     this.app?.started(id, this.view(node));
@@ -1357,7 +1433,8 @@ class Simulation {
    * the one that stopped, from its state file when it wrote one. */
   private startNode(id: number, crashed: RaftCore | undefined, membership: Membership, file?: Uint8Array, join?: Epoch): void {
     const mono = Math.floor(this.clock(id).mono(this.now));
-    let restore = crashed?.durableState();
+    this.processes.set(id, (this.processes.get(id) ?? 0) + 1);
+    let restore = this.durable ? (this.storage(id).load() ?? undefined) : crashed?.durableState();
     if (file !== undefined && crashed !== undefined) {
       const f = decodeStateFile(file, `sim node ${id}`, { clusterId: crashed.clusterId, nodeId: id });
       restore = { term: f.term, vote: f.vote, voteInc: f.voteInc, entries: f.log, baseConfig: f.configuration, snapshot: f.snapshot };
@@ -1387,9 +1464,11 @@ class Simulation {
       // docs/design.md "Leases and votes": a node that resumed a state file ignores votes for 2E.
       ignoreVotesUntil: crashed === undefined ? mono : mono + 2 * this.e,
       ...(restore === undefined ? {} : { restore }),
-      ...(this.opts.unsafe === undefined ? {} : { unsafe: this.opts.unsafe }),
+      ...this.coreRule(),
+      ...(this.durable ? { awaitStorage: true } : {}),
     });
-    if (crashed !== undefined) this.checker.resumed(crashed, node);
+    if (crashed !== undefined && !this.durable) this.checker.resumed(crashed, node);
+    if (this.durable) this.checker.restoredFromStorage(node);
     this.nodes.set(id, node);
     this.app?.started(id, this.view(node));
     this.states.set(id, { index: 0, hash: 0 });
@@ -1419,10 +1498,35 @@ class Simulation {
       begin: (ready) => this.checkReady(node, ready),
       send: (m) => {
         if (m.type === 'vote-response' && m.granted && !node.voter) this.learnerVotes++;
+        if (this.durable && m.type === 'vote-response' && m.granted) this.checker.granted(node, m);
         this.send(m);
       },
-      appended: () => {},
-      restore: (s) => this.restoreState(node.id, s.index, s.chunks),
+      ...(this.durable
+        ? {
+            hardState: (h) => {
+              this.storage(node.id).setHardState(h);
+              this.scheduleSync(node.id);
+            },
+          }
+        : {}),
+      appended: (entries, truncatedFrom) => {
+        if (!this.durable) return;
+        const storage = this.storage(node.id);
+        storage.append(entries, truncatedFrom);
+        this.scheduleSync(node.id);
+        if (this.storageBug === 'ack-before-fsync' && node.role !== 'leader') {
+          const w = storage.writtenState();
+          node.persisted(w.index, w.term);
+        }
+      },
+      restore: (s) => {
+        const storage = this.storages.get(node.id);
+        if (storage !== undefined && s.index > storage.snapshotIndex) {
+          storage.saveSnapshot(s);
+          this.scheduleSync(node.id);
+        }
+        this.restoreState(node.id, s.index, s.chunks);
+      },
       committed: (entries) => this.applyCommitted(node, entries),
       softState: () => {},
     };
@@ -1548,6 +1652,11 @@ class Simulation {
       const app = this.app?.snapshot?.(node.id) ?? [];
       const error = node.compact(st.index, [...own, ...app]);
       if (error !== null) throw error;
+      const storage = this.storages.get(node.id);
+      if (storage !== undefined && node.latestSnapshot !== null) {
+        storage.saveSnapshot(node.latestSnapshot);
+        this.scheduleSync(node.id);
+      }
       this.compactions++;
       this.record(`${node.id} compacted to ${st.index}`);
     }
@@ -1575,6 +1684,102 @@ class Simulation {
       this.maxAheadMs = Math.max(this.maxAheadMs, ahead);
       if (ahead > this.aheadMaxMs) {
         throw new Violation('cluster time ahead', `leader ${node.id} stamped ${e.index} ${ahead.toFixed(1)} ms ahead of true time`);
+      }
+    }
+  }
+
+  private coreRule(): { unsafe?: UnsafeRule } {
+    const r = this.opts.unsafe;
+    return r === undefined || isStorageBug(r) ? {} : { unsafe: r };
+  }
+
+  private storage(id: number): PowerCutStorage {
+    const s = this.storages.get(id);
+    if (s === undefined) throw new RaftError('RAFT_INVARIANT', `no storage for node ${id}`);
+    return s;
+  }
+
+  /** Durable mode: an fsync starts unless one is under way; when it ends, everything written
+   * before it is durable, and the core hears so. */
+  private scheduleSync(id: number): void {
+    if (this.syncDue.has(id)) return;
+    const process = this.processes.get(id) ?? 0;
+    this.syncDue.set(id, process);
+    this.queue.push(this.now + this.fsyncMs, { kind: 'sync', node: id, process });
+  }
+
+  private onSync(id: number, process: number): void {
+    if (this.syncDue.get(id) !== process || this.processes.get(id) !== process || this.down.has(id)) return;
+    if (this.clock(id).isPaused) {
+      // A stopped machine learns of the finished write when it runs again.
+      this.queue.push(this.now + this.tickMs(), { kind: 'sync', node: id, process });
+      return;
+    }
+    this.syncDue.delete(id);
+    const storage = this.storage(id);
+    const d = this.storageBug === 'skip-fsync' ? storage.writtenState() : storage.sync();
+    const node = this.node(id);
+    node.persistedHardState(d.hard);
+    node.persisted(d.index, d.term);
+    this.flush(node);
+  }
+
+  /** Durable mode: one node, or all three, lose power (restarted after E/2-4E each). */
+  private onPowerCut(id: number, all: boolean): void {
+    if (this.quiet) return;
+    const hit = (all ? [...ids] : [id]).filter((x) => !this.down.has(x));
+    if (hit.length > 0) {
+      this.cutPower(hit);
+      for (const x of hit) this.queue.push(this.now + this.prng.range(this.e / 2, 4 * this.e), { kind: 'restart', node: x });
+      if (hit.length === ids.length) this.power.allCuts++;
+    }
+    this.queue.push(this.now + this.prng.range(3 * this.e, 15 * this.e), {
+      kind: 'power-cut',
+      node: this.pickNode(),
+      all: this.prng.chance(0.5),
+    });
+  }
+
+  /** The nodes go down with their unsynced writes (a torn prefix of one may reach the disk); then
+   * no committed entry may be missing from a majority of what is left, memory of the nodes that
+   * run and storage of those that are down. */
+  private cutPower(hit: readonly number[]): void {
+    for (const id of hit) {
+      const torn = this.storage(id).powerCut(this.prng);
+      this.down.add(id);
+      this.syncDue.delete(id);
+      this.leases.update(id, this.now, this.now);
+      this.power.cuts++;
+      if (torn > 0) this.power.tornWrites++;
+      if (this.storage(id).lastRecovery.cutBytes > 0) this.power.tornCut++;
+      this.record(`power cut ${id}${torn > 0 ? ` (${torn} bytes of an unsynced write reached the disk)` : ''}`);
+    }
+    this.checkRetained();
+  }
+
+  /** No committed entry lost: each is held by a majority, in the memory of a running node or in the
+   * storage of one that is down (a snapshot holds every entry up to its index). */
+  private checkRetained(): void {
+    const committed = this.checker.committedIn(this.node(1).epoch);
+    const holders = ids.map((id): ((index: number) => number | null) => {
+      if (!this.down.has(id)) {
+        const n = this.node(id);
+        return (index) => (index <= n.snapshotIndex ? -1 : (n.termAt(index) ?? null));
+      }
+      const st = this.storage(id).load();
+      const base = st?.snapshot?.index ?? 0;
+      return (index) => (index <= base ? -1 : (st?.entries[index - base - 1]?.term ?? null));
+    });
+    for (let k = 0; k < committed.length; k++) {
+      const term = committed[k]?.term;
+      let held = 0;
+      for (const termAt of holders) {
+        const t = termAt(k + 1);
+        if (t === -1 || t === term) held++;
+      }
+      if (held * 2 <= ids.length) {
+        const down = ids.filter((id) => this.down.has(id)).join(',');
+        throw new Violation('committed entry lost', `entry ${k + 1}/${term} is held by ${held} of ${ids.length} nodes (down: ${down})`);
       }
     }
   }
