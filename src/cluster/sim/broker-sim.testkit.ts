@@ -11,7 +11,15 @@
 //   epoch sent is, at the end, either received by the subscriber or routed to it by the state of
 //   every node of the final epoch holding its whole log (a reconnect of its session drains it);
 // - no QoS 2 duplicate: the subscriber's application sees each QoS 2 message at most once from the
-//   nodes of one epoch (the end-of-run drain included).
+//   nodes of one epoch (the end-of-run drain included);
+// - two servers: once any client received anything from a serving period of some term, no client
+//   receives from a period of a lower term (docs/design.md "One server at a time", as the clients
+//   see it). A QoS 0 pair stays connected to the node it connected to until that node ends the
+//   period, as clients with a long keep-alive do, and its QoS 0 messages are routed at the node's
+//   every tick with no log entry (Broker.routeQos0), so a leader that serves when it must not is
+//   heard: fault leader-pause stops a leader until another serves, and on resume it ticks before it
+//   hears of the new term. Serving-rule mutants ('no-lease', 'no-applied-term', 'no-leader') judge
+//   on facts with one condition left out.
 // Across a force-start (docs/design.md "Force-start": it keeps exactly what its file holds; anything
 // acknowledged later is lost and QoS 2 flows in progress may be duplicated):
 // - the new epoch's broker state starts from the forced file's log: the forcing node, which starts
@@ -39,12 +47,13 @@
 
 import type { LogEntry } from '../../../raft/core/messages.js';
 import { Violation } from '../../../raft/sim/checker.js';
+import type { MutantRun } from '../../../raft/sim/mutants.js';
 import { type Fault, runSeed, type Scenario, type SimApp, type SimNodeView, type SimResult } from '../../../raft/sim/sim.js';
 import { Broker } from '../../broker/broker.js';
 import { testSettings } from '../../broker/broker-harness.testkit.js';
 import type { Command, Effect, OutPacket, Settings } from '../../broker/commands.js';
 import { decodeCommand, encodeCommand } from '../../log/command-codec.js';
-import { servingHolds } from '../serving-rule.js';
+import { type ServingFacts, servingHolds } from '../serving-rule.js';
 
 /** The tests' settings with a queue bound of its own. */
 export const simSettings: Settings = { ...testSettings, maxQueuedMessages: 1_000 };
@@ -56,9 +65,16 @@ const DRAIN_ROUNDS_MAX = 1_000;
 const SUB = 'sub';
 const PUB = 'pub';
 const TOPIC = 't/x';
+/** The QoS 0 pair, which stays on the node it connected to (see BrokerSimApp.tick). */
+const QSUB = 'qsub';
+const QPUB = 'qpub';
+const QTOPIC = 'q/x';
 
 interface Client {
   readonly id: string;
+  /** Stays connected to its node until the node ends the connection (its serving period ends, or
+   * its process goes), as a client with a long keep-alive does; the others follow the leader. */
+  readonly sticky: boolean;
   /** The node process and serving period of the current connection; null: none. A new process
    * (a restart, a switch of epoch) is a new connection even at an equal period index. */
   server: NodeState | null;
@@ -70,6 +86,7 @@ interface Client {
 }
 
 interface NodeState {
+  readonly id: number;
   broker: Broker;
   /** The epoch this process is in: the one it started in, until it forces the next. */
   epoch: string;
@@ -107,15 +124,44 @@ const decoder = new TextDecoder();
  * in a forced epoch (a clean-start takeover through the log), so the acknowledged messages its file
  * held for it are dropped; 'no-fence' proposes serve-start without the epoch generation, so a
  * forced epoch never fences the packet ids its subscribers may still hold. */
-export type BrokerMutant = 'ack-on-propose' | 'keep-state-on-reset' | 'clean-after-force' | 'no-fence';
+export type BrokerMutant = 'ack-on-propose' | 'keep-state-on-reset' | 'clean-after-force' | 'no-fence' | ServingRuleMutant;
+
+/** The serving rule (serving-rule.ts) with one condition left out, as the simulated nodes judge it:
+ * 'no-lease' serves without a lease, 'no-applied-term' whatever term it applied last, 'no-leader'
+ * in any role. The facts are changed, not the rule, so the shipped rule stays as it is. */
+export type ServingRuleMutant = 'no-lease' | 'no-applied-term' | 'no-leader';
+
+/** Every planted bug of the broker simulator, in the order the mutant report runs them. */
+export const brokerMutants: readonly BrokerMutant[] = [
+  'ack-on-propose',
+  'keep-state-on-reset',
+  'clean-after-force',
+  'no-fence',
+  'no-lease',
+  'no-applied-term',
+  'no-leader',
+];
 
 export class BrokerSimApp implements SimApp {
   private readonly mutant: BrokerMutant | null;
   private readonly nodes = new Map<number, NodeState>();
   /** Per epoch, the digest at each applied index. */
   private readonly digests = new Map<string, Map<number, string>>();
-  private readonly sub: Client = newClient(SUB);
-  private readonly pub: Client = newClient(PUB);
+  private readonly sub: Client = newClient(SUB, false);
+  private readonly pub: Client = newClient(PUB, false);
+  private readonly qsub: Client = newClient(QSUB, true);
+  private readonly qpub: Client = newClient(QPUB, true);
+  private readonly clients: readonly Client[] = [this.sub, this.pub, this.qsub, this.qpub];
+  /** QoS 0 messages sent by the sticky publisher, and received by the sticky subscriber. */
+  private qos0Sent = 0;
+  qos0Received = 0;
+  /** Per epoch, the highest serving term from which any client received anything, with who sent it
+   * and when (true ms): serving periods of one epoch follow each other by term. */
+  private readonly lastSender = new Map<string, { term: number; node: number; at: number; what: string }>();
+  /** Times the planted bug changed what the run did: a serving-rule mutant judged otherwise than
+   * the rule, or another mutant took its branch where it matters. 0 at the end of a run: the
+   * situation that could expose it never arose, so no checker could have caught it. */
+  mutantActs = 0;
   /** Publisher: next message number; pids waiting for PUBACK/PUBREC, and for PUBCOMP. */
   private sent = 0;
   private readonly unacked = new Map<number, { qos: 1 | 2 }>();
@@ -159,8 +205,11 @@ export class BrokerSimApp implements SimApp {
     const prev = this.nodes.get(node) ?? null;
     if (prev !== null) prev.prev = null;
     const switched = prev !== null && generationOf(view.epoch) > 0 && generationOf(prev.epoch) > 0 && view.epoch !== prev.epoch;
-    const broker = switched && this.mutant === 'keep-state-on-reset' ? prev.broker : new Broker();
+    const keep = switched && this.mutant === 'keep-state-on-reset';
+    if (keep) this.mutantActs++;
+    const broker = keep ? prev.broker : new Broker();
     this.nodes.set(node, {
+      id: node,
       broker,
       epoch: view.epoch,
       prev,
@@ -177,16 +226,46 @@ export class BrokerSimApp implements SimApp {
     const n = this.node(leader);
     // A forced leader proposes once it applied the file in its new epoch.
     if (view.epoch !== n.epoch) return [];
-    if (!this.serving(n, view)) {
+    if (!this.judge(n, view)) {
       if (view.role !== 'leader' || !view.clusterTimeReady || n.startProposedTerm === view.term) return [];
       n.startProposedTerm = view.term;
       const cmd: Command = { t: 'serve-start', node: leader, settings: simSettings };
       if (this.mutant !== 'no-fence') cmd.generation = generationOf(view.epoch);
+      else if (generationOf(view.epoch) > 1) this.mutantActs++;
       return [encodeCommand(cmd)];
     }
     const cmds: Command[] = [];
-    for (const c of [this.sub, this.pub]) this.drive(c, n, cmds);
+    for (const c of this.clients) this.drive(c, n, cmds);
     return cmds.map(encodeCommand);
+  }
+
+  /** The node's current serving period has sent something to a client. */
+  serves(node: number): boolean {
+    const n = this.nodes.get(node);
+    if (n === undefined || n.period === 0) return false;
+    const last = this.lastSender.get(n.epoch);
+    return last !== undefined && last.node === node && last.term === n.servingTerm;
+  }
+
+  /** The node's timers fired: it judges the serving rule (RaftLog polls it), and while it serves
+   * the sticky publisher's QoS 0 message is routed at once, with no log entry, to the sticky
+   * subscriber if it is connected there. That is how a node that serves when it must not is seen
+   * by a client: a leader paused while both stay connected serves them on resume. */
+  tick(node: number, view: SimNodeView): void {
+    const n = this.nodes.get(node);
+    if (n === undefined || view.epoch !== n.epoch || !this.judge(n, view)) return;
+    const q = this.qpub;
+    if (!this.on(q, n) || !q.connected) return;
+    const out: Effect[] = [];
+    const payload = new TextEncoder().encode(`q${++this.qos0Sent}`);
+    n.broker.routeQos0(q.conn, { topic: QTOPIC, payload, qos: 0, retain: false }, out);
+    for (const e of out) {
+      if (e.t !== 'send') continue;
+      const c = this.clientOn(n, e.conn);
+      if (c === null) continue;
+      this.noteServing(node, n, view, e.packet.type);
+      if (c === this.qsub && e.packet.type === 'publish') this.qos0Received++;
+    }
   }
 
   applied(node: number, entries: readonly LogEntry[], view: SimNodeView): void {
@@ -204,7 +283,7 @@ export class BrokerSimApp implements SimApp {
       }
       // As BrokerNode: a node that does not serve builds no effects (its own serve-start may make
       // it serve, so that entry builds them), and every node must still reach the same digests.
-      const build = this.serving(n, view) || cmd.t === 'serve-start';
+      const build = this.judge(n, view) || cmd.t === 'serve-start';
       out.length = 0;
       n.broker.apply({ index: e.index, time: e.time, cmd }, build ? out : null);
       if (n.expect?.index === n.broker.appliedIndex) this.checkKept(node, n);
@@ -212,7 +291,7 @@ export class BrokerSimApp implements SimApp {
         n.period = e.index;
         n.servingTerm = e.term;
       }
-      if (build && this.serving(n, view)) this.execute(node, n, out, e);
+      if (build && this.judge(n, view)) this.execute(node, n, out, e, view);
     }
     if (n.broker.failed !== null) throw new Violation('broker invariant', `node ${node}: ${n.broker.failed}`);
     if (n.expect !== null) {
@@ -290,8 +369,19 @@ export class BrokerSimApp implements SimApp {
   }
 
   /** A node of `n.epoch` is about to send to clients: no other epoch serves after it, and it never
-   * serves after a newer one did. */
-  private noteServing(node: number, n: NodeState): void {
+   * serves after a newer one did; within the epoch, no client receives from a serving period of a
+   * lower term once any client received from one of a higher term ('two servers': docs/design.md
+   * "One server at a time", seen from the clients). */
+  private noteServing(node: number, n: NodeState, view: SimNodeView, what: string): void {
+    const last = this.lastSender.get(n.epoch);
+    if (last !== undefined && n.servingTerm < last.term) {
+      throw new Violation(
+        'two servers',
+        `node ${node} of epoch ${n.epoch} sent ${what} to a client at ${view.now.toFixed(1)} ms in its period of term ${n.servingTerm}, ` +
+          `after node ${last.node} had sent ${last.what} in term ${last.term} at ${last.at.toFixed(1)} ms`,
+      );
+    }
+    if (last === undefined || n.servingTerm > last.term) this.lastSender.set(n.epoch, { term: n.servingTerm, node, at: view.now, what });
     if (n.epoch === this.servingEpoch) return;
     if (this.servedEpochs.has(n.epoch) || generationOf(n.epoch) <= generationOf(this.servingEpoch)) {
       throw new Violation('old epoch acknowledges', `node ${node} of epoch ${n.epoch} serves after epoch ${this.servingEpoch} served`);
@@ -313,8 +403,22 @@ export class BrokerSimApp implements SimApp {
 
   // ---- clients ----
 
-  /** Connects a client to the serving leader if it is not on it, else proposes what it owes. */
+  /** The client is connected to this node's current process and serving period. */
+  private on(c: Client, n: NodeState): boolean {
+    return c.server === n && c.period === n.period && n.period !== 0;
+  }
+
+  /** The client's connection still stands: its node's process and serving period are the ones it
+   * connected to. */
+  private open(c: Client): boolean {
+    const s = c.server;
+    return s !== null && this.nodes.get(s.id) === s && this.on(c, s);
+  }
+
+  /** Connects a client to the serving leader if it is not on it, else proposes what it owes. A
+   * sticky client whose connection stands elsewhere stays there. */
   private drive(c: Client, n: NodeState, cmds: Command[]): void {
+    if (c.sticky && c.server !== n && this.open(c)) return;
     if (c.server !== n || c.period !== n.period) {
       c.server = n;
       c.period = n.period;
@@ -322,6 +426,7 @@ export class BrokerSimApp implements SimApp {
       c.connected = false;
       c.outbox = [];
       const clean = this.mutant === 'clean-after-force' && c === this.sub && this.forced.has(n.epoch);
+      if (clean) this.mutantActs++;
       cmds.push(connectCmd(c.conn, c.id, clean));
       return;
     }
@@ -334,30 +439,45 @@ export class BrokerSimApp implements SimApp {
       const qos = pid % 2 === 0 ? 2 : 1;
       this.unacked.set(pid, { qos });
       if (qos === 2) this.qos2.add(payloadOf(pid));
-      if (this.mutant === 'ack-on-propose') this.ack(payloadOf(pid), n.epoch, { index: Number.MAX_SAFE_INTEGER, term: 0 });
+      if (this.mutant === 'ack-on-propose') {
+        this.mutantActs++;
+        this.ack(payloadOf(pid), n.epoch, { index: Number.MAX_SAFE_INTEGER, term: 0 });
+      }
       cmds.push(publishCmd(c.conn, pid, qos));
     }
   }
 
   /** Effects of applying `entry` on a serving node, delivered to the clients connected to it. */
-  private execute(node: number, n: NodeState, out: readonly Effect[], entry: LogEntry): void {
+  private execute(node: number, n: NodeState, out: readonly Effect[], entry: LogEntry, view: SimNodeView): void {
     for (const e of out) {
       if (e.t === 'event') continue;
       const c = this.clientOn(n, e.conn);
       if (c === null) continue;
-      this.noteServing(node, n);
+      this.noteServing(node, n, view, e.t === 'close' ? 'close' : e.packet.type);
       if (e.t === 'close') {
         c.server = null;
         continue;
       }
       if (c === this.sub) this.subReceives(c, e.packet, n.epoch);
-      else this.pubReceives(c, e.packet, n.epoch, entry);
+      else if (c === this.pub) this.pubReceives(c, e.packet, n.epoch, entry);
+      else this.stickyReceives(c, e.packet);
     }
   }
 
   private clientOn(n: NodeState, conn: string): Client | null {
-    for (const c of [this.sub, this.pub]) if (c.server === n && c.period === n.period && c.conn === conn) return c;
+    for (const c of this.clients) if (c.server === n && c.period === n.period && c.conn === conn) return c;
     return null;
+  }
+
+  /** The QoS 0 pair: the subscriber subscribes when its session is new; both just stay. */
+  private stickyReceives(c: Client, p: OutPacket): void {
+    if (p.type === 'connack') {
+      c.connected = true;
+      if (c === this.qsub && !p.sessionPresent)
+        c.outbox.push({ t: 'subscribe', conn: c.conn, pid: 1, subs: [{ filter: 'q/#', qos: 0, nl: false, rap: false, rh: 0 }] });
+    } else if (p.type === 'publish' && c === this.qsub) {
+      this.qos0Received++;
+    }
   }
 
   private subReceives(c: Client, p: OutPacket, epoch: string): void {
@@ -553,10 +673,21 @@ export class BrokerSimApp implements SimApp {
     return n;
   }
 
-  /** RaftLog's rule (serving-rule.ts) over the simulated node's view. */
-  private serving(n: NodeState, view: SimNodeView): boolean {
+  /** RaftLog's rule (serving-rule.ts) over the simulated node's view, judged at a moment that acts
+   * on it. As RaftLog's endServing(), a period whose rule failed is over for good: the node closes
+   * its clients' connections, and a later period needs a serve-start of its own, which it may
+   * propose again in the same term. */
+  private judge(n: NodeState, view: SimNodeView): boolean {
     if (n.period === 0) return false;
-    return servingHolds({
+    if (this.serving(n, view)) return true;
+    n.period = 0;
+    n.servingTerm = 0;
+    n.startProposedTerm = 0;
+    return false;
+  }
+
+  private serving(n: NodeState, view: SimNodeView): boolean {
+    const facts: ServingFacts = {
       stopped: false,
       role: view.role,
       term: view.term,
@@ -564,7 +695,13 @@ export class BrokerSimApp implements SimApp {
       lastAppliedTerm: n.lastTerm,
       hasLease: view.hasLease,
       failed: n.broker.failed !== null,
-    });
+    };
+    const holds = servingHolds(facts);
+    const broken = this.mutant === null ? null : brokenFacts(this.mutant, facts);
+    if (broken === null) return holds;
+    const mutantHolds = servingHolds(broken);
+    if (mutantHolds !== holds) this.mutantActs++;
+    return mutantHolds;
   }
 }
 
@@ -574,8 +711,22 @@ function generationOf(epoch: string): number {
   return dot <= 0 ? 0 : Number(epoch.slice(0, dot));
 }
 
-function newClient(id: string): Client {
-  return { id, server: null, period: 0, conn: '', connected: false, outbox: [] };
+/** The facts a serving-rule mutant judges on, or null for a mutant of something else. */
+function brokenFacts(mutant: BrokerMutant, f: ServingFacts): ServingFacts | null {
+  switch (mutant) {
+    case 'no-lease':
+      return { ...f, hasLease: true };
+    case 'no-applied-term':
+      return { ...f, lastAppliedTerm: f.servingTerm };
+    case 'no-leader':
+      return { ...f, role: 'leader' };
+    default:
+      return null;
+  }
+}
+
+function newClient(id: string, sticky: boolean): Client {
+  return { id, sticky, server: null, period: 0, conn: '', connected: false, outbox: [] };
 }
 
 function payloadOf(pid: number): string {
@@ -635,4 +786,12 @@ export function runBrokerSeed(seed: number, faults: ReadonlySet<Fault>, opts: Br
 /** The app of the latest run. */
 export interface BrokerSimStats {
   last: BrokerSimApp | null;
+}
+
+/** One seed of a planted bug of the broker simulator, for the mutant report (raft/sim/mutants.ts):
+ * the result, and whether the bug acted at all in that run. */
+export function runBrokerMutant(mutant: BrokerMutant, seed: number, faults: ReadonlySet<Fault>): MutantRun {
+  const stats: BrokerSimStats = { last: null };
+  const result = runBrokerSeed(seed, faults, { stats, mutant });
+  return { result, exposed: (stats.last?.mutantActs ?? 0) > 0 };
 }
