@@ -160,8 +160,8 @@ export interface SimStats {
   /** Fault figure8: episodes that got as far as the rival's return; fault deaf-follower: links cut. */
   readonly figure8Episodes: number;
   readonly deafEpisodes: number;
-  /** Fault leader-pause: episodes in which another node led and committed in its term before the
-   * paused leader resumed. */
+  /** Fault leader-pause: episodes in which another node served before the paused leader resumed
+   * (by the application's word, or without one by a commit in its term). */
   readonly leaderPauseEpisodes: number;
 }
 
@@ -1363,10 +1363,9 @@ class Simulation {
 
   /** Fault `leader-pause`: once every 10E-30E, when every node runs and no link is cut, the leader
    * (of E at least) stops, its monotonic clock too, while other faults wait: a SIGSTOP while the
-   * clients connected to it stay connected (a longer keep-alive). It resumes once another node has
-   * led and committed in its term and 2E-4E more have passed, long enough for that one to serve and
-   * answer clients (after 12E in any case). On resume it ticks first and its clients may act before
-   * it hears of the new term: only the lease tells it not to serve. */
+   * clients connected to it stay connected (a longer keep-alive). It resumes once another node
+   * serves (see onLeaderResume; after 12E in any case). On resume it ticks first and its clients may
+   * act before it hears of the new term: only the lease tells it not to serve. */
   private onLeaderPause(): void {
     if (this.quiet) return;
     const leader = ids.find((id) => this.runs(id) && this.node(id).role === 'leader');
