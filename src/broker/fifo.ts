@@ -13,6 +13,11 @@ export class Fifo<T> {
     this.items.push(item);
   }
 
+  /** The item `i` places behind the head. */
+  at(i: number): T | undefined {
+    return i < 0 ? undefined : this.items[this.head + i];
+  }
+
   peek(): T | undefined {
     return this.items[this.head];
   }

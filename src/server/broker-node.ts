@@ -2,6 +2,7 @@
 // open only while the log says this node serves (docs/design.md "The seam").
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
+import type { BridgeRule } from '../broker/bridge-rules.js';
 import { Broker, type StateTotals } from '../broker/broker.js';
 import type { AclRule, Command, ConnId, Effect, Entry, Message, Settings } from '../broker/commands.js';
 import { pickSettings } from '../broker/settings.js';
@@ -12,6 +13,7 @@ import type { ConnectPacket } from '../protocol/packets.js';
 import { RC } from '../protocol/reason-codes.js';
 import type { AuditSink } from './audit-sink.js';
 import { type Authenticator, allowAll } from './authenticator.js';
+import type { BridgeSpec } from './bridge/bridge-config.js';
 import { Connection, type ConnectionHost, type ConnectionLimits } from './connection.js';
 import { DIGEST_CURSOR, DIGEST_SLICE_MS, DigestRunner, type RunStats, type Verdict } from './digest-runner.js';
 import { OPEN_STORAGE_GATE, type StorageGate } from './disk-space.js';
@@ -86,6 +88,12 @@ export interface NodeOptions {
   serverReference?: ReferenceSource;
   /** The embedding API's events (src/server/node-observer.ts); absent: none. */
   observer?: NodeObserver;
+  /** Bridges to other brokers (docs/bridges.md): the node-local part; absent: none. */
+  bridges?: BridgeSpec[];
+  /** The replicated bridge settings (src/broker/settings.ts); absent: their initial values. */
+  bridgeRules?: BridgeRule[];
+  bridgeOutboxMessages?: number;
+  bridgeOutboxBytes?: number;
 }
 
 const EMPTY_FILTERS: ReadonlySet<string> = new Set();
@@ -168,6 +176,7 @@ function connOf(cmd: Command): ConnId | undefined {
     case 'settings':
     case 'tick':
     case 'check':
+    case 'bridge-position':
       return undefined;
     default: {
       const _: never = cmd;
