@@ -256,6 +256,15 @@ export class Broker implements BrokerState {
     }
   }
 
+  /** Whether the session `from` holds may publish `msg` (the ACL), as routeQos0 judges it; no
+   * event. For the QoS 0 publishes a bridge forwards without a log entry. */
+  publishAllowed(from: ConnId, msg: Message): boolean {
+    const acl = this.settings.acl;
+    if (acl === null) return true;
+    const s = this.byConn.get(from);
+    return s !== undefined && aclAllows(acl, s, 'write', msg.topic);
+  }
+
   /** The sizes of the replicated state that cost O(1) (StateTotals without the queues). */
   /** Whether a session of this client id exists (online or not). */
   hasSession(clientId: string): boolean {

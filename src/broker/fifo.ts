@@ -18,6 +18,11 @@ export class Fifo<T> {
     return i < 0 ? undefined : this.items[this.head + i];
   }
 
+  clear(): void {
+    this.items = [];
+    this.head = 0;
+  }
+
   peek(): T | undefined {
     return this.items[this.head];
   }

@@ -14,6 +14,7 @@ import { RC } from '../protocol/reason-codes.js';
 import type { AuditSink } from './audit-sink.js';
 import { type Authenticator, allowAll } from './authenticator.js';
 import type { BridgeSpec } from './bridge/bridge-config.js';
+import { type BridgeHost, BridgeSet, type BridgeState } from './bridge/bridge-link.js';
 import { Connection, type ConnectionHost, type ConnectionLimits } from './connection.js';
 import { DIGEST_CURSOR, DIGEST_SLICE_MS, DigestRunner, type RunStats, type Verdict } from './digest-runner.js';
 import { OPEN_STORAGE_GATE, type StorageGate } from './disk-space.js';
@@ -94,6 +95,19 @@ export interface NodeOptions {
   bridgeRules?: BridgeRule[];
   bridgeOutboxMessages?: number;
   bridgeOutboxBytes?: number;
+}
+
+export interface BridgeStatus {
+  name: string;
+  state: BridgeState;
+  /** Messages and bytes in its outbox (replicated state). */
+  outbox: number;
+  outboxBytes: number;
+  /** Everything of the outbox below this log index was completed at the remote. */
+  position: number;
+  /** Completed at the remote by this process. */
+  forwarded: number;
+  lastError: string | null;
 }
 
 const EMPTY_FILTERS: ReadonlySet<string> = new Set();
@@ -250,6 +264,8 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
   private firstListen: { resolve: () => void; reject: (e: Error) => void } | null = null;
   /** The state digests at `check` entries, hashed a slice per turn after the entry is applied. */
   private readonly digests: DigestRunner;
+  /** Bridges to other brokers, connected only while this node serves (docs/bridges.md). */
+  readonly bridges: BridgeSet;
   /** A digest mismatch found here; local, since the other replicas found none. */
   private digestFailure: string | null = null;
 
@@ -283,6 +299,16 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
       retainAvailable: opts.retainAvailable,
       maxWriteBufferBytes: opts.maxWriteBufferBytes ?? WRITE_BUFFER_BYTES_DEFAULT,
     };
+    const bridgeHost: BridgeHost = {
+      outbox: (name) => this.broker.bridgeOutbox(name),
+      rules: () => this.broker.bridgeRules,
+      mayWrite: () => this.period !== 0 && !this.stopped && this.mayWrite(),
+      propose: (cmd) => this.propose(cmd),
+      event: (kind, fields) => this.event(kind, fields),
+      logger: this.logger,
+      maxPacketSize: opts.maxPacketSize,
+    };
+    this.bridges = new BridgeSet(opts.bridges ?? [], bridgeHost);
     this.referrer =
       opts.serverReference === undefined
         ? null
@@ -431,6 +457,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
   committed(entries: readonly Entry[]): void {
     for (let i = 0; i < entries.length; i++) this.applyEntry(entries[i] as Entry);
     this.outbox.writeTurn();
+    if (this.period !== 0) this.bridges.pump();
     if (this.broker.failed !== null && !this.halted) this.halt(this.broker.failed);
     this.armTick();
   }
@@ -452,6 +479,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
     this.startListening();
     this.armTick();
     this.startSys();
+    this.bridges.start();
   }
 
   drain(): void {
@@ -661,6 +689,23 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
     void this.stopServing(undefined, true);
   }
 
+  /** Each bridge: its connection's state, its outbox in the replicated state, and what this
+   * process forwarded. */
+  bridgeStatus(): BridgeStatus[] {
+    return this.bridges.links.map((l) => {
+      const o = this.broker.bridgeOutbox(l.spec.name);
+      return {
+        name: l.spec.name,
+        state: l.state,
+        outbox: o?.items.length ?? 0,
+        outboxBytes: o?.bytes ?? 0,
+        position: o?.position ?? 0,
+        forwarded: l.forwarded,
+        lastError: l.lastError,
+      };
+    });
+  }
+
   /** Counters and gauges of the bounded tables, for the stats line and tests. */
   stats(): Record<string, unknown> {
     return {
@@ -736,6 +781,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
     const out = this.routeOut;
     out.length = 0;
     this.broker.routeQos0(from, msg, out);
+    if (this.broker.bridgeRules.length > 0 && this.broker.publishAllowed(from, msg)) this.bridges.forwardQos0(msg);
     if (this.opts.observer?.active === true) this.opts.observer.routed(from, msg, this.clientIdOfBound);
     this.execute(out);
     if (this.tracer.on) this.tracer.routed(msg, out);
@@ -921,6 +967,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
    * `discard`: serving no longer holds, so what connections buffered this turn is never written. */
   private async stopServing(reason: number | undefined, discard: boolean): Promise<void> {
     this.clearTick();
+    this.bridges.stop();
     this.stopSys();
     // --cluster-server-reference: the listeners stay open and refer clients (accept()).
     const keep = this.referrer !== null && !this.stopped;
