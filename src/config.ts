@@ -386,7 +386,7 @@ export const SCHEMA = {
     default: 10_000,
     min: 1,
     max: 100_000_000,
-    help: 'messages waiting in one bridge outbox (in the replicated state) for the remote; beyond it a message the rules would forward is not admitted, counted as bridge-outbox-full',
+    help: 'messages waiting in one bridge outbox (in the replicated state) for the remote; beyond it a QoS 1/2 publish the rules would forward is refused (MQTT 5 0x97, 3.1.1 close) and a QoS 0 one or a will is not forwarded, counted',
   },
   'bridge-outbox-bytes': {
     kind: 'size',

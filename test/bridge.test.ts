@@ -10,10 +10,12 @@ import { after, describe, it } from 'node:test';
 import pino from 'pino';
 import { type BridgeSpec, bridgeSpecs } from '../src/server/bridge/bridge-config.js';
 import type { BrokerNode } from '../src/server/broker-node.js';
-import { connectClient, disconnect, publish, startNode, subscribe, type TestClient } from './helpers.js';
+import { BrokerProcess } from './broker-process.js';
+import { connectClient, connectPacket, disconnect, publish, RawClient, startNode, subscribe, type TestClient } from './helpers.js';
+import { parseMetrics } from './prom-text.js';
 import { Cluster } from './support/cluster.js';
 import { Mosquitto } from './support/mosquitto.js';
-import { LOOPBACK } from './support/net.js';
+import { freePort, httpGet, LOOPBACK } from './support/net.js';
 import { until } from './support/wait.js';
 
 const CLI = new URL('../src/cli.js', import.meta.url).pathname;
@@ -211,6 +213,68 @@ describe('bridges to Mosquitto', { timeout: 120_000 }, () => {
       String(delays),
     );
     assert.equal(node.bridgeStatus()[0]?.outbox, 1, 'the message waits in the outbox');
+  });
+
+  it('a full outbox refuses QoS 1/2 (MQTT 5 0x97, 3.1.1 a close) and drops QoS 0; /health and /metrics count it per bridge', async () => {
+    // Nothing listens on the remote's port: every message waits in the outbox.
+    const deadPort = await freePort();
+    const conf = join(dir, 'full.yaml');
+    writeFileSync(conf, `bridge: ["up=mqtt://${LOOPBACK}:${deadPort}"]\nbridges:\n  up:\n    topic: ["out/# out 1"]\n`);
+    const broker = await BrokerProcess.start(['--health-port', '0', '--config', conf, '--bridge-outbox-messages', '2']);
+    cleanups.push(async () => {
+      await broker.stop();
+    });
+    const healthPort = (await broker.waitForLog((l) => l.msg === 'health listening')).port as number;
+    const v5 = await RawClient.open(broker.port, 5);
+    cleanups.push(async () => v5.destroy());
+    v5.send(connectPacket({ level: 5, clientId: 'v5' }));
+    await v5.waitFor('connack');
+    const publishQos = (c: RawClient, pid: number, qos: 0 | 1 | 2, topic = 'out/x', retain = false): void =>
+      c.send({
+        type: 'publish',
+        dup: false,
+        qos,
+        retain,
+        topic,
+        payload: Buffer.from(String(pid)),
+        props: {},
+        ...(qos > 0 ? { pid } : {}),
+      });
+    publishQos(v5, 1, 1);
+    publishQos(v5, 2, 1);
+    assert.equal((await v5.waitFor('puback', (p) => p.pid === 2)).code, 0x10, 'accepted: no matching subscribers');
+    publishQos(v5, 3, 1);
+    assert.equal((await v5.waitFor('puback', (p) => p.pid === 3)).code, 0x97);
+    publishQos(v5, 4, 2);
+    assert.equal((await v5.waitFor('pubrec', (p) => p.pid === 4)).code, 0x97);
+    publishQos(v5, 5, 1, 'local/only');
+    assert.equal((await v5.waitFor('puback', (p) => p.pid === 5)).code, 0x10, 'a topic no rule forwards is not refused');
+    publishQos(v5, 0, 0, 'out/retained', true);
+    const v4 = await RawClient.open(broker.port, 4);
+    cleanups.push(async () => v4.destroy());
+    v4.send(connectPacket({ clientId: 'v4' }));
+    await v4.waitFor('connack');
+    publishQos(v4, 1, 1);
+    await v4.waitClosed();
+    assert.equal(
+      v4.packets.some((p) => p.type === 'puback'),
+      false,
+    );
+    const health = await until('/health counting the refusals', async () => {
+      const r = await httpGet(healthPort, '/health');
+      const b = (JSON.parse(r.text) as { bridges?: Record<string, unknown>[] }).bridges?.[0];
+      return b !== undefined && b.refused === 3 && b.dropped === 1 ? b : null;
+    });
+    assert.equal(health.name, 'up');
+    assert.equal(health.outbox, 2);
+    assert.notEqual(health.state, 'up');
+    assert.match(String(health.lastError), /ECONNREFUSED|closed/);
+    const m = parseMetrics((await httpGet(healthPort, '/metrics')).text);
+    assert.equal(m.get('raftmq_bridge_outbox_messages{bridge="up"}'), 2);
+    assert.equal(m.get('raftmq_bridge_refused_total{bridge="up"}'), 3);
+    assert.equal(m.get('raftmq_bridge_dropped_total{bridge="up"}'), 1);
+    assert.equal(m.get('raftmq_bridge_up{bridge="up"}'), 0);
+    assert.equal(m.get('raftmq_bridge_forwarded_total{bridge="up"}'), 0);
   });
 
   it('a bad bridge configuration stops the start with exit status 2, naming it', () => {

@@ -5,7 +5,7 @@ import { parseSharedFilter } from '../protocol/topic.js';
 import type { OutboxItem } from './bridge-outbox.js';
 import type { BridgeRule } from './bridge-rules.js';
 import { Broker } from './broker.js';
-import { Harness, msg, testSettings } from './broker-harness.testkit.js';
+import { Harness, msg, published, sent, testSettings } from './broker-harness.testkit.js';
 import type { Settings } from './commands.js';
 import { decodeImage, encodeImage, SnapshotError, type StateImage } from './snapshot.js';
 
@@ -54,7 +54,7 @@ describe('bridge outboxes in the replicated state', () => {
     assert.ok(out.some((e) => e.t === 'event' && e.kind === 'bridge-outbox-removed' && e.detail?.bridge === 'archive'));
   });
 
-  it('does not admit a message beyond the bounds in messages or bytes, and counts it', () => {
+  it('does not admit a message beyond the bounds in messages or bytes, and counts the refusal', () => {
     const h = new Harness(SETTINGS);
     h.connect(h.conn(1), 'pub');
     for (let i = 1; i <= 3; i++) h.publish(h.conn(1), msg(`t${i}`, 'x', 1), i);
@@ -63,11 +63,43 @@ describe('bridge outboxes in the replicated state', () => {
       items(h, 'archive').map((i) => i[1]),
       ['t1', 't2', 't3'],
     );
-    assert.ok(out.some((e) => e.t === 'event' && e.kind === 'bridge-outbox-full' && e.detail?.bridge === 'archive'));
+    assert.ok(out.some((e) => e.t === 'event' && e.kind === 'bridge-outbox-refused' && e.detail?.bridge === 'archive'));
     const big = new Harness({ ...SETTINGS, bridgeOutboxBytes: 10 });
     big.connect(big.conn(1), 'pub');
     big.publish(big.conn(1), msg('t', 'x'.repeat(20), 1), 1);
     assert.equal(big.broker.bridgeOutbox('archive')?.items.length, 0);
+  });
+
+  it('refuses a QoS 1/2 publish a full outbox would take, entirely: MQTT 5 0x97, 3.1.1 a close', () => {
+    const h = new Harness(SETTINGS);
+    h.connect(h.conn(1), 'pub5', { protocol: 5, clean: true, expiryS: 0 });
+    h.connect(h.conn(2), 'pub4', { protocol: 4 });
+    h.connect(h.conn(3), 'sub');
+    h.subscribe(h.conn(3), 1, [{ filter: '#', qos: 1 }]);
+    for (let i = 1; i <= 3; i++) h.publish(h.conn(1), msg(`t${i}`, 'x', 1), i);
+    const before = h.broker.counts().retained;
+    const q1 = h.publish(h.conn(1), msg('t4', 'x', 1, true), 4);
+    assert.deepEqual(sent(q1, h.conn(1)), [{ type: 'puback', pid: 4, code: 0x97 }]);
+    assert.deepEqual(published(q1, h.conn(3)), [], 'not routed');
+    assert.equal(h.broker.counts().retained, before, 'not retained');
+    assert.ok(q1.some((e) => e.t === 'event' && e.kind === 'bridge-outbox-refused' && e.detail?.bridge === 'archive'));
+    const q2 = h.publish(h.conn(1), msg('t5', 'x', 2), 5);
+    assert.deepEqual(sent(q2, h.conn(1)), [{ type: 'pubrec', pid: 5, code: 0x97 }]);
+    // No id held: a PUBREL for it gets PUBCOMP 0x92 (packet identifier not found).
+    const rel = h.apply({ t: 'pubrel', conn: h.conn(1), pid: 5 });
+    assert.equal((sent(rel, h.conn(1))[0] as { code: number }).code, 0x92);
+    const q4 = h.publish(h.conn(2), msg('t6', 'x', 1), 1);
+    assert.deepEqual(sent(q4, h.conn(2)), [], 'no PUBACK for 3.1.1');
+    assert.ok(q4.some((e) => e.t === 'close' && e.conn === h.conn(2)));
+    // QoS 0 (retained, so it has an entry) is routed and retained, and dropped from the outbox.
+    const q0 = h.publish(h.conn(1), msg('t7', 'x', 0, true));
+    assert.equal(published(q0, h.conn(3)).length, 1);
+    assert.ok(q0.some((e) => e.t === 'event' && e.kind === 'bridge-outbox-full'));
+    assert.equal(h.broker.bridgeOutbox('archive')?.items.length, 3);
+    // Once the remote completed some, the outbox takes messages again.
+    h.apply({ t: 'bridge-position', bridge: 'archive', below: h.index });
+    assert.deepEqual(sent(h.publish(h.conn(1), msg('t8', 'x', 1), 6), h.conn(1)), [{ type: 'puback', pid: 6, code: 0x00 }]);
+    assert.equal(h.broker.verify(), null);
   });
 
   it('moves the position forward only: bridge-position removes what is below it', () => {

@@ -948,6 +948,11 @@ export class Broker implements BrokerState {
     }
     let code: number = RC.NOT_AUTHORIZED;
     if (this.mayPublish(s, cmd.msg, out)) {
+      const full = this.outboxes.size > 0 ? this.fullOutboxFor(cmd.msg) : null;
+      if (full !== null) {
+        this.refuseForOutbox(cmd, s, full, out);
+        return;
+      }
       const matched = this.publishMessage(s?.clientId ?? null, cmd.msg, now, out);
       code = matched === 0 ? RC.NO_MATCHING_SUBSCRIBERS : RC.SUCCESS;
     } else if (s !== undefined && s.protocol < 5) {
@@ -1017,12 +1022,40 @@ export class Broker implements BrokerState {
       const item: OutboxItem = { index: this.index, topic: f.topic, qos: f.qos, msg };
       const size = outboxItemSize(item);
       if (o.items.length >= this.settings.bridgeOutboxMessages || o.bytes + size > this.settings.bridgeOutboxBytes) {
+        // A client's QoS 1/2 publish was refused before (fullOutboxFor): what reaches here is a QoS 0
+        // message or a will, dropped from this outbox and counted.
         event(out, 'bridge-outbox-full', { bridge: o.name, topic: msg.topic, queued: o.items.length });
         continue;
       }
       o.items.push(item);
       o.bytes += size;
     }
+  }
+
+  /** The first outbox that a QoS 1/2 message would be copied into and that has no room for it. */
+  private fullOutboxFor(msg: Message): BridgeOutbox | null {
+    if (msg.qos === 0) return null;
+    const rules = this.settings.bridgeRules;
+    for (const o of this.outboxes.values()) {
+      const f = outboundForward(rules, o.name, msg.topic, msg.qos);
+      if (f === null) continue;
+      const size = f.topic.length + msg.payload.length;
+      if (o.items.length >= this.settings.bridgeOutboxMessages || o.bytes + size > this.settings.bridgeOutboxBytes) return o;
+    }
+    return null;
+  }
+
+  /** A QoS 1/2 publish a full outbox has no room for is refused entirely, neither routed nor
+   * retained, rather than acknowledged and not forwarded (docs/bridges.md "When the remote is
+   * down"): MQTT 5 PUBACK/PUBREC 0x97 (no QoS 2 id held); 3.1.1 has no negative PUBACK, so its
+   * connection is closed without one, as the publish rate limit does, and the client keeps it. */
+  private refuseForOutbox(cmd: PublishCommand, s: Session | undefined, o: BridgeOutbox, out: Effects): void {
+    event(out, 'bridge-outbox-refused', { bridge: o.name, clientId: s?.clientId ?? '', topic: cmd.msg.topic });
+    if (s === undefined) return;
+    const pid = cmd.pid ?? 0;
+    if (s.protocol === 5) {
+      out?.push({ t: 'send', conn: cmd.conn, packet: { type: cmd.msg.qos === 1 ? 'puback' : 'pubrec', pid, code: RC.QUOTA_EXCEEDED } });
+    } else out?.push({ t: 'close', conn: cmd.conn, reason: RC.QUOTA_EXCEEDED });
   }
 
   /** The remote completed everything of the outbox below `below`. Only forward: a position at or

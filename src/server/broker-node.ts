@@ -107,6 +107,11 @@ export interface BridgeStatus {
   position: number;
   /** Completed at the remote by this process. */
   forwarded: number;
+  /** QoS 1/2 publishes refused while its outbox was full, while this node served. */
+  refused: number;
+  /** Messages not forwarded while this node served: QoS 0 or wills beyond a full outbox, and
+   * messages larger than the remote takes. */
+  dropped: number;
   lastError: string | null;
 }
 
@@ -135,6 +140,7 @@ function eventLevel(kind: string): 'debug' | 'info' | 'warn' | 'error' {
     case 'invariant':
     case 'digest-mismatch':
       return 'error';
+    case 'bridge-down':
     case 'check-unknown':
     case 'check-match':
     case 'digest-run':
@@ -168,6 +174,11 @@ function eventLevel(kind: string): 'debug' | 'info' | 'warn' | 'error' {
     case 'auth-http-busy':
     case 'auth-hook-error':
     case 'auth-hook-timeout':
+    case 'bridge-outbox-full':
+    case 'bridge-outbox-refused':
+    case 'bridge-outbox-removed':
+    case 'bridge-too-large':
+    case 'bridge-refused-by-remote':
       return 'warn';
     default:
       return 'info';
@@ -701,6 +712,8 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
         outboxBytes: o?.bytes ?? 0,
         position: o?.position ?? 0,
         forwarded: l.forwarded,
+        refused: l.refused,
+        dropped: l.dropped,
         lastError: l.lastError,
       };
     });
@@ -828,6 +841,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
 
   event(kind: string, fields?: Record<string, unknown>): void {
     this.counters.set(kind, (this.counters.get(kind) ?? 0) + 1);
+    if (typeof fields?.bridge === 'string') this.bridges.counted(fields.bridge, kind);
     this.limited.log(eventLevel(kind), `event:${kind}`, fields ?? {}, kind);
   }
 

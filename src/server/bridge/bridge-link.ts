@@ -56,6 +56,10 @@ export class BridgeLink {
   lastError: string | null = null;
   /** Messages the remote completed (PUBACK, or written at QoS 0) since this process started. */
   forwarded = 0;
+  /** QoS 1/2 publishes refused for a full outbox while this node served. */
+  refused = 0;
+  /** Messages dropped instead of forwarded while this node served. */
+  dropped = 0;
   private readonly host: BridgeHost;
   private socket: Socket | null = null;
   private decoder: Decoder | null = null;
@@ -423,5 +427,13 @@ export class BridgeSet {
 
   forwardQos0(msg: Message): void {
     for (const l of this.links) l.forwardQos0(msg);
+  }
+
+  /** An event of the node that names bridge `name`. */
+  counted(name: string, kind: string): void {
+    const l = this.links.find((x) => x.spec.name === name);
+    if (l === undefined) return;
+    if (kind === 'bridge-outbox-refused') l.refused++;
+    else if (kind === 'bridge-outbox-full' || kind === 'bridge-too-large') l.dropped++;
   }
 }
