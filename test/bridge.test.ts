@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import pino from 'pino';
 import { type BridgeSpec, bridgeSpecs } from '../src/server/bridge/bridge-config.js';
+import { BRIDGE_BACKOFF_FIRST_MS, BRIDGE_CONNECT_TIMEOUT_MS } from '../src/server/bridge/bridge-link.js';
 import type { BrokerNode } from '../src/server/broker-node.js';
 import { BrokerProcess } from './broker-process.js';
 import { connectClient, connectPacket, disconnect, publish, RawClient, startNode, subscribe, type TestClient } from './helpers.js';
@@ -213,6 +214,36 @@ describe('bridges to Mosquitto', { timeout: 120_000 }, () => {
       String(delays),
     );
     assert.equal(node.bridgeStatus()[0]?.outbox, 1, 'the message waits in the outbox');
+  });
+
+  it('a remote that accepts the connection and never answers CONNECT is given up after the connect timeout and retried', async () => {
+    let accepted = 0;
+    const held: Socket[] = [];
+    const server: Server = createServer((s) => {
+      accepted++;
+      held.push(s);
+      s.on('error', () => {});
+    });
+    await new Promise<void>((resolve) => server.listen(0, LOOPBACK, () => resolve()));
+    cleanups.push(
+      () =>
+        new Promise<void>((resolve) => {
+          for (const s of held) s.destroy();
+          server.close(() => resolve());
+        }),
+    );
+    const port = (server.address() as { port: number }).port;
+    const { node, lines } = await bridgedNode(specs(`mqtt://${LOOPBACK}:${port}`, ['# out 1']));
+    cleanups.push(() => node.stop());
+    const c = await connectClient(node.port);
+    cleanups.push(() => disconnect(c));
+    await subscribe(c, 'local', 1);
+    await publish(c, 'local', 'meanwhile', { qos: 1 });
+    await c.waitFor((m) => m.payload === 'meanwhile', 'local delivery while the remote hangs');
+    const down = await until('the hang given up', () => lines.find((l) => l.msg === 'bridge down'), BRIDGE_CONNECT_TIMEOUT_MS + 5_000);
+    assert.equal(down.bridge, 'up');
+    assert.match(String(down.reason), /no CONNACK within 10000 ms/);
+    await until('a second attempt', () => accepted >= 2, BRIDGE_BACKOFF_FIRST_MS + 5_000);
   });
 
   it('a full outbox refuses QoS 1/2 (MQTT 5 0x97, 3.1.1 a close) and drops QoS 0; /health and /metrics count it per bridge', async () => {

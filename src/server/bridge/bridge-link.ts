@@ -24,6 +24,9 @@ export const BRIDGE_BACKOFF_FIRST_MS = 500;
 export const BRIDGE_BACKOFF_MAX_MS = 30_000;
 /** Unacknowledged QoS 1 messages at once (MQTT 5: at most the remote's Receive Maximum). */
 export const BRIDGE_WINDOW = 64;
+/** Bytes waiting in the socket above which nothing more is written until it drains, so a slow
+ * remote holds at most this much of the outbox in this process's memory besides the outbox. */
+export const BRIDGE_WRITE_BUFFER_BYTES = 1024 * 1024;
 const PID_MAX = 0xffff;
 
 export interface BridgeHost {
@@ -130,6 +133,9 @@ export class BridgeLink {
     s.setNoDelay(true);
     s.on(a.tls ? 'secureConnect' : 'connect', () => this.onOpen(s));
     s.on('data', (chunk: Buffer) => this.onData(s, chunk));
+    s.on('drain', () => {
+      if (s === this.socket) this.pump();
+    });
     s.on('error', (err) => this.fail(`${err.message}`, s));
     s.on('close', () => this.fail('the remote closed the connection', s));
     this.timer = setTimeout(() => this.fail(`no CONNACK within ${BRIDGE_CONNECT_TIMEOUT_MS} ms`, s), BRIDGE_CONNECT_TIMEOUT_MS);
@@ -230,7 +236,7 @@ export class BridgeLink {
       return;
     }
     if (!this.host.mayWrite()) return;
-    while (this.inflight.size < this.window && i < o.items.length) {
+    while (this.inflight.size < this.window && i < o.items.length && s.writableLength <= BRIDGE_WRITE_BUFFER_BYTES) {
       const item = o.items.at(i++) as OutboxItem;
       this.sentBelow = item.index + 1;
       this.send(s, item);
