@@ -30,6 +30,9 @@ const settings: Settings = {
   willGraceS: 30,
   acl: null,
   maxSubscriptions: 0,
+  bridgeRules: [],
+  bridgeOutboxMessages: 10_000,
+  bridgeOutboxBytes: 1 << 26,
 };
 
 const broker = new Broker();

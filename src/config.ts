@@ -9,15 +9,25 @@ import { parseArgs } from 'node:util';
 import { parseDocument as parseYamlDocument } from 'yaml';
 import { clusterSettings } from './cluster/cluster-config.js';
 import { CONFIG_ERROR, ConfigError } from './errors.js';
+import { bridgeSpecs } from './server/bridge/bridge-config.js';
 import { isTlsKind, type ListenerSpec, parseListenUrl } from './server/listeners/listen-url.js';
 
-/** 'list': a repeatable flag (--listen A --listen B), a YAML or JSON list in the config file. */
-type Kind = 'int' | 'size' | 'bool' | 'string' | 'enum' | 'list';
+/** 'list': a repeatable flag (--listen A --listen B), a YAML or JSON list in the config file.
+ * 'map': a map in the config file only (no flag), checked by its own reader. */
+type Kind = 'int' | 'size' | 'bool' | 'string' | 'enum' | 'list' | 'map';
 
 interface SettingSpec<K extends Kind = Kind> {
   kind: K;
   /** For 'string', '' means unset. */
-  default: K extends 'bool' ? boolean : K extends 'int' | 'size' ? number : K extends 'list' ? readonly string[] : string;
+  default: K extends 'bool'
+    ? boolean
+    : K extends 'int' | 'size'
+      ? number
+      : K extends 'list'
+        ? readonly string[]
+        : K extends 'map'
+          ? Readonly<Record<string, unknown>>
+          : string;
   help: string;
   min?: number;
   max?: number;
@@ -361,6 +371,30 @@ export const SCHEMA = {
     default: '',
     help: 'append a JSON line for every ack, delivery write and lease renewal to FILE (host-monotonic ms), for fault-injection checkers; off when empty',
   },
+  bridge: {
+    kind: 'list',
+    default: [],
+    help: "a bridge to another MQTT broker, repeatable: NAME=mqtt://HOST:PORT or NAME=mqtts://HOST:PORT (a NAME given twice has two addresses, tried in turn); its topic rules and other settings are the config file's bridges.NAME (docs/bridges.md)",
+  },
+  bridges: {
+    kind: 'map',
+    default: {},
+    help: 'config file only: bridge NAME to its settings (address, client-id, username, password, protocol-version, keepalive-s, clean-start, tls-ca, tls-cert, tls-key, topic), see docs/bridges.md',
+  },
+  'bridge-outbox-messages': {
+    kind: 'int',
+    default: 10_000,
+    min: 1,
+    max: 100_000_000,
+    help: 'messages waiting in one bridge outbox (in the replicated state) for the remote; beyond it a QoS 1/2 publish the rules would forward is refused (MQTT 5 0x97, 3.1.1 close) and a QoS 0 one or a will is not forwarded, counted',
+  },
+  'bridge-outbox-bytes': {
+    kind: 'size',
+    default: 64 * MiB,
+    min: 1,
+    max: 2 ** 40,
+    help: 'topic and payload bytes waiting in one bridge outbox',
+  },
   'health-port': {
     kind: 'int',
     default: -1,
@@ -387,13 +421,16 @@ type ValueOf<S> = S extends { kind: 'bool' }
     ? number
     : S extends { kind: 'list' }
       ? string[]
-      : string;
+      : S extends { kind: 'map' }
+        ? Record<string, unknown>
+        : string;
 /** The resolved configuration: every key of SCHEMA with its typed value. */
 export type Config = { -readonly [K in SettingKey]: ValueOf<(typeof SCHEMA)[K]> };
 
 export function defaults(): Config {
   const out: Record<string, unknown> = {};
-  for (const [key, spec] of Object.entries(SCHEMA)) out[key] = Array.isArray(spec.default) ? [...spec.default] : spec.default;
+  for (const [key, spec] of Object.entries(SCHEMA))
+    out[key] = Array.isArray(spec.default) ? [...spec.default] : spec.kind === 'map' ? { ...spec.default } : spec.default;
   return out as Config;
 }
 
@@ -441,6 +478,10 @@ function parseValue(key: SettingKey, raw: unknown, where: string): unknown {
     }
     case 'string': {
       if (typeof raw !== 'string' || raw.length === 0) throw bad('expected a non-empty string');
+      return raw;
+    }
+    case 'map': {
+      if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) throw bad('expected a map');
       return raw;
     }
     case 'list': {
@@ -543,6 +584,7 @@ export function parseCli(argv: readonly string[]): CliRequest {
     version: { type: 'boolean' },
   };
   for (const [key, spec] of Object.entries(SCHEMA) as [string, SettingSpec][]) {
+    if (spec.kind === 'map') continue;
     options[key] = spec.kind === 'list' ? { type: 'string', multiple: true } : { type: 'string' };
   }
   let parsed: ReturnType<typeof parseArgs>;
@@ -560,11 +602,12 @@ export function parseCli(argv: readonly string[]): CliRequest {
   if (typeof values.config === 'string') Object.assign(config, readConfigFile(values.config));
   for (const key of Object.keys(SCHEMA) as SettingKey[]) {
     const raw = values[key];
-    if (raw === undefined) continue;
+    if (raw === undefined || SCHEMA[key].kind === 'map') continue;
     (config as Record<string, unknown>)[key] = parseValue(key, raw, `--${key}`);
   }
   listenerSpecs(config);
   clusterSettings(config);
+  bridgeSpecs(config);
   return { action: 'run', config };
 }
 
@@ -590,6 +633,7 @@ export function configFromOptions(options: Readonly<Record<string, unknown>>): C
   }
   listenerSpecs(config);
   clusterSettings(config);
+  bridgeSpecs(config);
   return config;
 }
 
@@ -602,6 +646,10 @@ export function helpText(): string {
   ];
   lines.push('  --config FILE                  JSON or YAML file of settings; flags beat the file');
   for (const [key, spec] of Object.entries(SCHEMA) as [string, SettingSpec][]) {
+    if (spec.kind === 'map') {
+      lines.push(`  ${key.padEnd(30)} ${spec.help}`);
+      continue;
+    }
     const allowed = spec.kind === 'enum' && spec.values !== undefined ? `; one of ${spec.values.join(', ')}` : '';
     const bool = spec.kind === 'bool' ? '; true or false, bare means true' : '';
     lines.push(`  --${key.padEnd(28)} ${spec.help} (default ${shownDefault(spec)}${allowed}${bool})`);
@@ -614,12 +662,13 @@ export function helpText(): string {
 export function configurationTable(): string {
   const rows = ['| flag | default | meaning |', '|---|---|---|'];
   for (const [key, spec] of Object.entries(SCHEMA) as [string, SettingSpec][]) {
-    rows.push(`| \`--${key}\` | ${shownDefault(spec)} | ${spec.help} |`);
+    rows.push(spec.kind === 'map' ? `| \`${key}\` | none | ${spec.help} |` : `| \`--${key}\` | ${shownDefault(spec)} | ${spec.help} |`);
   }
   return rows.join('\n');
 }
 
 function shownDefault(spec: SettingSpec): string {
+  if (spec.kind === 'map') return 'none';
   if (Array.isArray(spec.default)) return spec.default.length === 0 ? 'none' : spec.default.join(' ');
   return spec.default === '' ? 'none' : String(spec.default);
 }

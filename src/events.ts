@@ -27,6 +27,13 @@ export const EVENT_LEVELS = {
   'will-cancelled': 'info',
   'will-dropped': 'warn',
   'will-published': 'info',
+  // bridges (src/broker/bridge-outbox.ts, src/server/bridge)
+  'bridge-down': 'debug',
+  'bridge-outbox-full': 'warn',
+  'bridge-outbox-refused': 'warn',
+  'bridge-outbox-removed': 'warn',
+  'bridge-refused-by-remote': 'warn',
+  'bridge-too-large': 'warn',
   // authentication and authorization (src/server/auth)
   'auth-anonymous-refused': 'warn',
   'auth-failed': 'warn',

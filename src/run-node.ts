@@ -15,6 +15,7 @@ import { allOf } from './server/auth/all-of.js';
 import { HttpAuthenticator } from './server/auth/http-authenticator.js';
 import { PasswordFileAuthenticator } from './server/auth/password-authenticator.js';
 import type { Authenticator } from './server/authenticator.js';
+import { bridgeSpecs } from './server/bridge/bridge-config.js';
 import { BrokerNode, type NodeOptions } from './server/broker-node.js';
 import { fileProbe, TEST_FREE_BYTES_ENV } from './server/disk-space.js';
 import { type RunningDurable, startDurableNode } from './server/durable-node.js';
@@ -43,6 +44,7 @@ export function tlsMaterial(config: Config): TlsMaterial | null {
 }
 
 export function nodeOptions(config: Config, logger: pino.Logger, tls: TlsMaterial | null = null): NodeOptions {
+  const bridges = bridgeSpecs(config);
   return {
     host: config.host,
     port: config.port,
@@ -70,6 +72,10 @@ export function nodeOptions(config: Config, logger: pino.Logger, tls: TlsMateria
       publishRate: config['max-publish-rate'],
       connectRatePerAddress: config['max-connect-rate'],
     },
+    bridges,
+    bridgeRules: bridges.flatMap((b) => b.rules),
+    bridgeOutboxMessages: config['bridge-outbox-messages'],
+    bridgeOutboxBytes: config['bridge-outbox-bytes'],
     statsIntervalMs: config['stats-interval-ms'],
     sysIntervalS: config['sys-interval'],
     version: version(),

@@ -31,6 +31,9 @@ function brokerAfter(cmds: readonly Command[]): Broker {
         willGraceS: 30,
         maxSubscriptions: 0,
         acl: [{ kind: 'pattern', user: null, access: 'readwrite', filter: '#' }],
+        bridgeRules: [{ bridge: 'up', pattern: '#', direction: 'out', qos: 1, localPrefix: '', remotePrefix: 'r/' }],
+        bridgeOutboxMessages: 4,
+        bridgeOutboxBytes: 1 << 20,
       },
     },
     ...(['1.1', '1.2'] as const).map(

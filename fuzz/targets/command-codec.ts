@@ -12,7 +12,12 @@ import { check, type FuzzInput, type FuzzTarget, MSGPACK_TOKENS, onlyTyped, valu
 
 const T0 = 1_700_000_000_000;
 const packr = new Packr({ useRecords: false, mapsAsObjects: true, variableMapSize: true });
-const SETTINGS: Settings = { ...testSettings, maxInflight: 8 };
+const SETTINGS: Settings = {
+  ...testSettings,
+  maxInflight: 8,
+  bridgeRules: [{ bridge: 'up', pattern: 'a/#', direction: 'out', qos: 1, localPrefix: '', remotePrefix: 'r/' }],
+  bridgeOutboxMessages: 4,
+};
 
 /** Connection ids are PERIOD.SEQ: 1 is the serving period of the setup, 0 an ended one. */
 const conn = fc.constantFrom('1.1', '1.2', '1.3', '0.9', 'x');
@@ -60,6 +65,11 @@ export const commandArb: fc.Arbitrary<Command> = fc.oneof(
   }),
   fc.constant<Command>({ t: 'tick' }),
   fc.constant<Command>({ t: 'settings', settings: SETTINGS }),
+  fc.record({
+    t: fc.constant('bridge-position' as const),
+    bridge: fc.constantFrom('up', 'down', '', 'a/b'),
+    below: fc.integer({ min: -1, max: 40 }),
+  }),
   fc.record({
     t: fc.constant('check' as const),
     atIndex: fc.nat(),

@@ -13,6 +13,9 @@ export const testSettings: Settings = {
   willGraceS: 30,
   maxSubscriptions: 0,
   acl: null,
+  bridgeRules: [],
+  bridgeOutboxMessages: 10_000,
+  bridgeOutboxBytes: 1 << 20,
 };
 
 export const T0 = 1_700_000_000_000;

@@ -2,6 +2,8 @@ import { createHash } from 'node:crypto';
 import { RC } from '../protocol/reason-codes.js';
 import { parseSharedFilter } from '../protocol/topic.js';
 import { aclAllows, aclAllowsSubscribe } from './acl.js';
+import { advanceOutbox, type BridgeOutbox, newOutbox, type OutboxItem, outboxItemSize } from './bridge-outbox.js';
+import { type BridgeRule, bridgeNames, outboundForward } from './bridge-rules.js';
 import type { BrokerState } from './broker-state.js';
 import type {
   AckItem,
@@ -147,6 +149,8 @@ export class Broker implements BrokerState {
   private retained = new RetainedTrie<RetainedMessage>();
   /** Shared subscription round robin: share id → the member chosen last. */
   private cursors = new Map<string, string>();
+  /** Bridge outboxes by name, one per bridge the rules name (src/broker/bridge-outbox.ts). */
+  private outboxes = new Map<string, BridgeOutbox>();
 
   // ---- derived state, rebuilt on restore ----
   private subsTrie = new TopicTrie<Subscription>();
@@ -200,6 +204,17 @@ export class Broker implements BrokerState {
     return this.byConn.get(conn)?.clientId ?? null;
   }
 
+  /** The bridge topic rules of the settings in force. */
+  get bridgeRules(): readonly BridgeRule[] {
+    return this.settings.bridgeRules;
+  }
+
+  /** The outbox of bridge `name`, if the rules name it. The serving node reads it to forward; only
+   * apply changes it. */
+  bridgeOutbox(name: string): Readonly<BridgeOutbox> | undefined {
+    return this.outboxes.get(name);
+  }
+
   /** Applies one committed entry and appends its effects to `out`. With `out` null (a node that
    * does not serve, which would drop them) no effect is built; the state after the entry, and so
    * its digest and snapshot bytes, is the same either way. */
@@ -239,6 +254,15 @@ export class Broker implements BrokerState {
       event(out, 'invariant', { reason: `routeQos0 threw: ${(err as Error)?.message ?? String(err)}` });
       return 0;
     }
+  }
+
+  /** Whether the session `from` holds may publish `msg` (the ACL), as routeQos0 judges it; no
+   * event. For the QoS 0 publishes a bridge forwards without a log entry. */
+  publishAllowed(from: ConnId, msg: Message): boolean {
+    const acl = this.settings.acl;
+    if (acl === null) return true;
+    const s = this.byConn.get(from);
+    return s !== undefined && aclAllows(acl, s, 'write', msg.topic);
   }
 
   /** The sizes of the replicated state that cost O(1) (StateTotals without the queues). */
@@ -356,6 +380,7 @@ export class Broker implements BrokerState {
       wills: [...this.wills.values()],
       retained: [...this.retained.entries()],
       cursors: [...this.cursors.entries()],
+      bridges: this.outboxImages(),
     };
     this.cursor = new SnapshotCursor(capture, ++this.cursorEpoch, opts, this.releaseCursor);
     return this.cursor;
@@ -464,6 +489,9 @@ export class Broker implements BrokerState {
       case 'check':
         // Replicas compare digests outside apply (BrokerNode), so that no apply hashes the state.
         return;
+      case 'bridge-position':
+        this.bridgePosition(cmd.bridge, cmd.below, index, out);
+        return;
       default: {
         const _: never = cmd;
         event(out, 'no-op', { reason: `unknown command ${String((_ as { t?: unknown }).t)}` });
@@ -488,6 +516,7 @@ export class Broker implements BrokerState {
    * session's ids are fenced (deliver.ts "Fence"). */
   private serveStart(settings: Settings, generation: number | undefined, index: number, now: number, out: Effects): void {
     this.settings = settings;
+    this.syncOutboxes(index, out);
     this.servePeriod = index;
     const fence = generation !== undefined && generation > this.generation && this.generation !== 0;
     if (generation !== undefined && generation > this.generation) this.generation = generation;
@@ -519,6 +548,7 @@ export class Broker implements BrokerState {
 
   private changeSettings(settings: Settings, now: number, out: Effects): void {
     this.settings = settings;
+    this.syncOutboxes(this.index, out);
     // A larger inflight bound frees slots for queued messages at once.
     for (const s of this.sortedSessions()) {
       if (s.conn === null) continue;
@@ -918,6 +948,11 @@ export class Broker implements BrokerState {
     }
     let code: number = RC.NOT_AUTHORIZED;
     if (this.mayPublish(s, cmd.msg, out)) {
+      const full = this.outboxes.size > 0 ? this.fullOutboxFor(cmd.msg) : null;
+      if (full !== null) {
+        this.refuseForOutbox(cmd, s, full, out);
+        return;
+      }
       const matched = this.publishMessage(s?.clientId ?? null, cmd.msg, now, out);
       code = matched === 0 ? RC.NO_MATCHING_SUBSCRIBERS : RC.SUCCESS;
     } else if (s !== undefined && s.protocol < 5) {
@@ -958,7 +993,84 @@ export class Broker implements BrokerState {
       if (msg.payload.length === 0) this.retained.delete(msg.topic);
       else this.retained.set(msg.topic, { msg, expiresAt: expiryDeadline(msg, now) });
     }
+    if (this.outboxes.size > 0) this.toOutboxes(msg, out);
     return this.route(from, msg, now, out, this.cursors);
+  }
+
+  // ---- bridges ----
+
+  /** One outbox per bridge the rules name: a new bridge's starts at this entry (nothing before it
+   * is forwarded); the outbox of a bridge the rules no longer name is dropped with its messages. */
+  private syncOutboxes(index: number, out: Effects): void {
+    const names = bridgeNames(this.settings.bridgeRules);
+    for (const name of [...this.outboxes.keys()].sort()) {
+      if (names.includes(name)) continue;
+      const o = this.outboxes.get(name) as BridgeOutbox;
+      event(out, 'bridge-outbox-removed', { bridge: name, dropped: o.items.length });
+      this.outboxes.delete(name);
+    }
+    for (const name of names) if (!this.outboxes.has(name)) this.outboxes.set(name, newOutbox(name, index));
+  }
+
+  /** A copy of a committed message in the outbox of each bridge an outbound rule forwards it to;
+   * not admitted (and counted) where the outbox is full. */
+  private toOutboxes(msg: Message, out: Effects): void {
+    const rules = this.settings.bridgeRules;
+    for (const o of this.outboxes.values()) {
+      const f = outboundForward(rules, o.name, msg.topic, msg.qos);
+      if (f === null) continue;
+      const item: OutboxItem = { index: this.index, topic: f.topic, qos: f.qos, msg };
+      const size = outboxItemSize(item);
+      if (o.items.length >= this.settings.bridgeOutboxMessages || o.bytes + size > this.settings.bridgeOutboxBytes) {
+        // A client's QoS 1/2 publish was refused before (fullOutboxFor): what reaches here is a QoS 0
+        // message or a will, dropped from this outbox and counted.
+        event(out, 'bridge-outbox-full', { bridge: o.name, topic: msg.topic, queued: o.items.length });
+        continue;
+      }
+      o.items.push(item);
+      o.bytes += size;
+    }
+  }
+
+  /** The first outbox that a QoS 1/2 message would be copied into and that has no room for it. */
+  private fullOutboxFor(msg: Message): BridgeOutbox | null {
+    if (msg.qos === 0) return null;
+    const rules = this.settings.bridgeRules;
+    for (const o of this.outboxes.values()) {
+      const f = outboundForward(rules, o.name, msg.topic, msg.qos);
+      if (f === null) continue;
+      const size = f.topic.length + msg.payload.length;
+      if (o.items.length >= this.settings.bridgeOutboxMessages || o.bytes + size > this.settings.bridgeOutboxBytes) return o;
+    }
+    return null;
+  }
+
+  /** A QoS 1/2 publish a full outbox has no room for is refused entirely, neither routed nor
+   * retained, rather than acknowledged and not forwarded (docs/bridges.md "When the remote is
+   * down"): MQTT 5 PUBACK/PUBREC 0x97 (no QoS 2 id held); 3.1.1 has no negative PUBACK, so its
+   * connection is closed without one, as the publish rate limit does, and the client keeps it. */
+  private refuseForOutbox(cmd: PublishCommand, s: Session | undefined, o: BridgeOutbox, out: Effects): void {
+    event(out, 'bridge-outbox-refused', { bridge: o.name, clientId: s?.clientId ?? '', topic: cmd.msg.topic });
+    if (s === undefined) return;
+    const pid = cmd.pid ?? 0;
+    if (s.protocol === 5) {
+      out?.push({ t: 'send', conn: cmd.conn, packet: { type: cmd.msg.qos === 1 ? 'puback' : 'pubrec', pid, code: RC.QUOTA_EXCEEDED } });
+    } else out?.push({ t: 'close', conn: cmd.conn, reason: RC.QUOTA_EXCEEDED });
+  }
+
+  /** The remote completed everything of the outbox below `below`. Only forward: a position at or
+   * below the recorded one, or beyond this entry, changes nothing. */
+  private bridgePosition(bridge: string, below: number, index: number, out: Effects): void {
+    const o = this.outboxes.get(bridge);
+    if (o === undefined) {
+      event(out, 'no-op', { command: 'bridge-position', bridge, reason: 'no such bridge' });
+      return;
+    }
+    if (below <= o.position || below > index) {
+      event(out, 'no-op', { command: 'bridge-position', bridge, reason: `position ${below} not after ${o.position} or beyond ${index}` });
+      return;
+    }
+    advanceOutbox(o, below);
   }
 
   /** Delivers to each matching session once, at the highest granted QoS of its matching
@@ -1148,7 +1260,15 @@ export class Broker implements BrokerState {
       wills: [...this.wills.values()].sort(byClientId),
       retained,
       cursors,
+      bridges: this.outboxImages(),
     };
+  }
+
+  /** The outboxes sorted by name, each as [name, position, items]: copies, so apply may go on. */
+  private outboxImages(): [string, number, OutboxItem[]][] {
+    return [...this.outboxes.values()]
+      .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
+      .map((o) => [o.name, o.position, o.items.toArray()]);
   }
 
   /** Replaces the whole state with an image and rebuilds the derived indexes. Builds into fresh
@@ -1180,6 +1300,15 @@ export class Broker implements BrokerState {
     this.wills = new Map(img.wills.map((w) => [w.clientId, w]));
     this.retained = retained;
     this.cursors = new Map(img.cursors);
+    this.outboxes = new Map();
+    for (const [name, position, items] of img.bridges) {
+      const o = newOutbox(name, position);
+      for (const it of items) {
+        o.items.push(it);
+        o.bytes += outboxItemSize(it);
+      }
+      this.outboxes.set(name, o);
+    }
     this.qos0Cursors = new Map();
     this.digestCache = null;
     // An open cursor holds the replaced objects, which nothing mutates any more: it stays

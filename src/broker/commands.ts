@@ -94,7 +94,11 @@ export type Command =
    * compares the digest the leader recorded at an earlier check entry (atIndex) with its own. The
    * digest costs O(state), so it is computed only at check entries, whose rate the leader sets;
    * a single node never proposes one. */
-  | { t: 'check'; atIndex: number; digest: string };
+  | { t: 'check'; atIndex: number; digest: string }
+  /** The serving node's bridge NAME has completed, at its remote, every message of its outbox
+   * below log index `below` (PUBACK for QoS 1, the write for QoS 0): apply removes them, and a
+   * later serving node resumes from there (docs/bridges.md "The promise"). */
+  | { t: 'bridge-position'; bridge: string; below: number };
 
 export interface ConnectCommand {
   t: 'connect';

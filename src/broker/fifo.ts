@@ -13,6 +13,16 @@ export class Fifo<T> {
     this.items.push(item);
   }
 
+  /** The item `i` places behind the head. */
+  at(i: number): T | undefined {
+    return i < 0 ? undefined : this.items[this.head + i];
+  }
+
+  clear(): void {
+    this.items = [];
+    this.head = 0;
+  }
+
   peek(): T | undefined {
     return this.items[this.head];
   }

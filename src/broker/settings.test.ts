@@ -24,6 +24,9 @@ const FIXTURE_SETTINGS: Settings = {
     { kind: 'topic', user: null, access: 'read', filter: 'public/#' },
     { kind: 'pattern', user: null, access: 'readwrite', filter: 'devices/%c/#' },
   ],
+  bridgeRules: [],
+  bridgeOutboxMessages: 10_000,
+  bridgeOutboxBytes: 64 * 1024 * 1024,
 };
 
 const parseShare = (f: string) => {
@@ -43,6 +46,9 @@ describe('replicated settings from one table', () => {
       willGraceS: 30,
       maxSubscriptions: 0,
       acl: null,
+      bridgeRules: [],
+      bridgeOutboxMessages: 10_000,
+      bridgeOutboxBytes: 64 * 1024 * 1024,
     });
     assert.ok(isSettings(DEFAULT_SETTINGS));
   });

@@ -6,6 +6,7 @@
 // configuration hashes. Adding a setting is one row here, plus a snapshot format version and the
 // flag that feeds it.
 import type { QoS } from '../protocol/packets.js';
+import { type BridgeRule, isBridgeRule } from './bridge-rules.js';
 
 /** One ACL line in Mosquitto's model: `topic` lines (user null: anonymous, or a named user) and
  * `pattern` lines (any user, with %c and %u substituted; user is always null). */
@@ -23,6 +24,7 @@ interface KindOf {
   bool: boolean;
   qos: QoS;
   acl: AclRule[] | null;
+  rules: BridgeRule[];
 }
 
 interface SettingRow<K extends keyof KindOf = keyof KindOf> {
@@ -55,6 +57,12 @@ export const SETTINGS = {
   maxSubscriptions: { kind: 'int', initial: 0, min: 0, max: U32 },
   /** Access control table in file order (src/broker/acl.ts); null allows everything. */
   acl: { kind: 'acl', initial: null },
+  /** Bridge topic rules in configuration order (src/broker/bridge-rules.ts); none: no bridge. */
+  bridgeRules: { kind: 'rules', initial: [] as BridgeRule[] },
+  /** Messages one bridge outbox holds at most (docs/bridges.md "When the remote is down"). */
+  bridgeOutboxMessages: { kind: 'int', initial: 10_000, min: 1, max: 100_000_000 },
+  /** Topic and payload bytes one bridge outbox holds at most. */
+  bridgeOutboxBytes: { kind: 'int', initial: 64 * 1024 * 1024, min: 1, max: Number.MAX_SAFE_INTEGER },
 } as const satisfies Record<string, SettingRow>;
 
 export type SettingName = keyof typeof SETTINGS;
@@ -96,6 +104,8 @@ export function settingValid(name: SettingName, v: unknown): boolean {
       return v === 0 || v === 1 || v === 2;
     case 'acl':
       return v === null || (Array.isArray(v) && v.every(isAclRule));
+    case 'rules':
+      return Array.isArray(v) && v.every(isBridgeRule);
     default: {
       const never: never = row.kind;
       return never;

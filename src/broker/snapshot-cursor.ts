@@ -1,8 +1,10 @@
+import type { OutboxItem } from './bridge-outbox.js';
 import type { Settings } from './commands.js';
 import { IncrementalSort } from './incremental-sort.js';
 import { type PendingWill, type RetainedMessage, type Session, sessionPreimage } from './session.js';
 import {
   arrayHeader,
+  encodeOutbox,
   encodeRetained,
   encodeSession,
   encodeSettings,
@@ -43,6 +45,8 @@ export interface CursorCapture {
   wills: PendingWill[];
   retained: [string, RetainedMessage][];
   cursors: [string, string][];
+  /** Copies of the outboxes, sorted by name (few bridges, so no incremental sort). */
+  bridges: [string, number, OutboxItem[]][];
 }
 
 export interface SnapshotCursorOptions {
@@ -81,6 +85,7 @@ export class SnapshotCursor implements IterableIterator<Uint8Array> {
   private willSort: IncrementalSort<PendingWill> | null;
   private retainedSort: IncrementalSort<[string, RetainedMessage]> | null;
   private cursorSort: IncrementalSort<[string, string]> | null;
+  private readonly bridges: [string, number, OutboxItem[]][];
   /** Pre-images of marked sessions that apply touched before they were encoded. */
   private preimages = new Map<Session, Session>();
   /** Built once the sorts finish. */
@@ -119,6 +124,7 @@ export class SnapshotCursor implements IterableIterator<Uint8Array> {
     this.willSort = new IncrementalSort(cap.wills, byClientId);
     this.retainedSort = new IncrementalSort(cap.retained, byKey);
     this.cursorSort = new IncrementalSort(cap.cursors, byKey);
+    this.bridges = cap.bridges;
   }
 
   [Symbol.iterator](): SnapshotCursor {
@@ -196,12 +202,14 @@ export class SnapshotCursor implements IterableIterator<Uint8Array> {
     const cursors = (this.cursorSort as IncrementalSort<[string, string]>).sorted;
     this.sessionSort = this.willSort = this.retainedSort = this.cursorSort = null;
     // The root array's elements are the head's seven values, then one array per other section.
+    // The first section's header counts all IMAGE_FIELDS.
     this.sections = [
       { count: IMAGE_FIELDS, items: this.head, encode: same },
       { count: sessions.length, items: sessions, encode: this.encodeSession as (x: unknown) => unknown },
       { count: wills.length, items: wills, encode: encodeWill as (x: unknown) => unknown },
       { count: retained.length, items: retained, encode: encodeRetained as (x: unknown) => unknown },
       { count: cursors.length, items: cursors, encode: same },
+      { count: this.bridges.length, items: this.bridges, encode: encodeOutbox as (x: unknown) => unknown },
     ];
   }
 

@@ -1,5 +1,7 @@
 import { Packr } from 'msgpackr';
 import type { ProtocolLevel, QoS } from '../protocol/packets.js';
+import type { OutboxItem } from './bridge-outbox.js';
+import { BRIDGE_NAME, type BridgeRule, bridgeNames } from './bridge-rules.js';
 import type { AclRule, Message, MessageProps, Settings, Will } from './commands.js';
 import { queueSize } from './deliver.js';
 import { Fifo } from './fifo.js';
@@ -13,7 +15,7 @@ import {
   type Session,
   type Subscription,
 } from './session.js';
-import { completeSettings, isSettings, SETTING_NAMES, SETTINGS, type SettingName } from './settings.js';
+import { completeSettings, SETTING_NAMES, SETTINGS, type SettingName } from './settings.js';
 import { isMessage } from './validate.js';
 
 // The canonical image of the replicated state (docs/design.md "Snapshots"): positional arrays in a fixed
@@ -26,8 +28,11 @@ const packr = new Packr({ useRecords: false, mapsAsObjects: true, variableMapSiz
 
 /** 3: the epoch generation, and per session the packet id fence (deliver.ts "Fence"). 4: the
  * `check` digests left the image (each node computes and compares them locally). 5: settings as
- * [name, value] pairs (src/broker/settings.ts). Restore reads 4 and 5. */
-export const SNAPSHOT_VERSION = 5;
+ * [name, value] pairs (src/broker/settings.ts). 6: the bridge outboxes, a twelfth element, and the
+ * settings bridgeRules, bridgeOutboxMessages and bridgeOutboxBytes. Restore reads 4, 5 and 6. */
+export const SNAPSHOT_VERSION = 6;
+/** The format before bridge outboxes: eleven elements. */
+const SNAPSHOT_VERSION_NO_BRIDGES = 5;
 /** The previous format, read for snapshots and state files written before keyed settings. */
 const SNAPSHOT_VERSION_KEYLESS = 4;
 /** Snapshot chunks are at most this many bytes. */
@@ -49,6 +54,8 @@ export interface StateImage {
   retained: [string, RetainedMessage][];
   /** Shared subscription round-robin cursors (share id, last chosen client id), sorted by id. */
   cursors: [string, string][];
+  /** Bridge outboxes (name, position, items in log order), sorted by name. */
+  bridges: [string, number, OutboxItem[]][];
 }
 
 export const SNAPSHOT_ERROR = {
@@ -80,7 +87,9 @@ export function arrayHeader(n: number): Uint8Array {
 }
 
 /** Elements of the image's root array. */
-export const IMAGE_FIELDS = 11;
+export const IMAGE_FIELDS = 12;
+/** Elements of the root array of formats 4 and 5. */
+const IMAGE_FIELDS_NO_BRIDGES = 11;
 
 const orNull = <T>(v: T | undefined): T | null => (v === undefined ? null : v);
 
@@ -108,10 +117,21 @@ export function encodeSettings(s: Settings): unknown[] {
   const pairs: unknown[] = new Array(SETTING_NAMES.length);
   for (let i = 0; i < SETTING_NAMES.length; i++) {
     const n = SETTING_NAMES[i] as SettingName;
-    pairs[i] = [n, n === 'acl' ? encodeAcl(s.acl) : s[n]];
+    pairs[i] = [n, n === 'acl' ? encodeAcl(s.acl) : n === 'bridgeRules' ? encodeRules(s.bridgeRules) : s[n]];
   }
   return pairs;
 }
+
+function encodeRules(rules: readonly BridgeRule[]): unknown {
+  return rules.map((r) => [r.bridge, r.pattern, r.direction, r.qos, r.localPrefix, r.remotePrefix]);
+}
+
+/** One outbox: [name, position, [[index, remote topic, qos, message]...]]. */
+export const encodeOutbox = ([name, position, items]: [string, number, OutboxItem[]]): unknown[] => [
+  name,
+  position,
+  items.map((it) => [it.index, it.topic, it.qos, encodeMsg(it.msg)]),
+];
 
 function encodeAcl(acl: Settings['acl']): unknown {
   return acl === null ? null : acl.map((r) => [r.kind, r.user, r.access, r.filter]);
@@ -158,6 +178,7 @@ export function encodeImage(img: StateImage): Uint8Array {
     img.wills.map(encodeWill),
     img.retained.map(encodeRetained),
     img.cursors,
+    img.bridges.map(encodeOutbox),
   ]);
 }
 
@@ -240,6 +261,39 @@ function decodeDelivery(v: unknown): Delivery {
   };
 }
 
+function decodeRules(v: unknown): unknown {
+  return arr(v, 'bridgeRules').map((r) => {
+    const [bridge, pattern, direction, q, localPrefix, remotePrefix] = arr(r, 'bridge rule', 6);
+    return { bridge, pattern, direction, qos: q, localPrefix, remotePrefix };
+  });
+}
+
+/** The outboxes, checked against the settings and the applied index: one per bridge the rules
+ * name, each in log order, nothing beyond the applied index. */
+function decodeOutboxes(v: unknown, settings: Settings, appliedIndex: number): [string, number, OutboxItem[]][] {
+  const names = bridgeNames(settings.bridgeRules).sort();
+  const got = arr(v, 'bridges').map((o): [string, number, OutboxItem[]] => {
+    const [name, position, items] = arr(o, 'outbox', 3);
+    const n = str(name, 'outbox name');
+    if (!BRIDGE_NAME.test(n)) fail('outbox name');
+    const p = int(position, 'outbox position');
+    if (p < 0 || p > appliedIndex + 1) fail(`outbox ${n} position`);
+    let last = 0;
+    const list = arr(items, 'outbox items').map((x): OutboxItem => {
+      const [index, topic, q, msg] = arr(x, 'outbox item', 4);
+      const i = int(index, 'outbox item index');
+      if (i < last || i < p || i > appliedIndex) fail(`outbox ${n} item index`);
+      last = i;
+      const t = str(topic, 'outbox item topic');
+      if (t.length === 0) fail('outbox item topic');
+      return { index: i, topic: t, qos: qos(q, 'outbox item qos'), msg: decodeMsg(msg) };
+    });
+    return [n, p, list];
+  });
+  if (got.length !== names.length || got.some(([n], i) => n !== names[i])) fail('outboxes do not match the bridge rules');
+  return got;
+}
+
 function decodeAcl(acl: unknown): unknown {
   return acl === null
     ? null
@@ -268,8 +322,10 @@ function decodeSettingsV4(v: unknown): Settings {
   SETTINGS_V4.forEach((n, i) => {
     s[n] = n === 'acl' ? decodeAcl(f[i]) : f[i];
   });
-  if (!isSettings(s)) fail('settings');
-  return s;
+  // Settings added after format 4 take their initial values.
+  const complete = completeSettings(s);
+  if (complete === null) fail('settings');
+  return complete;
 }
 
 /** [name, value] pairs; each name known and given once; an absent setting takes its initial value. */
@@ -280,7 +336,7 @@ function decodeSettings(v: unknown): Settings {
     if (typeof name !== 'string' || !Object.hasOwn(SETTINGS, name))
       fail(`setting ${typeof name === 'string' ? JSON.stringify(name.slice(0, 64)) : `name of type ${typeof name}`}`);
     if (Object.hasOwn(given, name)) fail(`setting ${name} given twice`);
-    given[name] = name === 'acl' ? decodeAcl(value) : value;
+    given[name] = name === 'acl' ? decodeAcl(value) : name === 'bridgeRules' ? decodeRules(value) : value;
   }
   const s = completeSettings(given);
   if (s === null) fail('settings');
@@ -370,15 +426,18 @@ export function decodeImage(data: Uint8Array, parseShare: (f: string) => { group
   } catch (err) {
     fail(`not msgpack (${(err as Error).message})`);
   }
-  const f = arr(value, 'root', IMAGE_FIELDS);
+  const root = arr(value, 'root');
   // Not String(): a decoded map with a toString key that is not a function makes it throw.
-  if (f[0] !== SNAPSHOT_VERSION && f[0] !== SNAPSHOT_VERSION_KEYLESS)
-    fail(`version ${typeof f[0] === 'number' ? f[0] : `of type ${typeof f[0]}`}`);
+  if (root[0] !== SNAPSHOT_VERSION && root[0] !== SNAPSHOT_VERSION_NO_BRIDGES && root[0] !== SNAPSHOT_VERSION_KEYLESS)
+    fail(`version ${typeof root[0] === 'number' ? root[0] : `of type ${typeof root[0]}`}`);
+  const f = arr(value, 'root', root[0] === SNAPSHOT_VERSION ? IMAGE_FIELDS : IMAGE_FIELDS_NO_BRIDGES);
+  const settings = f[0] === SNAPSHOT_VERSION_KEYLESS ? decodeSettingsV4(f[4]) : decodeSettings(f[4]);
+  const appliedIndex = int(f[1], 'appliedIndex');
   return {
-    appliedIndex: int(f[1], 'appliedIndex'),
+    appliedIndex,
     appliedTime: int(f[2], 'appliedTime'),
     servePeriod: int(f[3], 'servePeriod'),
-    settings: f[0] === SNAPSHOT_VERSION_KEYLESS ? decodeSettingsV4(f[4]) : decodeSettings(f[4]),
+    settings,
     failed: f[5] === null ? null : str(f[5], 'failed'),
     generation: int(f[6], 'generation'),
     sessions: arr(f[7], 'sessions').map((s) => decodeSession(s, parseShare)),
@@ -399,5 +458,7 @@ export function decodeImage(data: Uint8Array, parseShare: (f: string) => { group
       const [id, clientId] = arr(c, 'cursor', 2);
       return [str(id, 'cursor id'), str(clientId, 'cursor client')];
     }),
+    // Before format 6 there were no bridge rules, so no outboxes.
+    bridges: f[0] === SNAPSHOT_VERSION ? decodeOutboxes(f[11], settings, appliedIndex) : [],
   };
 }

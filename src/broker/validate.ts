@@ -1,4 +1,5 @@
 import { validateTopicFilter, validateTopicName } from '../protocol/topic.js';
+import { BRIDGE_NAME } from './bridge-rules.js';
 import {
   ACKS_PER_COMMAND_MAX,
   type Command,
@@ -145,6 +146,8 @@ export function commandProblem(cmd: unknown): string | null {
       return null;
     case 'check':
       return isInt(c.atIndex, 0, Number.MAX_SAFE_INTEGER) && isStr(c.digest) ? null : 'bad check';
+    case 'bridge-position':
+      return isStr(c.bridge) && BRIDGE_NAME.test(c.bridge) && isInt(c.below, 1, Number.MAX_SAFE_INTEGER) ? null : 'bad bridge-position';
     default:
       return 'unknown command type';
   }

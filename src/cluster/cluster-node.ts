@@ -1,8 +1,10 @@
 // A broker node of a three-node cluster, as the raftmq command runs it: RaftLog under a BrokerNode,
 // and the health port. The peer port is bound first (a second process of this node id fails at
 // once); the MQTT listeners open only while this node serves.
+
 import type { Logger } from 'pino';
 import { EXIT } from '../errors.js';
+import { bridgesHashInput } from '../server/bridge/bridge-config.js';
 import { BrokerNode, type NodeOptions, settingsFrom } from '../server/broker-node.js';
 import { AuditLog } from './audit-log.js';
 import type { ClusterSettings } from './cluster-config.js';
@@ -37,6 +39,7 @@ export async function startClusterNode(
 ): Promise<RunningCluster> {
   if (cs.secret === undefined) logger.warn({}, 'no --cluster-secret: peer links are not authenticated');
   const settings = settingsFrom(nodeOpts);
+  const bridges = nodeOpts.bridges ?? [];
   // The driver reads the state file and its record here (never writing): a refused one throws.
   const { log, transport } = RaftLog.overTcp({
     node: cs.node,
@@ -46,7 +49,8 @@ export async function startClusterNode(
     secret: cs.secret,
     electionTimeoutMs: cs.electionTimeoutMs,
     settings,
-    configHashOf: (s) => configHash(s, cs.configFiles),
+    configHashOf: (s) =>
+      configHash(s, [...cs.configFiles, ...bridges.flatMap((b) => b.files)], bridges.length === 0 ? null : bridgesHashInput(bridges)),
     logger,
     stateFile: cs.stateFile,
     forceStart: cs.forceStart,

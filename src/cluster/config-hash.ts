@@ -7,11 +7,14 @@ import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { Settings } from '../broker/commands.js';
 
-/** Hex SHA-256 of the settings (keys sorted, so field order does not matter) and each file's
- * contents in order; a file that cannot be read hashes as its error code, so the difference shows. */
-export function configHash(settings: Settings, files: readonly string[]): string {
+/** Hex SHA-256 of the settings (keys sorted, so field order does not matter), the node-local
+ * settings `local` (when not null) and each file's contents in order; a file that cannot be read hashes as its error code, so the difference shows. */
+export function configHash(settings: Settings, files: readonly string[], local: unknown = null): string {
   const h = createHash('sha256');
   h.update(canonical(settings));
+  // Node-local settings that are not replicated (a bridge's addresses and credentials); absent
+  // when there are none, so a node without them hashes as before they existed.
+  if (local !== null) h.update(`\0local\0${canonical(local)}`);
   for (const file of files) {
     h.update('\0file\0');
     try {

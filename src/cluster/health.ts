@@ -100,9 +100,12 @@ export class HealthServer {
   }
 }
 
-/** /health of a node with --data-dir carries a `dataDir` block (docs/operations.md "Disk trouble"). */
+/** /health of a node with --data-dir carries a `dataDir` block (docs/operations.md "Disk trouble"),
+ * and of a node with bridges a `bridges` list (docs/bridges.md "Health and metrics"). */
 function withDataDir(s: object, source: HealthSource): object {
-  return source.dataDir === undefined ? s : { ...s, dataDir: source.dataDir() };
+  const bridges = source.node.bridgeStatus();
+  const withBridges = bridges.length === 0 ? s : { ...s, bridges };
+  return source.dataDir === undefined ? withBridges : { ...withBridges, dataDir: source.dataDir() };
 }
 
 /** Requests carry no body here: one announced is answered 413 and the socket closed unread. */

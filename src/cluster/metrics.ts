@@ -223,6 +223,45 @@ export class NodeMetrics {
     const node = this.source.node;
     const t = node.traffic;
     const byQos = (xs: readonly number[]) => (): Iterable<[string, number]> => QOS.map((q, i) => [q, xs[i] ?? 0]);
+    const bridges = () => node.bridgeStatus();
+    const perBridge = (read: (b: ReturnType<typeof bridges>[number]) => number) => (): Iterable<[string, number]> =>
+      bridges().map((b) => [b.name, read(b)]);
+    this.labelledGauge(
+      'raftmq_bridge_up',
+      '1 while the bridge is connected to its remote (serving node only)',
+      'bridge',
+      perBridge((b) => (b.state === 'up' ? 1 : 0)),
+    );
+    this.labelledGauge(
+      'raftmq_bridge_outbox_messages',
+      'messages in the bridge outbox (replicated state)',
+      'bridge',
+      perBridge((b) => b.outbox),
+    );
+    this.labelledGauge(
+      'raftmq_bridge_outbox_bytes',
+      'topic and payload bytes in the bridge outbox',
+      'bridge',
+      perBridge((b) => b.outboxBytes),
+    );
+    this.labelledCounter(
+      'raftmq_bridge_forwarded_total',
+      'messages the remote completed, forwarded by this process',
+      'bridge',
+      perBridge((b) => b.forwarded),
+    );
+    this.labelledCounter(
+      'raftmq_bridge_refused_total',
+      'QoS 1/2 publishes refused for a full bridge outbox while this node served',
+      'bridge',
+      perBridge((b) => b.refused),
+    );
+    this.labelledCounter(
+      'raftmq_bridge_dropped_total',
+      'messages not forwarded while this node served: beyond a full outbox (QoS 0, wills) or too large for the remote',
+      'bridge',
+      perBridge((b) => b.dropped),
+    );
     this.gauge('raftmq_connections', 'open MQTT connections (past the transport handshake)', () => node.connectionCount);
     this.counter('raftmq_connections_total', 'MQTT connections accepted past the transport handshake', () => t.connectionsAccepted);
     this.gauge('raftmq_connections_max', 'most connections with an accepted CONNECT at once, since start', () => t.connectedMax);

@@ -53,6 +53,13 @@ const arbAcks: fc.Arbitrary<Command> = fc.record({
 });
 
 describe('command codec', { timeout: 30_000 }, () => {
+  it('encodes a bridge-position command as a msgpack map and decodes it to the same value', () => {
+    const cmd: Command = { t: 'bridge-position', bridge: 'cloud', below: 123_456_789_012 };
+    const bytes = encodeCommand(cmd);
+    assert.notEqual(bytes[0], 0xc1);
+    assert.deepEqual(decodeCommand(bytes), cmd);
+  });
+
   it('decodes publish, ack and acks commands to the same values as a msgpackr round trip', () => {
     fc.assert(
       fc.property(fc.oneof(arbPublish, arbAck, arbAcks), (cmd) => {

@@ -30,6 +30,7 @@ const COMMAND_TYPES: ReadonlySet<string> = new Set<Command['t']>([
   'acks',
   'tick',
   'check',
+  'bridge-position',
 ]);
 
 const HAND = 0xc1;

@@ -2,6 +2,7 @@
 // open only while the log says this node serves (docs/design.md "The seam").
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
+import type { BridgeRule } from '../broker/bridge-rules.js';
 import { Broker, type StateTotals } from '../broker/broker.js';
 import type { AclRule, Command, ConnId, Effect, Entry, Message, Settings } from '../broker/commands.js';
 import { pickSettings } from '../broker/settings.js';
@@ -14,6 +15,8 @@ import { RC } from '../protocol/reason-codes.js';
 import type { AuditSink } from './audit-sink.js';
 import type { HookAuthorizer } from './auth/hook-authorizer.js';
 import { type Authenticator, allowAll } from './authenticator.js';
+import type { BridgeSpec } from './bridge/bridge-config.js';
+import { type BridgeHost, BridgeSet, type BridgeState } from './bridge/bridge-link.js';
 import { Connection, type ConnectionHost, type ConnectionLimits } from './connection.js';
 import { DIGEST_CURSOR, DIGEST_SLICE_MS, DigestRunner, type RunStats, type Verdict } from './digest-runner.js';
 import { OPEN_STORAGE_GATE, type StorageGate } from './disk-space.js';
@@ -90,6 +93,30 @@ export interface NodeOptions {
   serverReference?: ReferenceSource;
   /** The embedding API's events (src/server/node-observer.ts); absent: none. */
   observer?: NodeObserver;
+  /** Bridges to other brokers (docs/bridges.md): the node-local part; absent: none. */
+  bridges?: BridgeSpec[];
+  /** The replicated bridge settings (src/broker/settings.ts); absent: their initial values. */
+  bridgeRules?: BridgeRule[];
+  bridgeOutboxMessages?: number;
+  bridgeOutboxBytes?: number;
+}
+
+export interface BridgeStatus {
+  name: string;
+  state: BridgeState;
+  /** Messages and bytes in its outbox (replicated state). */
+  outbox: number;
+  outboxBytes: number;
+  /** Everything of the outbox below this log index was completed at the remote. */
+  position: number;
+  /** Completed at the remote by this process. */
+  forwarded: number;
+  /** QoS 1/2 publishes refused while its outbox was full, while this node served. */
+  refused: number;
+  /** Messages not forwarded while this node served: QoS 0 or wills beyond a full outbox, and
+   * messages larger than the remote takes. */
+  dropped: number;
+  lastError: string | null;
 }
 
 const EMPTY_FILTERS: ReadonlySet<string> = new Set();
@@ -127,6 +154,7 @@ function connOf(cmd: Command): ConnId | undefined {
     case 'settings':
     case 'tick':
     case 'check':
+    case 'bridge-position':
       return undefined;
     default: {
       const _: never = cmd;
@@ -201,6 +229,8 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
   private firstListen: { resolve: () => void; reject: (e: Error) => void } | null = null;
   /** The state digests at `check` entries, hashed a slice per turn after the entry is applied. */
   private readonly digests: DigestRunner;
+  /** Bridges to other brokers, connected only while this node serves (docs/bridges.md). */
+  readonly bridges: BridgeSet;
   /** A digest mismatch found here; local, since the other replicas found none. */
   private digestFailure: string | null = null;
 
@@ -235,6 +265,16 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
       retainAvailable: opts.retainAvailable,
       maxWriteBufferBytes: opts.maxWriteBufferBytes ?? WRITE_BUFFER_BYTES_DEFAULT,
     };
+    const bridgeHost: BridgeHost = {
+      outbox: (name) => this.broker.bridgeOutbox(name),
+      rules: () => this.broker.bridgeRules,
+      mayWrite: () => this.period !== 0 && !this.stopped && this.mayWrite(),
+      propose: (cmd) => this.propose(cmd),
+      event: (kind, fields) => this.event(kind, fields),
+      logger: this.logger,
+      maxPacketSize: opts.maxPacketSize,
+    };
+    this.bridges = new BridgeSet(opts.bridges ?? [], bridgeHost);
     this.referrer =
       opts.serverReference === undefined
         ? null
@@ -383,6 +423,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
   committed(entries: readonly Entry[]): void {
     for (let i = 0; i < entries.length; i++) this.applyEntry(entries[i] as Entry);
     this.outbox.writeTurn();
+    if (this.period !== 0) this.bridges.pump();
     if (this.broker.failed !== null && !this.halted) this.halt(this.broker.failed);
     this.armTick();
   }
@@ -404,6 +445,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
     this.startListening();
     this.armTick();
     this.startSys();
+    this.bridges.start();
   }
 
   drain(): void {
@@ -613,6 +655,25 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
     void this.stopServing(undefined, true);
   }
 
+  /** Each bridge: its connection's state, its outbox in the replicated state, and what this
+   * process forwarded. */
+  bridgeStatus(): BridgeStatus[] {
+    return this.bridges.links.map((l) => {
+      const o = this.broker.bridgeOutbox(l.spec.name);
+      return {
+        name: l.spec.name,
+        state: l.state,
+        outbox: o?.items.length ?? 0,
+        outboxBytes: o?.bytes ?? 0,
+        position: o?.position ?? 0,
+        forwarded: l.forwarded,
+        refused: l.refused,
+        dropped: l.dropped,
+        lastError: l.lastError,
+      };
+    });
+  }
+
   /** Counters and gauges of the bounded tables, for the stats line and tests. */
   stats(): Record<string, unknown> {
     return {
@@ -688,6 +749,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
     const out = this.routeOut;
     out.length = 0;
     this.broker.routeQos0(from, msg, out);
+    if (this.broker.bridgeRules.length > 0 && this.broker.publishAllowed(from, msg)) this.bridges.forwardQos0(msg);
     if (this.opts.observer?.active === true) this.opts.observer.routed(from, msg, this.clientIdOfBound);
     this.execute(out);
     if (this.tracer.on) this.tracer.routed(msg, out);
@@ -734,6 +796,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
 
   event(kind: EventKind, fields?: Record<string, unknown>): void {
     this.counters.set(kind, (this.counters.get(kind) ?? 0) + 1);
+    if (typeof fields?.bridge === 'string') this.bridges.counted(fields.bridge, kind);
     this.limited.log(eventLevel(kind), `event:${kind}`, fields ?? {}, kind);
   }
 
@@ -873,6 +936,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
    * `discard`: serving no longer holds, so what connections buffered this turn is never written. */
   private async stopServing(reason: number | undefined, discard: boolean): Promise<void> {
     this.clearTick();
+    this.bridges.stop();
     this.stopSys();
     // --cluster-server-reference: the listeners stay open and refer clients (accept()).
     const keep = this.referrer !== null && !this.stopped;

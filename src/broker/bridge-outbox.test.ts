@@ -1,0 +1,189 @@
+import assert from 'node:assert/strict';
+import { Buffer } from 'node:buffer';
+import { describe, it } from 'node:test';
+import { parseSharedFilter } from '../protocol/topic.js';
+import type { OutboxItem } from './bridge-outbox.js';
+import type { BridgeRule } from './bridge-rules.js';
+import { Broker } from './broker.js';
+import { Harness, msg, published, sent, testSettings } from './broker-harness.testkit.js';
+import type { Settings } from './commands.js';
+import { decodeImage, encodeImage, SnapshotError, type StateImage } from './snapshot.js';
+
+const RULES: BridgeRule[] = [
+  { bridge: 'cloud', pattern: 'sensors/#', direction: 'out', qos: 1, localPrefix: 'site/', remotePrefix: 'remote/' },
+  { bridge: 'archive', pattern: '#', direction: 'out', qos: 0, localPrefix: '', remotePrefix: '' },
+];
+const SETTINGS: Settings = { ...testSettings, bridgeRules: RULES, bridgeOutboxMessages: 3, bridgeOutboxBytes: 1000 };
+
+const parseShare = (f: string) => {
+  const s = parseSharedFilter(f);
+  return s === null ? null : { group: s.group, filter: s.filter };
+};
+const items = (h: Harness, name: string): [number, string, number][] =>
+  (h.broker.bridgeOutbox(name)?.items.toArray() ?? []).map((i: OutboxItem) => [i.index, i.topic, i.qos]);
+
+describe('bridge outboxes in the replicated state', () => {
+  it('copies each committed message an outbound rule matches, remapped, in log order', () => {
+    const h = new Harness(SETTINGS);
+    h.connect(h.conn(1), 'pub');
+    h.publish(h.conn(1), msg('site/sensors/t1', 'a', 1), 1);
+    const first = h.index;
+    h.publish(h.conn(1), msg('other', 'b', 2), 2);
+    h.publish(h.conn(1), msg('site/sensors', 'c', 0, true));
+    assert.deepEqual(items(h, 'cloud'), [
+      [first, 'remote/sensors/t1', 1],
+      [first + 2, 'remote/sensors', 0],
+    ]);
+    assert.deepEqual(items(h, 'archive'), [
+      [first, 'site/sensors/t1', 0],
+      [first + 1, 'other', 0],
+      [first + 2, 'site/sensors', 0],
+    ]);
+    assert.equal(h.broker.verify(), null);
+  });
+
+  it('starts an outbox at the serve-start that first names its bridge, and drops it when no rule names it', () => {
+    const h = new Harness();
+    assert.equal(h.broker.bridgeOutbox('cloud'), undefined);
+    h.serveStart(0, SETTINGS);
+    assert.equal(h.broker.bridgeOutbox('cloud')?.position, h.index);
+    h.connect(h.conn(1), 'pub');
+    h.publish(h.conn(1), msg('x', 'a', 1), 1);
+    const out = h.apply({ t: 'settings', settings: { ...SETTINGS, bridgeRules: [RULES[0] as BridgeRule] } });
+    assert.equal(h.broker.bridgeOutbox('archive'), undefined);
+    assert.ok(out.some((e) => e.t === 'event' && e.kind === 'bridge-outbox-removed' && e.detail?.bridge === 'archive'));
+  });
+
+  it('does not admit a message beyond the bounds in messages or bytes, and counts the refusal', () => {
+    const h = new Harness(SETTINGS);
+    h.connect(h.conn(1), 'pub');
+    for (let i = 1; i <= 3; i++) h.publish(h.conn(1), msg(`t${i}`, 'x', 1), i);
+    const out = h.publish(h.conn(1), msg('t4', 'x', 1), 4);
+    assert.deepEqual(
+      items(h, 'archive').map((i) => i[1]),
+      ['t1', 't2', 't3'],
+    );
+    assert.ok(out.some((e) => e.t === 'event' && e.kind === 'bridge-outbox-refused' && e.detail?.bridge === 'archive'));
+    const big = new Harness({ ...SETTINGS, bridgeOutboxBytes: 10 });
+    big.connect(big.conn(1), 'pub');
+    big.publish(big.conn(1), msg('t', 'x'.repeat(20), 1), 1);
+    assert.equal(big.broker.bridgeOutbox('archive')?.items.length, 0);
+  });
+
+  it('refuses a QoS 1/2 publish a full outbox would take, entirely: MQTT 5 0x97, 3.1.1 a close', () => {
+    const h = new Harness(SETTINGS);
+    h.connect(h.conn(1), 'pub5', { protocol: 5, clean: true, expiryS: 0 });
+    h.connect(h.conn(2), 'pub4', { protocol: 4 });
+    h.connect(h.conn(3), 'sub');
+    h.subscribe(h.conn(3), 1, [{ filter: '#', qos: 1 }]);
+    for (let i = 1; i <= 3; i++) h.publish(h.conn(1), msg(`t${i}`, 'x', 1), i);
+    const before = h.broker.counts().retained;
+    const q1 = h.publish(h.conn(1), msg('t4', 'x', 1, true), 4);
+    assert.deepEqual(sent(q1, h.conn(1)), [{ type: 'puback', pid: 4, code: 0x97 }]);
+    assert.deepEqual(published(q1, h.conn(3)), [], 'not routed');
+    assert.equal(h.broker.counts().retained, before, 'not retained');
+    assert.ok(q1.some((e) => e.t === 'event' && e.kind === 'bridge-outbox-refused' && e.detail?.bridge === 'archive'));
+    const q2 = h.publish(h.conn(1), msg('t5', 'x', 2), 5);
+    assert.deepEqual(sent(q2, h.conn(1)), [{ type: 'pubrec', pid: 5, code: 0x97 }]);
+    // No id held: a PUBREL for it gets PUBCOMP 0x92 (packet identifier not found).
+    const rel = h.apply({ t: 'pubrel', conn: h.conn(1), pid: 5 });
+    assert.equal((sent(rel, h.conn(1))[0] as { code: number }).code, 0x92);
+    const q4 = h.publish(h.conn(2), msg('t6', 'x', 1), 1);
+    assert.deepEqual(sent(q4, h.conn(2)), [], 'no PUBACK for 3.1.1');
+    assert.ok(q4.some((e) => e.t === 'close' && e.conn === h.conn(2)));
+    // QoS 0 (retained, so it has an entry) is routed and retained, and dropped from the outbox.
+    const q0 = h.publish(h.conn(1), msg('t7', 'x', 0, true));
+    assert.equal(published(q0, h.conn(3)).length, 1);
+    assert.ok(q0.some((e) => e.t === 'event' && e.kind === 'bridge-outbox-full'));
+    assert.equal(h.broker.bridgeOutbox('archive')?.items.length, 3);
+    // Once the remote completed some, the outbox takes messages again.
+    h.apply({ t: 'bridge-position', bridge: 'archive', below: h.index });
+    assert.deepEqual(sent(h.publish(h.conn(1), msg('t8', 'x', 1), 6), h.conn(1)), [{ type: 'puback', pid: 6, code: 0x00 }]);
+    assert.equal(h.broker.verify(), null);
+  });
+
+  it('moves the position forward only: bridge-position removes what is below it', () => {
+    const h = new Harness(SETTINGS);
+    h.connect(h.conn(1), 'pub');
+    h.publish(h.conn(1), msg('a', '1', 1), 1);
+    const a = h.index;
+    h.publish(h.conn(1), msg('b', '2', 1), 2);
+    const b = h.index;
+    h.apply({ t: 'bridge-position', bridge: 'archive', below: b });
+    assert.deepEqual(
+      items(h, 'archive').map((i) => i[0]),
+      [b],
+    );
+    assert.equal(h.broker.bridgeOutbox('archive')?.position, b);
+    // Backwards, unknown bridge, beyond its own entry: no-ops.
+    for (const cmd of [
+      { t: 'bridge-position' as const, bridge: 'archive', below: a },
+      { t: 'bridge-position' as const, bridge: 'nope', below: b + 1 },
+      { t: 'bridge-position' as const, bridge: 'archive', below: h.index + 10 },
+    ]) {
+      const out = h.apply(cmd);
+      assert.ok(
+        out.some((e) => e.t === 'event' && e.kind === 'no-op'),
+        JSON.stringify(cmd),
+      );
+    }
+    assert.equal(h.broker.bridgeOutbox('archive')?.position, b);
+    h.apply({ t: 'bridge-position', bridge: 'archive', below: h.index + 1 });
+    assert.equal(h.broker.bridgeOutbox('archive')?.items.length, 0);
+    assert.equal(h.broker.bridgeOutbox('archive')?.bytes, 0);
+    // The other bridge's outbox still starts at the first serve-start.
+    assert.equal(h.broker.bridgeOutbox('cloud')?.position, 1);
+  });
+
+  it('keeps the outboxes in the snapshot: a restored broker has the same items, positions and digest', () => {
+    const h = new Harness(SETTINGS);
+    h.connect(h.conn(1), 'pub');
+    h.publish(h.conn(1), msg('site/sensors/a', 'x', 1, false, { expiryS: 60, userProps: [['k', 'v']] }), 1);
+    h.publish(h.conn(1), msg('site/sensors/b', 'y', 1), 2);
+    h.apply({ t: 'bridge-position', bridge: 'archive', below: h.index });
+    const bytes = Buffer.concat([...h.broker.snapshot()]);
+    const b = new Broker();
+    b.restore([bytes]);
+    assert.equal(b.digest(), h.broker.digest());
+    for (const name of ['cloud', 'archive']) {
+      const o = b.bridgeOutbox(name);
+      const want = h.broker.bridgeOutbox(name);
+      assert.equal(o?.position, want?.position);
+      assert.equal(o?.bytes, want?.bytes);
+      assert.deepEqual(o?.items.toArray(), want?.items.toArray());
+    }
+    // And apply goes on from it as from the original.
+    const cmd = { t: 'bridge-position' as const, bridge: 'cloud', below: h.index };
+    h.apply(cmd);
+    b.apply({ index: h.index, time: h.time, cmd }, []);
+    assert.equal(b.digest(), h.broker.digest());
+  });
+
+  it('snapshots taken while apply goes on hold the outbox of the opening index', () => {
+    const h = new Harness(SETTINGS);
+    h.connect(h.conn(1), 'pub');
+    h.publish(h.conn(1), msg('a', '1', 1), 1);
+    const atOpen = h.broker.digest();
+    const cursor = h.broker.snapshot();
+    h.publish(h.conn(1), msg('b', '2', 1), 2);
+    h.apply({ t: 'bridge-position', bridge: 'archive', below: h.index });
+    const b = new Broker();
+    b.restore([Buffer.concat([...cursor])]);
+    assert.equal(b.digest(), atOpen);
+  });
+
+  it('refuses a snapshot whose outboxes do not match its rules or its log', () => {
+    const h = new Harness(SETTINGS);
+    h.connect(h.conn(1), 'pub');
+    h.publish(h.conn(1), msg('a', '1', 1), 1);
+    const img = decodeImage(Buffer.concat([...h.broker.snapshot()]), parseShare);
+    assert.equal(img.bridges.length, 2);
+    type Outbox = StateImage['bridges'][number];
+    const bad: StateImage[] = [
+      { ...img, bridges: img.bridges.slice(1) },
+      { ...img, bridges: img.bridges.map(([n, p, it]): Outbox => [n, p, it.map((x) => ({ ...x, index: img.appliedIndex + 1 }))]) },
+      { ...img, bridges: img.bridges.map(([n, , it]): Outbox => [n, img.appliedIndex + 5, it]) },
+    ];
+    for (const x of bad) assert.throws(() => decodeImage(encodeImage(x), parseShare), SnapshotError);
+  });
+});

@@ -1,0 +1,154 @@
+import assert from 'node:assert/strict';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+import { parseCli } from '../../config.js';
+import { CONFIG_ERROR, ConfigError } from '../../errors.js';
+import { bridgeSpecs } from './bridge-config.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'raftmq-bridge-config-'));
+let files = 0;
+function configFile(text: string): string {
+  const p = join(dir, `c${files++}.yaml`);
+  writeFileSync(p, text);
+  return p;
+}
+function refusal(argv: string[]): ConfigError {
+  try {
+    parseCli(argv);
+  } catch (err) {
+    assert.ok(err instanceof ConfigError, `ConfigError expected, got ${String(err)}`);
+    return err;
+  }
+  assert.fail(`${argv.join(' ')} was accepted`);
+}
+function specsOf(argv: string[]) {
+  const r = parseCli(argv);
+  assert.equal(r.action, 'run');
+  return bridgeSpecs((r as Extract<typeof r, { action: 'run' }>).config);
+}
+
+const ONE = `
+bridges:
+  cloud:
+    client-id: site1
+    username: u
+    password: p
+    protocol-version: 5
+    keepalive-s: 30
+    clean-start: false
+    topic:
+      - sensors/# out 1 site/ cloud/
+      - alerts out 0
+`;
+
+describe('bridge configuration', () => {
+  it('takes the address from --bridge and the rest from the bridges map', () => {
+    const [s, ...rest] = specsOf(['--config', configFile(ONE), '--bridge', 'cloud=mqtt://127.0.0.1:18830']);
+    assert.equal(rest.length, 0);
+    assert.deepEqual(s?.addresses, [{ url: 'mqtt://127.0.0.1:18830', tls: false, host: '127.0.0.1', port: 18830 }]);
+    assert.equal(s?.clientId, 'site1');
+    assert.equal(s?.username, 'u');
+    assert.equal(s?.password, 'p');
+    assert.equal(s?.protocol, 5);
+    assert.equal(s?.keepaliveS, 30);
+    assert.equal(s?.cleanStart, false);
+    assert.deepEqual(
+      s?.rules.map((r) => [r.pattern, r.direction, r.qos, r.localPrefix, r.remotePrefix]),
+      [
+        ['sensors/#', 'out', 1, 'site/', 'cloud/'],
+        ['alerts', 'out', 0, '', ''],
+      ],
+    );
+  });
+
+  it('takes several addresses, tried in turn, from the file or from --bridge given twice', () => {
+    const file = configFile(`bridges:\n  b:\n    address: [mqtt://h1:1883, mqtts://h2]\n    topic: a\n`);
+    const [fromFile] = specsOf(['--config', file]);
+    assert.deepEqual(
+      fromFile?.addresses.map((a) => [a.host, a.port, a.tls]),
+      [
+        ['h1', 1883, false],
+        ['h2', 8883, true],
+      ],
+    );
+    assert.equal(fromFile?.clientId, 'raftmq-bridge-b');
+    assert.equal(fromFile?.protocol, 4);
+    assert.equal(fromFile?.cleanStart, true);
+    const [fromFlags] = specsOf(['--config', file, '--bridge', 'b=mqtt://x:1', '--bridge', 'b=mqtt://y:2']);
+    assert.deepEqual(
+      fromFlags?.addresses.map((a) => a.host),
+      ['x', 'y'],
+    );
+  });
+
+  it('refuses an unknown key, naming the bridge and the key', () => {
+    const e = refusal(['--config', configFile('bridges:\n  cloud:\n    adress: mqtt://h\n    topic: a\n')]);
+    assert.equal(e.code, CONFIG_ERROR.UNKNOWN_KEY);
+    assert.match(e.message, /bridges\.cloud: unknown key "adress"/);
+  });
+
+  it('refuses a bad URL, naming the flag', () => {
+    const file = configFile(ONE);
+    for (const [url, why] of [
+      ['cloud=ws://h:1', /scheme ws is not supported/],
+      ['cloud=mqtt://u:p@h:1', /credentials do not go into the URL/],
+      ['cloud=mqtt://h:1/path', /no path/],
+      ['cloud=not a url', /not a URL/],
+      ['=mqtt://h:1', /expected NAME=URL/],
+      ['bad/name=mqtt://h:1', /expected NAME=URL/],
+    ] as const) {
+      const e = refusal(['--config', file, '--bridge', url]);
+      assert.equal(e.code, CONFIG_ERROR.BAD_VALUE, url);
+      assert.ok(e.message.startsWith(`--bridge ${url}`), e.message);
+      assert.match(e.message, why);
+    }
+  });
+
+  it('refuses a bad topic rule, naming the bridge and the rule', () => {
+    const e = refusal(['--config', configFile('bridges:\n  cloud:\n    address: mqtt://h\n    topic: ["a/#/b out 1"]\n')]);
+    assert.equal(e.code, CONFIG_ERROR.BAD_VALUE);
+    assert.match(e.message, /bridges\.cloud\.topic "a\/#\/b out 1": filter "a\/#\/b": # not alone/);
+  });
+
+  it('refuses in and out rules that would loop, naming both', () => {
+    const e = refusal([
+      '--config',
+      configFile('bridges:\n  cloud:\n    address: mqtt://h\n    topic: ["data/# out 1 \\"\\" up/", "data/# in 1 \\"\\" up/"]\n'),
+    ]);
+    assert.equal(e.code, CONFIG_ERROR.BAD_VALUE);
+    assert.match(e.message, /bridges\.cloud\.topic: rules "data\/# out 1 "" up\/" and "data\/# in 1 "" up\/" would loop/);
+  });
+
+  it('refuses inbound rules, which are not built yet, naming the rule', () => {
+    const e = refusal(['--config', configFile('bridges:\n  cloud:\n    address: mqtt://h\n    topic: ["cmd/# in 1 dev/ \\"\\""]\n')]);
+    assert.match(e.message, /bridges\.cloud\.topic "cmd\/# in 1 dev\/ """: direction in: inbound rules are not supported yet/);
+  });
+
+  it('refuses a bridge without an address or without a rule, and settings of the wrong type', () => {
+    assert.match(refusal(['--config', configFile('bridges:\n  cloud:\n    topic: a\n')]).message, /bridges\.cloud: no address/);
+    assert.match(refusal(['--bridge', 'cloud=mqtt://h']).message, /bridges\.cloud: no topic rule/);
+    const bad = (line: string) => refusal(['--config', configFile(`bridges:\n  c:\n    address: mqtt://h\n    topic: a\n    ${line}\n`)]);
+    assert.match(bad('protocol-version: 3').message, /bridges\.c\.protocol-version: expected 4/);
+    assert.match(bad('keepalive-s: 0').message, /bridges\.c\.keepalive-s/);
+    assert.match(bad('clean-start: maybe').message, /bridges\.c\.clean-start: expected true or false/);
+    assert.match(bad('tls-ca: ca.pem').message, /need an mqtts:\/\/ address/);
+    assert.match(bad('password: p').message, /needs a username/);
+    assert.match(refusal(['--config', configFile('bridges: [a]\n')]).message, /key "bridges": expected a map/);
+    assert.match(refusal(['--config', configFile('bridges:\n  "a b": {}\n')]).message, /bridges\.a b: a bridge name/);
+  });
+
+  it('refuses a certificate file that cannot be read, naming the key and file', () => {
+    const e = refusal([
+      '--config',
+      configFile(`bridges:\n  c:\n    address: mqtts://h\n    topic: a\n    tls-ca: ${join(dir, 'absent.pem')}\n`),
+    ]);
+    assert.equal(e.code, CONFIG_ERROR.UNREADABLE_FILE);
+    assert.match(e.message, /bridges\.c\.tls-ca .*absent\.pem: cannot read/);
+  });
+
+  it('has no flag for the bridges map', () => {
+    assert.equal(refusal(['--bridges', '{}']).code, CONFIG_ERROR.UNKNOWN_FLAG);
+  });
+});

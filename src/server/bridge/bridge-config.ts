@@ -1,0 +1,218 @@
+// Bridge configuration (docs/bridges.md "Configuration"): `--bridge NAME=URL` (repeatable) and the
+// config file's `bridges` map, NAME to its settings. The topic rules become the replicated setting
+// `bridgeRules`; everything else (addresses, client id, credentials, certificates) stays on this
+// node, covered by its configuration hash and never written into the log or a state file.
+import { readFileSync } from 'node:fs';
+import { BRIDGE_NAME, type BridgeRule, isInbound, loopingPair, parseBridgeRule, ruleText } from '../../broker/bridge-rules.js';
+import { CONFIG_ERROR, ConfigError } from '../../errors.js';
+
+export interface BridgeAddress {
+  /** As configured, for log lines. */
+  url: string;
+  tls: boolean;
+  host: string;
+  port: number;
+}
+
+/** The node-local part of one bridge, checked. */
+export interface BridgeSpec {
+  name: string;
+  /** Tried in turn, from the first, after each failed attempt. */
+  addresses: BridgeAddress[];
+  clientId: string;
+  username: string | null;
+  password: string | null;
+  /** 4: MQTT 3.1.1; 5: MQTT 5.0. */
+  protocol: 4 | 5;
+  keepaliveS: number;
+  cleanStart: boolean;
+  /** PEM bytes of the files named by tls-ca, tls-cert and tls-key; null when not given. */
+  tlsCa: Buffer | null;
+  tlsCert: Buffer | null;
+  tlsKey: Buffer | null;
+  /** The file names, for the configuration hash and messages. */
+  files: string[];
+  rules: BridgeRule[];
+}
+
+/** The keys of one bridge in the config file's `bridges` map. */
+const BRIDGE_KEYS = [
+  'address',
+  'client-id',
+  'username',
+  'password',
+  'protocol-version',
+  'keepalive-s',
+  'clean-start',
+  'tls-ca',
+  'tls-cert',
+  'tls-key',
+  'topic',
+] as const;
+
+const bad = (where: string, why: string): ConfigError => new ConfigError(CONFIG_ERROR.BAD_VALUE, `${where}: ${why}`);
+
+/** mqtt://HOST[:PORT] or mqtts://HOST[:PORT]; no path, query or credentials. */
+export function parseBridgeUrl(text: string, where: string): BridgeAddress {
+  let u: URL;
+  try {
+    u = new URL(text);
+  } catch {
+    throw bad(where, `${JSON.stringify(text)} is not a URL (expected mqtt://HOST:PORT or mqtts://HOST:PORT)`);
+  }
+  if (u.protocol !== 'mqtt:' && u.protocol !== 'mqtts:')
+    throw bad(where, `${JSON.stringify(text)}: scheme ${u.protocol.slice(0, -1)} is not supported (expected mqtt or mqtts)`);
+  if (u.username !== '' || u.password !== '')
+    throw bad(where, `${JSON.stringify(text)}: credentials do not go into the URL (give username and password in the bridge's settings)`);
+  if ((u.pathname !== '' && u.pathname !== '/') || u.search !== '' || u.hash !== '')
+    throw bad(where, `${JSON.stringify(text)}: expected no path, query or fragment`);
+  const host = u.hostname.replace(/^\[(.*)\]$/, '$1');
+  if (host === '') throw bad(where, `${JSON.stringify(text)}: no host`);
+  const tls = u.protocol === 'mqtts:';
+  const port = u.port === '' ? (tls ? 8883 : 1883) : Number(u.port);
+  if (!Number.isInteger(port) || port < 1 || port > 65_535) throw bad(where, `${JSON.stringify(text)}: bad port`);
+  return { url: text, tls, host, port };
+}
+
+/** `NAME=URL` of --bridge. */
+export function parseBridgeFlag(text: string): { name: string; address: BridgeAddress } {
+  const eq = text.indexOf('=');
+  const name = eq < 0 ? '' : text.slice(0, eq);
+  if (!BRIDGE_NAME.test(name)) throw bad(`--bridge ${text}`, 'expected NAME=URL, NAME of letters, digits, - and _ (at most 64)');
+  return { name, address: parseBridgeUrl(text.slice(eq + 1), `--bridge ${text}`) };
+}
+
+const isObj = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+function strings(v: unknown, where: string): string[] {
+  const items = typeof v === 'string' ? [v] : v;
+  if (!Array.isArray(items) || items.some((x) => typeof x !== 'string' || x.length === 0))
+    throw bad(where, 'expected a string or a list of strings');
+  return items as string[];
+}
+
+function oneString(v: unknown, where: string): string {
+  if (typeof v !== 'string' || v.length === 0) throw bad(where, 'expected a non-empty string');
+  return v;
+}
+
+function readPem(file: string, where: string): Buffer {
+  try {
+    return readFileSync(file);
+  } catch (err) {
+    throw new ConfigError(CONFIG_ERROR.UNREADABLE_FILE, `${where} ${file}: cannot read: ${(err as Error).message}`);
+  }
+}
+
+/** What the configuration gives for bridges. */
+export interface BridgeConfigInput {
+  bridge: readonly string[];
+  bridges: Readonly<Record<string, unknown>>;
+}
+
+/** Every bridge of the configuration, checked; the topic rules of all of them in order. Throws a
+ * ConfigError naming the flag or the key (`bridges.NAME.KEY`). */
+export function bridgeSpecs(config: BridgeConfigInput): BridgeSpec[] {
+  const flagged = new Map<string, BridgeAddress[]>();
+  for (const text of config.bridge) {
+    const { name, address } = parseBridgeFlag(text);
+    flagged.set(name, [...(flagged.get(name) ?? []), address]);
+  }
+  const section = config.bridges;
+  if (!isObj(section)) throw bad('bridges', 'expected a map of bridge names to their settings');
+  for (const name of Object.keys(section)) {
+    if (!BRIDGE_NAME.test(name)) throw bad(`bridges.${name}`, 'a bridge name has letters, digits, - and _ only (at most 64)');
+  }
+  const names = [...new Set([...flagged.keys(), ...Object.keys(section)])];
+  const specs = names.map((name) => bridgeSpec(name, flagged.get(name), section[name]));
+  const rules = specs.flatMap((s) => s.rules);
+  const loop = loopingPair(rules);
+  if (loop !== null) {
+    const [o, i] = loop;
+    throw bad(
+      `bridges.${o.bridge}.topic`,
+      `rules "${ruleText(o)}" and "${ruleText(i)}" would loop: what the first forwards the second brings back, and the first forwards it again`,
+    );
+  }
+  for (const r of rules) {
+    if (isInbound(r))
+      throw bad(`bridges.${r.bridge}.topic "${ruleText(r)}"`, `direction ${r.direction}: inbound rules are not supported yet`);
+  }
+  return specs;
+}
+
+function bridgeSpec(name: string, flagged: BridgeAddress[] | undefined, raw: unknown): BridgeSpec {
+  const where = `bridges.${name}`;
+  const s = raw ?? {};
+  if (!isObj(s)) throw bad(where, 'expected a map of settings');
+  for (const key of Object.keys(s)) {
+    if (!(BRIDGE_KEYS as readonly string[]).includes(key)) {
+      throw new ConfigError(CONFIG_ERROR.UNKNOWN_KEY, `${where}: unknown key "${key}" (expected one of ${BRIDGE_KEYS.join(', ')})`);
+    }
+  }
+  // A flag beats the file.
+  const addresses =
+    flagged ?? (s.address === undefined ? [] : strings(s.address, `${where}.address`).map((u) => parseBridgeUrl(u, `${where}.address`)));
+  if (addresses.length === 0)
+    throw new ConfigError(CONFIG_ERROR.MISSING_VALUE, `${where}: no address (give --bridge ${name}=URL or ${where}.address)`);
+  const protocol = s['protocol-version'] === undefined ? 4 : s['protocol-version'];
+  if (protocol !== 4 && protocol !== 5 && protocol !== '4' && protocol !== '5')
+    throw bad(`${where}.protocol-version`, `expected 4 (MQTT 3.1.1) or 5 (MQTT 5.0) (got ${JSON.stringify(protocol)})`);
+  const keepalive = s['keepalive-s'] === undefined ? 60 : s['keepalive-s'];
+  if (typeof keepalive !== 'number' || !Number.isInteger(keepalive) || keepalive < 1 || keepalive > 65_535)
+    throw bad(`${where}.keepalive-s`, `expected a whole number of seconds from 1 to 65535 (got ${JSON.stringify(keepalive)})`);
+  const clean = s['clean-start'] === undefined ? true : s['clean-start'];
+  if (typeof clean !== 'boolean') throw bad(`${where}.clean-start`, `expected true or false (got ${JSON.stringify(clean)})`);
+  const clientId = s['client-id'] === undefined ? `raftmq-bridge-${name}` : oneString(s['client-id'], `${where}.client-id`);
+  const username = s.username === undefined ? null : oneString(s.username, `${where}.username`);
+  const password = s.password === undefined ? null : oneString(s.password, `${where}.password`);
+  if (password !== null && username === null && Number(protocol) === 4)
+    throw new ConfigError(CONFIG_ERROR.MISSING_VALUE, `${where}.password: MQTT 3.1.1 needs a username with a password`);
+  const file = (key: 'tls-ca' | 'tls-cert' | 'tls-key'): string | null =>
+    s[key] === undefined ? null : oneString(s[key], `${where}.${key}`);
+  const ca = file('tls-ca');
+  const cert = file('tls-cert');
+  const key = file('tls-key');
+  if ((cert === null) !== (key === null))
+    throw new ConfigError(CONFIG_ERROR.MISSING_VALUE, `${where}: tls-cert and tls-key go together (a client certificate and its key)`);
+  if ((ca !== null || cert !== null) && !addresses.some((a) => a.tls))
+    throw bad(where, 'tls-ca, tls-cert and tls-key need an mqtts:// address');
+  const topics = s.topic === undefined ? [] : strings(s.topic, `${where}.topic`);
+  if (topics.length === 0) throw new ConfigError(CONFIG_ERROR.MISSING_VALUE, `${where}: no topic rule (${where}.topic)`);
+  const rules = topics.map((text) => {
+    const r = parseBridgeRule(name, text);
+    if (typeof r === 'string') throw bad(`${where}.topic "${text}"`, r);
+    return r;
+  });
+  return {
+    name,
+    addresses,
+    clientId,
+    username,
+    password,
+    protocol: Number(protocol) as 4 | 5,
+    keepaliveS: keepalive,
+    cleanStart: clean,
+    tlsCa: ca === null ? null : readPem(ca, `${where}.tls-ca`),
+    tlsCert: cert === null ? null : readPem(cert, `${where}.tls-cert`),
+    tlsKey: key === null ? null : readPem(key, `${where}.tls-key`),
+    files: [ca, cert, key].filter((f): f is string => f !== null),
+    rules,
+  };
+}
+
+/** What the configuration hash covers of the bridges: every setting, credentials included; the
+ * certificate files go in by their bytes (src/cluster/config-hash.ts). */
+export function bridgesHashInput(specs: readonly BridgeSpec[]): unknown {
+  return specs.map((s) => ({
+    name: s.name,
+    addresses: s.addresses.map((a) => a.url),
+    clientId: s.clientId,
+    username: s.username,
+    password: s.password,
+    protocol: s.protocol,
+    keepaliveS: s.keepaliveS,
+    cleanStart: s.cleanStart,
+    files: s.files,
+  }));
+}
