@@ -80,6 +80,21 @@ describe('bridges to Mosquitto', { timeout: 120_000 }, () => {
     assert.equal(node.bridgeStatus()[0]?.forwarded, 4);
   });
 
+  it("publishes Mosquitto's $SYS/broker/connection/NAME/state: 1 while the bridge is up, 0 once its remote stops", async () => {
+    const remote = await Mosquitto.start();
+    cleanups.push(() => remote.dispose());
+    const { node } = await bridgedNode(specs(remote.url, ['s/# out 1']), { sysIntervalS: 1 });
+    cleanups.push(() => node.stop());
+    await until('the bridge is up', () => up(node));
+    const watcher = await connectClient(node.port);
+    cleanups.push(() => disconnect(watcher));
+    await subscribe(watcher, '$SYS/broker/connection/+/state', 0);
+    const state = (): string | undefined => watcher.messages.filter((m) => m.topic === '$SYS/broker/connection/up/state').at(-1)?.payload;
+    await until('state 1', () => state() === '1');
+    await remote.stop();
+    await until('state 0', () => state() === '0');
+  });
+
   it('delivers every acknowledged QoS 1 message at least once, in order, while the remote is stopped and started again', async () => {
     const remote = await Mosquitto.start();
     cleanups.push(() => remote.dispose());

@@ -605,6 +605,8 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
     };
     const c = this.opts.sysCluster?.();
     if (c !== undefined) r.cluster = { role: c.role, leader: c.leader, term: c.term, redundant: c.redundant };
+    const links = this.bridges.links;
+    if (links.length > 0) r.bridges = links.map((l) => ({ name: l.spec.name, up: l.state === 'up' }));
     return r;
   }
 

@@ -67,6 +67,20 @@ describe('SysTopics', () => {
     assert.equal(text(t, '$SYS/broker/cluster/redundant'), 'true');
   });
 
+  it("adds Mosquitto's bridge state per bridge: 1 while connected, 0 otherwise", () => {
+    const t = new SysTopics('x');
+    t.update(readings());
+    assert.equal(text(t, '$SYS/broker/connection/cloud/state'), undefined, 'no bridge, no topic');
+    t.update(readings({ bridges: [{ name: 'cloud', up: false }] }));
+    assert.equal(text(t, '$SYS/broker/connection/cloud/state'), '0');
+    const changed = t.update(readings({ bridges: [{ name: 'cloud', up: true }] }));
+    assert.deepEqual(
+      changed.map((m) => m.topic),
+      ['$SYS/broker/connection/cloud/state'],
+    );
+    assert.equal(text(t, '$SYS/broker/connection/cloud/state'), '1');
+  });
+
   it('is reached only by filters whose first level is $SYS, and never by # or + [MQTT-4.7.2-1]', () => {
     const t = new SysTopics('x');
     t.update(readings());

@@ -27,6 +27,8 @@ export interface SysReadings {
   heapBytes: number;
   /** A cluster node's raft view; absent on a single node. */
   cluster?: { role: string; leader: number; term: number; redundant: boolean };
+  /** Each configured bridge (docs/bridges.md): connected to its remote or not; absent: none. */
+  bridges?: readonly { name: string; up: boolean }[];
 }
 
 /** Mosquitto's load periods: exponentially weighted averages of the per-minute rate. */
@@ -127,6 +129,8 @@ export class SysTopics {
         [`${p}cluster/redundant`, r.cluster.redundant ? 'true' : 'false'],
       );
     }
+    // Mosquitto's bridge state: 1 while the bridge's connection to its remote is up, else 0.
+    for (const b of r.bridges ?? []) out.push([`${p}connection/${b.name}/state`, b.up ? '1' : '0']);
     return out;
   }
 
