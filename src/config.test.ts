@@ -4,7 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { configurationTable, defaults, listenerSpecs, parseCli } from './config.js';
-import { CONFIG_ERROR, ConfigError } from './errors.js';
+import { refusal } from './config.testkit.js';
+import { CONFIG_ERROR } from './errors.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'raftmq-config-'));
 function file(name: string, text: string): string {
@@ -16,15 +17,6 @@ function run(argv: string[]) {
   const r = parseCli(argv);
   assert.equal(r.action, 'run');
   return (r as Extract<typeof r, { action: 'run' }>).config;
-}
-function refusal(argv: string[]): ConfigError {
-  try {
-    parseCli(argv);
-  } catch (err) {
-    assert.ok(err instanceof ConfigError, `ConfigError expected, got ${String(err)}`);
-    return err;
-  }
-  assert.fail(`${argv.join(' ')} was accepted`);
 }
 
 describe('configuration', { timeout: 10_000 }, () => {

@@ -4,7 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { parseCli } from '../../config.js';
-import { CONFIG_ERROR, ConfigError } from '../../errors.js';
+import { refusal } from '../../config.testkit.js';
+import { CONFIG_ERROR } from '../../errors.js';
 import { bridgeSpecs } from './bridge-config.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'raftmq-bridge-config-'));
@@ -13,15 +14,6 @@ function configFile(text: string): string {
   const p = join(dir, `c${files++}.yaml`);
   writeFileSync(p, text);
   return p;
-}
-function refusal(argv: string[]): ConfigError {
-  try {
-    parseCli(argv);
-  } catch (err) {
-    assert.ok(err instanceof ConfigError, `ConfigError expected, got ${String(err)}`);
-    return err;
-  }
-  assert.fail(`${argv.join(' ')} was accepted`);
 }
 function specsOf(argv: string[]) {
   const r = parseCli(argv);
