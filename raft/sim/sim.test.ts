@@ -47,6 +47,16 @@ describe('raft simulator', { timeout: 60_000 }, () => {
     assert.ok(['leader completeness', 'state machine safety', 'applied state'].includes(caught.property), caught.property);
   });
 
+  it('fault leader-pause pauses a leader until another node leads and commits in its term, and keeps every property', () => {
+    let episodes = 0;
+    for (let seed = 1; seed <= 20; seed++) {
+      const r = runSeed({ seed, faults: new Set<Fault>(['leader-pause']) });
+      assert.ok(r.ok, r.ok ? '' : `seed ${seed}: ${r.violation}`);
+      episodes += r.stats.leaderPauseEpisodes;
+    }
+    assert.ok(episodes >= 40, `${episodes} episodes in which a rival committed before the resume`);
+  });
+
   it('fault deaf-follower catches a core that answers votes while a leader holds its lease', () => {
     let episodes = 0;
     for (let seed = 1; seed <= 20; seed++) {

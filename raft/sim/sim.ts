@@ -29,6 +29,7 @@ export const faultNames = [
   'force-start',
   'figure8',
   'deaf-follower',
+  'leader-pause',
 ] as const;
 export type Fault = (typeof faultNames)[number];
 
@@ -107,6 +108,8 @@ export interface SimNodeView {
   /** The node's epoch as `generation.id`: a force-start makes a new epoch whose log is the forced
    * file's, which need not match what the old epoch committed at the same index. */
   readonly epoch: string;
+  /** True time, simulated ms (for the application's reports; nodes never read it). */
+  readonly now: number;
 }
 
 /** A state machine and workload over the simulated cluster (the broker's, in src/cluster/sim/). It
@@ -124,6 +127,13 @@ export interface SimApp {
   started(node: number, view: SimNodeView): void;
   /** The run is over (after the quiet period). */
   end(): void;
+  /** `node` ticked (its timers fired), running: what its clients do without a log entry happens
+   * here. On a resume this comes before the messages that waited are handled, as a driver's timers
+   * and a client's queued packet may be read before a peer's. */
+  tick?(node: number, view: SimNodeView): void;
+  /** The node's current serving period has answered a client (fault leader-pause resumes the old
+   * leader soon after). Without it the simulator takes a rival's commit in its term for that. */
+  serves?(node: number): boolean;
   /** With these, fault `snapshot` compacts the log with the application's own snapshots (its state
    * at the last index `applied` handed it) and hands an installed one to `restore`; without them
    * the nodes never compact. */
@@ -177,6 +187,9 @@ export interface SimStats {
   /** Fault figure8: episodes that got as far as the rival's return; fault deaf-follower: links cut. */
   readonly figure8Episodes: number;
   readonly deafEpisodes: number;
+  /** Fault leader-pause: episodes in which another node served before the paused leader resumed
+   * (by the application's word, or without one by a commit in its term). */
+  readonly leaderPauseEpisodes: number;
 }
 
 export type SimResult =
@@ -245,6 +258,8 @@ type SimEvent =
   | { readonly kind: 'deaf-end' }
   | { readonly kind: 'sync'; readonly node: number; readonly process: number }
   | { readonly kind: 'power-cut'; readonly node: number; readonly all: boolean }
+  | { readonly kind: 'leader-pause' }
+  | { readonly kind: 'leader-resume'; readonly node: number; readonly since: number; readonly rival?: string }
   | { readonly kind: 'quiet' }
   | { readonly kind: 'liveness-probe' }
   | { readonly kind: 'end' };
@@ -264,6 +279,7 @@ const waitsForFigure8: ReadonlySet<SimEvent['kind']> = new Set<SimEvent['kind']>
   'clock-fault',
   'transfer',
   'lag',
+  'leader-pause',
 ]);
 /** Quiet period after the faults: a majority connected for 10E (the brief's liveness window). */
 const quietPeriodsE = 10;
@@ -425,7 +441,7 @@ class Simulation {
   private readonly figure8Cut = new Set<string>();
   /** Fault `deaf-follower` under way: clients are idle, and one follower stops hearing the leader. */
   private deaf = false;
-  private readonly episodes = { figure8: 0, deaf: 0 };
+  private readonly episodes = { figure8: 0, deaf: 0, leaderPause: 0 };
   private readonly figure8Random: Prng;
   /** Durable mode: each node's storage, kept across its processes. */
   private readonly durable: boolean;
@@ -438,6 +454,12 @@ class Simulation {
   private readonly processes = new Map<number, number>();
   private readonly storageBug: StorageBug | null;
   private readonly power = { cuts: 0, allCuts: 0, tornWrites: 0, tornCut: 0 };
+  /** Fault `leader-pause`: the node its episode paused (0: none under way), and its own random
+   * source, so other fault sets replay as before. */
+  private leaderPaused = 0;
+  /** The leader and term seen at the episode's previous look: it pauses a leader of at least E. */
+  private leaderPauseSeen = '';
+  private readonly leaderPauseRandom: Prng;
 
   constructor(private readonly opts: SimOptions) {
     this.durable = opts.durable === true;
@@ -453,6 +475,7 @@ class Simulation {
     this.prng = new Prng(opts.seed);
     this.netRandom = this.prng.fork();
     this.figure8Random = new Prng((opts.seed ^ 0x5f3759df) >>> 0);
+    this.leaderPauseRandom = new Prng((opts.seed ^ 0x2545f491) >>> 0);
     this.faults = opts.faults;
     this.trace = opts.trace === true ? [] : null;
     this.faultEnd = opts.faultPhaseMs ?? (opts.scenario === 'stopped-for-hours' ? 40 * this.e + hoursStoppedMs : 200 * this.e);
@@ -468,7 +491,12 @@ class Simulation {
     const compactEntries = snapshots ? this.prng.range(8, 40) : 0;
     // An application that cannot restore a snapshot never sees one: its nodes do not compact.
     this.compactEntries = this.app === null || this.app.snapshot !== undefined ? compactEntries : 0;
-    this.snapshotChunkBytes = snapshots ? this.prng.range(4, 24) : 1024;
+    // Chunks of 4-24 bytes cut the simulated state (tens of bytes) into several; an application's
+    // state (the broker's: a kilobyte or more) in chunks 16 times larger, so its transfer is a few
+    // to a few dozen chunks, as a real one is, and fits the liveness window after a late lag. The
+    // draw is the same either way, so the raft-only seeds replay as before.
+    const chunkDraw = snapshots ? this.prng.range(4, 24) : 1024;
+    this.snapshotChunkBytes = snapshots && this.app !== null ? chunkDraw * 16 : chunkDraw;
     this.snapshotFillerBytes = snapshots ? this.prng.range(0, 80) : 0;
     const variant = this.prng.int(4);
     this.clockVariant = opts.scenario === 'leader-step' ? 2 : variant;
@@ -545,6 +573,7 @@ class Simulation {
       allPowerCuts: this.power.allCuts,
       tornWrites: this.power.tornWrites,
       tornTailsCut: this.power.tornCut,
+      leaderPauseEpisodes: this.episodes.leaderPause,
     };
     return { ok: true, seed: this.opts.seed, stats, trace: this.trace ?? [] };
   }
@@ -600,6 +629,7 @@ class Simulation {
     if (this.faults.has('deaf-follower')) this.queue.push(this.figure8Random.range(3 * this.e, 15 * this.e), { kind: 'deaf-follower' });
     if (this.durable)
       this.queue.push(this.prng.range(this.e, 5 * this.e), { kind: 'power-cut', node: this.pickNode(), all: this.prng.chance(0.5) });
+    if (this.faults.has('leader-pause')) this.queue.push(this.leaderPauseRandom.range(3 * this.e, 15 * this.e), { kind: 'leader-pause' });
     if (this.opts.scenario !== undefined) this.scheduleScenario(this.opts.scenario);
     this.queue.push(this.faultEnd, { kind: 'quiet' });
     this.queue.push(this.faultEnd + probeStartE * this.e, { kind: 'liveness-probe' });
@@ -611,7 +641,8 @@ class Simulation {
     // A figure8 episode is the one fault of its moment: faults that start meanwhile wait until it
     // is over (those that end a fault, restart, resume, heal and lag-end, go on), since in the mix
     // they would break the episode up before it builds its situation.
-    if ((this.figure8.phase !== 'idle' || this.deaf) && waitsForFigure8.has(ev.kind) && !scripted(ev)) {
+    const episode = this.figure8.phase !== 'idle' || this.deaf || this.leaderPaused !== 0;
+    if (episode && waitsForFigure8.has(ev.kind) && !scripted(ev)) {
       this.queue.push(this.now + this.e, ev);
       return false;
     }
@@ -679,6 +710,11 @@ class Simulation {
       case 'deaf-end':
         this.endDeafFollower();
         return false;
+      case 'leader-pause':
+        this.onLeaderPause();
+        return false;
+      case 'leader-resume':
+        return this.onLeaderResume(ev.node, ev.since, ev.rival ?? '');
       case 'campaign':
         this.node(ev.node).campaign();
         this.flush(this.node(ev.node));
@@ -717,6 +753,7 @@ class Simulation {
     const clock = this.clock(id);
     node.tick(clock.mono(this.now), clock.wall(this.now));
     this.flush(node);
+    this.app?.tick?.(id, this.view(node));
   }
 
   /** Up and not paused. */
@@ -758,6 +795,8 @@ class Simulation {
   /** Fault `snapshot`: a node receiving a snapshot crashes between two chunks, one time in ten. */
   private crashesDuringInstall(m: Message): boolean {
     if (!this.faults.has('snapshot') || this.quiet || m.type !== 'snapshot' || m.seq === 0 || !this.runs(m.to)) return false;
+    // A leader-pause episode needs the other two to make a quorum: this crash waits like the others.
+    if (this.leaderPaused !== 0) return false;
     if (!this.prng.chance(0.1)) return false;
     this.installCrashes++;
     if (this.durable) this.cutPower([m.to]);
@@ -1403,6 +1442,57 @@ class Simulation {
     if (!this.quiet) this.queue.push(this.now + this.figure8Random.range(10 * this.e, 30 * this.e), { kind: 'deaf-follower' });
   }
 
+  /** Fault `leader-pause`: once every 10E-30E, when every node runs and no link is cut, the leader
+   * (of E at least) stops, its monotonic clock too, while other faults wait: a SIGSTOP while the
+   * clients connected to it stay connected (a longer keep-alive). It resumes once another node
+   * serves (see onLeaderResume; after 12E in any case). On resume it ticks first and its clients may
+   * act before it hears of the new term: only the lease tells it not to serve. */
+  private onLeaderPause(): void {
+    if (this.quiet) return;
+    const leader = ids.find((id) => this.runs(id) && this.node(id).role === 'leader');
+    const calm = ids.every((id) => this.runs(id)) && this.blocked.size === 0 && this.lagging.size === 0;
+    const seen = leader === undefined ? '' : `${leader}.${this.node(leader).currentTerm}`;
+    if (leader === undefined || !calm || seen !== this.leaderPauseSeen) {
+      this.leaderPauseSeen = seen;
+      this.queue.push(this.now + this.e, { kind: 'leader-pause' });
+      return;
+    }
+    this.leaderPaused = leader;
+    this.clock(leader).pause(this.now);
+    this.record(`leader-pause: ${leader} stops`);
+    this.queue.push(this.now + 3 * this.e, { kind: 'leader-resume', node: leader, since: this.now });
+    this.queue.push(this.now + this.leaderPauseRandom.range(10 * this.e, 30 * this.e), { kind: 'leader-pause' });
+  }
+
+  /** The paused leader resumes once another node leading with a lease serves: E/10-E after the
+   * application says it answered a client or, without that word, 2E-4E after it committed an entry
+   * of its own term; after 12E in any case. Until then it is looked at every E/2. `rival` is
+   * `id.term.index`: the rival seen leading, and its last index then, at or past its term's first
+   * entry. */
+  private onLeaderResume(id: number, since: number, rival: string): boolean {
+    if (this.leaderPaused === id && this.now - since < 12 * this.e) {
+      const leader = ids.find((o) => o !== id && this.runs(o) && this.node(o).hasLease(this.clock(o).mono(this.now)));
+      const r = leader === undefined ? null : this.node(leader);
+      const [rid, rterm, rindex] = rival.split('.').map(Number);
+      const same = r !== null && r.id === rid && r.currentTerm === rterm;
+      const app = this.app;
+      const serves = r !== null && (app?.serves === undefined ? same && r.commitIndex >= (rindex ?? 0) : app.serves(r.id));
+      if (r !== null && serves) {
+        this.episodes.leaderPause++;
+        this.record(`leader-pause: ${r.id} serves in term ${r.currentTerm}; ${id} resumes soon`);
+        this.leaderPaused = -id;
+        const [lo, hi] = app?.serves === undefined ? [2 * this.e, 4 * this.e] : [this.e / 10, this.e];
+        this.queue.push(this.now + this.leaderPauseRandom.range(lo, hi), { kind: 'leader-resume', node: id, since });
+        return false;
+      }
+      const next = r === null ? '' : same ? rival : `${r.id}.${r.currentTerm}.${r.lastIndex}`;
+      this.queue.push(this.now + this.e / 2, { kind: 'leader-resume', node: id, since, rival: next });
+      return false;
+    }
+    this.leaderPaused = 0;
+    return this.onResume(id);
+  }
+
   private cutOff(id: number): void {
     for (const other of ids) {
       if (other === id) continue;
@@ -1588,6 +1678,7 @@ class Simulation {
       hasLease: node.hasLease(mono),
       clusterTimeReady: node.clusterTimeReady(),
       epoch: `${node.epoch.generation}.${node.epoch.id}`,
+      now: this.now,
     };
   }
 
