@@ -1,5 +1,7 @@
-// CPU time and resident memory of a process, read from Linux /proc: /proc/PID/stat gives utime and
-// stime (all threads, in clock ticks), /proc/PID/status gives VmRSS. Two samples make a window.
+// CPU time, resident memory and system calls of a process, read from Linux /proc: /proc/PID/stat
+// gives utime and stime (all threads, in clock ticks), /proc/PID/status gives VmRSS, /proc/PID/io
+// the read and write system calls (syscr, syscw: socket reads and writes count there too). Two
+// samples make a window.
 import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
@@ -21,8 +23,23 @@ export interface ProcSample {
   /** utime + stime in clock ticks. */
   ticks: number;
   rssKb: number;
+  /** Read and write system calls so far (/proc/PID/io); null when it cannot be read. */
+  syscr: number | null;
+  syscw: number | null;
   /** performance.now() when read. */
   atMs: number;
+}
+
+/** syscr and syscw of /proc/PID/io; nulls when the file cannot be read (another user's process). */
+function syscalls(pid: number): { syscr: number | null; syscw: number | null } {
+  try {
+    const io = readFileSync(`/proc/${pid}/io`, 'utf8');
+    const r = /^syscr:\s+(\d+)/m.exec(io);
+    const w = /^syscw:\s+(\d+)/m.exec(io);
+    return { syscr: r === null ? null : Number(r[1]), syscw: w === null ? null : Number(w[1]) };
+  } catch {
+    return { syscr: null, syscw: null };
+  }
 }
 
 /** One reading of `pid`, or null when the process is gone (or /proc cannot be read). */
@@ -36,7 +53,7 @@ export function sampleProc(pid: number): ProcSample | null {
     const status = readFileSync(`/proc/${pid}/status`, 'utf8');
     const rss = /^VmRSS:\s+(\d+)\s+kB/m.exec(status);
     if (!Number.isFinite(ticks)) return null;
-    return { pid, ticks, rssKb: rss === null ? 0 : Number(rss[1]), atMs: performance.now() };
+    return { pid, ticks, rssKb: rss === null ? 0 : Number(rss[1]), ...syscalls(pid), atMs: performance.now() };
   } catch {
     return null;
   }
@@ -52,11 +69,23 @@ export interface ProcWindow {
   cpuPct: number;
   /** VmRSS at the end of the window. */
   rssKb: number;
+  /** Read and write system calls in the window; null when /proc/PID/io could not be read. */
+  reads: number | null;
+  writes: number | null;
 }
 
 export function windowOf(a: ProcSample | null, b: ProcSample | null): ProcWindow | null {
   if (a === null || b === null || a.pid !== b.pid || b.atMs <= a.atMs) return null;
   const cpuS = (b.ticks - a.ticks) / clockTicks();
   const wallS = (b.atMs - a.atMs) / 1000;
-  return { pid: a.pid, cpuS, wallS, cpuPct: (100 * cpuS) / wallS, rssKb: b.rssKb };
+  const delta = (x: number | null, y: number | null): number | null => (x === null || y === null ? null : y - x);
+  return {
+    pid: a.pid,
+    cpuS,
+    wallS,
+    cpuPct: (100 * cpuS) / wallS,
+    rssKb: b.rssKb,
+    reads: delta(a.syscr, b.syscr),
+    writes: delta(a.syscw, b.syscw),
+  };
 }

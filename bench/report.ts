@@ -20,6 +20,10 @@ export interface ProcResult {
   rssKb: number | null;
   /** CPU µs of this process per message published in the window (mqttload's `sent`). */
   cpuUsPerMsg: number | null;
+  /** Write and read system calls (/proc/PID/io; socket writes and reads) per message published
+   * in the window: at a fixed rate they, more than the work in each, set the CPU per message. */
+  writesPerMsg?: number | null;
+  readsPerMsg?: number | null;
   /** The event-loop-delay report covering the window (raftmq only). */
   loopDelay: LoopDelay | null;
 }
@@ -171,7 +175,7 @@ export function summaryLine(r: RunResult): string {
   const disk = r.disk == null ? '' : ` fsync ${f(r.disk.fsyncsPerS)}/s ${f(r.disk.entriesPerFsync, 1)} entries/fsync`;
   return (
     `${head} ${f(m.delivered_per_s).padStart(9)}/s p50 ${f(m.lat_p50_us)} us p99 ${f(m.lat_p99_us)} us` +
-    ` cpu ${perProc(r, (p) => p.cpuPct)}% ${perProc(r, (p) => p.cpuUsPerMsg, 2)} us/msg lg ${lgCell(r)}% other ${f(r.hostOtherPct)}%${disk}${failed}${warn}`
+    ` cpu ${perProc(r, (p) => p.cpuPct)}% ${perProc(r, (p) => p.cpuUsPerMsg, 2)} us/msg w/r ${perProc(r, (p) => p.writesPerMsg, 2)} · ${perProc(r, (p) => p.readsPerMsg, 2)} /msg lg ${lgCell(r)}% other ${f(r.hostOtherPct)}%${disk}${failed}${warn}`
   );
 }
 
@@ -179,8 +183,8 @@ export function summaryLine(r: RunResult): string {
 export function markdown(rows: Row[], meta: Record<string, unknown>, loadgenMaxPct: number, fleet: FleetSection | null = null): string {
   const flags = (row: Row): string => `${row.failedRuns > 0 ? ' ✗' : ''}${row.result.warnings.length > 0 ? ' ⚠' : ''}`;
   const load = [
-    '| scenario | broker | delivered/s | p50 µs | p99 µs | p99.9 µs | lost | dup | CPU % | RSS MiB | CPU µs/msg | loadgen CPU % /proc (own) | host_other % | ELD p99 / p99.9 / max ms | GC max ms (n), minor / major |',
-    '|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
+    '| scenario | broker | delivered/s | p50 µs | p99 µs | p99.9 µs | lost | dup | CPU % | RSS MiB | CPU µs/msg | writes · reads /msg | loadgen CPU % /proc (own) | host_other % | ELD p99 / p99.9 / max ms | GC max ms (n), minor / major |',
+    '|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
   ];
   const cluster = [
     '| scenario | leader µs/msg | follower µs/msg | follower / leader | one-node µs/msg | leader / one-node | ELD p99 / p99.9 / max ms, leader · followers | GC max ms (n), minor / major, leader · followers |',
@@ -206,7 +210,7 @@ export function markdown(rows: Row[], meta: Record<string, unknown>, loadgenMaxP
       continue;
     }
     load.push(
-      `| ${r.scenario} | ${r.broker}${flags(row)} | ${f(m.delivered_per_s)} | ${f(m.lat_p50_us)} | ${f(m.lat_p99_us)} | ${f(m.lat_p999_us)} | ${f(m.lost)} | ${f(m.duplicates)} | ${perProc(r, (p) => p.cpuPct)} | ${rss} | ${perProc(r, (p) => p.cpuUsPerMsg, 2)} | ${lgCell(r)} | ${f(r.hostOtherPct)} | ${e} | ${gc} |`,
+      `| ${r.scenario} | ${r.broker}${flags(row)} | ${f(m.delivered_per_s)} | ${f(m.lat_p50_us)} | ${f(m.lat_p99_us)} | ${f(m.lat_p999_us)} | ${f(m.lost)} | ${f(m.duplicates)} | ${perProc(r, (p) => p.cpuPct)} | ${rss} | ${perProc(r, (p) => p.cpuUsPerMsg, 2)} | ${perProc(r, (p) => p.writesPerMsg, 2)} · ${perProc(r, (p) => p.readsPerMsg, 2)} | ${lgCell(r)} | ${f(r.hostOtherPct)} | ${e} | ${gc} |`,
     );
     const c = row.cluster;
     if (c !== null) {
@@ -238,6 +242,7 @@ export function markdown(rows: Row[], meta: Record<string, unknown>, loadgenMaxP
       ? [
           'CPU %, RSS and CPU µs/msg are per broker process from /proc over the window; a cluster row lists leader / follower / follower.',
           'CPU µs/msg: CPU time of that process per message published in the window (mqttload `sent`; fan-out delivers each to 100 subscribers).',
+          'writes · reads /msg: write and read system calls of that process (/proc/PID/io syscw, syscr: socket writes and reads) per message published in the window.',
           'loadgen CPU %: mqttload from /proc (its own getrusage figure in parentheses). host_other %: CPU of neither the broker processes nor mqttload.',
           '',
           ...load,

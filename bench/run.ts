@@ -254,6 +254,12 @@ interface Snapshot {
   loadgen: ProcSample | null;
 }
 
+/** System calls of a window per published message (the window's rate over mqttload's). */
+function perMsg(calls: number | null | undefined, wallS: number | undefined, sentPerS: number, idle: boolean): number | null {
+  if (calls == null || wallS === undefined || wallS <= 0 || sentPerS <= 0 || idle) return null;
+  return calls / wallS / sentPerS;
+}
+
 function snapshot(t: Target, loadgenPid: number): Snapshot {
   return { procs: t.procs.map((p) => sampleProc(p.pid)), loadgen: sampleProc(loadgenPid) };
 }
@@ -439,6 +445,8 @@ async function runOne(bin: string, s: Scenario, name: TargetName, run: number, o
       windowS: w?.wallS ?? null,
       rssKb: w?.rssKb ?? null,
       cpuUsPerMsg: w !== null && sentPerS > 0 && !s.idle ? (w.cpuPct * 1e4) / sentPerS : null,
+      writesPerMsg: perMsg(w?.writes, w?.wallS, sentPerS, s.idle),
+      readsPerMsg: perMsg(w?.reads, w?.wallS, sentPerS, s.idle),
       loopDelay: t.raftmq && reports.length >= 2 ? (reports[1] ?? null) : null,
     };
     res.procs.push(pr);
