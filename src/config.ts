@@ -9,6 +9,7 @@ import { parseArgs } from 'node:util';
 import { parseDocument as parseYamlDocument } from 'yaml';
 import { clusterSettings } from './cluster/cluster-config.js';
 import { CONFIG_ERROR, ConfigError } from './errors.js';
+import { shardSettings } from './scale/shard-config.js';
 import { bridgeSpecs } from './server/bridge/bridge-config.js';
 import { isTlsKind, type ListenerSpec, parseListenUrl } from './server/listeners/listen-url.js';
 
@@ -395,6 +396,26 @@ export const SCHEMA = {
     max: 2 ** 40,
     help: 'topic and payload bytes waiting in one bridge outbox',
   },
+  shard: {
+    kind: 'string',
+    default: '',
+    help: "this node's shard of a scaled-out deployment (docs/scale-out.md), one of --shards; a CONNECT whose client id belongs to another shard is refused (MQTT 5: CONNACK 0x9C Use another server, with --shard-address as Server Reference; 3.1.1: return code 3); empty: not sharded, every client id is served",
+  },
+  shards: {
+    kind: 'string',
+    default: '',
+    help: 'every shard of the deployment, NAME,NAME,... (1 to 32 of a-z, 0-9 and inner dashes each; the same set on every node, in any order): a client id belongs to one by rendezvous hashing',
+  },
+  'shard-address': {
+    kind: 'string',
+    default: '',
+    help: "NAME=HOST:PORT for every shard of --shards, the address its clients use: a refused CONNECT is told its shard's (MQTT 5 Server Reference); empty: refusals name no address",
+  },
+  nats: {
+    kind: 'string',
+    default: '',
+    help: 'the NATS servers joining the shards, nats://HOST:PORT or tls://HOST:PORT, several separated by commas; checked, not used yet (docs/scale-out.md "Not built yet")',
+  },
   'health-port': {
     kind: 'int',
     default: -1,
@@ -608,6 +629,7 @@ export function parseCli(argv: readonly string[]): CliRequest {
   listenerSpecs(config);
   clusterSettings(config);
   bridgeSpecs(config);
+  shardSettings(config);
   return { action: 'run', config };
 }
 
@@ -634,6 +656,7 @@ export function configFromOptions(options: Readonly<Record<string, unknown>>): C
   listenerSpecs(config);
   clusterSettings(config);
   bridgeSpecs(config);
+  shardSettings(config);
   return config;
 }
 

@@ -53,6 +53,7 @@ export const EVENT_LEVELS = {
   // connections (src/server/connection.ts)
   'connack-too-large-for-client': 'info',
   'connect-refused': 'info',
+  'connect-wrong-shard': 'info',
   'connect-timeout': 'info',
   'keepalive-timeout': 'info',
   'packet-too-large-for-client': 'info',
@@ -60,6 +61,7 @@ export const EVENT_LEVELS = {
   'qos0-dropped-slow-consumer': 'warn',
   'reads-paused-slow-consumer': 'warn',
   'response-info-omitted': 'info',
+  'shard-assign-failed': 'warn',
   'socket-error': 'info',
   'sys-publish-refused': 'warn',
   // node limits (src/server/limits.ts, src/server/disk-space.ts)

@@ -10,6 +10,7 @@ import { HealthServer } from './cluster/health.js';
 import { type Config, listenerSpecs } from './config.js';
 import { CONFIG_ERROR, ConfigError, EXIT } from './errors.js';
 import type { EventSink } from './events.js';
+import { shardSettings } from './scale/shard-config.js';
 import { readAclFile } from './server/auth/acl-file.js';
 import { allOf } from './server/auth/all-of.js';
 import { HttpAuthenticator } from './server/auth/http-authenticator.js';
@@ -45,6 +46,7 @@ export function tlsMaterial(config: Config): TlsMaterial | null {
 
 export function nodeOptions(config: Config, logger: pino.Logger, tls: TlsMaterial | null = null): NodeOptions {
   const bridges = bridgeSpecs(config);
+  const shard = shardSettings(config);
   return {
     host: config.host,
     port: config.port,
@@ -78,6 +80,7 @@ export function nodeOptions(config: Config, logger: pino.Logger, tls: TlsMateria
     bridgeOutboxBytes: config['bridge-outbox-bytes'],
     statsIntervalMs: config['stats-interval-ms'],
     sysIntervalS: config['sys-interval'],
+    shard: shard === null ? null : { shard: shard.shard, placement: shard.placement, addresses: shard.addresses },
     version: version(),
     logger,
   };
@@ -153,6 +156,11 @@ export async function startNode(
     port: config['health-port'],
     statusToken: config['status-token'],
   };
+  const sharded = shardSettings(config);
+  if (sharded !== null && sharded.nats.length > 0) {
+    logger.info({ nats: sharded.nats.map((n) => n.url) }, '--nats is checked but not used yet: shards are not joined (docs/scale-out.md)');
+  }
+  const shard = sharded === null ? {} : { shard: sharded.shard };
   const cs = clusterSettings(config);
   if (cs !== null) {
     const c: RunningCluster = await startClusterNode(
@@ -170,7 +178,10 @@ export async function startNode(
         fatal(code, err);
       },
     );
-    logger.info({ version: version(), node: cs.node, raftPort: c.raftPort, healthPort: c.healthPort, bind: bindNote(config) }, 'started');
+    logger.info(
+      { version: version(), ...shard, node: cs.node, raftPort: c.raftPort, healthPort: c.healthPort, bind: bindNote(config) },
+      'started',
+    );
     return c;
   }
   let node: BrokerNode;
@@ -224,7 +235,10 @@ export async function startNode(
     logger.info({ port: healthPort }, 'health listening');
   }
   const recovered = dataDir === null ? {} : { recovered: dataDir.recovered };
-  logger.info({ version: version(), port: node.port, ports: node.ports, healthPort, bind: bindNote(config), ...recovered }, 'started');
+  logger.info(
+    { version: version(), ...shard, port: node.port, ports: node.ports, healthPort, bind: bindNote(config), ...recovered },
+    'started',
+  );
   return {
     node,
     async stop() {

@@ -18,6 +18,19 @@ describe('broker: sessions (3.1.1)', { timeout: 30_000 }, () => {
     ]);
   });
 
+  it("assigns a connect's assignedId instead of the derived id, and refuses one beside a client id", () => {
+    const h = new Harness();
+    const a = h.conn(1);
+    assert.deepEqual(sent(h.connect(a, null, { clean: true, assignedId: `auto-${a}-3` }), a), [
+      { type: 'connack', sessionPresent: false, code: RC.SUCCESS, assignedClientId: `auto-${a}-3` },
+    ]);
+    assert.equal(h.broker.clientIdOf(a), `auto-${a}-3`);
+    const b = h.conn(2);
+    const out = h.connect(b, 'bob', { assignedId: 'auto-x' });
+    assert.deepEqual(sent(out, b), [], 'an impossible connect is not applied');
+    assert.equal(events(out, 'no-op').length, 1);
+  });
+
   it('resumes a persistent session with session present and its subscriptions', () => {
     const h = new Harness();
     const [a1, a2, p] = [h.conn(1), h.conn(2), h.conn(3)];

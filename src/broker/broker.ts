@@ -570,7 +570,7 @@ export class Broker implements BrokerState {
       this.noop(out, cmd.t, cmd.conn, 'connection already holds a session');
       return;
     }
-    const clientId = cmd.clientId ?? assignedClientId(cmd.conn);
+    const clientId = cmd.clientId ?? cmd.assignedId ?? assignedClientId(cmd.conn);
     if (cmd.will !== null && !aclAllows(this.settings.acl, { clientId, username: cmd.username }, 'write', cmd.will.msg.topic)) {
       // A will the client may not publish is refused at CONNECT, before it can take over a session.
       event(out, 'acl-denied', { clientId, access: 'write', topic: cmd.will.msg.topic, will: true });

@@ -103,8 +103,11 @@ export type Command =
 export interface ConnectCommand {
   t: 'connect';
   conn: ConnId;
-  /** null: the client sent an empty id and apply assigns one derived from conn. */
+  /** null: the client sent an empty id and apply assigns one derived from conn, or `assignedId`. */
   clientId: string | null;
+  /** With clientId null: the id to assign instead of the one derived from conn (a shard's, chosen to
+   * belong to it: docs/scale-out.md "Assigned client ids"). */
+  assignedId?: string;
   protocol: ProtocolLevel;
   /** Clean Session (3.1.1) or Clean Start (5.0). */
   clean: boolean;
@@ -186,6 +189,10 @@ export type OutPacket =
       code: number;
       /** Set when apply assigned the client id. */
       assignedClientId?: string;
+      /** A refusal the connection decides itself for a client of another shard (never apply):
+       * MQTT 5 Server Reference and Reason String. */
+      serverReference?: string;
+      reasonString?: string;
     }
   | { type: 'suback'; pid: number; codes: number[] }
   | { type: 'unsuback'; pid: number; codes: number[] }

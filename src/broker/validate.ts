@@ -91,6 +91,7 @@ export function commandProblem(cmd: unknown): string | null {
     case 'connect':
       return isConn(c.conn) &&
         (c.clientId === null || (isStr(c.clientId) && c.clientId.length > 0)) &&
+        (c.assignedId === undefined || (c.clientId === null && isStr(c.assignedId) && c.assignedId.length > 0)) &&
         (c.protocol === 3 || c.protocol === 4 || c.protocol === 5) &&
         isBool(c.clean) &&
         isInt(c.expiryS, 0, U32) &&

@@ -101,10 +101,13 @@ export class HealthServer {
 }
 
 /** /health of a node with --data-dir carries a `dataDir` block (docs/operations.md "Disk trouble"),
- * and of a node with bridges a `bridges` list (docs/bridges.md "Health and metrics"). */
+ * of a node with bridges a `bridges` list (docs/bridges.md "Health and metrics"), and of a node
+ * with --shard its `shard` (docs/scale-out.md "Health and metrics"). */
 function withDataDir(s: object, source: HealthSource): object {
   const bridges = source.node.bridgeStatus();
-  const withBridges = bridges.length === 0 ? s : { ...s, bridges };
+  const gate = source.node.shardGate;
+  const withShard = gate === null ? s : { ...s, shard: gate.shard };
+  const withBridges = bridges.length === 0 ? withShard : { ...withShard, bridges };
   return source.dataDir === undefined ? withBridges : { ...withBridges, dataDir: source.dataDir() };
 }
 

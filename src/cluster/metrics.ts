@@ -318,6 +318,19 @@ export class NodeMetrics {
       'client PUBLISH packets and wills to $SYS topics refused',
       () => counters.get('sys-publish-refused') ?? 0,
     );
+    const gate = this.source.node.shardGate;
+    if (gate !== null) {
+      // docs/scale-out.md "Health and metrics": the label values are the configured shard names.
+      this.labelledCounter(
+        'raftmq_shard_refused_total',
+        'CONNECTs refused because their client id belongs to another shard, by that shard',
+        'shard',
+        () => gate.refused,
+      );
+      this.labelledGauge('raftmq_shard_info', 'this node serves the client ids of the shard named by the label', 'shard', () => [
+        [gate.shard, 1],
+      ]);
+    }
     this.counter('raftmq_protocol_errors_total', 'connections closed for a protocol error', () => {
       let n = 0;
       for (const [k, v] of counters) if (k.startsWith('protocol-error:')) n += v;

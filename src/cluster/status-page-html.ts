@@ -77,7 +77,7 @@ function poll() {
 }
 function render(v) {
   var s = v.status;
-  text($('title'), 'raftmq node ' + s.node + (v.cluster ? '' : ' (single node)'));
+  text($('title'), 'raftmq node ' + s.node + (v.cluster ? '' : ' (single node)') + (v.shard ? ', shard ' + v.shard : ''));
   document.title = 'raftmq ' + s.node + ' ' + s.role;
   var sum = $('summary');
   sum.innerHTML = '';

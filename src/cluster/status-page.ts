@@ -147,6 +147,8 @@ export class StatusPage {
     return {
       now: Date.now(),
       cluster: raft !== null,
+      // --shard: this node's shard (docs/scale-out.md "Health and metrics"); null when not sharded.
+      shard: this.source.node.shardGate?.shard ?? null,
       status: s,
       nodes: [self, ...peers].sort((a, b) => a.id - b.id),
       lastIndex: m?.lastIndex ?? null,

@@ -32,6 +32,7 @@ import { Outbox, type OutboxGate } from './outbox.js';
 import { PublishTracer } from './publish-trace.js';
 import { RateLimitedLog } from './rate-limited-log.js';
 import { type ReferenceSource, Referrer } from './referrer.js';
+import { ShardGate, type ShardGateOptions } from './shard-gate.js';
 import { filterReachesSys, type SysReadings, SysTopics } from './sys-topics.js';
 import { DROP_EVENTS, PROBE_EVERY, sum, Traffic } from './traffic.js';
 import type { ByteStream, Transport } from './transport.js';
@@ -99,6 +100,9 @@ export interface NodeOptions {
   bridgeRules?: BridgeRule[];
   bridgeOutboxMessages?: number;
   bridgeOutboxBytes?: number;
+  /** --shard: this node serves only the client ids of its shard (docs/scale-out.md); absent or
+   * null: every client id. */
+  shard?: ShardGateOptions | null;
 }
 
 export interface BridgeStatus {
@@ -202,6 +206,8 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
    * first pick). */
   private readonly boundPorts: number[];
   private readonly referrer: Referrer | null;
+  /** --shard: which client ids are served here; null: every one. */
+  readonly shardGate: ShardGate | null;
   /** Where the connections' output waits for its socket write (src/server/outbox.ts). */
   private readonly outbox: Outbox = new Outbox(this);
   private observedServing = false;
@@ -275,10 +281,17 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
       maxPacketSize: opts.maxPacketSize,
     };
     this.bridges = new BridgeSet(opts.bridges ?? [], bridgeHost);
+    const shard = opts.shard ?? null;
+    this.shardGate = shard === null ? null : new ShardGate(shard);
     this.referrer =
       opts.serverReference === undefined
         ? null
-        : new Referrer(opts.serverReference, this, { maxPacketSize: opts.maxPacketSize, handshakeTimeoutMs: this.limits.connectTimeoutMs });
+        : new Referrer(
+            opts.serverReference,
+            this,
+            { maxPacketSize: opts.maxPacketSize, handshakeTimeoutMs: this.limits.connectTimeoutMs },
+            this.shardGate,
+          );
   }
 
   /** The bound port of the first listener (the real one when options asked for port 0); 0 before
@@ -607,6 +620,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
     if (c !== undefined) r.cluster = { role: c.role, leader: c.leader, term: c.term, redundant: c.redundant };
     const links = this.bridges.links;
     if (links.length > 0) r.bridges = links.map((l) => ({ name: l.spec.name, up: l.state === 'up' }));
+    if (this.shardGate !== null) r.shard = this.shardGate.shard;
     return r;
   }
 

@@ -44,6 +44,7 @@ import { type NodeLimits, TokenBucket, topicLimitProblem } from './limits.js';
 import { type ConnackLimits, codesAckBytes, publishWithAlias, reasonText, toWire, withoutProblemInfo } from './outbound.js';
 import type { Outbox, OutboxMember } from './outbox.js';
 import type { PublishTracer } from './publish-trace.js';
+import type { Referral, ShardGate } from './shard-gate.js';
 import { OutboundAliases } from './topic-alias-out.js';
 import type { Traffic } from './traffic.js';
 import type { ByteStream, Transport } from './transport.js';
@@ -92,6 +93,8 @@ export interface ConnectionHost {
   probePublish(conn: ConnId, msg: Message | null, pid: number, readAt: number): void;
   /** The status page's live trace (publish-trace.ts); called only while `tracer.on`. */
   readonly tracer: PublishTracer;
+  /** --shard: which client ids this node serves (src/server/shard-gate.ts); null: every one. */
+  readonly shardGate: ShardGate | null;
 }
 
 /** A connection that decided to close waits at most this long for its queued replies. */
@@ -136,6 +139,9 @@ export class Connection implements WheelMember, OutboxMember {
   readonly id: ConnId;
   /** The client id its CONNECT named, for log lines; null before CONNECT or when assigned. */
   private clientId: string | null = null;
+  /** --shard: the id assigned to a CONNECT without one, chosen to belong to this shard; null: the
+   * usual assignedClientId(id). */
+  private assigned: string | null = null;
   /** The user the CONNECT was allowed as (a certificate identity replaces the name sent). */
   private username: string | null = null;
   readonly transport: Transport;
@@ -360,6 +366,9 @@ export class Connection implements WheelMember, OutboxMember {
     // [MQTT-3.1.2-24] holds for every packet from now on, a refusing CONNACK and AUTH included.
     if (connect.level === 5) this.clientMaxPacket = connect.props.maxPacketSize ?? 0;
     this.clientId = connect.clientId === '' ? null : connect.clientId;
+    // --shard: a client of another shard is sent there before anything else is looked at.
+    const gate = this.host.shardGate;
+    if (gate !== null && !this.placedHere(gate, connect)) return;
     const limited = this.host.admitConnect(this.transport.remoteAddress, this, connect);
     if (limited === RC.CONNECTION_RATE_EXCEEDED && connect.level !== 5) {
       this.closeNow(NO_DISCONNECT); // 3.1.1 has no return code for a rate: closed without CONNACK.
@@ -399,6 +408,30 @@ export class Connection implements WheelMember, OutboxMember {
     );
   }
 
+  /** Whether this shard serves the CONNECT: its client id belongs here, or it sent none and is
+   * assigned one that does. Otherwise it is refused: MQTT 5 with 0x9C Use another server and the
+   * owner's address as Server Reference when configured, 3.1.1 with return code 3 Server
+   * unavailable (docs/scale-out.md "Refusal at the wrong shard"). */
+  private placedHere(gate: ShardGate, c: ConnectPacket): boolean {
+    if (c.clientId === '') {
+      this.assigned = gate.assign(assignedClientId(this.id));
+      if (this.assigned !== null) return true;
+      this.host.event('shard-assign-failed', { conn: this.id });
+      this.refuseConnect(RC.SERVER_UNAVAILABLE);
+      return false;
+    }
+    const to = gate.referral(c.clientId);
+    if (to === null) return true;
+    this.host.event('connect-wrong-shard', { ...this.who(), shard: to.shard, reference: to.reference });
+    this.refuseConnect(RC.USE_ANOTHER_SERVER, to);
+    return false;
+  }
+
+  /** The client id assigned to a CONNECT that named none. */
+  private assignedId(): string {
+    return this.assigned ?? assignedClientId(this.id);
+  }
+
   /** The MQTT 5 reason code for refusing this CONNECT before proposing it, or null. */
   private connectRefusal(c: ConnectPacket): number | null {
     const l = this.host.limits;
@@ -422,9 +455,14 @@ export class Connection implements WheelMember, OutboxMember {
     return null;
   }
 
-  private refuseConnect(reason: number): void {
+  private refuseConnect(reason: number, to: Referral | null = null): void {
     this.host.event('connect-refused', { ...this.who(), reason });
-    this.sendOut({ type: 'connack', sessionPresent: false, code: reason });
+    const connack: OutPacket = { type: 'connack', sessionPresent: false, code: reason };
+    if (to !== null) {
+      connack.reasonString = to.reason;
+      if (to.reference !== null) connack.serverReference = to.reference;
+    }
+    this.sendOut(connack);
     this.closeNow(NO_DISCONNECT);
   }
 
@@ -474,7 +512,7 @@ export class Connection implements WheelMember, OutboxMember {
     }
     const authz = this.host.authorizer;
     if (c.will !== null && authz?.decidesPublish === true) {
-      const clientId = c.clientId === '' ? assignedClientId(this.id) : c.clientId;
+      const clientId = c.clientId === '' ? this.assignedId() : c.clientId;
       const verdict = authz.publish(publishRequest(clientId, user, c.will.topic, c.will, true));
       this.onVerdict(verdict, (a) => this.afterWillAuthorized(c, a, user));
       return;
@@ -508,6 +546,8 @@ export class Connection implements WheelMember, OutboxMember {
       t: 'connect',
       conn: this.id,
       clientId: c.clientId === '' ? null : c.clientId,
+      // Only a shard's own choice is carried; the usual one apply derives from conn, as before.
+      ...(this.assigned === null || this.assigned === assignedClientId(this.id) ? {} : { assignedId: this.assigned }),
       protocol: c.level,
       // An assigned id names a new session: Clean Start 0 must not resume one a client that chose
       // the same name may hold.
@@ -539,7 +579,7 @@ export class Connection implements WheelMember, OutboxMember {
    * CONNECT with 0x95 (a reply to it would exceed a maximum packet size). Returns the refusal's
    * reason code, or null when the CONNACK fits. */
   private connackRefusal(c: ConnectPacket): number | null {
-    const assigned = c.clientId === '' ? assignedClientId(this.id) : undefined;
+    const assigned = c.clientId === '' ? this.assignedId() : undefined;
     if (this.connackFits(assigned)) return null;
     if (this.limits.responseInfoFor !== undefined) {
       this.limits.responseInfoFor = undefined;
@@ -713,7 +753,7 @@ export class Connection implements WheelMember, OutboxMember {
     }
     const authz = this.host.authorizer;
     if (authz?.decidesPublish === true) {
-      const verdict = authz.publish(publishRequest(this.clientId ?? assignedClientId(this.id), this.username, topic, p, false));
+      const verdict = authz.publish(publishRequest(this.clientId ?? this.assignedId(), this.username, topic, p, false));
       this.onVerdict(verdict, (a) => this.afterPublishAuthorized(p, topic, a));
       return;
     }
@@ -889,7 +929,7 @@ export class Connection implements WheelMember, OutboxMember {
       this.proposeSubscribe(s, valid, codes);
       return;
     }
-    const clientId = this.clientId ?? assignedClientId(this.id);
+    const clientId = this.clientId ?? this.assignedId();
     const verdicts = valid.map((sub) => authz.subscribe({ clientId, username: this.username, filter: sub.filter, qos: sub.qos }));
     const decided = (all: readonly Authorization[]): void => {
       const allowed: SubscriptionRequest[] = [];

@@ -108,9 +108,11 @@ export function connackProps(limits: ConnackLimits, assignedClientId: string | u
 
 /** A refused CONNACK says why; CONNACK may carry a Reason String whatever the client asked
  * [MQTT-3.1.2-29]. */
-function refusalProps(code: number): ConnackProps {
-  const text = reasonText(code);
-  return text === undefined ? NO_PROPS : { reasonString: text };
+function refusalProps(p: Extract<OutPacket, { type: 'connack' }>): ConnackProps {
+  const text = p.reasonString ?? reasonText(p.code);
+  const props: ConnackProps = text === undefined ? {} : { reasonString: text };
+  if (p.serverReference !== undefined) props.serverReference = p.serverReference;
+  return props;
 }
 
 /** 3.1.1 SUBACK has one failure code, 0x80, and grants 0..2 [MQTT-3.9.3-2]. */
@@ -157,7 +159,7 @@ export function toWire(p: OutPacket, level: 3 | 4 | 5, limits: ConnackLimits): P
         type: 'connack',
         sessionPresent: p.sessionPresent,
         code: v5 ? p.code : connackReturnCode(p.code),
-        props: !v5 ? NO_PROPS : p.code === RC.SUCCESS ? connackProps(limits, p.assignedClientId) : refusalProps(p.code),
+        props: !v5 ? NO_PROPS : p.code === RC.SUCCESS ? connackProps(limits, p.assignedClientId) : refusalProps(p),
       };
     case 'suback':
       if (!v5) return { type: 'suback', pid: p.pid, codes: p.codes.map(subackCodeV4), props: NO_PROPS };

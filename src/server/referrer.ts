@@ -3,12 +3,15 @@
 // only to answer it with a CONNACK that sends the client to the leader, and close. While no
 // leader is known an MQTT 5 CONNECT waits for one, at most REFERRAL_HOLD_MS; when this node
 // begins to serve, the sockets it holds become connections and their CONNECTs are served. Nothing
-// else of MQTT is spoken here and nothing reaches the log.
+// else of MQTT is spoken here and nothing reaches the log. Under --shard a CONNECT whose client id
+// belongs to another shard is sent to that shard at once (src/server/shard-gate.ts), not to this
+// shard's leader, which would only send it on.
 
-import type { RefusalKey } from '../events.js';
+import type { EventKind, RefusalKey } from '../events.js';
 import { Decoder } from '../protocol/decoder.js';
 import { encode } from '../protocol/encoder.js';
 import { CONNACK_V4, RC } from '../protocol/reason-codes.js';
+import type { Referral, ShardGate } from './shard-gate.js';
 import type { ByteStream, Transport } from './transport.js';
 
 export interface ReferenceSource {
@@ -21,6 +24,8 @@ export interface ReferenceSource {
 export interface ReferrerHost {
   /** Counted and logged at most once per window per key, as the node's other refusals. */
   refused(key: RefusalKey, fields: Record<string, unknown>, message: string): void;
+  /** Counted and logged as the connections' events are. */
+  event(kind: EventKind, fields?: Record<string, unknown>): void;
   /** This node serves now: a held socket becomes a connection, given the bytes read from it so far
    * (its CONNECT, and whatever followed it). */
   adopt(stream: ByteStream, transport: Transport, read: readonly Buffer[]): void;
@@ -67,6 +72,8 @@ export class Referrer {
     private readonly source: ReferenceSource,
     private readonly host: ReferrerHost,
     private readonly limits: ReferrerLimits,
+    /** --shard: clients of other shards are sent there; null: not sharded. */
+    private readonly shards: ShardGate | null = null,
   ) {}
 
   /** Reads the first packet: a CONNECT is answered and the socket ended; anything else, a decode
@@ -108,6 +115,13 @@ export class Referrer {
           'first packet to a node that does not serve is not CONNECT; closed',
         );
         stream.destroy();
+        return;
+      }
+      const elsewhere = first.clientId === '' || this.shards === null ? null : this.shards.referral(first.clientId);
+      if (elsewhere !== null) {
+        finish();
+        this.host.event('connect-wrong-shard', { remote: transport.remoteAddress, shard: elsewhere.shard, reference: elsewhere.reference });
+        this.sendToShard(stream, first.level, elsewhere);
         return;
       }
       if (first.level !== 5) {
@@ -188,6 +202,19 @@ export class Referrer {
   private stopPoll(): void {
     if (this.poll !== null) clearInterval(this.poll);
     this.poll = null;
+  }
+
+  /** A client of another shard: MQTT 5 0x9C Use another server, with its shard's address when one is
+   * configured; 3.1.1 return code 3, Server unavailable; then end. */
+  private sendToShard(stream: ByteStream, level: 3 | 4 | 5, to: Referral): void {
+    this.referred++;
+    const props = to.reference === null ? { reasonString: to.reason } : { reasonString: to.reason, serverReference: to.reference };
+    stream.write(
+      level === 5
+        ? encode({ type: 'connack', sessionPresent: false, code: RC.USE_ANOTHER_SERVER, props }, 5)
+        : encode({ type: 'connack', sessionPresent: false, code: CONNACK_V4.SERVER_UNAVAILABLE, props: {} }, level),
+    );
+    stream.end();
   }
 
   /** MQTT 5: 0x9C Use another server with `to`, or 0x88 Server unavailable without one; then end. */

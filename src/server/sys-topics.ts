@@ -29,6 +29,8 @@ export interface SysReadings {
   cluster?: { role: string; leader: number; term: number; redundant: boolean };
   /** Each configured bridge (docs/bridges.md): connected to its remote or not; absent: none. */
   bridges?: readonly { name: string; up: boolean }[];
+  /** --shard: this node's shard (docs/scale-out.md); absent: not sharded. */
+  shard?: string;
 }
 
 /** Mosquitto's load periods: exponentially weighted averages of the per-minute rate. */
@@ -131,6 +133,7 @@ export class SysTopics {
     }
     // Mosquitto's bridge state: 1 while the bridge's connection to its remote is up, else 0.
     for (const b of r.bridges ?? []) out.push([`${p}connection/${b.name}/state`, b.up ? '1' : '0']);
+    if (r.shard !== undefined) out.push([`${p}shard`, r.shard]);
     return out;
   }
 

@@ -1,0 +1,112 @@
+// The scale-out settings of a configuration, checked together (docs/scale-out.md "Configuration"):
+// --shard NAME --shards A,B,C, optionally --shard-address NAME=HOST:PORT,… and --nats URL. Every
+// refusal names the flag it is about. A node without --shard is not part of a scaled-out
+// deployment and serves every client id.
+import { CONFIG_ERROR, ConfigError } from '../errors.js';
+import { Placement, shardListProblem } from './placement.js';
+
+/** The settings read here: src/config.ts hands over its whole Config. */
+export type ShardConfig = Readonly<Record<'shard' | 'shards' | 'shard-address' | 'nats', string>>;
+
+export interface NatsAddress {
+  /** As configured, for log lines. */
+  url: string;
+  tls: boolean;
+  host: string;
+  port: number;
+}
+
+export interface ShardSettings {
+  /** This node's shard. */
+  shard: string;
+  placement: Placement;
+  /** --shard-address: the address clients of each shard are sent to (MQTT 5 Server Reference);
+   * null: not configured, refusals carry no reference. */
+  addresses: ReadonlyMap<string, string> | null;
+  /** --nats: the NATS servers of the deployment, tried in turn; empty: not given. Checked here,
+   * not used yet (docs/scale-out.md "Not built yet"). */
+  nats: NatsAddress[];
+}
+
+const NATS_PORT_DEFAULT = 4222;
+
+const bad = (message: string): ConfigError => new ConfigError(CONFIG_ERROR.BAD_VALUE, message);
+const missing = (message: string): ConfigError => new ConfigError(CONFIG_ERROR.MISSING_VALUE, message);
+
+/** Null without --shard; the checked settings otherwise. Throws ConfigError naming the flag. */
+export function shardSettings(config: ShardConfig): ShardSettings | null {
+  const shard = config.shard;
+  const shardsText = config.shards;
+  if (shard === '') {
+    for (const flag of ['shards', 'shard-address', 'nats'] as const) {
+      if (config[flag] !== '') throw missing(`--${flag} needs --shard NAME (this node's shard)`);
+    }
+    return null;
+  }
+  if (shardsText === '') throw missing(`--shard ${shard} needs --shards NAME,NAME,… (every shard of the deployment)`);
+  const names = shardsText.split(',');
+  const problem = shardListProblem(names);
+  if (problem !== null) throw bad(`--shards: ${problem} (got ${JSON.stringify(shardsText)})`);
+  if (!names.includes(shard)) throw bad(`--shard ${JSON.stringify(shard)} is not in --shards (${names.join(', ')})`);
+  const placement = new Placement(names);
+  return {
+    shard,
+    placement,
+    addresses: config['shard-address'] === '' ? null : parseShardAddresses(config['shard-address'], placement),
+    nats: config.nats === '' ? [] : parseNatsUrls(config.nats),
+  };
+}
+
+/** `NAME=HOST:PORT,…`, one entry for every shard of the list (this one included, so every node
+ * can be given the same value). */
+export function parseShardAddresses(text: string, placement: Placement): Map<string, string> {
+  const flag = '--shard-address';
+  const out = new Map<string, string>();
+  for (const item of text.split(',')) {
+    const eq = item.indexOf('=');
+    if (eq <= 0) throw bad(`${flag}: entry "${item}" is not NAME=HOST:PORT`);
+    const name = item.slice(0, eq);
+    if (!placement.shards.includes(name)) throw bad(`${flag}: "${name}" is not a shard of --shards (${placement.shards.join(', ')})`);
+    if (out.has(name)) throw bad(`${flag}: shard ${name} is listed twice`);
+    const value = item.slice(eq + 1);
+    // HOST:PORT as --cluster-server-reference takes it (an IPv6 host in brackets); parsed here, since
+    // src/scale comes below src/cluster.
+    const colon = value.lastIndexOf(':');
+    const host = colon < 0 ? '' : value.slice(0, colon).replace(/^\[(.*)\]$/, '$1');
+    const portText = colon < 0 ? '' : value.slice(colon + 1);
+    const port = /^[0-9]{1,5}$/.test(portText) ? Number(portText) : 0;
+    if (host === '' || port < 1 || port > 65_535) {
+      throw bad(`${flag}: shard ${name} needs a host and a port clients can connect to, not "${value}"`);
+    }
+    out.set(name, value);
+  }
+  const absent = placement.shards.filter((s) => !out.has(s));
+  if (absent.length > 0) throw bad(`${flag}: no address for shard ${absent.join(', ')}; give every shard of --shards one`);
+  return out;
+}
+
+/** `nats://HOST[:PORT]` or `tls://HOST[:PORT]`, several separated by commas (a client tries them
+ * in turn); no credentials, path or query. */
+export function parseNatsUrls(text: string): NatsAddress[] {
+  const flag = '--nats';
+  return text.split(',').map((item) => {
+    let u: URL;
+    try {
+      u = new URL(item);
+    } catch {
+      throw bad(`${flag}: ${JSON.stringify(item)} is not a URL (expected nats://HOST:PORT or tls://HOST:PORT)`);
+    }
+    if (u.protocol !== 'nats:' && u.protocol !== 'tls:') {
+      throw bad(`${flag}: ${JSON.stringify(item)}: scheme ${u.protocol.slice(0, -1)} is not supported (expected nats or tls)`);
+    }
+    if (u.username !== '' || u.password !== '') throw bad(`${flag}: ${JSON.stringify(item)}: credentials do not go into the URL`);
+    if ((u.pathname !== '' && u.pathname !== '/') || u.search !== '' || u.hash !== '') {
+      throw bad(`${flag}: ${JSON.stringify(item)}: expected no path, query or fragment`);
+    }
+    const host = u.hostname.replace(/^\[(.*)\]$/, '$1');
+    if (host === '') throw bad(`${flag}: ${JSON.stringify(item)}: no host`);
+    const port = u.port === '' ? NATS_PORT_DEFAULT : Number(u.port);
+    if (!Number.isInteger(port) || port < 1 || port > 65_535) throw bad(`${flag}: ${JSON.stringify(item)}: bad port`);
+    return { url: item, tls: u.protocol === 'tls:', host, port };
+  });
+}
