@@ -156,6 +156,36 @@ describe('raft storage in a data directory', () => {
     assert.deepEqual(b.state?.entries, []);
   });
 
+  it('after reset() holds only what the new member wrote, and notes the member before writing it', async () => {
+    const mem = new MemStorage();
+    const adopted: string[] = [];
+    const opts = { storage: mem, logger: quiet, adopt: async (inc: string) => void adopted.push(inc) };
+    const a = await RaftDirStorage.open(opts);
+    a.storage.append(run(1, 8, 1), null);
+    a.storage.saveSnapshot(snapshot(4, 1));
+    await a.storage.flush();
+    a.storage.reset('new');
+    a.storage.setHardState({ term: 5, vote: 0, voteInc: '' });
+    a.storage.append(run(1, 2, 5), null);
+    await a.storage.flush();
+    assert.deepEqual(adopted, ['new']);
+    assert.deepEqual(
+      (await mem.list()).filter((n) => n.startsWith('raft-')),
+      [raftSegmentName(1)],
+    );
+    await a.storage.close();
+    const b = await RaftDirStorage.open(opts);
+    assert.equal(b.state?.snapshot ?? null, null);
+    assert.equal(b.state?.term, 5);
+    assert.deepEqual(
+      b.state?.entries.map((e) => [e.index, e.term]),
+      [
+        [1, 5],
+        [2, 5],
+      ],
+    );
+  });
+
   it('refuses a start when a byte before the last commit record is damaged, naming the file and changing nothing', async () => {
     const mem = new MemStorage();
     const a = await open(mem);

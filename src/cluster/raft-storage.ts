@@ -32,7 +32,9 @@ import type { DurableState, HardState } from '../../raft/core/raft.js';
 import { rechunk, type Snapshot, snapshotChunkBytesMaxDefault } from '../../raft/core/snapshot.js';
 import { type Durable, StoredLog } from '../../raft/core/storage.js';
 import { decodeRecordBody, encodeRecordBody, type StorageRecord } from '../../raft/core/storage-records.js';
+import type { DriverStorage } from '../../raft/driver/driver.js';
 import { crc32c } from '../log/wal/crc32c.js';
+import { openDataDir, writeMeta } from '../log/wal/data-dir.js';
 import { encodeBatch, encodeHeader, HEADER_BYTES, scanSegment, type WalEntry, WalError } from '../log/wal/segment.js';
 import type { AppendFile, Storage } from '../log/wal/storage.js';
 import { DataDirError, io, snapshotFileProblem, snapshotImage, snapshotTrailer, type WalLogger } from '../log/wal/wal.js';
@@ -55,6 +57,9 @@ export interface RaftStorageOptions {
   segmentBytes?: number;
   /** A snapshot read back is cut into chunks of at most this (the core's snapshotChunkBytesMax). */
   chunkBytesMax?: number;
+  /** reset(): durably notes the member the directory holds the state of from now on (the data
+   * directory's metadata), after the raft files are gone and before anything of it is written. */
+  adopt?: (incarnation: string) => Promise<void>;
 }
 
 interface Segment {
@@ -86,8 +91,13 @@ const corrupt = (msg: string): DataDirError => new DataDirError('DATA_DIR_CORRUP
 export class RaftDirStorage {
   private readonly storage: Storage;
   private readonly segmentBytes: number;
+  private readonly adopt: (incarnation: string) => Promise<void>;
   /** Everything written, durable or not; what a sync of it all would make durable. */
-  private readonly written: StoredLog;
+  private written: StoredLog;
+  /** reset() called since the last batch: the member it names, whose state starts empty. */
+  private resetPending: string | null = null;
+  /** Counts resets: a batch taken before one reports nothing after it. */
+  private generation = 0;
   private pending: StorageRecord[] = [];
   /** A snapshot was saved since the last batch: the next batch is a checkpoint. */
   private snapshotPending = false;
@@ -121,6 +131,7 @@ export class RaftDirStorage {
   ) {
     this.storage = opts.storage;
     this.segmentBytes = opts.segmentBytes ?? RAFT_SEGMENT_BYTES_DEFAULT;
+    this.adopt = opts.adopt ?? (async () => {});
     this.written = written;
     this.segments = segments;
     this.active = active;
@@ -287,6 +298,19 @@ export class RaftDirStorage {
     this.schedule();
   }
 
+  /** The directory holds the state of a new member from now on: everything held is dropped (a
+   * node that starts without its memory, or joins a newer epoch as a new member). The files go in
+   * the next batch, before anything written after this call. */
+  reset(incarnation: string): void {
+    this.written = new StoredLog();
+    this.pending = [];
+    this.snapshotPending = false;
+    this.resetPending = incarnation;
+    this.generation++;
+    this.writes++;
+    this.schedule();
+  }
+
   /** Resolves once every write made so far is durable (or the storage failed: then it rejects). */
   async flush(): Promise<Durable> {
     const target = this.writes;
@@ -331,7 +355,22 @@ export class RaftDirStorage {
   }
 
   private startBatch(): void {
-    if (this.closed || this.failure !== null || (this.pending.length === 0 && !this.snapshotPending)) return;
+    if (this.closed || this.failure !== null) return;
+    const reset = this.resetPending;
+    if (reset !== null) {
+      this.resetPending = null;
+      const covers = this.writes - this.pending.length - (this.snapshotPending ? 1 : 0);
+      this.writing = this.clear(reset).then(
+        () => {
+          this.writing = null;
+          this.durableWrites = covers;
+          if (!this.closed) this.startBatch();
+        },
+        (err: unknown) => this.fail(err),
+      );
+      return;
+    }
+    if (this.pending.length === 0 && !this.snapshotPending) return;
     const records = this.pending;
     this.pending = [];
     const checkpoint = this.snapshotPending ? this.written.state() : null;
@@ -339,21 +378,40 @@ export class RaftDirStorage {
     // What the batch makes durable: the state after every write it holds.
     const durable = this.written.durable();
     const covers = this.writes;
+    const generation = this.generation;
     this.writing = (checkpoint === null ? this.appendBatch(records) : this.writeCheckpoint(checkpoint)).then(
       () => {
         this.writing = null;
         this.batches++;
         this.durableWrites = covers;
         if (this.closed) return;
-        this.onDurable(durable);
-        if (this.pending.length > 0 || this.snapshotPending) this.startBatch();
+        if (generation === this.generation) this.onDurable(durable);
+        if (this.pending.length > 0 || this.snapshotPending || this.resetPending !== null) this.startBatch();
       },
-      (err: unknown) => {
-        this.writing = null;
-        this.failure = err instanceof Error ? err : new Error(String(err));
-        this.onFailure(this.failure);
-      },
+      (err: unknown) => this.fail(err),
     );
+  }
+
+  private fail(err: unknown): void {
+    this.writing = null;
+    this.failure = err instanceof Error ? err : new Error(String(err));
+    this.onFailure(this.failure);
+  }
+
+  /** Removes every raft file, then notes the new member. */
+  private async clear(incarnation: string): Promise<void> {
+    const a = this.active;
+    this.active = null;
+    if (a !== null) await io(a.seg.name, 'close', a.file.close());
+    const names = (await io('the data directory', 'list', this.storage.list())).filter(
+      (n) => SEGMENT_RE.test(n) || SNAPSHOT_RE.test(n) || TEMP_RE.test(n),
+    );
+    for (const n of names) await io(n, 'remove', this.storage.remove(n));
+    if (names.length > 0) await io('the data directory', 'fsync after removing the raft files', this.storage.syncDir());
+    await io('meta.json', 'write', this.adopt(incarnation));
+    this.segments = [];
+    this.nextSeq = 1;
+    this.snapshotFile = null;
   }
 
   private walEntries(records: readonly StorageRecord[]): WalEntry[] {
@@ -438,4 +496,69 @@ export class RaftDirStorage {
     await io(temp, `rename to ${name}`, this.storage.rename(temp, name));
     await io(name, 'fsync of the directory after renaming', this.storage.syncDir());
   }
+}
+
+/** A cluster node's data directory, opened: its lock taken, its metadata checked (of this cluster
+ * and node id), its raft state loaded. What the driver holds (raft/driver DriverStorage). */
+export interface RaftDataDir {
+  readonly dir: string;
+  readonly storage: RaftDirStorage;
+  readonly loaded: DurableState | null;
+  /** The member whose state it holds. */
+  readonly incarnation: string;
+  readonly report: RaftStorageReport;
+  release(): void;
+}
+
+/** Opens --data-dir DIR of a cluster node. Throws DataDirError naming the directory or file. */
+export async function openRaftDataDir(
+  dir: string,
+  who: { clusterId: string; nodeId: number },
+  logger: WalLogger,
+  chunkBytesMax?: number,
+): Promise<RaftDataDir> {
+  const d = await openDataDir(dir, { mode: 'cluster', ...who, incarnation: randomBytes(8).toString('hex') });
+  try {
+    let meta = d.meta;
+    const opened = await RaftDirStorage.open({
+      storage: d.storage,
+      logger,
+      ...(chunkBytesMax === undefined ? {} : { chunkBytesMax }),
+      adopt: async (incarnation) => {
+        meta = { ...meta, incarnation };
+        await writeMeta(d.storage, meta);
+      },
+    });
+    return {
+      dir,
+      storage: opened.storage,
+      loaded: opened.state,
+      incarnation: d.meta.incarnation as string,
+      report: opened.report,
+      release: d.release,
+    };
+  } catch (err) {
+    d.release();
+    throw err;
+  }
+}
+
+/** The data directory as the raft driver holds it. */
+export function driverStorage(d: RaftDataDir): DriverStorage {
+  const st = d.storage;
+  return {
+    dir: d.dir,
+    loaded: d.loaded,
+    incarnation: d.incarnation,
+    get snapshotIndex() {
+      return st.snapshotIndex;
+    },
+    append: (entries, truncatedFrom) => st.append(entries, truncatedFrom),
+    setHardState: (h) => st.setHardState(h),
+    saveSnapshot: (s) => st.saveSnapshot(s),
+    reset: (incarnation) => st.reset(incarnation),
+    flush: () => st.flush(),
+    listen: (onDurable, onFailure) => st.listen(onDurable, onFailure),
+    close: () => st.close(),
+  };
 }

@@ -1,0 +1,156 @@
+// Three raftmq processes with --data-dir (docs/raft.md "Persistence", docs/guarantees.md): MQTT.js
+// publishers stream QoS 1 and QoS 2 to the leader while a persistent subscriber is offline; kill -9
+// of all three nodes at once, then all three started again: the cluster serves without a
+// force-start, the session is there, every acknowledged message arrives, and no QoS 2 message
+// twice. Then kill -9 of one follower: it comes back as the same member, with its log; and so it
+// does after a clean stop, which writes its state file too. kill -9
+// keeps the page cache, so this proves crash recovery; power loss is the unit tests' power-cut
+// double (src/cluster/raft-storage.test.ts).
+import assert from 'node:assert/strict';
+import { join } from 'node:path';
+import { after, describe, it } from 'node:test';
+import mqtt, { type MqttClient } from 'mqtt';
+import type { LogLine } from './broker-process.js';
+import { collect, connect } from './cluster-mqtt.js';
+import { Cluster, type ClusterNode } from './support/cluster.js';
+import { LOOPBACK } from './support/net.js';
+import { until } from './support/wait.js';
+
+const ELECTION_TIMEOUT_MS = 500;
+const SERVE_WAIT_MS = 15_000;
+const DELIVERY_WAIT_MS = 15_000;
+const RESTART_WAIT_MS = 15_000;
+/** Acknowledged messages of each publisher before the power goes, and a bound on its stream. */
+const ACKED_BEFORE_KILL = 150;
+const STREAM_MESSAGES_MAX = 5_000;
+
+const clusters: Cluster[] = [];
+after(async () => {
+  await Promise.all(clusters.map((c) => c.dispose()));
+});
+
+/** Publishes `prefix0`, `prefix1`, … at `qos`, one at a time, until stopped or the connection goes;
+ * `acked` holds what the broker acknowledged (PUBACK, or PUBCOMP). */
+function stream(client: MqttClient, topic: string, prefix: string, qos: 1 | 2): { acked: string[]; done: Promise<void> } {
+  const acked: string[] = [];
+  const done = (async () => {
+    for (let i = 0; i < STREAM_MESSAGES_MAX; i++) {
+      const m = `${prefix}${i}`;
+      try {
+        await client.publishAsync(topic, m, { qos });
+      } catch {
+        return;
+      }
+      acked.push(m);
+    }
+  })();
+  return { acked, done };
+}
+
+const logged = (n: ClusterNode, msg: string): LogLine | undefined => n.logs.find((l) => l.msg === msg);
+
+describe('three-node cluster with --data-dir', { timeout: 90_000 }, () => {
+  it('survives kill -9 of all three nodes with every acknowledged message, then a follower rejoins with its log', async () => {
+    let dir = '';
+    const cluster = await Cluster.start({
+      electionTimeoutMs: ELECTION_TIMEOUT_MS,
+      prepare: (d) => {
+        dir = d;
+      },
+      extra: (id) => ['--data-dir', join(dir, `data${id}`)],
+    });
+    clusters.push(cluster);
+    const leader = await cluster.serving(SERVE_WAIT_MS);
+    const v5 = { protocolVersion: 5 as const, properties: { sessionExpiryInterval: 3600 } };
+    const first = await connect(leader.mqttPort, { clientId: 'sub-d', clean: false, ...v5 });
+    const granted = await first.client.subscribeAsync({ 'q1/#': { qos: 1 }, 'q2/#': { qos: 2 } });
+    assert.deepEqual(
+      granted.map((g) => g.qos),
+      [1, 2],
+    );
+    await first.client.endAsync();
+
+    const pubs = await Promise.all(
+      ['pub-1a', 'pub-1b', 'pub-2'].map((clientId) => connect(leader.mqttPort, { clientId, clean: true, protocolVersion: 5 })),
+    );
+    const streams = [
+      stream((pubs[0] as { client: MqttClient }).client, 'q1/a', 'a', 1),
+      stream((pubs[1] as { client: MqttClient }).client, 'q1/b', 'b', 1),
+      stream((pubs[2] as { client: MqttClient }).client, 'q2/c', 'c', 2),
+    ];
+    await until('each publisher acknowledged', () => streams.every((s) => s.acked.length >= ACKED_BEFORE_KILL), DELIVERY_WAIT_MS);
+    // The power goes on all three at once (kill -9 while the streams run).
+    await Promise.all(cluster.nodes.map((n) => n.kill9(5_000)));
+    for (const p of pubs) p.client.end(true);
+    await Promise.all(streams.map((s) => s.done));
+    const acked = streams.map((s) => [...s.acked]);
+
+    const restarted = await Promise.all([1, 2, 3].map((id) => cluster.restart(id, [], RESTART_WAIT_MS)));
+    for (const n of restarted) {
+      const loaded = await n.waitForLog((l) => l.msg === 'raft data directory loaded', RESTART_WAIT_MS);
+      assert.ok((loaded.lastIndex as number) > 0, `node ${n.id} loaded its log`);
+      assert.equal(logged(n, 'raft started')?.membership, 'member', `node ${n.id} resumed as the same member`);
+    }
+    const next = await cluster.serving(SERVE_WAIT_MS);
+    assert.ok(
+      restarted.every((n) => n.logs.every((l) => l.forceStart !== true)),
+      'no force-start',
+    );
+
+    // The collector is attached before CONNACK: queued messages follow it in the same read.
+    const subClient = mqtt.connect({ host: LOOPBACK, port: next.mqttPort, clientId: 'sub-d', clean: false, reconnectPeriod: 0, ...v5 });
+    const got = collect(subClient);
+    const ack = await new Promise<{ sessionPresent: boolean }>((resolve, reject) => {
+      subClient.once('connect', resolve);
+      subClient.once('error', reject);
+    });
+    assert.equal(ack.sessionPresent, true, 'the persistent session survived');
+    await until('every acknowledged message', () => acked.every((list) => list.every((m) => got.includes(m))), DELIVERY_WAIT_MS).catch(
+      (err: Error) => {
+        const missing = acked.map((list) => list.filter((m) => !got.includes(m)));
+        throw new Error(
+          `${err.message}: acked ${acked.map((l) => l.length).join('/')}, got ${got.length}, missing ${JSON.stringify(missing).slice(0, 400)}`,
+        );
+      },
+    );
+    // A marker published after the rest comes after every redelivery, so duplicates would show by then.
+    const { client: pub } = await connect(next.mqttPort, { clientId: 'pub-after', clean: true, protocolVersion: 5 });
+    await pub.publishAsync('q2/c', 'last', { qos: 2 });
+    await until('the message after the restart', () => got.includes('last'), DELIVERY_WAIT_MS);
+    const counts = new Map<string, number>();
+    for (const m of got) if (m.startsWith('c')) counts.set(m, (counts.get(m) ?? 0) + 1);
+    assert.deepEqual(
+      [...counts].filter(([, n]) => n > 1),
+      [],
+      'no QoS 2 message twice',
+    );
+    subClient.end(true);
+
+    // kill -9 of one follower while the cluster takes more messages: it comes back with its log.
+    const follower = cluster.nodes.find((n) => n !== next) as ClusterNode;
+    const before = (await follower.health()).body.appliedIndex;
+    await follower.kill9(5_000);
+    for (let i = 0; i < 20; i++) await pub.publishAsync('q1/a', `later${i}`, { qos: 1 });
+    const back = await cluster.restart(follower.id, [], RESTART_WAIT_MS);
+    const loaded = await back.waitForLog((l) => l.msg === 'raft data directory loaded', RESTART_WAIT_MS);
+    assert.ok(
+      (loaded.lastIndex as number) >= before,
+      `node ${back.id} loaded its log up to ${String(loaded.lastIndex)} (applied ${before})`,
+    );
+    assert.equal(logged(back, 'raft started')?.membership, 'member', 'the same member, not amnesiac');
+    const leaderCommit = (await next.health()).body.commitIndex;
+    await until(
+      'the follower caught up',
+      async () => ((await back.healthBody(1_000))?.appliedIndex ?? 0) >= leaderCommit,
+      DELIVERY_WAIT_MS,
+    );
+    pub.end(true);
+
+    // A clean stop writes the state file as well; the next start resumes the data directory and
+    // consumes that file unused.
+    assert.equal(await back.terminate(10_000), 0);
+    const again = await cluster.restart(back.id, [], RESTART_WAIT_MS);
+    await again.waitForLog((l) => l.msg === 'raft data directory loaded', RESTART_WAIT_MS);
+    assert.equal(logged(again, 'raft started')?.membership, 'member');
+  });
+});
