@@ -153,4 +153,36 @@ describe('three-node cluster with --data-dir', { timeout: 90_000 }, () => {
     await again.waitForLog((l) => l.msg === 'raft data directory loaded', RESTART_WAIT_MS);
     assert.equal(logged(again, 'raft started')?.membership, 'member');
   });
+
+  it('a node stopped cleanly without --data-dir moves to one: it resumes its state file into it, then restarts from it after kill -9', async () => {
+    let dir = '';
+    const cluster = await Cluster.start({
+      electionTimeoutMs: ELECTION_TIMEOUT_MS,
+      prepare: (d) => {
+        dir = d;
+      },
+    });
+    clusters.push(cluster);
+    const leader = await cluster.serving(SERVE_WAIT_MS);
+    const { client: pub } = await connect(leader.mqttPort, { clientId: 'pub-m', clean: true });
+    for (let i = 0; i < 20; i++) await pub.publishAsync('m/x', `m${i}`, { qos: 1 });
+    pub.end(true);
+    const node = cluster.nodes.find((n) => n !== leader) as ClusterNode;
+    const applied = (await node.health()).body.appliedIndex;
+    assert.equal(await node.terminate(10_000), 0);
+    const data = ['--data-dir', join(dir, `data${node.id}`)];
+    const moved = await cluster.restart(node.id, data, RESTART_WAIT_MS);
+    await moved.waitForLog((l) => l.msg === 'raft data directory empty', RESTART_WAIT_MS);
+    assert.equal(logged(moved, 'raft started')?.membership, 'member', 'resumed from its state file');
+    await until(
+      'it serves as a follower again',
+      async () => ((await moved.healthBody(1_000))?.appliedIndex ?? 0) >= applied,
+      DELIVERY_WAIT_MS,
+    );
+    await moved.kill9(5_000);
+    const back = await cluster.restart(node.id, data, RESTART_WAIT_MS);
+    const loaded = await back.waitForLog((l) => l.msg === 'raft data directory loaded', RESTART_WAIT_MS);
+    assert.ok((loaded.lastIndex as number) >= applied, 'the directory holds the log the state file had');
+    assert.equal(logged(back, 'raft started')?.membership, 'member', 'the same member after kill -9');
+  });
 });
