@@ -3,7 +3,8 @@
 // of all three nodes at once, then all three started again: the cluster serves without a
 // force-start, the session is there, every acknowledged message arrives, and no QoS 2 message
 // twice. Then kill -9 of one follower: it comes back as the same member, with its log; and so it
-// does after a clean stop, which writes its state file too. kill -9
+// does after a clean stop, which writes its state file too. A node moves to --data-dir from its
+// state file, and a state file newer than its directory is refused. kill -9
 // keeps the page cache, so this proves crash recovery; power loss is the unit tests' power-cut
 // double (src/cluster/raft-storage.test.ts).
 import assert from 'node:assert/strict';
@@ -184,5 +185,25 @@ describe('three-node cluster with --data-dir', { timeout: 90_000 }, () => {
     const loaded = await back.waitForLog((l) => l.msg === 'raft data directory loaded', RESTART_WAIT_MS);
     assert.ok((loaded.lastIndex as number) >= applied, 'the directory holds the log the state file had');
     assert.equal(logged(back, 'raft started')?.membership, 'member', 'the same member after kill -9');
+
+    // Run once more without --data-dir, so its state file gets ahead of the directory: a start
+    // with the directory again is refused rather than roll the member back.
+    assert.equal(await back.terminate(10_000), 0);
+    const plain = await cluster.restart(node.id, [], RESTART_WAIT_MS);
+    const serving = await cluster.serving(SERVE_WAIT_MS);
+    const { client: pub2 } = await connect(serving.mqttPort, { clientId: 'pub-m2', clean: true });
+    for (let i = 0; i < 5; i++) await pub2.publishAsync('m/x', `n${i}`, { qos: 1 });
+    pub2.end(true);
+    const commit = (await serving.health()).body.commitIndex;
+    await until(
+      'it applied the new messages',
+      async () => ((await plain.healthBody(1_000))?.appliedIndex ?? 0) >= commit,
+      DELIVERY_WAIT_MS,
+    );
+    assert.equal(await plain.terminate(10_000), 0);
+    await assert.rejects(cluster.restart(node.id, data, RESTART_WAIT_MS));
+    const refused = cluster.node(node.id);
+    assert.equal(await refused.exited(5_000), 78);
+    assert.match(refused.stderr, /newer than --data-dir/);
   });
 });
