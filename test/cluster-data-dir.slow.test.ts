@@ -8,6 +8,7 @@
 // keeps the page cache, so this proves crash recovery; power loss is the unit tests' power-cut
 // double (src/cluster/raft-storage.test.ts).
 import assert from 'node:assert/strict';
+import { existsSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import mqtt, { type MqttClient } from 'mqtt';
@@ -205,5 +206,59 @@ describe('three-node cluster with --data-dir', { timeout: 90_000 }, () => {
     const refused = cluster.node(node.id);
     assert.equal(await refused.exited(5_000), 78);
     assert.match(refused.stderr, /newer than --data-dir/);
+  });
+
+  it("after two nodes lost their disks, --cluster-force-start forces from the survivor's data directory", async () => {
+    let dir = '';
+    const cluster = await Cluster.start({
+      electionTimeoutMs: ELECTION_TIMEOUT_MS,
+      prepare: (d) => {
+        dir = d;
+      },
+      extra: (id) => ['--data-dir', join(dir, `data${id}`)],
+    });
+    clusters.push(cluster);
+    const leader = await cluster.serving(SERVE_WAIT_MS);
+    const first = await connect(leader.mqttPort, { clientId: 'sub-f', clean: false });
+    await first.client.subscribeAsync('f/#', { qos: 1 });
+    await first.client.endAsync();
+    const { client: pub } = await connect(leader.mqttPort, { clientId: 'pub-f', clean: true });
+    const acked: string[] = [];
+    for (let i = 0; i < 20; i++) {
+      await pub.publishAsync('f/x', `f${i}`, { qos: 1 });
+      acked.push(`f${i}`);
+    }
+    pub.end(true);
+    // Only what the survivor acknowledged (made durable) can be forced from: the leader says
+    // redundant once every follower's match index reached the commit index.
+    await until('every follower acknowledged everything', async () => (await leader.healthBody(1_000))?.redundant === true, SERVE_WAIT_MS);
+    // kill -9 of all three; two lose their disks (data directory and state files; the membership
+    // record stays, so they come back amnesiac).
+    await Promise.all(cluster.nodes.map((n) => n.kill9(5_000)));
+    const survivor = cluster.nodes.find((n) => n !== leader) as ClusterNode;
+    const lost = cluster.nodes.filter((n) => n !== survivor).map((n) => n.id);
+    for (const id of lost) {
+      rmSync(join(dir, `data${id}`), { recursive: true, force: true });
+      for (const suffix of ['', '.prev']) rmSync(`${cluster.stateFile(id)}${suffix}`, { force: true });
+    }
+    await Promise.all(lost.map((id) => cluster.restart(id, [], RESTART_WAIT_MS)));
+    const back = await cluster.restart(survivor.id, [], RESTART_WAIT_MS);
+    await until('the survivor needs a force-start', async () => (await back.healthBody(1_000))?.needsForceStart === true, SERVE_WAIT_MS);
+    // It was killed too, so it has no state file: it forces from its data directory.
+    await back.kill9(5_000);
+    assert.equal(existsSync(cluster.stateFile(survivor.id)), false, 'no state file to force from');
+    const forced = await cluster.restart(survivor.id, ['--cluster-force-start'], RESTART_WAIT_MS);
+    const next = await cluster.serving(SERVE_WAIT_MS);
+    assert.equal(((await next.health()).body.epoch as { generation: number }).generation, 2, 'a new epoch');
+    assert.equal(logged(forced, 'raft data directory loaded') !== undefined, true);
+    const subClient = mqtt.connect({ host: LOOPBACK, port: next.mqttPort, clientId: 'sub-f', clean: false, reconnectPeriod: 0 });
+    const got = collect(subClient);
+    const ack = await new Promise<{ sessionPresent: boolean }>((resolve, reject) => {
+      subClient.once('connect', resolve);
+      subClient.once('error', reject);
+    });
+    assert.equal(ack.sessionPresent, true, 'the session is in the forced epoch');
+    await until('every acknowledged message from the forced epoch', () => acked.every((m) => got.includes(m)), DELIVERY_WAIT_MS);
+    subClient.end(true);
   });
 });

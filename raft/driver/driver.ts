@@ -149,7 +149,7 @@ export interface RaftDriverOptions {
   /** docs/raft.md "Persistence": the log, term, vote and snapshot on disk, with a core that waits
    * for them (awaitStorage). A storage that holds a state is resumed as the same member (its
    * epoch and cluster identity from the record beside `stateFile`, which it needs); one that holds
-   * none is reset for the member this start makes. Not with forceStart. */
+   * none is reset for the member this start makes. A force-start forces from what it holds. */
   readonly storage?: DriverStorage;
   /** A write or fsync of `storage` failed: the driver has stopped (the process should exit; the
    * write is never retried). Default: onFatal. */
@@ -398,7 +398,7 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
       opts.stateFile === undefined
         ? staticPlan()
         : this.storage?.loaded != null
-          ? planFromStorage(opts.stateFile, this.expected, this.storage)
+          ? planFromStorage(opts.stateFile, this.expected, this.storage, opts.forceStart === true)
           : planStart(opts.stateFile, this.expected, opts.forceStart === true);
     this.recordEpoch = opts.stateFile === undefined ? null : (this.plan.record?.epoch ?? noEpoch);
     this.recordUid = this.plan.record?.clusterUid ?? '';
@@ -497,7 +497,8 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
   private async prepareStorage(): Promise<void> {
     const st = this.storage;
     if (st === null) return;
-    if (st.loaded === null || this.plan.restore !== st.loaded) {
+    // A force-start makes a new member from the state it starts from, so that is written again.
+    if (st.loaded === null || this.plan.restore !== st.loaded || this.opts.forceStart === true) {
       st.reset(this.plan.incarnation);
       const r = this.plan.restore;
       if (r !== undefined) {
@@ -1331,11 +1332,13 @@ function planStart(path: string, expected: Expected, force: boolean): StartPlan 
 /** docs/raft.md "Persistence": a storage that holds a state resumes the member it holds, in the
  * epoch of the record beside the state file (written before anything of an epoch is stored). A
  * state file there is consumed unused, unless it is newer than the storage (written by a start
- * without the storage): resuming the storage would then roll the member back, so it is refused. */
-function planFromStorage(path: string, expected: Expected, st: DriverStorage): StartPlan {
+ * without the storage): resuming the storage would then roll the member back, so it is refused.
+ * A force-start forces from the storage's state (never from FILE.prev, which is older), as a new
+ * member. */
+function planFromStorage(path: string, expected: Expected, st: DriverStorage, force: boolean): StartPlan {
   const loaded = st.loaded as DurableState;
   const record = readRecord(path, expected);
-  if (record === null || record.epoch.generation === 0) return planStart(path, expected, false);
+  if (record === null || record.epoch.generation === 0) return planStart(path, expected, force);
   const file = peekStateFile(path, expected);
   if (file !== null) {
     const lastOf = (d: DurableState): number => d.entries.at(-1)?.index ?? d.snapshot?.index ?? 0;
@@ -1346,6 +1349,17 @@ function planFromStorage(path: string, expected: Expected, st: DriverStorage): S
         `${path} (member ${file.member.inc}, term ${file.term}, last index ${fileLast}) is newer than --data-dir ${st.dir} (member ${st.incarnation}, term ${loaded.term}, last index ${lastOf(loaded)}): it was written by a start without the data directory; move one of them away`,
       );
     }
+  }
+  if (force) {
+    return {
+      membership: 'amnesiac',
+      incarnation: randomBytes(8).toString('hex'),
+      epoch: record.epoch,
+      restore: loaded,
+      consume: file,
+      record,
+      clusterUid: record.clusterUid || newClusterUid(),
+    };
   }
   return {
     membership: 'member',
@@ -1363,7 +1377,6 @@ function checkOptions(opts: RaftDriverOptions): void {
     throw new DriverError('RAFT_DRIVER_BAD_OPTIONS', what);
   };
   if (opts.storage !== undefined && opts.stateFile === undefined) bad('storage needs stateFile (its membership record)');
-  if (opts.storage !== undefined && opts.forceStart === true) bad('forceStart is not built with storage yet');
   if ((opts.voters === undefined) === (opts.stateFile === undefined)) bad('give exactly one of voters (static) and stateFile');
   if (opts.stateFile !== undefined && opts.nodes === undefined) bad('nodes is required with stateFile');
   if (opts.forceStart === true && opts.stateFile === undefined) bad('forceStart needs stateFile');

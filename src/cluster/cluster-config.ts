@@ -99,11 +99,6 @@ export function clusterSettings(config: ClusterConfig): ClusterSettings | null {
   if (config['snapshot-log-bytes'] !== SNAPSHOT_LOG_BYTES_DEFAULT) {
     throw bad("--snapshot-log-bytes is for a single node: a cluster node snapshots at raft's log bounds");
   }
-  if (config['data-dir'] !== '' && config['cluster-force-start']) {
-    throw bad(
-      '--cluster-force-start with --data-dir is not built yet: force-start from the state file without --data-dir, then move the old data directory away',
-    );
-  }
   if (node === 0) throw missing("--cluster-peers needs --cluster-node ID (this node's id in the list)");
   if (peersText === '') throw missing(`--cluster-node ${node} needs --cluster-peers 1=HOST:PORT,2=HOST:PORT,3=HOST:PORT`);
   const peers = parsePeers(peersText);
