@@ -20,7 +20,9 @@ import { MemStorage, seededRandom } from '../src/log/wal/mem-storage.js';
 const E = 200;
 const IDS = [1, 2, 3];
 const dir = mkdtempSync(join(tmpdir(), 'raftmq-driver-data-dir-'));
-const fileOf = (id: number): string => join(dir, `node-${id}.state`);
+/** Each test's state files (and their membership records) in a directory of its own. */
+let stateDir = dir;
+const fileOf = (id: number): string => join(stateDir, `node-${id}.state`);
 const quiet: DriverLogger = { info: () => {}, warn: () => {}, error: () => {} };
 const WAIT_MS = 20_000;
 /** Power cuts of all three nodes (each after one of a follower). */
@@ -57,6 +59,8 @@ interface Node {
 
 const disks = new Map<number, Disk>(IDS.map((id) => [id, { mem: new MemStorage(), incarnation: `first-${id}` }]));
 let live: Node[] = [];
+/** onStorageFailed calls, by node id. */
+let failures: { id: number; err: Error }[] = [];
 after(async () => {
   await Promise.all(live.map((n) => n.driver.stop()));
   rmSync(dir, { recursive: true, force: true });
@@ -97,7 +101,7 @@ async function startNode(id: number): Promise<Node> {
     snapshotSource: () => app.snapshot(),
     onSnapshot: (s) => app.restore(s),
     // A storage the power cut took away fails its next call: that process is gone.
-    onStorageFailed: () => {},
+    onStorageFailed: (err) => failures.push({ id, err }),
     transport: (validate, identity) => {
       n.transport = new Transport<Message>({
         nodeId: id,
@@ -210,5 +214,34 @@ describe('RaftDriver over the data-directory storage with power cuts', { timeout
       nodes.some((n) => n.driver.status().snapshotIndex > 0),
       'the log was compacted, so snapshots and checkpoints were on the disks',
     );
+  });
+
+  test('a failed fdatasync stops that driver once and is never retried; the other two go on', async () => {
+    await Promise.all(live.map((n) => n.driver.stop()));
+    live = [];
+    stateDir = mkdtempSync(join(dir, 'second-'));
+    for (const id of IDS) disks.set(id, { mem: new MemStorage(), incarnation: `second-${id}` });
+    failures = [];
+    const nodes = await Promise.all(IDS.map(startNode));
+    link(nodes);
+    await propose(nodes, 'x', 10);
+    const leader = await leaderOf(nodes);
+    const follower = nodes.find((n) => n !== leader) as Node;
+    const mem = (disks.get(follower.id) as Disk).mem;
+    mem.failSyncs(new Error('EIO'));
+    const rest = nodes.filter((n) => n !== follower);
+    await propose(rest, 'y', 10);
+    await waitFor('the failure reported', () => failures.length > 0, WAIT_MS);
+    assert.deepEqual(
+      failures.map((f) => f.id),
+      [follower.id],
+      'reported once, by the node whose disk failed',
+    );
+    assert.match(failures[0]?.err.message ?? '', /fdatasync of raft-\d{20}\.seg failed: EIO/);
+    await waitFor('that driver stopped', () => follower.driver.status().role !== 'leader' && mem.failedSyncs > 0, WAIT_MS);
+    const failed = mem.failedSyncs;
+    await propose(rest, 'z', 10);
+    assert.equal(mem.failedSyncs, failed, 'no sync is tried again');
+    assert.equal(follower.driver.propose(Buffer.from('after')) instanceof Error, true, 'the driver no longer takes part');
   });
 });
