@@ -327,7 +327,7 @@ export const SCHEMA = {
   'data-dir': {
     kind: 'string',
     default: '',
-    help: 'single node: keep the state on disk in DIR, a write-ahead log of committed entries (one fdatasync per group commit; no ack, CONNACK or delivery leaves before its entry is on disk) and snapshots; created if absent, one process per directory; empty: in memory only (see docs/operations.md)',
+    help: "single node: keep the state on disk in DIR, a write-ahead log of committed entries (one fdatasync per group commit; no ack, CONNACK or delivery leaves before its entry is on disk) and snapshots; cluster node: raft's log, term, vote and snapshot in DIR, on disk before the node acknowledges or votes, so a node restarts with its log and a cluster survives losing power on all nodes (--state-file stays required, for its membership record); created if absent, one process per directory; empty: in memory only (see docs/operations.md)",
   },
   'snapshot-log-bytes': {
     kind: 'size',

@@ -1,13 +1,16 @@
 // The raftmq command in cluster mode, as three real processes on loopback: it starts without
 // waiting to serve, answers /health and /metrics on every node, refuses a second process of one
 // node id at once, and refuses peer links of another secret. These hold whether or not a node
-// holds a lease; serving itself is checked in test/cluster-failover.slow.test.ts.
+// holds a lease; serving itself is checked in test/cluster-failover.slow.test.ts. With --data-dir
+// it refuses a directory of another node, cluster or mode, and a damaged one, naming it.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { RaftDirStorage, raftSegmentName } from '../src/cluster/raft-storage.js';
+import { FsStorage } from '../src/log/wal/storage.js';
 import { CLI } from './broker-process.js';
 import { connectClient, disconnect, publish, subscribe } from './helpers.js';
 import { parseMetrics } from './prom-text.js';
@@ -226,5 +229,55 @@ describe('raftmq cluster mode: a node given other configuration', { timeout: 60_
     } finally {
       await cluster.dispose();
     }
+  });
+});
+
+describe('raftmq cluster mode with --data-dir: refusals at start', { timeout: 60_000 }, () => {
+  const dir = mkdtempSync(join(tmpdir(), 'raftmq-cluster-data-dir-'));
+  after(() => rmSync(dir, { recursive: true, force: true }));
+  const peers = '1=127.0.0.1:1,2=127.0.0.1:2,3=127.0.0.1:3';
+  const start = (dataDir: string) =>
+    spawnSync(
+      process.execPath,
+      [CLI, '--cluster-node', '1', '--cluster-peers', peers, '--state-file', join(dir, 'node1.state'), '--data-dir', dataDir],
+      { encoding: 'utf8', timeout: 10_000 },
+    );
+  const meta = (d: string, m: Record<string, unknown>): void => {
+    mkdirSync(d, { recursive: true });
+    writeFileSync(join(d, 'meta.json'), `${JSON.stringify({ format: 'raftmq-data', version: 1, node: 'x', ...m })}\n`);
+  };
+
+  it('refuses the data directory of another node id, of another cluster or of a single node: exit 78 naming it', () => {
+    const cases: [string, Record<string, unknown>][] = [
+      ['other-node', { mode: 'cluster', clusterId: 'raftmq', nodeId: 2, incarnation: 'i' }],
+      ['other-cluster', { mode: 'cluster', clusterId: 'elsewhere', nodeId: 1, incarnation: 'i' }],
+      ['single', { mode: 'single' }],
+    ];
+    for (const [name, m] of cases) {
+      const d = join(dir, name);
+      meta(d, m);
+      const r = start(d);
+      assert.equal(r.status, 78, `${name}: ${r.stderr}`);
+      assert.ok(r.stderr.includes(join(d, 'meta.json')), `${name}: the message names the directory: ${r.stderr}`);
+    }
+  });
+
+  it('refuses a segment damaged before its last commit record: exit 78 naming the file, which is left as it was', async () => {
+    const d = join(dir, 'damaged');
+    meta(d, { mode: 'cluster', clusterId: 'raftmq', nodeId: 1, incarnation: 'i' });
+    const { storage } = await RaftDirStorage.open({ storage: new FsStorage(d), logger: { info() {}, warn() {}, error() {} } });
+    for (let i = 1; i <= 4; i++) {
+      storage.append([{ index: i, term: 1, time: i, data: new Uint8Array(40).fill(i) }], null);
+      await storage.flush();
+    }
+    await storage.close();
+    const seg = join(d, raftSegmentName(1));
+    const bytes = readFileSync(seg);
+    bytes[60] = (bytes[60] as number) ^ 0xff;
+    writeFileSync(seg, bytes);
+    const r = start(d);
+    assert.equal(r.status, 78, r.stderr);
+    assert.match(r.stderr, new RegExp(raftSegmentName(1)));
+    assert.deepEqual(readFileSync(seg), bytes, 'the segment is unchanged');
   });
 });

@@ -11,9 +11,18 @@ import type { Epoch, Membership } from '../core/membership.js';
 import { noEpoch, sameEpoch } from '../core/membership.js';
 import type { LogEntry, Message } from '../core/messages.js';
 import { Prng } from '../core/prng.js';
-import { type DurableState, type ForceStartPhase, RaftCore, type RaftOptions, type Role, type SoftState } from '../core/raft.js';
+import {
+  type DurableState,
+  type ForceStartPhase,
+  type HardState,
+  RaftCore,
+  type RaftOptions,
+  type Role,
+  type SoftState,
+} from '../core/raft.js';
 import { drainReady, type ReadySink } from '../core/ready-handler.js';
 import type { Snapshot } from '../core/snapshot.js';
+import type { Durable } from '../core/storage.js';
 import { RaftError } from '../errors.js';
 import { DriverError } from './errors.js';
 import { LogLimiter } from './log-limiter.js';
@@ -100,6 +109,28 @@ export type CoreTuning = Pick<
   | 'maxClockOffsetMs'
 >;
 
+/** A cluster node's raft state on disk (--data-dir; src/cluster/raft-storage.ts): writes are
+ * buffered and made durable in group commits, each reported through listen(). */
+export interface DriverStorage {
+  /** The directory, for messages. */
+  readonly dir: string;
+  /** What it held at start; null: nothing. */
+  readonly loaded: DurableState | null;
+  /** The member whose state it holds (the incarnation its writes were made under). */
+  readonly incarnation: string;
+  readonly snapshotIndex: number;
+  append(entries: readonly LogEntry[], truncatedFrom: number | null): void;
+  setHardState(h: HardState): void;
+  saveSnapshot(s: Snapshot): void;
+  /** Drops everything held: from now on it holds the state of the member `incarnation`. */
+  reset(incarnation: string): void;
+  /** Resolves once every write so far is durable; rejects once the storage failed. */
+  flush(): Promise<Durable>;
+  /** What each group commit made durable, and the one error that stopped the storage. */
+  listen(onDurable: (d: Durable) => void, onFailure: (err: Error) => void): void;
+  close(): Promise<void>;
+}
+
 export interface RaftDriverOptions {
   readonly id: number;
   /** A static configuration: these node ids are voters with incarnation '0', as if bootstrapped
@@ -115,6 +146,14 @@ export interface RaftDriverOptions {
   readonly stateFile?: string;
   /** docs/design.md "Force-start": make the next epoch from the state file (FILE, else FILE.prev). */
   readonly forceStart?: boolean;
+  /** docs/raft.md "Persistence": the log, term, vote and snapshot on disk, with a core that waits
+   * for them (awaitStorage). A storage that holds a state is resumed as the same member (its
+   * epoch and cluster identity from the record beside `stateFile`, which it needs); one that holds
+   * none is reset for the member this start makes. A force-start forces from what it holds. */
+  readonly storage?: DriverStorage;
+  /** A write or fsync of `storage` failed: the driver has stopped (the process should exit; the
+   * write is never retried). Default: onFatal. */
+  readonly onStorageFailed?: (err: Error) => void;
   /** A forced epoch that has no second voter within this gives up. Default 60E. */
   readonly forceStartTimeoutMs?: number;
   /** The force-start was refused or timed out: the process must exit (the driver has stopped). */
@@ -354,7 +393,13 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     this.uncommittedEntriesMax = opts.core?.uncommittedEntriesMax ?? UNCOMMITTED_ENTRIES_MAX_DEFAULT;
     this.lastTick = Math.floor(this.clock.monotonic());
     this.random = new Prng(opts.seed ?? randomInt(2 ** 32));
-    this.plan = opts.stateFile === undefined ? staticPlan() : planStart(opts.stateFile, this.expected, opts.forceStart === true);
+    this.storage = opts.storage ?? null;
+    this.plan =
+      opts.stateFile === undefined
+        ? staticPlan()
+        : this.storage?.loaded != null
+          ? planFromStorage(opts.stateFile, this.expected, this.storage, opts.forceStart === true)
+          : planStart(opts.stateFile, this.expected, opts.forceStart === true);
     this.recordEpoch = opts.stateFile === undefined ? null : (this.plan.record?.epoch ?? noEpoch);
     this.recordUid = this.plan.record?.clusterUid ?? '';
     this.clusterUid = this.plan.clusterUid;
@@ -385,6 +430,10 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
   }
 
   private readonly random: Prng;
+  /** --data-dir: the raft state on disk; null: in memory, written to the state file at a clean stop. */
+  private readonly storage: DriverStorage | null;
+  /** The storage made every write durable at the stop: a state file written now is no newer. */
+  private storageSettled = false;
 
   private makeCore(): RaftCore {
     const opts = this.opts;
@@ -400,6 +449,7 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
       random: this.random,
       now: this.lastTick,
       clusterId: this.expected.clusterId,
+      ...(this.storage === null ? {} : { awaitStorage: true }),
     };
     if (opts.stateFile === undefined) return new RaftCore({ ...base, voters: this.nodes });
     const resumed = plan.membership === 'member' && opts.forceStart !== true;
@@ -429,6 +479,8 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     if (this.state !== 'started') return; // stop() while the transport was binding
     try {
       this.takeStateFile();
+      await this.prepareStorage();
+      if (this.state !== 'started') return;
       this.live = true;
     } catch (err) {
       await this.stop();
@@ -439,6 +491,52 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     this.ticker = setInterval(this.onTick, this.tickIntervalMs);
     this.onTick();
   }
+
+  /** docs/raft.md "Persistence": before the first raft message, a storage that is not resumed holds
+   * what this start begins from (nothing, or the state file it resumes) and is durable. */
+  private async prepareStorage(): Promise<void> {
+    const st = this.storage;
+    if (st === null) return;
+    // A force-start makes a new member from the state it starts from, so that is written again.
+    if (st.loaded === null || this.plan.restore !== st.loaded || this.opts.forceStart === true) {
+      st.reset(this.plan.incarnation);
+      const r = this.plan.restore;
+      if (r !== undefined) {
+        // A state file resumed into an empty data directory: the directory takes it over.
+        if (r.snapshot) st.saveSnapshot(r.snapshot);
+        st.setHardState({ term: r.term, vote: r.vote, voteInc: r.voteInc ?? '' });
+        st.append(r.entries, null);
+      }
+    }
+    await st.flush();
+    st.listen(this.onDurable, this.onStorageFailed);
+  }
+
+  /** A group commit is durable: the core may now count and answer for it. */
+  private readonly onDurable = (d: Durable): void => {
+    if (this.state !== 'started' || !this.live) return;
+    try {
+      this.core.persistedHardState(d.hard);
+      this.core.persisted(d.index, d.term);
+    } catch (err) {
+      this.fail(err);
+      return;
+    }
+    this.drainReady();
+  };
+
+  /** docs/raft.md "Persistence": a failed write or fsync is never retried (an fsync retried after
+   * EIO can report success for pages the kernel dropped); the node stops. */
+  private readonly onStorageFailed = (err: Error): void => {
+    if (this.failed) return;
+    this.failed = true;
+    this.opts.logger.error(
+      { err: err.message, code: (err as { code?: unknown }).code, dir: this.storage?.dir },
+      'raft data directory write failed; stopping (the write is never retried)',
+    );
+    void this.stop();
+    (this.opts.onStorageFailed ?? this.opts.onFatal)?.(err);
+  };
 
   /** docs/design.md "State file": the record notes the file id, the file becomes FILE.prev, the
    * directory is synced, all before the first raft message. */
@@ -481,7 +579,20 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     this.snapshots.cancel();
     this.pending = [];
     this.pendingBytes = 0;
-    await this.transport.stop();
+    const st = this.storage;
+    await Promise.all([
+      this.transport.stop(),
+      // What was written is made durable before the state file may be written after it.
+      st === null
+        ? undefined
+        : st.flush().then(
+            () => {
+              this.storageSettled = true;
+              return st.close();
+            },
+            () => st.close(),
+          ),
+    ]);
     this.state = 'stopped';
   }
 
@@ -505,7 +616,10 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     const core = this.core;
     const phase = core.forceStartPhase;
     let written: string | null = null;
-    if (path !== undefined && !this.failed && core.epoch.generation !== 0 && phase !== 'probing' && phase !== 'failed') {
+    // With a storage the file is a copy for force-start and the tools, written only when it holds
+    // nothing the storage lacks (a stop cut short by its deadline writes none; the storage has it all).
+    const copyOk = this.storage === null || this.storageSettled;
+    if (path !== undefined && copyOk && !this.failed && core.epoch.generation !== 0 && phase !== 'probing' && phase !== 'failed') {
       this.writeRecordFor(core.epoch);
       writeStateFile(path, stateOfCore(core, core.clusterTime(Math.floor(this.clock.monotonic())), newFileId(), this.clusterUid));
       written = path;
@@ -685,6 +799,8 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
       this.opts.logger.info({ index, code: error.code }, 'raft snapshot not used');
       return null;
     }
+    const s = this.core.latestSnapshot;
+    if (this.storage !== null && s !== null) this.storage.saveSnapshot(s);
     this.drainReady();
     return index;
   }
@@ -921,7 +1037,10 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
       incarnation: inc,
       membership: 'amnesiac',
       epoch: to,
+      ...(this.storage === null ? {} : { awaitStorage: true }),
     });
+    // The new member starts with nothing: so does its storage, before anything of it is written.
+    this.storage?.reset(inc);
     this.applied = 0;
     this.snapshots.cancel();
     this.forgetBatches();
@@ -954,8 +1073,16 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
       this.transport.send(m.to, m);
       this.flushImmediate ??= setImmediate(this.endTurn);
     },
-    appended: (entries, truncatedFrom) => this.opts.onAppended?.(entries, truncatedFrom),
-    restore: (s) => this.restore(s),
+    hardState: (h) => this.storage?.setHardState(h),
+    appended: (entries, truncatedFrom) => {
+      this.storage?.append(entries, truncatedFrom);
+      this.opts.onAppended?.(entries, truncatedFrom);
+    },
+    restore: (s) => {
+      // The restored snapshot of a resumed storage is the one it holds already.
+      if (this.storage !== null && s.index > this.storage.snapshotIndex) this.storage.saveSnapshot(s);
+      this.restore(s);
+    },
     committed: (entries) => this.deliver(entries),
     softState: (s) => this.noteSoftState(s),
   };
@@ -1202,10 +1329,54 @@ function planStart(path: string, expected: Expected, force: boolean): StartPlan 
   };
 }
 
+/** docs/raft.md "Persistence": a storage that holds a state resumes the member it holds, in the
+ * epoch of the record beside the state file (written before anything of an epoch is stored). A
+ * state file there is consumed unused, unless it is newer than the storage (written by a start
+ * without the storage): resuming the storage would then roll the member back, so it is refused.
+ * A force-start forces from the storage's state (never from FILE.prev, which is older), as a new
+ * member. */
+function planFromStorage(path: string, expected: Expected, st: DriverStorage, force: boolean): StartPlan {
+  const loaded = st.loaded as DurableState;
+  const record = readRecord(path, expected);
+  if (record === null || record.epoch.generation === 0) return planStart(path, expected, force);
+  const file = peekStateFile(path, expected);
+  if (file !== null) {
+    const lastOf = (d: DurableState): number => d.entries.at(-1)?.index ?? d.snapshot?.index ?? 0;
+    const fileLast = file.log.at(-1)?.index ?? file.snapshot?.index ?? 0;
+    if (file.member.inc !== st.incarnation || file.term > loaded.term || fileLast > lastOf(loaded)) {
+      throw new DriverError(
+        'RAFT_STATE_FILE_NEWER',
+        `${path} (member ${file.member.inc}, term ${file.term}, last index ${fileLast}) is newer than --data-dir ${st.dir} (member ${st.incarnation}, term ${loaded.term}, last index ${lastOf(loaded)}): it was written by a start without the data directory; move one of them away`,
+      );
+    }
+  }
+  if (force) {
+    return {
+      membership: 'amnesiac',
+      incarnation: randomBytes(8).toString('hex'),
+      epoch: record.epoch,
+      restore: loaded,
+      consume: file,
+      record,
+      clusterUid: record.clusterUid || newClusterUid(),
+    };
+  }
+  return {
+    membership: 'member',
+    incarnation: st.incarnation,
+    epoch: record.epoch,
+    restore: loaded,
+    consume: file,
+    record,
+    clusterUid: record.clusterUid,
+  };
+}
+
 function checkOptions(opts: RaftDriverOptions): void {
   const bad = (what: string): never => {
     throw new DriverError('RAFT_DRIVER_BAD_OPTIONS', what);
   };
+  if (opts.storage !== undefined && opts.stateFile === undefined) bad('storage needs stateFile (its membership record)');
   if ((opts.voters === undefined) === (opts.stateFile === undefined)) bad('give exactly one of voters (static) and stateFile');
   if (opts.stateFile !== undefined && opts.nodes === undefined) bad('nodes is required with stateFile');
   if (opts.forceStart === true && opts.stateFile === undefined) bad('forceStart needs stateFile');

@@ -21,6 +21,9 @@ export const DriverErrorCodes = {
   /** The force-start was refused (a peer shows a leader, a newer log or a newer epoch) or its
    * epoch found no second voter in time (docs/design.md "Force-start"). */
   RAFT_FORCE_START_FAILED: 'raft force-start failed',
+  /** --data-dir holds a state and the state file beside it is newer (written by a start
+   * without the data directory, or by another member): resuming either could roll back. */
+  RAFT_STATE_FILE_NEWER: 'raft state file is newer than the data directory',
   /** Another live process holds the PID lock beside the state file. */
   RAFT_STATE_FILE_LOCKED: 'raft state file is locked by another process',
 } as const;

@@ -3,8 +3,8 @@ import { describe, it } from 'node:test';
 import type { LogEntry } from '../core/messages.js';
 import { Prng } from '../core/prng.js';
 import { StoredLog } from '../core/storage.js';
+import { decodeRecords, encodeRecord, type StorageRecord } from '../core/storage-records.js';
 import { PowerCutStorage } from './power-cut.js';
-import { decodeRecords, encodeRecord, type StorageRecord } from './storage-records.js';
 
 const entry = (index: number, term: number): LogEntry => ({ index, term, time: index * 10, data: new Uint8Array([index & 0xff, term]) });
 

@@ -8,7 +8,7 @@ import type { RandomSource } from '../core/prng.js';
 import type { DurableState, HardState } from '../core/raft.js';
 import type { Snapshot } from '../core/snapshot.js';
 import { type Durable, type RaftStorage, StoredLog } from '../core/storage.js';
-import { decodeRecords, encodeRecord, type StorageRecord } from './storage-records.js';
+import { decodeRecords, encodeRecord, type StorageRecord } from '../core/storage-records.js';
 
 function concat(parts: readonly Uint8Array[]): Uint8Array {
   let n = 0;

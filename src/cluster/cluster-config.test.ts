@@ -132,11 +132,12 @@ describe('cluster settings', { timeout: 10_000 }, () => {
     refusal(['--state-file', 's'], CONFIG_ERROR.BAD_VALUE, /--state-file is for a cluster node.*--data-dir/);
   });
 
-  it('refuses --data-dir with --cluster-peers, naming both flags', () => {
-    refusal(
-      ['--cluster-node', '1', '--cluster-peers', PEERS, '--state-file', 's', '--data-dir', 'd'],
-      CONFIG_ERROR.BAD_VALUE,
-      /--data-dir.*--cluster-peers/,
-    );
+  it("takes --data-dir on a cluster node, with --cluster-force-start too, but not the single node's WAL flags", () => {
+    const base = ['--cluster-node', '1', '--cluster-peers', PEERS, '--state-file', 's', '--data-dir', 'd'];
+    assert.equal(clusterSettings(configOf(base))?.dataDir, 'd');
+    assert.equal(clusterSettings(configOf(base.slice(0, -2)))?.dataDir, undefined);
+    assert.equal(clusterSettings(configOf([...base, '--cluster-force-start']))?.forceStart, true);
+    refusal([...base, '--data-dir-min-free-bytes', '1GiB'], CONFIG_ERROR.BAD_VALUE, /--data-dir-min-free-bytes is for a single node/);
+    refusal([...base, '--snapshot-log-bytes', '1MiB'], CONFIG_ERROR.BAD_VALUE, /--snapshot-log-bytes is for a single node/);
   });
 });

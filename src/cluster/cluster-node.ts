@@ -11,6 +11,7 @@ import type { ClusterSettings } from './cluster-config.js';
 import { configHash } from './config-hash.js';
 import { HealthServer, type HealthSource } from './health.js';
 import { type ClusterStatus, RaftLog } from './raft-log.js';
+import { driverStorage, openRaftDataDir, type RaftDataDir } from './raft-storage.js';
 import { isLoopbackHost, type StatusAccess } from './status-page.js';
 
 export interface RunningCluster {
@@ -40,6 +41,43 @@ export async function startClusterNode(
   if (cs.secret === undefined) logger.warn({}, 'no --cluster-secret: peer links are not authenticated');
   const settings = settingsFrom(nodeOpts);
   const bridges = nodeOpts.bridges ?? [];
+  // docs/raft.md "Persistence": the data directory is opened, checked and loaded before raft is
+  // made; a refused one throws DataDirError naming it.
+  const dataDir = cs.dataDir === undefined ? null : await openRaftDataDir(cs.dataDir, { clusterId: cs.clusterId, nodeId: cs.node }, logger);
+  if (dataDir !== null) {
+    const r = dataDir.report;
+    logger.info(
+      {
+        dir: dataDir.dir,
+        lastIndex: r.lastIndex,
+        snapshotIndex: r.snapshotIndex,
+        term: dataDir.loaded?.term ?? 0,
+        records: r.records,
+        segments: r.segments,
+      },
+      dataDir.loaded === null ? 'raft data directory empty' : 'raft data directory loaded',
+    );
+  }
+  try {
+    return await startWith(cs, nodeOpts, health, logger, created, onServeFailure, onExit, settings, bridges, dataDir);
+  } catch (err) {
+    dataDir?.release();
+    throw err;
+  }
+}
+
+async function startWith(
+  cs: ClusterSettings,
+  nodeOpts: NodeOptions,
+  health: { host: string; port: number; statusToken?: string },
+  logger: Logger,
+  created: (node: BrokerNode) => void,
+  onServeFailure: (err: Error) => void,
+  onExit: (code: number, err: Error) => void,
+  settings: ReturnType<typeof settingsFrom>,
+  bridges: NonNullable<NodeOptions['bridges']>,
+  dataDir: RaftDataDir | null,
+): Promise<RunningCluster> {
   // The driver reads the state file and its record here (never writing): a refused one throws.
   const { log, transport } = RaftLog.overTcp({
     node: cs.node,
@@ -58,6 +96,7 @@ export async function startClusterNode(
     maxClockOffsetMs: cs.maxClockOffsetMs,
     handoverTimeoutMs: cs.handoverTimeoutMs,
     onForceStartFailed: (err) => onExit(EXIT.FORCE_START_FAILED, err),
+    ...(dataDir === null ? {} : { storage: driverStorage(dataDir), onStorageFailed: (err: Error) => onExit(EXIT.DATA_DIR_IO, err) }),
   });
   let audit: AuditLog | null = null;
   if (cs.auditLog !== undefined) {
@@ -135,6 +174,7 @@ export async function startClusterNode(
     async stop() {
       await node.stop();
       await Promise.all([server?.close(), audit?.close()]);
+      dataDir?.release();
     },
     stopNow() {
       log.stopNow();

@@ -9,7 +9,7 @@ import type { Epoch, Membership } from '../../raft/core/membership.js';
 import type { LogEntry, Message } from '../../raft/core/messages.js';
 import type { ForceStartPhase, Role, SoftState } from '../../raft/core/raft.js';
 import type { Snapshot } from '../../raft/core/snapshot.js';
-import { type DriverLogger, type OutOfMembership, type ProposeTicket, RaftDriver } from '../../raft/driver/driver.js';
+import { type DriverLogger, type DriverStorage, type OutOfMembership, type ProposeTicket, RaftDriver } from '../../raft/driver/driver.js';
 import type { DriverError } from '../../raft/driver/errors.js';
 import { raftWireCodec } from '../../raft/driver/wire-codec.js';
 import { type PeerAddress, Transport } from '../../raft/transport/transport.js';
@@ -207,6 +207,11 @@ export interface TcpClusterOptions {
   handoverTimeoutMs?: number;
   /** The force-start was refused or timed out; raft has stopped and the process must exit. */
   onForceStartFailed?: (err: DriverError) => void;
+  /** --data-dir: raft's log, term, vote and snapshot on disk (docs/raft.md "Persistence"); needs
+   * stateFile. */
+  storage?: DriverStorage;
+  /** A write or fsync of `storage` failed; raft has stopped and the process must exit. */
+  onStorageFailed?: (err: Error) => void;
 }
 
 /** At most one line per kind of dropped proposal per window (ms). */
@@ -316,6 +321,7 @@ export class RaftLog implements BrokerLog, LeaseView {
             forceStart: o.forceStart === true,
             ...(o.forceStartTimeoutMs === undefined ? {} : { forceStartTimeoutMs: o.forceStartTimeoutMs }),
             ...(o.onForceStartFailed === undefined ? {} : { onForceStartFailed: o.onForceStartFailed }),
+            ...(o.storage === undefined ? {} : { storage: o.storage }),
           };
     const log = new RaftLog({
       node: o.node,
@@ -356,6 +362,11 @@ export class RaftLog implements BrokerLog, LeaseView {
           onCommitted: hooks.onCommitted,
           onStateChange: hooks.onStateChange,
           onFatal: hooks.onFatal,
+          // The node stops serving, then the process exits.
+          onStorageFailed: (err) => {
+            hooks.onFatal(err);
+            o.onStorageFailed?.(err);
+          },
           onLeaseRenewed: hooks.onLeaseRenewed,
           snapshotSource: hooks.snapshotSource,
           onSnapshot: hooks.onSnapshot,

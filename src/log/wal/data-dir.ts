@@ -2,8 +2,11 @@
 // PID lock, checked before anything in it is read. Layout:
 //
 //   meta.json     {"format":"raftmq-data","version":1,"mode":"single","node":"<random id>"}
+//                 a cluster node's: {..., "mode":"cluster", "clusterId": "...", "nodeId": 2,
+//                 "incarnation": "<the member it holds the raft state of>"}
 //   lock          the PID of the process that uses the directory
-//   wal-*.seg, snap-*.snap   see wal.ts
+//   wal-*.seg, snap-*.snap   see wal.ts (single node)
+//   raft-*.seg, raft-snap-*.snap   see src/cluster/raft-storage.ts (cluster node)
 //
 // A directory of another format version or mode, or a non-empty directory without meta.json, is
 // refused before anything is written; so is a directory whose lock a live process holds. The lock is
@@ -24,9 +27,17 @@ export const DATA_VERSION = 1;
 export interface DataDirMeta {
   format: string;
   version: number;
-  mode: 'single';
+  mode: 'single' | 'cluster';
   node: string;
+  /** Cluster mode: --cluster-id and --cluster-node of the node it belongs to. */
+  clusterId?: string;
+  nodeId?: number;
+  /** Cluster mode: the incarnation of the member whose raft state it holds. */
+  incarnation?: string;
 }
+
+/** Whose directory this must be: a single node's, or a cluster node's of this cluster and id. */
+export type DataDirOwner = { mode: 'single' } | { mode: 'cluster'; clusterId: string; nodeId: number; incarnation: string };
 
 export interface DataDir {
   readonly dir: string;
@@ -38,7 +49,7 @@ export interface DataDir {
 
 /** Creates the directory if need be, takes its lock and checks (or, in an empty directory, writes)
  * its metadata. Throws DataDirError naming the directory or file. */
-export async function openDataDir(dir: string): Promise<DataDir> {
+export async function openDataDir(dir: string, owner: DataDirOwner = { mode: 'single' }): Promise<DataDir> {
   try {
     mkdirSync(dir, { recursive: true, mode: 0o700 });
   } catch (err) {
@@ -47,7 +58,7 @@ export async function openDataDir(dir: string): Promise<DataDir> {
   const release = acquireLock(join(dir, LOCK_NAME));
   try {
     const storage = new FsStorage(dir);
-    const meta = await readOrCreateMeta(storage, dir);
+    const meta = await readOrCreateMeta(storage, dir, owner);
     return { dir, storage, meta, release };
   } catch (err) {
     release();
@@ -55,7 +66,7 @@ export async function openDataDir(dir: string): Promise<DataDir> {
   }
 }
 
-async function readOrCreateMeta(storage: Storage, dir: string): Promise<DataDirMeta> {
+async function readOrCreateMeta(storage: Storage, dir: string, owner: DataDirOwner): Promise<DataDirMeta> {
   const path = join(dir, META_NAME);
   const bytes = await storage.read(META_NAME);
   if (bytes === null) {
@@ -65,14 +76,9 @@ async function readOrCreateMeta(storage: Storage, dir: string): Promise<DataDirM
     if (others.length > 0) {
       throw new DataDirError('DATA_DIR_FOREIGN', `--data-dir ${dir} is not empty and has no ${META_NAME}: not a raftmq data directory`);
     }
-    const meta: DataDirMeta = { format: DATA_FORMAT, version: DATA_VERSION, mode: 'single', node: randomBytes(8).toString('hex') };
-    if ((await storage.read(temp)) !== null) await storage.remove(temp);
-    const f = await storage.create(temp);
-    await f.append([Buffer.from(`${JSON.stringify(meta)}\n`)]);
-    await f.sync();
-    await f.close();
-    await storage.rename(temp, META_NAME);
-    await storage.syncDir();
+    const meta: DataDirMeta = { format: DATA_FORMAT, version: DATA_VERSION, mode: owner.mode, node: randomBytes(8).toString('hex') };
+    if (owner.mode === 'cluster') Object.assign(meta, { clusterId: owner.clusterId, nodeId: owner.nodeId, incarnation: owner.incarnation });
+    await writeMeta(storage, meta);
     return meta;
   }
   let v: Partial<DataDirMeta> | null;
@@ -90,10 +96,29 @@ async function readOrCreateMeta(storage: Storage, dir: string): Promise<DataDirM
       `${path}: data directory format version ${String(v.version)}, this build uses ${DATA_VERSION}`,
     );
   }
-  if (v.mode !== 'single') {
-    throw new DataDirError('DATA_DIR_FOREIGN', `${path}: a data directory of mode ${JSON.stringify(v.mode)}, this node is a single node`);
+  if (v.mode !== owner.mode) {
+    const self = owner.mode === 'single' ? 'a single node' : 'a cluster node';
+    throw new DataDirError('DATA_DIR_FOREIGN', `${path}: a data directory of mode ${JSON.stringify(v.mode)}, this node is ${self}`);
+  }
+  if (owner.mode === 'cluster' && (v.clusterId !== owner.clusterId || v.nodeId !== owner.nodeId || typeof v.incarnation !== 'string')) {
+    throw new DataDirError(
+      'DATA_DIR_FOREIGN',
+      `${path}: the data directory of node ${String(v.nodeId)} of cluster ${JSON.stringify(v.clusterId)}, this is node ${owner.nodeId} of ${JSON.stringify(owner.clusterId)}`,
+    );
   }
   return v as DataDirMeta;
+}
+
+/** Replaces meta.json: temporary file, fsync, rename, fsync of the directory. */
+export async function writeMeta(storage: Storage, meta: DataDirMeta): Promise<void> {
+  const temp = `${META_NAME}.tmp`;
+  if ((await storage.read(temp)) !== null) await storage.remove(temp);
+  const f = await storage.create(temp);
+  await f.append([Buffer.from(`${JSON.stringify(meta)}\n`)]);
+  await f.sync();
+  await f.close();
+  await storage.rename(temp, META_NAME);
+  await storage.syncDir();
 }
 
 /** Takes the lock; a lock whose PID is gone is taken over. Returns its release. */

@@ -81,7 +81,9 @@ const r32 = (b: Uint8Array, at: number): number =>
   (((b[at] as number) << 24) | ((b[at + 1] as number) << 16) | ((b[at + 2] as number) << 8) | (b[at + 3] as number)) >>> 0;
 const r64 = (b: Uint8Array, at: number): number => r32(b, at) * 0x1_0000_0000 + r32(b, at + 4);
 
-function snapshotTrailer(index: number, bytes: number, crc: number): Uint8Array {
+/** The trailer that closes a snapshot file of `bytes` image bytes whose CRC-32C is `crc` (a cluster
+ * node's data directory writes its snapshots in this format too, src/cluster/raft-storage.ts). */
+export function snapshotTrailer(index: number, bytes: number, crc: number): Uint8Array {
   const t = new Uint8Array(SNAP_TRAILER_BYTES);
   t.set(SNAP_MAGIC, 0);
   u32(t, 8, SNAP_VERSION);
@@ -107,8 +109,16 @@ function trailerProblem(b: Uint8Array, index: number): string | null {
   return null;
 }
 
+/** Why the bytes of a snapshot file at `index` cannot be used (trailer or image checksum), or null;
+ * with null, `snapshotImage` gives the image. */
+export function snapshotFileProblem(b: Uint8Array, index: number): string | null {
+  return trailerProblem(b, index) ?? (crc32c(imageOf(b)) !== imageCrc(b) ? 'image checksum mismatch' : null);
+}
+
+export const snapshotImage = (b: Uint8Array): Uint8Array => imageOf(b);
+
 /** `p`, its rejection named after the file and the operation (WalIoError). */
-async function io<T>(file: string, op: string, p: Promise<T>): Promise<T> {
+export async function io<T>(file: string, op: string, p: Promise<T>): Promise<T> {
   try {
     return await p;
   } catch (err) {

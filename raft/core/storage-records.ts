@@ -1,11 +1,13 @@
 // The record layout of a raft storage that appends to one file (the simulator's power-cut double
 // writes it; docs/raft.md "Persistence"). Every write is one record: a length and a CRC-32C of the
 // body, then the body. Reading stops at the first record that ends early or fails its checksum: a
-// torn tail, the part of an unsynced write that reached the disk.
-import type { Configuration } from '../core/membership.js';
-import type { LogEntry } from '../core/messages.js';
-import type { HardState } from '../core/raft.js';
-import type { Snapshot } from '../core/snapshot.js';
+// torn tail, the part of an unsynced write that reached the disk. The bodies alone are also what a
+// cluster node's data directory stores inside its write-ahead log records, which carry their own
+// length and CRC-32C (src/cluster/raft-storage.ts).
+import type { Configuration } from './membership.js';
+import type { LogEntry } from './messages.js';
+import type { HardState } from './raft.js';
+import type { Snapshot } from './snapshot.js';
 
 export type StorageRecord =
   | { readonly kind: 'append'; readonly entries: readonly LogEntry[]; readonly truncatedFrom: number | null }
@@ -156,8 +158,8 @@ function readEntry(r: Reader): LogEntry {
   return config === null ? { index, term, time, data } : { index, term, time, data, config };
 }
 
-/** One record: header and body. */
-export function encodeRecord(rec: StorageRecord): Uint8Array {
+/** One record's body, without the header. */
+export function encodeRecordBody(rec: StorageRecord): Uint8Array {
   const w = new Writer();
   w.u8(tags[rec.kind]);
   if (rec.kind === 'append') {
@@ -177,7 +179,12 @@ export function encodeRecord(rec: StorageRecord): Uint8Array {
     w.u32(s.chunks.length);
     for (const c of s.chunks) w.bytes(c);
   }
-  const body = w.done();
+  return w.done();
+}
+
+/** One record: header and body. */
+export function encodeRecord(rec: StorageRecord): Uint8Array {
+  const body = encodeRecordBody(rec);
   const out = new Uint8Array(recordHeadBytes + body.length);
   const view = new DataView(out.buffer);
   view.setUint32(0, body.length, true);
@@ -222,6 +229,15 @@ function decodeBody(body: Uint8Array): StorageRecord {
   }
   if (!r.done) throw new Short('bytes after the record');
   return rec;
+}
+
+/** A body as encodeRecordBody wrote it; a string says why it is not one. */
+export function decodeRecordBody(body: Uint8Array): StorageRecord | string {
+  try {
+    return decodeBody(body);
+  } catch (err) {
+    return err instanceof Error ? err.message : String(err);
+  }
 }
 
 export interface DecodedRecords {
