@@ -1,4 +1,8 @@
-// node build/jepsen-like-tests/run.js --seed S --duration-s N --faults kill,pause,partition
+// node build/jepsen-like-tests/run.js --seed S --duration-s N --faults kill,pause,partition [--mutant M]
+// npm run jepsen -- --time N --seed S --faults ... --mutant M   (--time is --duration-s)
+//
+// --mutant runs a copy of the build with one planted bug (jepsen-like-tests/mutants.ts); the run
+// is then expected to fail, and its report names the checker that caught it.
 //
 // Starts three raftmq nodes behind relays, runs the MQTT.js workload, injects the seeded fault
 // schedule (kills and restarts start the process again with the same flags), heals everything, lets
@@ -16,6 +20,7 @@ import type { ClusterNode } from '../test/support/cluster.js';
 import { sleep } from '../test/support/wait.js';
 import { type AuditSource, checkAll } from './checker.js';
 import { JepsenCluster, livePids } from './cluster.js';
+import { buildMutant, isJepsenMutant, JEPSEN_MUTANTS } from './mutants.js';
 import { type AppliedFault, type RunReport, writeReport } from './report.js';
 import {
   describeFault,
@@ -38,6 +43,8 @@ export interface RunOptions {
   dir: string;
   /** Exactly these faults in a seeded order (the slow test); see ScheduleOptions.plan. */
   plan?: FaultClass[];
+  /** The raftmq CLI to run (a mutant's); default this build's. */
+  cli?: string;
   log?: (line: string) => void;
 }
 
@@ -282,7 +289,7 @@ export async function runJepsen(o: RunOptions): Promise<RunReport> {
   log(`seed ${o.seed}: ${schedule.length} faults; output in ${o.dir}`);
   const r = new Prng(o.seed ^ 0x7a46e7);
   const cluster = await JepsenCluster.start({
-    cli: CLI,
+    cli: o.cli ?? CLI,
     dir: o.dir,
     electionTimeoutMs: o.electionTimeoutMs,
     seed: o.seed,
@@ -349,7 +356,7 @@ export async function runJepsen(o: RunOptions): Promise<RunReport> {
 
 function usage(message: string): never {
   process.stderr.write(
-    `run: ${message}\nusage: node build/jepsen-like-tests/run.js --seed S --duration-s N --faults ${FAULT_CLASSES.join(',')} [--election-timeout-ms E] [--out DIR]\n`,
+    `run: ${message}\nusage: node build/jepsen-like-tests/run.js --seed S --time N --faults ${FAULT_CLASSES.join(',')} [--mutant ${Object.keys(JEPSEN_MUTANTS).join('|')}] [--election-timeout-ms E] [--out DIR]\n`,
   );
   process.exit(2);
 }
@@ -360,7 +367,9 @@ async function main(): Promise<number> {
     values = parseArgs({
       options: {
         seed: { type: 'string', default: '1' },
-        'duration-s': { type: 'string', default: '60' },
+        'duration-s': { type: 'string' },
+        time: { type: 'string' },
+        mutant: { type: 'string' },
         faults: { type: 'string', default: 'kill,restart,pause,partition' },
         'election-timeout-ms': { type: 'string', default: '500' },
         out: { type: 'string' },
@@ -371,10 +380,13 @@ async function main(): Promise<number> {
     usage((err as Error).message);
   }
   const seed = Number(values.seed);
-  const durationS = Number(values['duration-s']);
+  if (values.time !== undefined && values['duration-s'] !== undefined) usage('--time and --duration-s are the same option: give one');
+  const durationS = Number(values.time ?? values['duration-s'] ?? '60');
   const e = Number(values['election-timeout-ms']);
   if (!Number.isSafeInteger(seed) || seed < 0) usage(`--seed ${values.seed}: a whole number ≥ 0`);
-  if (!Number.isSafeInteger(durationS) || durationS < 10 || durationS > 3600) usage(`--duration-s ${values['duration-s']}: 10 to 3600`);
+  if (!Number.isSafeInteger(durationS) || durationS < 10 || durationS > 3600) usage(`--time ${durationS}: 10 to 3600 seconds`);
+  const mutant = values.mutant;
+  if (typeof mutant === 'string' && !isJepsenMutant(mutant)) usage(`--mutant ${mutant}: one of ${Object.keys(JEPSEN_MUTANTS).join(', ')}`);
   if (!Number.isSafeInteger(e) || e < 50 || e > 10_000) usage(`--election-timeout-ms ${values['election-timeout-ms']}: 50 to 10000`);
   let faults: FaultClass[];
   try {
@@ -392,7 +404,12 @@ async function main(): Promise<number> {
     2 * durationS * 1000 + OVERHEAD_BOUND_MS,
   );
   bound.unref();
-  const report = await runJepsen({ seed, durationS, faults, electionTimeoutMs: e, dir });
+  let cli: string | undefined;
+  if (typeof mutant === 'string' && isJepsenMutant(mutant)) {
+    cli = buildMutant(mutant, join(process.cwd(), 'build'));
+    process.stdout.write(`mutant ${mutant}: ${JEPSEN_MUTANTS[mutant].breaks}; running ${cli}\n`);
+  }
+  const report = await runJepsen({ seed, durationS, faults, electionTimeoutMs: e, dir, cli });
   return report.ok ? 0 : 1;
 }
 
