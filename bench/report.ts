@@ -108,8 +108,10 @@ export function rowsOf(runs: RunResult[], loadgenMaxPct: number): Row[] {
     return row !== undefined && row.failedRuns === 0 && (lg === null || lg <= loadgenMaxPct);
   };
   for (const row of rows) {
-    if (row.broker !== 'raftmq-cluster' || row.result.idle) continue;
-    const one = rows.find((o) => o.scenario === row.scenario && o.broker === 'raftmq');
+    if ((row.broker !== 'raftmq-cluster' && row.broker !== 'raftmq-cluster-disk') || row.result.idle) continue;
+    // A cluster on disk is compared with one node on disk.
+    const oneName = row.broker === 'raftmq-cluster-disk' ? 'raftmq-disk' : 'raftmq';
+    const one = rows.find((o) => o.scenario === row.scenario && o.broker === oneName);
     const leader = row.result.procs[0]?.cpuUsPerMsg ?? null;
     const followers = row.result.procs.slice(1).map((p) => p.cpuUsPerMsg);
     const oneNode = one?.result.procs[0]?.cpuUsPerMsg ?? null;

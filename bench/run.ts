@@ -94,7 +94,8 @@ const HELP = `npm run bench -- [options]
                        fleet scenarios, run after those: ${FLEET_SCENARIOS.join(',')}
   --brokers a,b        ${BENCH_TARGET_NAMES.join(',')} (default ${TARGET_NAMES.join(',')}; raftmq-disk:
                        one node with --data-dir, reporting fsyncs/s and messages per fsync;
-                       mosquitto-disk: persistence on, which does not tie PUBACK to the disk)
+                       mosquitto-disk: persistence on, which does not tie PUBACK to the disk;
+                       raftmq-cluster-disk: three nodes, each with --data-dir)
   --cpu-prof           run raftmq under node --cpu-prof; profiles go to the results folder
   --mqttload DIR       mqttload source folder (default ../shared/tools/mqttload beside the repository)
   --out DIR            results folder (default bench/results)

@@ -17,13 +17,13 @@ export const CLI = process.env.RAFTMQ_BENCH_CLI ?? join(REPO, 'build', 'src', 'c
 export const MOSQUITTO = '/usr/sbin/mosquitto';
 export const HOST = '127.0.0.1';
 
-export type TargetName = 'raftmq' | 'raftmq-cluster' | 'mosquitto' | 'raftmq-disk' | 'mosquitto-disk';
+export type TargetName = 'raftmq' | 'raftmq-cluster' | 'mosquitto' | 'raftmq-disk' | 'mosquitto-disk' | 'raftmq-cluster-disk';
 /** The default targets (and the fleet scenarios'). */
 export const TARGET_NAMES: readonly TargetName[] = ['raftmq', 'raftmq-cluster', 'mosquitto'];
 /** On request (--brokers): one raftmq node with --data-dir (every ack after its fdatasync), and
  * Mosquitto with persistence on (its PUBACK does not wait for the disk: it saves the whole state
  * every autosave_interval and at a clean stop). */
-export const DISK_TARGET_NAMES: readonly TargetName[] = ['raftmq-disk', 'mosquitto-disk'];
+export const DISK_TARGET_NAMES: readonly TargetName[] = ['raftmq-disk', 'mosquitto-disk', 'raftmq-cluster-disk'];
 export const BENCH_TARGET_NAMES: readonly TargetName[] = [...TARGET_NAMES, ...DISK_TARGET_NAMES];
 
 /** A single broker listens within this; a cluster elects a serving leader within this. */
@@ -225,7 +225,11 @@ function mosquittoConf(port: number, persistDir: string | null = null): string {
   ].join('\n');
 }
 
-async function startSingle(name: Exclude<TargetName, 'raftmq-cluster'>, tmp: string, profDir: string | null): Promise<Target> {
+async function startSingle(
+  name: Exclude<TargetName, 'raftmq-cluster' | 'raftmq-cluster-disk'>,
+  tmp: string,
+  profDir: string | null,
+): Promise<Target> {
   const port = await freePort();
   let p: BrokerProcess;
   let dir: string | null = null;
@@ -262,9 +266,9 @@ async function startSingle(name: Exclude<TargetName, 'raftmq-cluster'>, tmp: str
 }
 
 /** Three raftmq nodes on loopback, each with a state file, peer, MQTT and health port of its own
- * (picked free just before); resolves once exactly one node answers /health with 200 and accepts
- * MQTT connections, with that node first. */
-async function startCluster(tmp: string, profDir: string | null): Promise<Target> {
+ * (picked free just before), and with raftmq-cluster-disk a data directory each; resolves once
+ * exactly one node answers /health with 200 and accepts MQTT connections, with that node first. */
+async function startCluster(name: 'raftmq-cluster' | 'raftmq-cluster-disk', tmp: string, profDir: string | null): Promise<Target> {
   const ids = [1, 2, 3];
   const peerPorts: number[] = [];
   const mqtt: number[] = [];
@@ -284,18 +288,19 @@ async function startCluster(tmp: string, profDir: string | null): Promise<Target
         ...['--host', HOST, '--port', String(mqtt[i]), '--health-port', String(health[i])],
         ...['--cluster-node', String(id), '--cluster-peers', peers, '--cluster-secret', secret],
         ...['--state-file', join(dir, `node${id}.state`)],
+        ...(name === 'raftmq-cluster-disk' ? ['--data-dir', join(dir, `node${id}.data`)] : []),
       ],
       profDir,
     ),
   );
-  const all = new Target('raftmq-cluster', 0, procs, ['follower', 'follower', 'follower'], health, dir);
+  const all = new Target(name, 0, procs, ['follower', 'follower', 'follower'], health, dir);
   const deadline = Date.now() + START_WAIT_MS;
   let codes: number[] = [];
   for (;;) {
     const gone = procs.find((p) => !p.alive);
     if (gone !== undefined) {
       await all.stop();
-      throw new Error(`raftmq-cluster: ${gone.label} ended at start (${gone.ended ?? 'no PID'}): ${gone.tail()}`);
+      throw new Error(`${name}: ${gone.label} ended at start (${gone.ended ?? 'no PID'}): ${gone.tail()}`);
     }
     codes = await Promise.all(health.map(healthCode));
     const up = ids.map((_, i) => i).filter((i) => codes[i] === 200);
@@ -305,7 +310,7 @@ async function startCluster(tmp: string, profDir: string | null): Promise<Target
       const order = [l, ...ids.map((_, i) => i).filter((i) => i !== l)];
       await sleep(POLL_MS * 4);
       return new Target(
-        'raftmq-cluster',
+        name,
         mqtt[l] as number,
         order.map((i) => procs[i] as BrokerProcess),
         ['leader', 'follower', 'follower'],
@@ -317,8 +322,8 @@ async function startCluster(tmp: string, profDir: string | null): Promise<Target
       await all.stop();
       throw new Error(
         up.length > 1
-          ? `raftmq-cluster: nodes ${up.map((i) => i + 1).join(', ')} answer /health 200 at once`
-          : `raftmq-cluster: no serving leader within ${START_WAIT_MS} ms; /health ${codes.join(', ')}`,
+          ? `${name}: nodes ${up.map((i) => i + 1).join(', ')} answer /health 200 at once`
+          : `${name}: no serving leader within ${START_WAIT_MS} ms; /health ${codes.join(', ')}`,
       );
     }
     await sleep(POLL_MS * 2);
@@ -327,5 +332,5 @@ async function startCluster(tmp: string, profDir: string | null): Promise<Target
 
 /** Starts `name` fresh; throws (after stopping whatever it started) when it does not come up. */
 export function startTarget(name: TargetName, tmp: string, profDir: string | null): Promise<Target> {
-  return name === 'raftmq-cluster' ? startCluster(tmp, profDir) : startSingle(name, tmp, profDir);
+  return name === 'raftmq-cluster' || name === 'raftmq-cluster-disk' ? startCluster(name, tmp, profDir) : startSingle(name, tmp, profDir);
 }
