@@ -10,6 +10,7 @@ import {
   type AuditSource,
   checkAll,
   checkLeaseOverlap,
+  checkTwoServersSeen,
   checkWrites,
   leaseCut,
   leaseIntervals,
@@ -32,6 +33,8 @@ function history(): History {
     connacks: [{ client: 's1', node: 1, mono: 10, sessionPresent: false }],
     subscribedAt: new Map([['s1', 50]]),
     errors: [],
+    stickyReceipts: [],
+    cleanClients: new Set(),
   };
 }
 
@@ -143,5 +146,42 @@ describe('jepsen checkers', { timeout: 10_000 }, () => {
     assert.deepEqual(successorAfter.violations, []);
     const successorInside = checkAll(history(), [source(1, 0, stopped, 100), source(2, 0, [lease(2, 110, 600), write(2, 115, 600)])]);
     assert.ok(kinds(successorInside.violations).includes('lease-overlap'), 'a successor leased before the release is reported');
+  });
+  it('two servers seen by a client: a QoS 0 receipt from node 1 more than the slack after node 2 gave a CONNACK', () => {
+    const h = history();
+    h.connacks.push({ client: 'sticky-sub', node: 1, mono: 1_000, sessionPresent: false });
+    h.connacks.push({ client: 's1', node: 2, mono: 3_000, sessionPresent: true });
+    h.stickyReceipts.push({ payload: 'sticky:1', node: 1, mono: 2_000 }, { payload: 'sticky:2', node: 1, mono: 3_400 });
+    const quiet: Violation[] = [];
+    checkTwoServersSeen(h, 500, quiet);
+    assert.deepEqual(quiet, [], 'before node 2 served, and within the slack after');
+    h.stickyReceipts.push({ payload: 'sticky:3', node: 1, mono: 3_600 });
+    const out: Violation[] = [];
+    checkTwoServersSeen(h, 500, out);
+    assert.deepEqual(out, [
+      { kind: 'two-servers-seen', payload: 'sticky:3', node: 1, receiptMono: 3_600, otherNode: 2, connackMono: 3_000 },
+    ]);
+  });
+
+  it('two servers seen: quiet when the receipt node served again since (a CONNACK of its own), and for receipts of no node', () => {
+    const h = history();
+    h.connacks.push({ client: 's1', node: 2, mono: 3_000, sessionPresent: true });
+    h.connacks.push({ client: 'sticky-sub', node: 1, mono: 5_000, sessionPresent: false });
+    h.stickyReceipts.push({ payload: 'sticky:1', node: 1, mono: 6_000 }, { payload: 'sticky:2', node: 0, mono: 6_000 });
+    const out: Violation[] = [];
+    checkTwoServersSeen(h, 500, out);
+    assert.deepEqual(out, []);
+  });
+
+  it('a clean-session client reconnecting without a session is no lost session', () => {
+    const h = history();
+    h.cleanClients.add('sticky-sub');
+    h.connacks.push(
+      { client: 'sticky-sub', node: 1, mono: 20, sessionPresent: false },
+      { client: 'sticky-sub', node: 2, mono: 30, sessionPresent: false },
+    );
+    assert.deepEqual(kinds(checkAll(h, []).violations), []);
+    h.cleanClients.clear();
+    assert.deepEqual(kinds(checkAll(h, []).violations), ['session-lost']);
   });
 });

@@ -6,7 +6,11 @@
 //   qos2       no subscriber gets a QoS 2 message twice; QoS 1 duplicates are counted (allowed);
 //   serving    lease intervals [renewal mono, leaseEnd] of different processes never intersect, and
 //              no ack or delivery write happens outside the writer's lease or inside another
-//              process's.
+//              process's;
+//   two servers, from the clients' side (independent of the audit logs): the sticky subscriber
+//              never receives a QoS 0 message (routed without a commit) from node A more than
+//              the slack (E) after some client got node B's CONNACK, unless A gave a CONNACK since
+//              (it serves again in a period of its own).
 // Times are host-monotonic ms (src/cluster/audit-log.ts), the same clock in every process, so the
 // records of a node's successive processes (one audit file each) compare with each other and with
 // the other nodes'. A process is (node, run): a node id restarted after a kill is a new process
@@ -35,7 +39,8 @@ export type Violation =
   | { kind: 'session-lost'; client: string; node: number; mono: number }
   | { kind: 'lease-overlap'; a: LeaseInterval; b: LeaseInterval }
   | { kind: 'write-outside-lease'; record: AuditRecord; why: string }
-  | { kind: 'audit-incomplete'; node: number; run: number; dropped: number };
+  | { kind: 'audit-incomplete'; node: number; run: number; dropped: number }
+  | { kind: 'two-servers-seen'; payload: string; node: number; receiptMono: number; otherNode: number; connackMono: number };
 
 /** One process's audit file. */
 export interface AuditSource {
@@ -161,6 +166,7 @@ export function checkHistory(h: History, out: Violation[]): CheckResult['counts'
   }
   const seen = new Set<string>();
   for (const c of h.connacks) {
+    if (h.cleanClients.has(c.client)) continue;
     if (seen.has(c.client) && !c.sessionPresent) out.push({ kind: 'session-lost', client: c.client, node: c.node, mono: c.mono });
     seen.add(c.client);
   }
@@ -242,9 +248,36 @@ export function checkWrites(records: readonly AuditRecord[], intervals: readonly
   return writes;
 }
 
-export function checkAll(h: History, audits: readonly AuditSource[]): CheckResult {
+/** The client-side two-servers check (see the head of this file), over the sticky subscriber's
+ * receipts and every client's CONNACKs, all in host-monotonic ms. */
+export function checkTwoServersSeen(h: History, slackMs: number, out: Violation[]): void {
+  const connacks = h.connacks.filter((c) => c.node !== 0).sort((a, b) => a.mono - b.mono);
+  for (const r of h.stickyReceipts) {
+    if (r.node === 0) continue;
+    // The latest CONNACK of the receipt's own node before it: a period of its own from then on.
+    let ownSince = Number.NEGATIVE_INFINITY;
+    for (const c of connacks) {
+      if (c.mono > r.mono) break;
+      if (c.node === r.node) ownSince = c.mono;
+    }
+    const other = connacks.find((c) => c.node !== r.node && c.mono > ownSince && c.mono < r.mono - slackMs);
+    if (other !== undefined) {
+      out.push({
+        kind: 'two-servers-seen',
+        payload: r.payload,
+        node: r.node,
+        receiptMono: r.mono,
+        otherNode: other.node,
+        connackMono: other.mono,
+      });
+    }
+  }
+}
+
+export function checkAll(h: History, audits: readonly AuditSource[], o: { slackMs: number } = { slackMs: 500 }): CheckResult {
   const violations: Violation[] = [];
   const counts = checkHistory(h, violations);
+  checkTwoServersSeen(h, o.slackMs, violations);
   const audit: Record<ProcessKey, AuditSummary> = {};
   const parsed: AuditRecord[][] = [];
   const intervals: LeaseInterval[] = [];

@@ -43,7 +43,7 @@ export const JEPSEN_MUTANTS = {
     ],
   },
   'no-lease': {
-    breaks: 'a node serves only while it holds a lease (checkers: lease-overlap, write-outside-lease)',
+    breaks: 'a node serves only while it holds a lease (checkers: two-servers-seen, lease-overlap, write-outside-lease)',
     patches: [
       {
         file: 'src/cluster/serving-rule.js',

@@ -173,6 +173,15 @@ async function apply(ctx: FaultContext, f: AppliedFault, n: ClusterNode | null):
     case 'pause':
       n.pause();
       break;
+    case 'pause-cut':
+      n.pause();
+      for (const r of linksOf(cluster, n.id, 'both')) r.set('blackhole');
+      await sleep(w.forMs);
+      n.resume();
+      await sleep(fault.cutAfterMs);
+      for (const r of linksOf(cluster, n.id, 'both')) r.heal();
+      f.healMono = hostMonotonicMs();
+      return;
     case 'partition':
       for (const r of linksOf(cluster, n.id, 'both')) r.set('blackhole');
       break;
@@ -325,7 +334,7 @@ export async function runJepsen(o: RunOptions): Promise<RunReport> {
       audits.push({ node: n.id, run: run.index, text, termMono: run.end === 'term' ? run.signalMono : null });
     }
   }
-  const result = checkAll(workload.history, audits);
+  const result = checkAll(workload.history, audits, { slackMs: o.electionTimeoutMs });
   const report: RunReport = {
     seed: o.seed,
     durationS: o.durationS,

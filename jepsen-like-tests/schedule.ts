@@ -9,7 +9,7 @@
 // schedule by what it waited.
 import { Prng } from '../raft/core/prng.js';
 
-export const FAULT_CLASSES = ['kill', 'restart', 'restart-all', 'pause', 'partition', 'oneway', 'delay', 'drop'] as const;
+export const FAULT_CLASSES = ['kill', 'restart', 'restart-all', 'pause', 'pause-cut', 'partition', 'oneway', 'delay', 'drop'] as const;
 export type FaultClass = (typeof FAULT_CLASSES)[number];
 
 /** Whom a fault hits, resolved when it starts: the serving leader, or a node that does not serve. */
@@ -24,6 +24,10 @@ export type Fault =
   | { kind: 'restart-all' }
   /** SIGSTOP for forMs, then SIGCONT. */
   | { kind: 'pause'; target: Target }
+  /** SIGSTOP and every link to and from the target cut for forMs (a rival is elected and serves),
+   * then SIGCONT with the links still cut for cutAfterMs: the resumed node hears no peer before its
+   * first turn, so only its own lease stops it from serving what its clients sent meanwhile. */
+  | { kind: 'pause-cut'; target: Target; cutAfterMs: number }
   /** The target's links to and from both others are cut. */
   | { kind: 'partition'; target: Target }
   /** Only the target's outgoing links are cut: it hears the others, they do not hear it. */
@@ -90,6 +94,9 @@ function draw(kind: FaultClass, r: Prng, e: number): { fault: Fault; forMs: numb
     case 'pause':
       // From well inside the lease (nothing should happen) to several E (a failover).
       return { fault: { kind, target }, forMs: r.range(Math.floor(e / 5), 6 * e) };
+    case 'pause-cut':
+      // Long enough that a rival serves at least E before the resume (the client-side check's slack).
+      return { fault: { kind, target: 'leader', cutAfterMs: Math.floor(e / 2) }, forMs: r.range(4 * e, 6 * e) };
     case 'partition':
     case 'oneway':
       return { fault: { kind, target }, forMs: r.range(2 * e, 8 * e) };
@@ -144,6 +151,7 @@ export function describeFault(f: Fault): string {
     case 'kill':
     case 'restart':
     case 'pause':
+    case 'pause-cut':
     case 'partition':
     case 'oneway':
       return `${f.kind} ${f.target}`;

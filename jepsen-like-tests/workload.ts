@@ -2,12 +2,23 @@
 // subscribers (clean=false). Every client keeps one MQTT.js client object for the whole run (its
 // session's packet-id stores live there) and reconnects, like a client behind a load balancer, to
 // whichever node /health names as serving. The history records what each client saw, with
-// host-monotonic times comparable with the audit logs.
+// host-monotonic times comparable with the audit logs. Two sticky clients (a QoS 0 publisher and
+// its subscriber, clean sessions, a long keep-alive) stay on the node they reached until it closes
+// their connection, as devices with a long keep-alive do, so a node that goes on serving after a
+// rival began (a paused leader resumed) is seen by a client: a QoS 0 route needs no commit.
 import mqtt, { type MqttClient } from 'mqtt';
 import { hostMonotonicMs } from '../src/cluster/audit-log.js';
 import { type JepsenCluster, LOOPBACK } from './cluster.js';
 
 export const TOPIC = 'jepsen/data';
+export const STICKY_TOPIC = 'jepsen/sticky';
+
+/** A QoS 0 message the sticky subscriber got, and the node it was connected to then. */
+export interface StickyReceipt {
+  payload: string;
+  node: number;
+  mono: number;
+}
 
 export interface PublishRecord {
   client: string;
@@ -41,6 +52,9 @@ export interface History {
   subscribedAt: Map<string, number>;
   /** Client errors, bounded. */
   errors: string[];
+  stickyReceipts: StickyReceipt[];
+  /** Clients with clean sessions (the sticky pair): no session to lose. */
+  cleanClients: Set<string>;
 }
 
 export interface WorkloadOptions {
@@ -55,6 +69,10 @@ export interface WorkloadOptions {
 
 const ERRORS_MAX = 200;
 const KEEPALIVE_S = 2;
+/** The sticky clients' keep-alive: they notice a paused node only when it closes them. */
+const STICKY_KEEPALIVE_S = 60;
+/** The sticky publisher's QoS 0 messages per second. */
+const STICKY_RATE_PER_S = 50;
 const RECONNECT_MS = 100;
 const CONNECT_TIMEOUT_MS = 2_000;
 /** How often the load balancer asks each node's /health, and how long it waits for the answer
@@ -112,7 +130,17 @@ class LeaderFinder {
 }
 
 export class Workload {
-  readonly history: History = { publishes: [], receipts: [], connacks: [], subscribedAt: new Map(), errors: [] };
+  readonly history: History = {
+    publishes: [],
+    receipts: [],
+    connacks: [],
+    subscribedAt: new Map(),
+    errors: [],
+    stickyReceipts: [],
+    cleanClients: new Set(),
+  };
+  /** The sticky pair: never cut by shutdownSessions. */
+  private readonly sticky = new Set<MqttClient>();
   private readonly finder: LeaderFinder;
   private readonly clients: MqttClient[] = [];
   private readonly timers: NodeJS.Timeout[] = [];
@@ -130,6 +158,7 @@ export class Workload {
    * reconnects to the serving node. */
   private shutdownSessions(port: number): void {
     for (const c of this.clients) {
+      if (this.sticky.has(c)) continue;
       if (c.options.port === port && c.stream != null && !c.stream.destroyed) c.stream.destroy();
     }
   }
@@ -140,6 +169,7 @@ export class Workload {
     const subs: Promise<void>[] = [];
     for (let i = 1; i <= this.o.subscribers; i++) subs.push(this.subscriber(`sub-${i}`, timeoutMs));
     await Promise.all(subs);
+    await this.stickyPair(timeoutMs);
     this.publishing = true;
     for (let i = 1; i <= this.o.qos1Publishers; i++) this.publisher(`pub1-${i}`, 1);
     for (let i = 1; i <= this.o.qos2Publishers; i++) this.publisher(`pub2-${i}`, 2);
@@ -164,14 +194,14 @@ export class Workload {
     await Promise.all(this.clients.map((c) => new Promise<void>((resolve) => c.end(true, {}, () => resolve()))));
   }
 
-  private client(clientId: string): MqttClient {
+  private client(clientId: string, sticky = false): MqttClient {
     const c = mqtt.connect({
       host: LOOPBACK,
       port: this.finder.port,
       clientId,
-      clean: false,
+      clean: sticky,
       protocolVersion: 4,
-      keepalive: KEEPALIVE_S,
+      keepalive: sticky ? STICKY_KEEPALIVE_S : KEEPALIVE_S,
       reconnectPeriod: RECONNECT_MS,
       connectTimeout: CONNECT_TIMEOUT_MS,
     });
@@ -188,7 +218,46 @@ export class Workload {
     });
     c.on('error', (err) => this.noteError(`${clientId}: ${err.message}`));
     this.clients.push(c);
+    if (sticky) {
+      this.sticky.add(c);
+      this.history.cleanClients.add(clientId);
+    }
     return c;
+  }
+
+  /** The sticky subscriber (subscribed again on every connect: its session is clean) and the
+   * sticky QoS 0 publisher. */
+  private async stickyPair(timeoutMs: number): Promise<void> {
+    const sub = this.client('sticky-sub', true);
+    sub.on('message', (_topic, payload) => {
+      this.history.stickyReceipts.push({
+        payload: payload.toString(),
+        node: this.finder.nodeOfPort(sub.options.port ?? 0),
+        mono: hostMonotonicMs(),
+      });
+    });
+    const subscribed = new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`sticky-sub: no SUBACK within ${timeoutMs} ms`)), timeoutMs);
+      sub.on('connect', () =>
+        sub.subscribe(STICKY_TOPIC, { qos: 0 }, (err) => {
+          if (err == null) {
+            clearTimeout(timer);
+            resolve();
+          }
+        }),
+      );
+    });
+    await subscribed;
+    const pub = this.client('sticky-pub', true);
+    let seq = 0;
+    this.timers.push(
+      setInterval(
+        () => {
+          if (this.publishing && pub.connected) pub.publish(STICKY_TOPIC, `sticky:${++seq}`, { qos: 0 });
+        },
+        Math.round(1000 / STICKY_RATE_PER_S),
+      ),
+    );
   }
 
   private subscriber(clientId: string, timeoutMs: number): Promise<void> {

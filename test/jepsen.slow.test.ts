@@ -1,6 +1,7 @@
 // The jepsen-like harness end to end (docs/architecture.md "Testing layers"): three real processes
 // behind relays, MQTT.js publishers and persistent subscribers, a short seeded schedule with every
-// fault class: pause, symmetric and one-way partition, delay, drop, a clean restart of one node and
+// fault class: pause, a pause of the leader with its links cut until after it resumes, symmetric and
+// one-way partition, delay, drop, a clean restart of one node and
 // of all three (each resumes its state file), and two kill -9s, each started again with the same
 // flags (it comes back amnesiac and is made a voter again; the second kill waits until the leader's
 // /health says redundant). Every checker runs over the history and the audit logs of every process.
@@ -20,7 +21,7 @@ describe('jepsen-like schedule', { timeout: 240_000 }, () => {
     const dir = mkdtempSync(join(tmpdir(), 'raftmq-jepsen-test-'));
     const report = await runJepsen({
       seed: 20,
-      durationS: 45,
+      durationS: 50,
       faults: [...FAULT_CLASSES],
       electionTimeoutMs: 500,
       dir,
