@@ -21,31 +21,30 @@ import type { EventKind } from '../events.js';
 import { Decoder } from '../protocol/decoder.js';
 import { encode } from '../protocol/encoder.js';
 import type {
-  AuthPacket,
   ConnectPacket,
   DecodeError,
   DisconnectPacket,
   Packet,
   PublishPacket,
-  QoS,
   SubscribePacket,
   UnsubscribePacket,
 } from '../protocol/packets.js';
 import { CONNACK_V4, RC } from '../protocol/reason-codes.js';
 import { validateTopicFilter, validateTopicName } from '../protocol/topic.js';
-import type { Authorization, AuthorizePublishRequest, HookAuthorizer } from './auth/hook-authorizer.js';
-import { type AuthAction, EnhancedAuthState, type FailedLogin } from './auth-exchange.js';
-import type { Authenticator, AuthResult } from './authenticator.js';
+import type { Authorization, HookAuthorizer } from './auth/hook-authorizer.js';
+import type { EnhancedAuthState } from './auth-exchange.js';
+import type { Authenticator } from './authenticator.js';
+import { onAuth, onAuthAction, onConnect } from './connect-phase.js';
 import type { StorageGate } from './disk-space.js';
 import type { EnhancedAuthMethod } from './enhanced-auth.js';
-import { connectExpiryS, messageFromPublish, payloadFormatValid, RECEIVE_MAX_DEFAULT, willFromConnect } from './inbound.js';
+import { isSysTopic, messageFromPublish, payloadFormatValid, publishRequest } from './inbound.js';
 import { keepAliveWheel, type WheelMember } from './keepalive-wheel.js';
 import { type NodeLimits, TokenBucket, topicLimitProblem } from './limits.js';
-import { type ConnackLimits, codesAckBytes, publishWithAlias, reasonText, toWire, withoutProblemInfo } from './outbound.js';
+import { type ConnackLimits, codesAckBytes, NO_DISCONNECT, publishWithAlias, reasonText, toWire, withoutProblemInfo } from './outbound.js';
 import type { Outbox, OutboxMember } from './outbox.js';
 import type { PublishTracer } from './publish-trace.js';
-import type { Referral, ShardGate } from './shard-gate.js';
-import { OutboundAliases } from './topic-alias-out.js';
+import type { ShardGate } from './shard-gate.js';
+import type { OutboundAliases } from './topic-alias-out.js';
 import type { Traffic } from './traffic.js';
 import type { ByteStream, Transport } from './transport.js';
 
@@ -99,8 +98,6 @@ export interface ConnectionHost {
 
 /** A connection that decided to close waits at most this long for its queued replies. */
 const CLOSE_GRACE_MS = 5_000;
-/** Keep-alive is enforced at one and a half times the interval [MQTT-3.1.2-24]. */
-const KEEPALIVE_FACTOR_PER_S_MS = 1_500;
 
 type Phase =
   | 'awaiting-connect'
@@ -123,35 +120,33 @@ type LocalAction =
   /** reason: v5 DISCONNECT reason to send first, or -1 for none. */
   | { k: 'close'; reason: number };
 
-const NO_DISCONNECT = -1;
 const EMPTY_PAYLOAD = new Uint8Array(0);
-
-/** Topics the broker publishes itself (src/server/sys-topics.ts); clients may not. */
-export function isSysTopic(topic: string): boolean {
-  return topic.startsWith('$SYS') && (topic.length === 4 || topic.charCodeAt(4) === 0x2f);
-}
 
 /** The socket's property naming the Connection that reads it. */
 const OWNER: unique symbol = Symbol('raftmq.connection');
 type OwnedStream = ByteStream & { [OWNER]?: Connection };
 
+/** Owns the socket and the phase, and keeps replies in arrival order; what each phase does with a
+ * packet is in its own module (connect-phase.ts). Those modules are plain functions over this
+ * connection's fields, so members they use are not `private`: a helper object per phase would
+ * cost every idle connection its bytes. */
 export class Connection implements WheelMember, OutboxMember {
   readonly id: ConnId;
   /** The client id its CONNECT named, for log lines; null before CONNECT or when assigned. */
-  private clientId: string | null = null;
+  clientId: string | null = null;
   /** --shard: the id assigned to a CONNECT without one, chosen to belong to this shard; null: the
    * usual assignedClientId(id). */
-  private assigned: string | null = null;
+  assigned: string | null = null;
   /** The user the CONNECT was allowed as (a certificate identity replaces the name sent). */
-  private username: string | null = null;
+  username: string | null = null;
   readonly transport: Transport;
-  private readonly socket: ByteStream;
-  private readonly host: ConnectionHost;
+  readonly socket: ByteStream;
+  readonly host: ConnectionHost;
   /** Where this connection's output waits for its socket write, shared by the node's connections. */
   private readonly outbox: Outbox;
   private readonly decoder: Decoder;
-  private phase: Phase = 'awaiting-connect';
-  private level: ProtocolLevel = 4;
+  phase: Phase = 'awaiting-connect';
+  level: ProtocolLevel = 4;
   private connackOk = false;
   /** A successful CONNACK has gone to the socket (not only into this turn's buffer). */
   private connackWritten = false;
@@ -166,7 +161,7 @@ export class Connection implements WheelMember, OutboxMember {
   private dirty = false;
   /** The socket holds more than maxWriteBufferBytes of output: reading waits for its 'drain'. */
   private outputFull = false;
-  private keepAliveMs = 0;
+  keepAliveMs = 0;
   private lastRxMs = 0;
   /** The connect timeout or the close grace; keep-alive is on the shared wheel instead. */
   private timer: NodeJS.Timeout | null = null;
@@ -177,23 +172,23 @@ export class Connection implements WheelMember, OutboxMember {
   /** Packet ids of inbound QoS 1/2 publishes not yet answered (v5 Receive Maximum, §4.9);
    * created by the first one, since an empty Set costs about 170 bytes per idle connection. */
   private inbound: Set<number> | null = null;
-  private connectExpiry = 0;
-  private connectProposed = false;
+  connectExpiry = 0;
+  connectProposed = false;
   private disconnectProposed = false;
-  private limits: ConnackLimits;
+  limits: ConnackLimits;
   /** An authorization hook's answer is pending: what was read after its packet waits in `backlog`. */
   private awaitingHook = false;
   /** Packets decoded while an asynchronous authentication or authorization was running. */
   private backlog: Packet[] = [];
   private backlogError: DecodeError | null = null;
   /** Enhanced authentication agreed at CONNECT, kept for re-authentication. */
-  private enhanced: EnhancedAuthState | null = null;
+  enhanced: EnhancedAuthState | null = null;
   /** Outbound topic aliases, when the client accepts them. */
-  private aliasesOut: OutboundAliases | null = null;
+  aliasesOut: OutboundAliases | null = null;
   /** The client's Maximum Packet Size; 0: none beyond the protocol's. */
-  private clientMaxPacket = 0;
+  clientMaxPacket = 0;
   /** The CONNECT of an enhanced authentication in progress, proposed once the method succeeds. */
-  private pendingConnect: ConnectPacket | undefined;
+  pendingConnect: ConnectPacket | undefined;
   /** --max-publish-rate, created on the first PUBLISH when a rate is set. */
   private publishBucket: TokenBucket | null = null;
   /** PUBLISH packets refused over the rate, at the same rate: when it runs dry, DISCONNECT 0x96. */
@@ -287,12 +282,12 @@ export class Connection implements WheelMember, OutboxMember {
   private handle(p: Packet): void {
     if (this.phase === 'auth-exchange' && p.type !== 'auth' && p.type !== 'disconnect') {
       // [MQTT-3.1.2-30]: only AUTH or DISCONNECT until the CONNACK of an enhanced authentication.
-      this.onAuthAction({ k: 'refuse', reason: RC.PROTOCOL_ERROR, why: `${p.type} during authentication` });
+      onAuthAction(this, { k: 'refuse', reason: RC.PROTOCOL_ERROR, why: `${p.type} during authentication` });
       return;
     }
     switch (p.type) {
       case 'connect':
-        this.onConnect(p);
+        onConnect(this, p);
         return;
       case 'publish':
         this.onPublish(p);
@@ -319,7 +314,7 @@ export class Connection implements WheelMember, OutboxMember {
         this.onDisconnect(p);
         return;
       case 'auth':
-        this.onAuth(p);
+        onAuth(this, p);
         return;
       case 'connack':
       case 'suback':
@@ -355,126 +350,18 @@ export class Connection implements WheelMember, OutboxMember {
   }
 
   /** The fields naming this connection in a log line: `conn`, and `clientId` once known. */
-  private who(): { conn: ConnId; clientId?: string } {
+  who(): { conn: ConnId; clientId?: string } {
     return this.clientId === null ? { conn: this.id } : { conn: this.id, clientId: this.clientId };
   }
 
-  // ---- CONNECT ----
-
-  private onConnect(connect: ConnectPacket): void {
-    this.level = connect.level;
-    // [MQTT-3.1.2-24] holds for every packet from now on, a refusing CONNACK and AUTH included.
-    if (connect.level === 5) this.clientMaxPacket = connect.props.maxPacketSize ?? 0;
-    this.clientId = connect.clientId === '' ? null : connect.clientId;
-    // --shard: a client of another shard is sent there before anything else is looked at.
-    const gate = this.host.shardGate;
-    if (gate !== null && !this.placedHere(gate, connect)) return;
-    const limited = this.host.admitConnect(this.transport.remoteAddress, this, connect);
-    if (limited === RC.CONNECTION_RATE_EXCEEDED && connect.level !== 5) {
-      this.closeNow(NO_DISCONNECT); // 3.1.1 has no return code for a rate: closed without CONNACK.
-      return;
-    }
-    // A verified client certificate names the user; its identity replaces any username sent.
-    const certId = this.transport.certIdentity;
-    const c = certId === null ? connect : { ...connect, username: certId };
-    const refusal = limited ?? this.connectRefusal(c);
-    if (refusal !== null) {
-      this.refuseConnect(refusal);
-      return;
-    }
-    if (c.level === 5 && c.props.authMethod !== undefined) {
-      this.beginEnhanced(c);
-      return;
-    }
-    let verdict: AuthResult | Promise<AuthResult>;
-    try {
-      verdict = this.host.authenticator.authenticate(c, this.transport.remoteAddress, this.transport);
-    } catch (err) {
-      this.host.protocolError('authenticator', { ...this.who(), error: String(err) }, 'authenticator threw');
-      verdict = { ok: false, reason: RC.UNSPECIFIED_ERROR };
-    }
-    if (!(verdict instanceof Promise)) {
-      this.afterAuth(c, verdict);
-      return;
-    }
-    this.phase = 'authenticating';
-    this.socket.pause();
-    verdict.then(
-      (r) => this.afterAuthAsync(c, r),
-      (err: unknown) => {
-        this.host.protocolError('authenticator', { ...this.who(), error: String(err) }, 'authenticator failed');
-        this.afterAuthAsync(c, { ok: false, reason: RC.UNSPECIFIED_ERROR });
-      },
-    );
-  }
-
-  /** Whether this shard serves the CONNECT: its client id belongs here, or it sent none and is
-   * assigned one that does. Otherwise it is refused: MQTT 5 with 0x9C Use another server and the
-   * owner's address as Server Reference when configured, 3.1.1 with return code 3 Server
-   * unavailable (docs/scale-out.md "Refusal at the wrong shard"). */
-  private placedHere(gate: ShardGate, c: ConnectPacket): boolean {
-    if (c.clientId === '') {
-      this.assigned = gate.assign(assignedClientId(this.id));
-      if (this.assigned !== null) return true;
-      this.host.event('shard-assign-failed', { conn: this.id });
-      this.refuseConnect(RC.SERVER_UNAVAILABLE);
-      return false;
-    }
-    const to = gate.referral(c.clientId);
-    if (to === null) return true;
-    this.host.event('connect-wrong-shard', { ...this.who(), shard: to.shard, reference: to.reference });
-    this.refuseConnect(RC.USE_ANOTHER_SERVER, to);
-    return false;
-  }
-
   /** The client id assigned to a CONNECT that named none. */
-  private assignedId(): string {
+  assignedId(): string {
     return this.assigned ?? assignedClientId(this.id);
-  }
-
-  /** The MQTT 5 reason code for refusing this CONNECT before proposing it, or null. */
-  private connectRefusal(c: ConnectPacket): number | null {
-    const l = this.host.limits;
-    // 3.1.1 [MQTT-3.1.3-8]: a persistent session needs a client id to find it again. MQTT 5 drops
-    // that rule: an empty id is assigned one whatever Clean Start says [MQTT-3.1.3-6].
-    if (c.clientId === '' && !c.clean && c.level !== 5) return RC.CLIENT_IDENTIFIER_NOT_VALID;
-    // --tls-require-client-id-match: a device may only claim the session of its own certificate.
-    if (this.transport.clientIdMustMatchIdentity && c.clientId !== this.transport.certIdentity) return RC.CLIENT_IDENTIFIER_NOT_VALID;
-    // 3.1.1 cannot tell the client a shorter keep-alive; like Mosquitto, refuse the identifier.
-    if (c.level !== 5 && c.keepAlive > l.maxKeepalive) return RC.CLIENT_IDENTIFIER_NOT_VALID;
-    if (c.will !== null) {
-      if (c.will.qos > l.maxQos) return RC.QOS_NOT_SUPPORTED; // [MQTT-3.2.2-12]
-      if (c.will.retain && !l.retainAvailable) return RC.RETAIN_NOT_SUPPORTED; // [MQTT-3.2.2-13]
-      if (validateTopicName(c.will.topic) !== null || !this.topicWithinLimits(c.will.topic)) return RC.TOPIC_NAME_INVALID;
-      // The broker's own topics: refused as an ACL denial of the will is, 0x87 (3.1.1: 5).
-      if (isSysTopic(c.will.topic)) {
-        this.host.event('sys-publish-refused', { conn: this.id, will: true });
-        return RC.NOT_AUTHORIZED;
-      }
-    }
-    return null;
-  }
-
-  private refuseConnect(reason: number, to: Referral | null = null): void {
-    this.host.event('connect-refused', { ...this.who(), reason });
-    const connack: OutPacket = { type: 'connack', sessionPresent: false, code: reason };
-    if (to !== null) {
-      connack.reasonString = to.reason;
-      if (to.reference !== null) connack.serverReference = to.reference;
-    }
-    this.sendOut(connack);
-    this.closeNow(NO_DISCONNECT);
-  }
-
-  private afterAuthAsync(c: ConnectPacket, r: AuthResult): void {
-    if (this.phase !== 'authenticating') return;
-    this.phase = 'awaiting-connect';
-    this.resumeAfter(() => this.afterAuth(c, r));
   }
 
   /** Runs what a pending verdict decided, then the packets read meanwhile, in order; reading resumes
    * unless they made the connection wait again. */
-  private resumeAfter(decided: () => void): void {
+  resumeAfter(decided: () => void): void {
     try {
       decided();
       const backlog = this.backlog;
@@ -489,7 +376,7 @@ export class Connection implements WheelMember, OutboxMember {
   }
 
   /** A verdict given at once is acted on at once; a promise makes the connection wait for it. */
-  private onVerdict<T>(verdict: T | Promise<T>, decided: (answer: T) => void): void {
+  onVerdict<T>(verdict: T | Promise<T>, decided: (answer: T) => void): void {
     if (verdict instanceof Promise) this.waitForHook(verdict, decided);
     else decided(verdict);
   }
@@ -503,215 +390,6 @@ export class Connection implements WheelMember, OutboxMember {
       if (this.phase === 'closing' || this.phase === 'closed') return;
       this.resumeAfter(() => decided(a));
     });
-  }
-
-  private afterAuth(c: ConnectPacket, r: AuthResult, user: string | null = c.username): void {
-    if (!r.ok) {
-      this.refuseConnect(r.reason);
-      return;
-    }
-    const authz = this.host.authorizer;
-    if (c.will !== null && authz?.decidesPublish === true) {
-      const clientId = c.clientId === '' ? this.assignedId() : c.clientId;
-      const verdict = authz.publish(publishRequest(clientId, user, c.will.topic, c.will, true));
-      this.onVerdict(verdict, (a) => this.afterWillAuthorized(c, a, user));
-      return;
-    }
-    this.proposeConnect(c, user);
-  }
-
-  /** A will the hook refused refuses the CONNECT with its code, as an ACL denial of the will does
-   * (3.1.1: the nearest return code); a hook that failed, with 0x88, as `authenticate` does. */
-  private afterWillAuthorized(c: ConnectPacket, a: Authorization, user: string | null): void {
-    if (a.ok) this.proposeConnect(c, user);
-    else this.refuseConnect(a.failed ? RC.SERVER_UNAVAILABLE : a.reason);
-  }
-
-  private proposeConnect(c: ConnectPacket, user: string | null): void {
-    if (c.level === 5) this.takeClientLimits(c);
-    const keepAliveS = this.keepAliveFor(c);
-    const unanswerable = c.level === 5 ? this.connackRefusal(c) : null;
-    if (unanswerable !== null) {
-      this.refuseConnect(unanswerable);
-      return;
-    }
-    this.phase = 'connecting';
-    this.username = user;
-    this.connectExpiry = connectExpiryS(c);
-    this.keepAliveMs = keepAliveS * KEEPALIVE_FACTOR_PER_S_MS;
-    this.clearTimer();
-    if (this.keepAliveMs > 0) keepAliveWheel.schedule(this, performance.now() + this.keepAliveMs);
-    this.connectProposed = true;
-    this.propose({
-      t: 'connect',
-      conn: this.id,
-      clientId: c.clientId === '' ? null : c.clientId,
-      // Only a shard's own choice is carried; the usual one apply derives from conn, as before.
-      ...(this.assigned === null || this.assigned === assignedClientId(this.id) ? {} : { assignedId: this.assigned }),
-      protocol: c.level,
-      // An assigned id names a new session: Clean Start 0 must not resume one a client that chose
-      // the same name may hold.
-      clean: c.clean || c.clientId === '',
-      expiryS: this.connectExpiry,
-      will: willFromConnect(c),
-      username: user,
-      receiveMax: c.props.receiveMax ?? RECEIVE_MAX_DEFAULT,
-      maxPacketSize: c.props.maxPacketSize ?? 0,
-      problemInfo: c.props.requestProblemInfo !== 0,
-    });
-  }
-
-  /** What the v5 client asked of the server's output (§3.1.2.11): problem information, response
-   * information, outbound aliases, its Maximum Packet Size. */
-  private takeClientLimits(c: ConnectPacket): void {
-    const p = c.props;
-    if (p.requestProblemInfo === 0) this.limits.noProblemInfo = true;
-    if (p.requestResponseInfo === 1) this.limits.responseInfoFor = c.clientId;
-    const aliasMax = Math.min(p.topicAliasMax ?? 0, this.host.limits.topicAliasMaximum);
-    if (aliasMax > 0) this.aliasesOut = new OutboundAliases(aliasMax);
-  }
-
-  /** The successful CONNACK apply will send is known here but for Session Present, which does not
-   * change its size; it must be encodable and within the client's Maximum Packet Size
-   * [MQTT-3.1.2-24]. Checked before the CONNECT is proposed: a CONNACK found too large only when
-   * it is sent would leave a session the client was never told of. Response Information is
-   * optional (§3.2.2.3.15), so it goes first; a CONNACK that does not fit without it refuses the
-   * CONNECT with 0x95 (a reply to it would exceed a maximum packet size). Returns the refusal's
-   * reason code, or null when the CONNACK fits. */
-  private connackRefusal(c: ConnectPacket): number | null {
-    const assigned = c.clientId === '' ? this.assignedId() : undefined;
-    if (this.connackFits(assigned)) return null;
-    if (this.limits.responseInfoFor !== undefined) {
-      this.limits.responseInfoFor = undefined;
-      this.host.event('response-info-omitted', { conn: this.id });
-      if (this.connackFits(assigned)) return null;
-    }
-    this.host.event('connack-too-large-for-client', { conn: this.id, maxPacketSize: this.clientMaxPacket });
-    return RC.PACKET_TOO_LARGE;
-  }
-
-  private connackFits(assigned: string | undefined): boolean {
-    const connack: OutPacket = { type: 'connack', sessionPresent: true, code: RC.SUCCESS };
-    if (assigned !== undefined) connack.assignedClientId = assigned;
-    let bytes: number;
-    try {
-      bytes = encode(toWire(connack, 5, this.limits), 5).length;
-    } catch (err) {
-      // A property over its wire limit (a string or binary value over 65535 bytes).
-      if (err instanceof RangeError) return false;
-      throw err;
-    }
-    return this.clientMaxPacket === 0 || bytes <= this.clientMaxPacket;
-  }
-
-  // ---- enhanced authentication (§4.12; rules in auth-exchange.ts) ----
-
-  private beginEnhanced(c: ConnectPacket): void {
-    // An address in its failed-login backoff is refused without an exchange, as a password is.
-    const blocked = this.host.authenticator.loginThrottle?.blocked(this.transport.remoteAddress, null) ?? 0;
-    if (blocked > 0) {
-      this.refuseAfter(RC.BAD_USER_NAME_OR_PASSWORD, blocked);
-      return;
-    }
-    const { state, action } = EnhancedAuthState.begin(c, this.host.enhancedAuth);
-    this.enhanced = state;
-    this.onAuthAction(action, c);
-  }
-
-  /** Refuses the CONNECT after `delayMs` of the failed-login backoff; nothing is read meanwhile. */
-  private refuseAfter(reason: number, delayMs: number): void {
-    if (delayMs <= 0) {
-      this.refuseConnect(reason);
-      return;
-    }
-    this.phase = 'authenticating';
-    this.socket.pause();
-    setTimeout(refuseDue, delayMs, this, reason);
-  }
-
-  /** The backoff of a refusal has passed (through the shared callback). */
-  onRefuseDue(reason: number): void {
-    if (this.phase === 'authenticating') this.refuseConnect(reason);
-  }
-
-  private onAuth(p: AuthPacket): void {
-    if (this.enhanced === null) {
-      // No Authentication Method was agreed, so AUTH is out of place [MQTT-4.12.0-1].
-      this.fail(RC.PROTOCOL_ERROR, 'auth-unexpected', 'AUTH without an authentication method');
-      return;
-    }
-    if (this.phase === 'connecting') {
-      // Authenticated, CONNACK not yet out: the client must wait for it [MQTT-3.1.2-30].
-      this.fail(RC.PROTOCOL_ERROR, 'auth-before-connack', 'AUTH before CONNACK');
-      return;
-    }
-    this.onAuthAction(this.enhanced.onAuth(p, this.phase === 'connected'), this.pendingConnect);
-  }
-
-  private onAuthAction(a: AuthAction, c?: ConnectPacket): void {
-    switch (a.k) {
-      case 'send':
-        if (this.phase === 'awaiting-connect') {
-          this.phase = 'auth-exchange';
-          this.pendingConnect = c;
-        }
-        this.writeControl({ type: 'auth', code: a.code, props: { authMethod: this.enhanced?.method.name, authData: a.data } });
-        return;
-      case 'authenticated': {
-        const connect = c as ConnectPacket;
-        this.pendingConnect = undefined;
-        const throttle = this.host.authenticator.loginThrottle;
-        const blocked = throttle?.blocked(this.transport.remoteAddress, a.user) ?? 0;
-        if (blocked > 0) {
-          // The user is in its backoff: refused whatever the proof, so guessing gains nothing.
-          this.refuseAfter(RC.BAD_USER_NAME_OR_PASSWORD, blocked);
-          return;
-        }
-        throttle?.succeeded(this.transport.remoteAddress, a.user);
-        this.phase = 'awaiting-connect';
-        this.limits.auth = { method: connect.props.authMethod as string, data: a.data };
-        this.host.event('enhanced-auth-ok', { ...this.who(), method: this.limits.auth.method });
-        this.afterAuth(connect, { ok: true }, a.user);
-        return;
-      }
-      case 'refuse':
-        if (a.login === undefined) {
-          this.host.protocolError('enhanced-auth', { ...this.who(), reason: a.reason }, a.why);
-          this.refuseConnect(a.reason);
-          return;
-        }
-        this.refuseAfter(a.reason, this.failedLogin(a.login, a.why));
-        return;
-      case 'disconnect':
-        if (a.login !== undefined) this.failedLogin(a.login, a.why);
-        this.fail(a.reason, 'reauth', a.why);
-        return;
-      default: {
-        const _: never = a;
-        void _;
-      }
-    }
-  }
-
-  /** Counts a login the method refused toward the failed-login backoff; returns the delay before
-   * the refusal goes out (0 without a backoff). */
-  private failedLogin(login: FailedLogin, why: string): number {
-    const throttle = this.host.authenticator.loginThrottle;
-    if (throttle !== undefined) return throttle.failed(this.transport.remoteAddress, login.user);
-    this.host.event('auth-failed', { ...this.who(), username: login.user ?? '', reason: why });
-    return 0;
-  }
-
-  /** The keep-alive in seconds this connection runs with. 0 means disabled, as the client asked
-   * [MQTT-3.1.2-10 / §3.1.2.10]; a v5 client asking more than maxKeepalive is told the maximum with
-   * Server Keep Alive [MQTT-3.2.2-21]. */
-  private keepAliveFor(c: ConnectPacket): number {
-    const max = this.host.limits.maxKeepalive;
-    if (c.level === 5 && c.keepAlive > max) {
-      this.limits.serverKeepAlive = max;
-      return max;
-    }
-    return c.keepAlive;
   }
 
   // ---- PUBLISH ----
@@ -975,7 +653,7 @@ export class Connection implements WheelMember, OutboxMember {
 
   /** A topic name or filter over --max-topic-levels or --max-topic-length is a limit, counted as
    * such (`limit-topic`), not a protocol error; the caller refuses it with its reason code. */
-  private topicWithinLimits(topic: string): boolean {
+  topicWithinLimits(topic: string): boolean {
     const problem = topicLimitProblem(topic, this.host.limits);
     if (problem === null) return true;
     this.host.event('limit-topic', { ...this.who(), problem });
@@ -1020,7 +698,7 @@ export class Connection implements WheelMember, OutboxMember {
 
   // ---- proposals and local replies ----
 
-  private propose(cmd: Command): void {
+  propose(cmd: Command): void {
     if (this.acks.length > 0) this.proposeAcks();
     this.pending++;
     this.host.propose(cmd);
@@ -1083,7 +761,7 @@ export class Connection implements WheelMember, OutboxMember {
 
   /** A protocol violation: stop reading, propose the disconnect (the will is published), and
    * close after the replies already decided, with a v5 DISCONNECT carrying `reason`. */
-  private fail(reason: number, key: string, message: string): void {
+  fail(reason: number, key: string, message: string): void {
     this.host.protocolError(key, { ...this.who(), reason }, message);
     this.beginClose(reason);
   }
@@ -1174,7 +852,7 @@ export class Connection implements WheelMember, OutboxMember {
 
   // ---- output ----
 
-  private sendOut(p: OutPacket): void {
+  sendOut(p: OutPacket): void {
     if (p.type !== 'publish') this.writeControl(toWire(p, this.level, this.limits));
     else if (this.aliasesOut === null) this.write(this.outbox.encodePublish(p, this.level, this.limits));
     else this.write(this.encodeAliased(p));
@@ -1195,7 +873,7 @@ export class Connection implements WheelMember, OutboxMember {
   /** Every packet but PUBLISH: Reason String and User Properties go first when the packet would
    * exceed the client's Maximum Packet Size [MQTT-3.1.2-25]; a packet that cannot fit even then
    * is not sent, and the connection closes since the client cannot be answered. */
-  private writeControl(w: Packet): void {
+  writeControl(w: Packet): void {
     let buf = encode(w, this.level);
     if (this.clientMaxPacket === 0 || buf.length <= this.clientMaxPacket) {
       this.write(buf);
@@ -1249,7 +927,7 @@ export class Connection implements WheelMember, OutboxMember {
     if (this.isReading() && !this.host.readsPaused) this.socket.resume();
   }
 
-  private closeNow(reason: number): void {
+  closeNow(reason: number): void {
     if (this.phase === 'closed') return;
     if (reason !== NO_DISCONNECT && this.level === 5 && this.connackOk) {
       const text = reasonText(reason);
@@ -1279,7 +957,7 @@ export class Connection implements WheelMember, OutboxMember {
   }
 
   /** Stops the timer and takes the connection off the keep-alive wheel. */
-  private clearTimer(): void {
+  clearTimer(): void {
     keepAliveWheel.cancel(this);
     if (this.timer !== null) clearTimeout(this.timer);
     this.timer = null;
@@ -1368,10 +1046,6 @@ function timerFired(c: Connection): void {
   c.onTimer();
 }
 
-function refuseDue(c: Connection, reason: number): void {
-  c.onRefuseDue(reason);
-}
-
 function socketData(this: OwnedStream, chunk: Buffer): void {
   this[OWNER]?.onData(chunk);
 }
@@ -1390,16 +1064,4 @@ function socketEnd(this: OwnedStream): void {
 
 function socketDrain(this: OwnedStream): void {
   this[OWNER]?.onDrain();
-}
-
-/** What authorizePublish is told of a PUBLISH or a will (its payload not copied). */
-function publishRequest(
-  clientId: string,
-  username: string | null,
-  topic: string,
-  m: { payload: Uint8Array; qos: QoS; retain: boolean },
-  will: boolean,
-): AuthorizePublishRequest {
-  const payload = Buffer.from(m.payload.buffer, m.payload.byteOffset, m.payload.byteLength);
-  return { clientId, username, topic, payload, qos: m.qos, retain: m.retain, will };
 }
