@@ -20,26 +20,18 @@ import { assignedClientId } from '../broker/session.js';
 import type { EventKind } from '../events.js';
 import { Decoder } from '../protocol/decoder.js';
 import { encode } from '../protocol/encoder.js';
-import type {
-  ConnectPacket,
-  DecodeError,
-  DisconnectPacket,
-  Packet,
-  PublishPacket,
-  SubscribePacket,
-  UnsubscribePacket,
-} from '../protocol/packets.js';
+import type { ConnectPacket, DecodeError, DisconnectPacket, Packet, SubscribePacket, UnsubscribePacket } from '../protocol/packets.js';
 import { CONNACK_V4, RC } from '../protocol/reason-codes.js';
-import { validateTopicFilter, validateTopicName } from '../protocol/topic.js';
+import { validateTopicFilter } from '../protocol/topic.js';
 import type { Authorization, HookAuthorizer } from './auth/hook-authorizer.js';
 import type { EnhancedAuthState } from './auth-exchange.js';
 import type { Authenticator } from './authenticator.js';
 import { onAuth, onAuthAction, onConnect } from './connect-phase.js';
 import type { StorageGate } from './disk-space.js';
 import type { EnhancedAuthMethod } from './enhanced-auth.js';
-import { isSysTopic, messageFromPublish, payloadFormatValid, publishRequest } from './inbound.js';
+import { onPublish } from './inbound-publish.js';
 import { keepAliveWheel, type WheelMember } from './keepalive-wheel.js';
-import { type NodeLimits, TokenBucket, topicLimitProblem } from './limits.js';
+import { type NodeLimits, type TokenBucket, topicLimitProblem } from './limits.js';
 import { type ConnackLimits, codesAckBytes, NO_DISCONNECT, publishWithAlias, reasonText, toWire, withoutProblemInfo } from './outbound.js';
 import type { Outbox, OutboxMember } from './outbox.js';
 import type { PublishTracer } from './publish-trace.js';
@@ -120,16 +112,14 @@ type LocalAction =
   /** reason: v5 DISCONNECT reason to send first, or -1 for none. */
   | { k: 'close'; reason: number };
 
-const EMPTY_PAYLOAD = new Uint8Array(0);
-
 /** The socket's property naming the Connection that reads it. */
 const OWNER: unique symbol = Symbol('raftmq.connection');
 type OwnedStream = ByteStream & { [OWNER]?: Connection };
 
 /** Owns the socket and the phase, and keeps replies in arrival order; what each phase does with a
- * packet is in its own module (connect-phase.ts). Those modules are plain functions over this
- * connection's fields, so members they use are not `private`: a helper object per phase would
- * cost every idle connection its bytes. */
+ * packet is in its own module (connect-phase.ts, inbound-publish.ts). Those modules are plain
+ * functions over this connection's fields, so members they use are not `private`: a helper object
+ * per phase would cost every idle connection its bytes. */
 export class Connection implements WheelMember, OutboxMember {
   readonly id: ConnId;
   /** The client id its CONNECT named, for log lines; null before CONNECT or when assigned. */
@@ -151,27 +141,27 @@ export class Connection implements WheelMember, OutboxMember {
   /** A successful CONNACK has gone to the socket (not only into this turn's buffer). */
   private connackWritten = false;
   /** Proposals of this connection not yet applied. */
-  private pending = 0;
+  pending = 0;
   /** PUBACK/PUBREC/PUBCOMP read and not yet proposed: the acks of one read go out as one command,
    * proposed before anything else this connection proposes or replies, so order is kept. */
   private acks: AckItem[] = [];
-  private local: LocalAction[] = [];
+  local: LocalAction[] = [];
   private out: Buffer[] = [];
   private outBytes = 0;
   private dirty = false;
   /** The socket holds more than maxWriteBufferBytes of output: reading waits for its 'drain'. */
   private outputFull = false;
   keepAliveMs = 0;
-  private lastRxMs = 0;
+  lastRxMs = 0;
   /** The connect timeout or the close grace; keep-alive is on the shared wheel instead. */
   private timer: NodeJS.Timeout | null = null;
   wheelAt = 0;
   wheelSlot = -1;
   wheelIndex = 0;
-  private aliases: Map<number, string> | null = null;
+  aliases: Map<number, string> | null = null;
   /** Packet ids of inbound QoS 1/2 publishes not yet answered (v5 Receive Maximum, §4.9);
    * created by the first one, since an empty Set costs about 170 bytes per idle connection. */
-  private inbound: Set<number> | null = null;
+  inbound: Set<number> | null = null;
   connectExpiry = 0;
   connectProposed = false;
   private disconnectProposed = false;
@@ -190,9 +180,9 @@ export class Connection implements WheelMember, OutboxMember {
   /** The CONNECT of an enhanced authentication in progress, proposed once the method succeeds. */
   pendingConnect: ConnectPacket | undefined;
   /** --max-publish-rate, created on the first PUBLISH when a rate is set. */
-  private publishBucket: TokenBucket | null = null;
+  publishBucket: TokenBucket | null = null;
   /** PUBLISH packets refused over the rate, at the same rate: when it runs dry, DISCONNECT 0x96. */
-  private excessBucket: TokenBucket | null = null;
+  excessBucket: TokenBucket | null = null;
 
   constructor(id: ConnId, socket: ByteStream, transport: Transport, host: ConnectionHost, outbox: Outbox) {
     this.id = id;
@@ -290,7 +280,7 @@ export class Connection implements WheelMember, OutboxMember {
         onConnect(this, p);
         return;
       case 'publish':
-        this.onPublish(p);
+        onPublish(this, p);
         return;
       case 'puback':
       case 'pubrec':
@@ -390,189 +380,6 @@ export class Connection implements WheelMember, OutboxMember {
       if (this.phase === 'closing' || this.phase === 'closed') return;
       this.resumeAfter(() => decided(a));
     });
-  }
-
-  // ---- PUBLISH ----
-
-  private onPublish(p: PublishPacket): void {
-    const traffic = this.host.traffic;
-    traffic.publishIn[p.qos]++;
-    traffic.publishInBytes[p.qos] += p.payload.length;
-    const topic = this.resolveTopic(p);
-    if (topic === null) return;
-    const l = this.host.limits;
-    if (p.qos > l.maxQos) {
-      this.fail(RC.QOS_NOT_SUPPORTED, 'qos-not-supported', `QoS ${p.qos}`);
-      return;
-    }
-    if (p.retain && !l.retainAvailable) {
-      this.fail(RC.RETAIN_NOT_SUPPORTED, 'retain-not-supported', 'retain');
-      return;
-    }
-    if (p.qos > 0 && this.level === 5) {
-      this.inbound ??= new Set();
-      const inbound = this.inbound;
-      inbound.add(p.pid as number);
-      if (inbound.size > l.receiveMaximum) {
-        this.fail(RC.RECEIVE_MAXIMUM_EXCEEDED, 'receive-maximum', `${inbound.size} unacknowledged`);
-        return;
-      }
-    }
-    if (this.level === 5 && !payloadFormatValid(p)) {
-      this.refusePayload(p);
-      return;
-    }
-    // After the alias is resolved, so that a refused PUBLISH still sets its alias (§3.3.2.3.4).
-    if (!this.withinPublishRate(p, topic)) return;
-    if (this.host.storageGate.low && !this.storedWhileLow(p, topic)) return;
-    if (isSysTopic(topic)) {
-      this.refuseSys(p);
-      return;
-    }
-    const authz = this.host.authorizer;
-    if (authz?.decidesPublish === true) {
-      const verdict = authz.publish(publishRequest(this.clientId ?? this.assignedId(), this.username, topic, p, false));
-      this.onVerdict(verdict, (a) => this.afterPublishAuthorized(p, topic, a));
-      return;
-    }
-    this.acceptPublish(p, topic);
-  }
-
-  /** A PUBLISH the hook refused is answered as an ACL denial is: the hook's code on a v5 PUBACK or
-   * PUBREC, nothing for QoS 0, and a 3.1.1 QoS 1/2 acknowledged and dropped, as 3.1.1 has no
-   * negative acknowledgement. A hook that failed decided nothing: the connection closes (v5:
-   * DISCONNECT 0x80) with nothing acknowledged, so the client sends the message again. */
-  private afterPublishAuthorized(p: PublishPacket, topic: string, a: Authorization): void {
-    if (a.ok) this.acceptPublish(p, topic);
-    else if (a.failed) this.beginClose(RC.UNSPECIFIED_ERROR);
-    else if (p.qos === 1) this.reply({ k: 'send', packet: { type: 'puback', pid: p.pid as number, code: a.reason } });
-    else if (p.qos === 2) this.reply({ k: 'send', packet: { type: 'pubrec', pid: p.pid as number, code: a.reason } });
-  }
-
-  private acceptPublish(p: PublishPacket, topic: string): void {
-    const traffic = this.host.traffic;
-    const msg = messageFromPublish(p, topic);
-    if (this.host.tracer.on) this.host.tracer.read(this.id, this.clientId, msg, p.pid ?? 0);
-    // A retained QoS 0 PUBLISH goes through the log without a packet id to find it by: not probed.
-    if (--traffic.probeCountdown <= 0 && (p.qos > 0 || !p.retain)) {
-      this.host.probePublish(this.id, p.qos === 0 ? msg : null, p.pid ?? 0, this.lastRxMs);
-    }
-    if (p.qos === 0 && !p.retain) {
-      // The common case routes at once without allocating a queued action.
-      if (this.pending === 0 && this.local.length === 0) {
-        this.host.routeQos0(this.id, msg);
-        return;
-      }
-      this.reply({ k: 'route', msg });
-      return;
-    }
-    const cmd: Command = { t: 'publish', conn: this.id, msg };
-    if (p.qos > 0) cmd.pid = p.pid as number;
-    this.propose(cmd);
-  }
-
-  /** --max-publish-rate is the publisher's own quota (docs/design.md "Queues are bounded by admission":
-   * 0x97 answers the publisher's own quotas). A PUBLISH over it is not routed: QoS 0 is dropped,
-   * QoS 1/2 are answered 0x97 [§3.4.2.1, §3.5.2.1]. Excess beyond the rate itself again (sending
-   * at more than twice the rate) is abuse: DISCONNECT 0x96. A 3.1.1 PUBACK cannot refuse, and a
-   * plain one would claim a delivery that did not happen, so a 3.1.1 QoS 1/2 PUBLISH over the rate
-   * closes the connection: the client keeps the message and sends it again after reconnecting. */
-  private withinPublishRate(p: PublishPacket, topic: string): boolean {
-    const rate = this.host.limits.publishRate;
-    if (rate <= 0) return true;
-    const now = performance.now();
-    this.publishBucket ??= new TokenBucket(rate, rate, now);
-    if (this.publishBucket.take(now)) return true;
-    this.host.event('limit-publish-rate', { ...this.who(), qos: p.qos });
-    this.excessBucket ??= new TokenBucket(rate, rate, now);
-    if (!this.excessBucket.take(now) || (this.level !== 5 && p.qos > 0)) {
-      this.fail(RC.MESSAGE_RATE_TOO_HIGH, 'publish-rate', `over ${rate} PUBLISH/s`);
-      return false;
-    }
-    if (p.qos === 1) this.reply({ k: 'send', packet: { type: 'puback', pid: p.pid as number, code: RC.QUOTA_EXCEEDED } });
-    else if (p.qos === 2 && !p.dup) this.reply({ k: 'send', packet: { type: 'pubrec', pid: p.pid as number, code: RC.QUOTA_EXCEEDED } });
-    else if (p.qos === 2) {
-      // A retry may carry an id apply still holds (received before, PUBREC lost): only apply can
-      // tell, so the refusal goes through the log, without the payload.
-      const msg: Message = { topic, payload: EMPTY_PAYLOAD, qos: 2, retain: false };
-      this.propose({ t: 'publish', conn: this.id, pid: p.pid as number, msg, quotaExceeded: true });
-    }
-    return false;
-  }
-
-  /** The data directory is low on space (docs/operations.md "Disk trouble"): what would be stored is
-   * refused as a quota, the way --max-publish-rate refuses it: QoS 1/2 answered 0x97 (a QoS 2 retry
-   * through the log, as only apply knows whether it holds the id), a retained QoS 0 dropped, and a
-   * 3.1.1 QoS 1/2 closes the connection, since its PUBACK cannot refuse: the client keeps the
-   * message and sends it again. A plain QoS 0 is routed, as it is never stored. */
-  private storedWhileLow(p: PublishPacket, topic: string): boolean {
-    if (p.qos === 0 && !p.retain) return true;
-    this.host.event('limit-storage-low', { ...this.who(), qos: p.qos });
-    if (p.qos > 0 && this.level !== 5) this.fail(RC.QUOTA_EXCEEDED, 'storage-low', '3.1.1 QoS 1/2 PUBLISH while storage is low');
-    else if (p.qos === 1) this.reply({ k: 'send', packet: { type: 'puback', pid: p.pid as number, code: RC.QUOTA_EXCEEDED } });
-    else if (p.qos === 2 && !p.dup) this.reply({ k: 'send', packet: { type: 'pubrec', pid: p.pid as number, code: RC.QUOTA_EXCEEDED } });
-    else if (p.qos === 2) {
-      const msg: Message = { topic, payload: EMPTY_PAYLOAD, qos: 2, retain: false };
-      this.propose({ t: 'publish', conn: this.id, pid: p.pid as number, msg, quotaExceeded: true });
-    }
-    return false;
-  }
-
-  /** `$SYS/...` is the broker's own: a client's PUBLISH there is refused as an ACL denial is, with
-   * 0x87 Not authorized on a v5 PUBACK/PUBREC and no route. Not 0x90 Topic Name invalid: the name
-   * is valid MQTT, and 0x90 on a QoS 0 PUBLISH would mean a DISCONNECT, while a refusal keeps the
-   * connection. QoS 0 is dropped; a 3.1.1 QoS 1/2 is acknowledged and dropped, as 3.1.1 has no
-   * negative acknowledgement. Decided here, so nothing is proposed: no replica ever stores or
-   * routes a client's $SYS message, whatever the ACL grants. */
-  private refuseSys(p: PublishPacket): void {
-    this.host.event('sys-publish-refused', { conn: this.id, qos: p.qos });
-    if (p.qos === 1) this.reply({ k: 'send', packet: { type: 'puback', pid: p.pid as number, code: RC.NOT_AUTHORIZED } });
-    else if (p.qos === 2) this.reply({ k: 'send', packet: { type: 'pubrec', pid: p.pid as number, code: RC.NOT_AUTHORIZED } });
-  }
-
-  /** The topic after Topic Alias resolution (§3.3.2.3.4), or null after failing the connection. */
-  private resolveTopic(p: PublishPacket): string | null {
-    let topic = p.topic;
-    const alias = p.props.topicAlias;
-    if (alias !== undefined) {
-      if (alias === 0 || alias > this.host.limits.topicAliasMaximum) {
-        this.fail(RC.TOPIC_ALIAS_INVALID, 'topic-alias-invalid', `alias ${alias}`); // [MQTT-3.3.2-8/9]
-        return null;
-      }
-      this.aliases ??= new Map();
-      if (topic === '') {
-        const known = this.aliases.get(alias);
-        if (known === undefined) {
-          this.fail(RC.PROTOCOL_ERROR, 'topic-alias-unknown', `alias ${alias}`);
-          return null;
-        }
-        topic = known;
-      } else {
-        this.aliases.set(alias, topic);
-      }
-    }
-    const invalid = validateTopicName(topic);
-    if (invalid !== null) {
-      this.fail(RC.TOPIC_NAME_INVALID, 'topic-name-invalid', invalid);
-      return null;
-    }
-    if (!this.topicWithinLimits(topic)) {
-      this.beginClose(RC.TOPIC_NAME_INVALID);
-      return null;
-    }
-    return topic;
-  }
-
-  /** Payload Format Indicator 1 with a payload that is not UTF-8: not routed; QoS 1/2 are answered
-   * with 0x99 [MQTT-3.3.2-4 / §3.3.2.3.2], a QoS 0 publish has no answer but DISCONNECT. */
-  private refusePayload(p: PublishPacket): void {
-    this.host.event('payload-format-invalid', this.who());
-    if (p.qos === 0) {
-      this.fail(RC.PAYLOAD_FORMAT_INVALID, 'payload-format', 'QoS 0 payload not UTF-8');
-      return;
-    }
-    const type = p.qos === 1 ? 'puback' : 'pubrec';
-    this.reply({ k: 'send', packet: { type, pid: p.pid as number, code: RC.PAYLOAD_FORMAT_INVALID } });
   }
 
   // ---- SUBSCRIBE / UNSUBSCRIBE ----
@@ -722,7 +529,7 @@ export class Connection implements WheelMember, OutboxMember {
     this.propose(cmd);
   }
 
-  private reply(a: LocalAction): void {
+  reply(a: LocalAction): void {
     if (this.acks.length > 0) this.proposeAcks();
     if (this.pending === 0 && this.local.length === 0) this.run(a);
     else this.local.push(a);
@@ -766,7 +573,7 @@ export class Connection implements WheelMember, OutboxMember {
     this.beginClose(reason);
   }
 
-  private beginClose(reason: number): void {
+  beginClose(reason: number): void {
     if (this.phase === 'closing' || this.phase === 'closed') return;
     this.proposeDisconnect(reason, true);
     this.stopReading();
