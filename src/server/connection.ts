@@ -13,26 +13,24 @@ import {
   type Message,
   type OutPacket,
   type ProtocolLevel,
-  REFUSED_NONE,
-  type SubscriptionRequest,
 } from '../broker/commands.js';
 import { assignedClientId } from '../broker/session.js';
 import type { EventKind } from '../events.js';
 import { Decoder } from '../protocol/decoder.js';
 import { encode } from '../protocol/encoder.js';
-import type { ConnectPacket, DecodeError, DisconnectPacket, Packet, SubscribePacket, UnsubscribePacket } from '../protocol/packets.js';
+import type { ConnectPacket, DecodeError, DisconnectPacket, Packet } from '../protocol/packets.js';
 import { CONNACK_V4, RC } from '../protocol/reason-codes.js';
-import { validateTopicFilter } from '../protocol/topic.js';
-import type { Authorization, HookAuthorizer } from './auth/hook-authorizer.js';
+import type { HookAuthorizer } from './auth/hook-authorizer.js';
 import type { EnhancedAuthState } from './auth-exchange.js';
 import type { Authenticator } from './authenticator.js';
 import { onAuth, onAuthAction, onConnect } from './connect-phase.js';
 import type { StorageGate } from './disk-space.js';
 import type { EnhancedAuthMethod } from './enhanced-auth.js';
 import { onPublish } from './inbound-publish.js';
+import { onSubscribe, onUnsubscribe } from './inbound-subscribe.js';
 import { keepAliveWheel, type WheelMember } from './keepalive-wheel.js';
 import { type NodeLimits, type TokenBucket, topicLimitProblem } from './limits.js';
-import { type ConnackLimits, codesAckBytes, NO_DISCONNECT, publishWithAlias, reasonText, toWire, withoutProblemInfo } from './outbound.js';
+import { type ConnackLimits, NO_DISCONNECT, publishWithAlias, reasonText, toWire, withoutProblemInfo } from './outbound.js';
 import type { Outbox, OutboxMember } from './outbox.js';
 import type { PublishTracer } from './publish-trace.js';
 import type { ShardGate } from './shard-gate.js';
@@ -117,8 +115,8 @@ const OWNER: unique symbol = Symbol('raftmq.connection');
 type OwnedStream = ByteStream & { [OWNER]?: Connection };
 
 /** Owns the socket and the phase, and keeps replies in arrival order; what each phase does with a
- * packet is in its own module (connect-phase.ts, inbound-publish.ts). Those modules are plain
- * functions over this connection's fields, so members they use are not `private`: a helper object
+ * packet is in its own module (connect-phase.ts, inbound-publish.ts, inbound-subscribe.ts). Those
+ * modules are plain functions over this connection's fields, so members they use are not `private`: a helper object
  * per phase would cost every idle connection its bytes. */
 export class Connection implements WheelMember, OutboxMember {
   readonly id: ConnId;
@@ -292,10 +290,10 @@ export class Connection implements WheelMember, OutboxMember {
         this.propose({ t: 'pubrel', conn: this.id, pid: p.pid });
         return;
       case 'subscribe':
-        this.onSubscribe(p);
+        onSubscribe(this, p);
         return;
       case 'unsubscribe':
-        this.onUnsubscribe(p);
+        onUnsubscribe(this, p);
         return;
       case 'pingreq':
         this.reply({ k: 'pingresp' });
@@ -382,82 +380,6 @@ export class Connection implements WheelMember, OutboxMember {
     });
   }
 
-  // ---- SUBSCRIBE / UNSUBSCRIBE ----
-
-  /** Invalid filters get their failure code here; the valid ones are proposed, and the codes
-   * decided here travel in the command (`refused`), so apply's SUBACK carries every code in order.
-   * A packet with no valid filter is answered locally (behind this connection's unapplied
-   * proposals). */
-  private onSubscribe(s: SubscribePacket): void {
-    if (!this.codesAckFits(s.subs.length, 'suback')) return;
-    let codes: number[] | null = null;
-    const valid: SubscriptionRequest[] = [];
-    /** The packet's index of each valid filter. */
-    const at: number[] = [];
-    for (let i = 0; i < s.subs.length; i++) {
-      const sub = s.subs[i] as SubscribePacket['subs'][number];
-      if (sub.nl && this.level === 5 && sub.filter.startsWith('$share/')) {
-        // [MQTT-3.8.3-4]: No Local on a shared subscription is a protocol error.
-        this.fail(RC.PROTOCOL_ERROR, 'shared-no-local', sub.filter);
-        return;
-      }
-      if (validateTopicFilter(sub.filter) === null && this.topicWithinLimits(sub.filter)) {
-        valid.push(sub);
-        at.push(i);
-      } else {
-        codes ??= new Array<number>(s.subs.length).fill(REFUSED_NONE);
-        codes[i] = RC.TOPIC_FILTER_INVALID;
-      }
-    }
-    const authz = this.host.authorizer;
-    if (valid.length === 0 || authz?.decidesSubscribe !== true) {
-      this.proposeSubscribe(s, valid, codes);
-      return;
-    }
-    const clientId = this.clientId ?? this.assignedId();
-    const verdicts = valid.map((sub) => authz.subscribe({ clientId, username: this.username, filter: sub.filter, qos: sub.qos }));
-    const decided = (all: readonly Authorization[]): void => {
-      const allowed: SubscriptionRequest[] = [];
-      for (let k = 0; k < all.length; k++) {
-        const a = all[k] as Authorization;
-        const sub = valid[k] as SubscriptionRequest;
-        if (a.ok) allowed.push(a.qos === sub.qos ? sub : { ...sub, qos: a.qos });
-        else {
-          // A SUBACK failure code is valid in both versions (3.1.1 sends it as 0x80).
-          codes ??= new Array<number>(s.subs.length).fill(REFUSED_NONE);
-          codes[at[k] as number] = a.reason;
-        }
-      }
-      this.proposeSubscribe(s, allowed, codes);
-    };
-    this.onVerdict(verdicts.some((v) => v instanceof Promise) ? Promise.all(verdicts) : (verdicts as Authorization[]), decided);
-  }
-
-  /** The filters that remain are proposed; the codes decided here travel in the command. */
-  private proposeSubscribe(s: SubscribePacket, subs: SubscriptionRequest[], codes: number[] | null): void {
-    if (subs.length === 0) {
-      this.reply({ k: 'send', packet: { type: 'suback', pid: s.pid, codes: codes ?? [] } });
-      return;
-    }
-    const cmd: Command = { t: 'subscribe', conn: this.id, pid: s.pid, subs };
-    if (s.props.subId !== undefined) cmd.subId = s.props.subId;
-    if (codes !== null) cmd.refused = codes;
-    this.propose(cmd);
-  }
-
-  /** A SUBACK or UNSUBACK has one reason code per filter, so a client may ask more filters than
-   * its own Maximum Packet Size lets it be answered for. That is known before proposing: the
-   * connection fails with 0x95 and the subscriptions are not made, rather than made and never
-   * acknowledged (writeControl would have to drop the reply). */
-  private codesAckFits(codes: number, type: 'suback' | 'unsuback'): boolean {
-    if (this.level !== 5 || this.clientMaxPacket === 0) return true;
-    const bytes = codesAckBytes(codes);
-    if (bytes <= this.clientMaxPacket) return true;
-    this.host.event('packet-too-large-for-client', { conn: this.id, type, bytes });
-    this.fail(RC.PACKET_TOO_LARGE, `${type}-too-large-for-client`, `${type} of ${bytes} bytes over ${this.clientMaxPacket}`);
-    return false;
-  }
-
   /** A topic name or filter over --max-topic-levels or --max-topic-length is a limit, counted as
    * such (`limit-topic`), not a protocol error; the caller refuses it with its reason code. */
   topicWithinLimits(topic: string): boolean {
@@ -465,27 +387,6 @@ export class Connection implements WheelMember, OutboxMember {
     if (problem === null) return true;
     this.host.event('limit-topic', { ...this.who(), problem });
     return false;
-  }
-
-  private onUnsubscribe(u: UnsubscribePacket): void {
-    if (!this.codesAckFits(u.filters.length, 'unsuback')) return;
-    let codes: number[] | null = null;
-    const valid: string[] = [];
-    for (let i = 0; i < u.filters.length; i++) {
-      const f = u.filters[i] as string;
-      if (validateTopicFilter(f) === null) valid.push(f);
-      else {
-        codes ??= new Array<number>(u.filters.length).fill(REFUSED_NONE);
-        codes[i] = RC.TOPIC_FILTER_INVALID;
-      }
-    }
-    if (valid.length === 0) {
-      this.reply({ k: 'send', packet: { type: 'unsuback', pid: u.pid, codes: codes ?? [] } });
-      return;
-    }
-    const cmd: Command = { t: 'unsubscribe', conn: this.id, pid: u.pid, filters: valid };
-    if (codes !== null) cmd.refused = codes;
-    this.propose(cmd);
   }
 
   // ---- DISCONNECT ----
