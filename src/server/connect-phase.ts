@@ -18,6 +18,7 @@ import type { Authorization } from './auth/hook-authorizer.js';
 import { type AuthAction, EnhancedAuthState, type FailedLogin } from './auth-exchange.js';
 import type { AuthResult } from './authenticator.js';
 import type { Connection } from './connection.js';
+import { sendOut, writeControl } from './connection-output.js';
 import { connectExpiryS, isSysTopic, publishRequest, RECEIVE_MAX_DEFAULT, willFromConnect } from './inbound.js';
 import { keepAliveWheel } from './keepalive-wheel.js';
 import { NO_DISCONNECT, toWire } from './outbound.js';
@@ -123,7 +124,7 @@ function refuseConnect(conn: Connection, reason: number, to: Referral | null = n
     connack.reasonString = to.reason;
     if (to.reference !== null) connack.serverReference = to.reference;
   }
-  conn.sendOut(connack);
+  sendOut(conn, connack);
   conn.closeNow(NO_DISCONNECT);
 }
 
@@ -283,7 +284,7 @@ export function onAuthAction(conn: Connection, a: AuthAction, c?: ConnectPacket)
         conn.phase = 'auth-exchange';
         conn.pendingConnect = c;
       }
-      conn.writeControl({ type: 'auth', code: a.code, props: { authMethod: conn.enhanced?.method.name, authData: a.data } });
+      writeControl(conn, { type: 'auth', code: a.code, props: { authMethod: conn.enhanced?.method.name, authData: a.data } });
       return;
     case 'authenticated': {
       const connect = c as ConnectPacket;

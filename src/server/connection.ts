@@ -24,13 +24,14 @@ import type { HookAuthorizer } from './auth/hook-authorizer.js';
 import type { EnhancedAuthState } from './auth-exchange.js';
 import type { Authenticator } from './authenticator.js';
 import { onAuth, onAuthAction, onConnect } from './connect-phase.js';
+import { deliverEffect, flushOutput, write, writeControl } from './connection-output.js';
 import type { StorageGate } from './disk-space.js';
 import type { EnhancedAuthMethod } from './enhanced-auth.js';
 import { onPublish } from './inbound-publish.js';
 import { onSubscribe, onUnsubscribe } from './inbound-subscribe.js';
 import { keepAliveWheel, type WheelMember } from './keepalive-wheel.js';
 import { type NodeLimits, type TokenBucket, topicLimitProblem } from './limits.js';
-import { type ConnackLimits, NO_DISCONNECT, publishWithAlias, reasonText, toWire, withoutProblemInfo } from './outbound.js';
+import { type ConnackLimits, NO_DISCONNECT, reasonText } from './outbound.js';
 import type { Outbox, OutboxMember } from './outbox.js';
 import type { PublishTracer } from './publish-trace.js';
 import type { ShardGate } from './shard-gate.js';
@@ -115,8 +116,8 @@ const OWNER: unique symbol = Symbol('raftmq.connection');
 type OwnedStream = ByteStream & { [OWNER]?: Connection };
 
 /** Owns the socket and the phase, and keeps replies in arrival order; what each phase does with a
- * packet is in its own module (connect-phase.ts, inbound-publish.ts, inbound-subscribe.ts). Those
- * modules are plain functions over this connection's fields, so members they use are not `private`: a helper object
+ * packet is in its own module (connect-phase.ts, inbound-publish.ts, inbound-subscribe.ts), and
+ * the output in connection-output.ts. Those modules are plain functions over this connection's fields, so members they use are not `private`: a helper object
  * per phase would cost every idle connection its bytes. */
 export class Connection implements WheelMember, OutboxMember {
   readonly id: ConnId;
@@ -131,24 +132,24 @@ export class Connection implements WheelMember, OutboxMember {
   readonly socket: ByteStream;
   readonly host: ConnectionHost;
   /** Where this connection's output waits for its socket write, shared by the node's connections. */
-  private readonly outbox: Outbox;
+  readonly outbox: Outbox;
   private readonly decoder: Decoder;
   phase: Phase = 'awaiting-connect';
   level: ProtocolLevel = 4;
-  private connackOk = false;
+  connackOk = false;
   /** A successful CONNACK has gone to the socket (not only into this turn's buffer). */
-  private connackWritten = false;
+  connackWritten = false;
   /** Proposals of this connection not yet applied. */
   pending = 0;
   /** PUBACK/PUBREC/PUBCOMP read and not yet proposed: the acks of one read go out as one command,
    * proposed before anything else this connection proposes or replies, so order is kept. */
   private acks: AckItem[] = [];
   local: LocalAction[] = [];
-  private out: Buffer[] = [];
-  private outBytes = 0;
-  private dirty = false;
+  out: Buffer[] = [];
+  outBytes = 0;
+  dirty = false;
   /** The socket holds more than maxWriteBufferBytes of output: reading waits for its 'drain'. */
-  private outputFull = false;
+  outputFull = false;
   keepAliveMs = 0;
   lastRxMs = 0;
   /** The connect timeout or the close grace; keep-alive is on the shared wheel instead. */
@@ -329,7 +330,7 @@ export class Connection implements WheelMember, OutboxMember {
           code: CONNACK_V4.UNACCEPTABLE_PROTOCOL_VERSION,
           props: {},
         };
-        this.write(encode(connack, 4));
+        write(this, encode(connack, 4));
       }
       this.closeNow(NO_DISCONNECT);
       return;
@@ -439,10 +440,10 @@ export class Connection implements WheelMember, OutboxMember {
   private run(a: LocalAction): void {
     switch (a.k) {
       case 'send':
-        this.deliver(a.packet);
+        deliverEffect(this, a.packet);
         return;
       case 'pingresp':
-        this.write(encode({ type: 'pingresp' }, this.level));
+        write(this, encode({ type: 'pingresp' }, this.level));
         return;
       case 'route':
         this.host.routeQos0(this.id, a.msg);
@@ -487,54 +488,11 @@ export class Connection implements WheelMember, OutboxMember {
     this.armTimer(CLOSE_GRACE_MS);
   }
 
-  // ---- effects ----
+  // ---- effects and closing ----
 
-  /** An effect of a committed entry (or of a QoS 0 route) for this connection. */
+  /** An effect of a committed entry (or of a QoS 0 route) for this connection (connection-output.ts). */
   deliver(p: OutPacket): void {
-    if (this.phase === 'closed') return;
-    switch (p.type) {
-      case 'connack':
-        this.onConnack(p);
-        return;
-      case 'suback':
-      case 'unsuback':
-      case 'pubrel':
-        this.sendOut(p);
-        return;
-      case 'puback':
-      case 'pubcomp':
-        this.inbound?.delete(p.pid);
-        this.sendOut(p);
-        return;
-      case 'pubrec':
-        // A PUBREC with an error ends the flow; otherwise the id is held until PUBCOMP (§4.9).
-        if (p.code >= RC.UNSPECIFIED_ERROR) this.inbound?.delete(p.pid);
-        this.sendOut(p);
-        return;
-      case 'publish':
-        if (p.qos === 0 && this.socket.writableLength + this.outBytes > this.host.limits.maxWriteBufferBytes) {
-          this.host.event('qos0-dropped-slow-consumer', this.who());
-          return;
-        }
-        this.host.traffic.publishOut[p.qos]++;
-        this.host.traffic.publishOutBytes[p.qos] += p.msg.payload.length;
-        this.sendOut(p);
-        return;
-      default: {
-        const _: never = p;
-        void _;
-      }
-    }
-  }
-
-  private onConnack(p: Extract<OutPacket, { type: 'connack' }>): void {
-    this.sendOut(p);
-    if (p.code !== RC.SUCCESS) {
-      this.closeNow(NO_DISCONNECT);
-      return;
-    }
-    if (this.phase === 'connecting') this.phase = 'connected';
-    this.connackOk = true;
+    deliverEffect(this, p);
   }
 
   /** A close decided by apply (session taken over, ...). */
@@ -560,72 +518,9 @@ export class Connection implements WheelMember, OutboxMember {
 
   // ---- output ----
 
-  sendOut(p: OutPacket): void {
-    if (p.type !== 'publish') this.writeControl(toWire(p, this.level, this.limits));
-    else if (this.aliasesOut === null) this.write(this.outbox.encodePublish(p, this.level, this.limits));
-    else this.write(this.encodeAliased(p));
-  }
-
-  /** A PUBLISH under an outbound alias. Apply sized the packet without one; an alias that would
-   * push it over the client's Maximum Packet Size is not used [MQTT-3.1.2-24]. */
-  private encodeAliased(p: Extract<OutPacket, { type: 'publish' }>): Buffer {
-    const aliases = this.aliasesOut as OutboundAliases;
-    const alias = aliases.assign(p.msg.topic);
-    const known = aliases.known;
-    const buf = encode(publishWithAlias(p, alias, known), 5);
-    if (this.clientMaxPacket === 0 || buf.length <= this.clientMaxPacket) return buf;
-    if (!known) aliases.cancel(p.msg.topic);
-    return this.outbox.encodePublish(p, this.level, this.limits);
-  }
-
-  /** Every packet but PUBLISH: Reason String and User Properties go first when the packet would
-   * exceed the client's Maximum Packet Size [MQTT-3.1.2-25]; a packet that cannot fit even then
-   * is not sent, and the connection closes since the client cannot be answered. */
-  writeControl(w: Packet): void {
-    let buf = encode(w, this.level);
-    if (this.clientMaxPacket === 0 || buf.length <= this.clientMaxPacket) {
-      this.write(buf);
-      return;
-    }
-    const bare = withoutProblemInfo(w);
-    if (bare !== null) buf = encode(bare, this.level);
-    if (buf.length <= this.clientMaxPacket) {
-      this.write(buf);
-      return;
-    }
-    this.host.event('packet-too-large-for-client', { ...this.who(), type: w.type, bytes: buf.length });
-    if (w.type !== 'disconnect') this.beginClose(RC.PACKET_TOO_LARGE);
-  }
-
-  private write(buf: Buffer): void {
-    this.host.traffic.packetsOut++;
-    this.out.push(buf);
-    this.outBytes += buf.length;
-    if (!this.dirty) {
-      this.dirty = true;
-      this.outbox.queued(this);
-    }
-  }
-
-  /** One socket write for everything buffered so far (docs/design.md "Performance principles");
-   * returns the bytes handed to the socket. */
+  /** The outbox's turn to write this connection: one socket write (connection-output.ts). */
   flush(): number {
-    this.dirty = false;
-    if (this.out.length === 0) return 0;
-    this.connackWritten = this.connackOk;
-    const buf = this.out.length === 1 ? (this.out[0] as Buffer) : Buffer.concat(this.out, this.outBytes);
-    this.out = [];
-    this.outBytes = 0;
-    if (this.socket.destroyed) return 0;
-    this.host.traffic.bytesOut += buf.length;
-    if (this.socket.write(buf) || this.outputFull) return buf.length;
-    if (this.socket.writableLength > this.host.limits.maxWriteBufferBytes) {
-      // A client that publishes but does not read must not grow our memory: its own input waits.
-      this.outputFull = true;
-      this.socket.pause();
-      this.host.event('reads-paused-slow-consumer', { ...this.who(), bytes: this.socket.writableLength });
-    }
-    return buf.length;
+    return flushOutput(this);
   }
 
   /** The socket's 'drain', through the shared listener. */
@@ -639,11 +534,11 @@ export class Connection implements WheelMember, OutboxMember {
     if (this.phase === 'closed') return;
     if (reason !== NO_DISCONNECT && this.level === 5 && this.connackOk) {
       const text = reasonText(reason);
-      this.writeControl({ type: 'disconnect', code: reason, props: text === undefined ? {} : { reasonString: text } });
+      writeControl(this, { type: 'disconnect', code: reason, props: text === undefined ? {} : { reasonString: text } });
     }
     this.phase = 'closed';
     this.local = [];
-    this.flush();
+    flushOutput(this);
     this.socket.end();
     this.armTimer(CLOSE_GRACE_MS);
   }
@@ -732,7 +627,7 @@ export class Connection implements WheelMember, OutboxMember {
    * this client goes out first, then the socket closes and 'close' proposes the disconnect. */
   endAfterPeer(): void {
     if (this.socket.destroyed) return;
-    this.flush();
+    flushOutput(this);
     if (this.socket.writableLength === 0) this.socket.destroy();
     else this.socket.end();
   }
