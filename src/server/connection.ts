@@ -4,6 +4,12 @@
 // Connection-scoped protocol state lives here and starts fresh with every connection (docs/design.md
 // "The seam"): keep-alive, inbound topic aliases, the inbound Receive Maximum count. Everything a
 // client may expect to find again after reconnecting is decided by apply.
+//
+// This file is the coordinator: the socket, the phase, dispatch, waiting for asynchronous verdicts,
+// the order of proposals and replies, closing and timers. Each phase's handling of its packets is
+// in its own module: connect-phase.ts (CONNECT to CONNACK, authentication), inbound-publish.ts,
+// inbound-subscribe.ts, and connection-output.ts (effects to bytes, the socket write); see
+// docs/architecture.md "One connection, by phase".
 import { performance } from 'node:perf_hooks';
 import {
   ACKS_PER_COMMAND_MAX,
