@@ -50,7 +50,7 @@ export const EVENT_LEVELS = {
   'authz-hook-error': 'warn',
   'authz-hook-timeout': 'warn',
   'enhanced-auth-ok': 'info',
-  // connections (src/server/connection.ts)
+  // connections (src/server/connection.ts and its phase modules)
   'connack-too-large-for-client': 'info',
   'connect-refused': 'info',
   'connect-wrong-shard': 'info',

@@ -1,7 +1,8 @@
 // Packets from a client turned into the plain data that commands carry (src/broker/commands.ts).
 import { isUtf8 } from 'node:buffer';
 import type { Message, MessageProps, Will } from '../broker/commands.js';
-import type { ConnectPacket, PublishPacket, WillProps } from '../protocol/packets.js';
+import type { ConnectPacket, PublishPacket, QoS, WillProps } from '../protocol/packets.js';
+import type { AuthorizePublishRequest } from './auth/hook-authorizer.js';
 
 /** Session Expiry Interval that never expires [MQTT-3.1.2-23]. */
 export const EXPIRY_NEVER = 0xffffffff;
@@ -75,4 +76,21 @@ export function connectExpiryS(c: ConnectPacket): number {
 export function payloadFormatValid(p: PublishPacket): boolean {
   if (p.props.payloadFormat !== 1) return true;
   return isUtf8(p.payload);
+}
+
+/** Topics the broker publishes itself (src/server/sys-topics.ts); clients may not. */
+export function isSysTopic(topic: string): boolean {
+  return topic.startsWith('$SYS') && (topic.length === 4 || topic.charCodeAt(4) === 0x2f);
+}
+
+/** What authorizePublish is told of a PUBLISH or a will (its payload not copied). */
+export function publishRequest(
+  clientId: string,
+  username: string | null,
+  topic: string,
+  m: { payload: Uint8Array; qos: QoS; retain: boolean },
+  will: boolean,
+): AuthorizePublishRequest {
+  const payload = Buffer.from(m.payload.buffer, m.payload.byteOffset, m.payload.byteLength);
+  return { clientId, username, topic, payload, qos: m.qos, retain: m.retain, will };
 }

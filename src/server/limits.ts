@@ -19,7 +19,7 @@ export interface NodeLimits {
   /** Bytes in a topic name or filter (v5 0x90 / 0x8F). */
   maxTopicLength: number;
   /** PUBLISH packets per second per connection, burst the same; 0: none. Over it: v5 PUBACK/PUBREC
-   * 0x97; more than twice it: DISCONNECT 0x96 (Connection.withinPublishRate). */
+   * 0x97; more than twice it: DISCONNECT 0x96 (withinPublishRate, inbound-publish.ts). */
   publishRate: number;
   /** CONNECTs per second per source address, burst the same; 0: none (v5 CONNACK 0x9F). */
   connectRatePerAddress: number;

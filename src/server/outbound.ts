@@ -47,6 +47,9 @@ export function codesAckBytes(codes: number): number {
   return 1 + vbiSize(remaining) + remaining;
 }
 
+/** A connection's close reason meaning: send no DISCONNECT first. */
+export const NO_DISCONNECT = -1;
+
 /** Reason String text for a reason code: its RC name in words ('QUOTA_EXCEEDED' → 'quota exceeded'). */
 const REASON_TEXT = new Map<number, string>();
 for (const [name, code] of Object.entries(RC)) {

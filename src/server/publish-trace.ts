@@ -88,7 +88,7 @@ export class PublishTracer {
 
   // ---- the message path: each called only while `on` ----
 
-  /** A PUBLISH was read and admitted (connection.ts). */
+  /** A PUBLISH was read and admitted (inbound-publish.ts). */
   read(conn: ConnId, client: string | null, msg: Message, pid: number): void {
     this.evaluations++;
     let matched: number[] | null = null;

@@ -1,6 +1,6 @@
 // The node's side of placement (docs/scale-out.md "Refusal at the wrong shard"): whether a client id
 // is served on this shard, where a client of another shard is sent, and the id this shard assigns
-// to a client that sent none. Consulted at CONNECT by the connection (src/server/connection.ts)
+// to a client that sent none. Consulted at CONNECT by the connection (src/server/connect-phase.ts)
 // and, on a follower with --cluster-server-reference, by the referrer (src/server/referrer.ts),
 // before anything else of the CONNECT is looked at: a client of another shard is never
 // authenticated, admitted or given a session here. The counts are this process's own.

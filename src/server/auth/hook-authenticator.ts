@@ -1,7 +1,7 @@
 // The Authenticator over an embedding application's `authenticate` hook (src/index.ts): the hook
 // gets the CONNECT's identity and answers true, false or a CONNACK reason code, at once or with a
 // promise. It runs on the serving node before the connect is proposed; the connection reads
-// nothing further until it answers (src/server/connection.ts pauses it), so its packets keep their
+// nothing further until it answers (src/server/connect-phase.ts pauses it), so its packets keep their
 // order. docs/operations.md "Embedding raftmq" documents the answers and the timeout.
 import type { ConnectPacket } from '../../protocol/packets.js';
 import { RC } from '../../protocol/reason-codes.js';
