@@ -85,7 +85,7 @@ export class BridgeLink {
   dropped = 0;
   /** Messages from the remote published here (QoS 1: committed and acknowledged to the remote). */
   received = 0;
-  /** Messages or packets from the remote refused as bad input (docs/bridges.md "Bad input"). */
+  /** Messages or packets from the remote refused as bad input (docs/bridges.md "Bad input from the remote"). */
   rejected = 0;
   /** The connection id of the current connection to the remote; apply's effects name it. */
   private connId: ConnId = '';
@@ -183,7 +183,7 @@ export class BridgeLink {
       type: 'connect',
       protocolName: 'MQTT',
       // Mosquitto's bridge bit (try_private): a 3.1.1 remote that knows it treats us as a bridge
-      // and sends us nothing we published ourselves (docs/bridges.md "Loops").
+      // and sends us nothing we published ourselves (docs/bridges.md "Topic rules").
       level: (sp.protocol === 4 && sp.tryPrivate ? 0x80 | 4 : sp.protocol) as 4 | 5,
       clean: sp.cleanStart,
       keepAlive: sp.keepaliveS,
