@@ -380,7 +380,7 @@ export const SCHEMA = {
   bridges: {
     kind: 'map',
     default: {},
-    help: 'config file only: bridge NAME to its settings (address, client-id, username, password, protocol-version, keepalive-s, clean-start, tls-ca, tls-cert, tls-key, topic), see docs/bridges.md',
+    help: 'config file only: bridge NAME to its settings (address, client-id, username, password, protocol-version, keepalive-s, clean-start, try-private, tls-ca, tls-cert, tls-key, topic), see docs/bridges.md',
   },
   'bridge-outbox-messages': {
     kind: 'int',

@@ -29,10 +29,15 @@ export const EVENT_LEVELS = {
   'will-published': 'info',
   // bridges (src/broker/bridge-outbox.ts, src/server/bridge)
   'bridge-down': 'debug',
+  'bridge-in-bad-topic': 'warn',
+  'bridge-in-no-rule': 'warn',
+  'bridge-in-too-large': 'warn',
   'bridge-outbox-full': 'warn',
   'bridge-outbox-refused': 'warn',
   'bridge-outbox-removed': 'warn',
+  'bridge-protocol-error': 'warn',
   'bridge-refused-by-remote': 'warn',
+  'bridge-subscribe-refused': 'warn',
   'bridge-too-large': 'warn',
   // authentication and authorization (src/server/auth)
   'auth-anonymous-refused': 'warn',

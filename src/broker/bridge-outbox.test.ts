@@ -186,4 +186,32 @@ describe('bridge outboxes in the replicated state', () => {
     ];
     for (const x of bad) assert.throws(() => decodeImage(encodeImage(x), parseShare), SnapshotError);
   });
+
+  it("publishes a bridge-in message without the ACL, acknowledges it to the bridge, and keeps it out of that bridge's outbox", () => {
+    const rules: BridgeRule[] = [
+      { bridge: 'cloud', pattern: '#', direction: 'both', qos: 1, localPrefix: '', remotePrefix: '' },
+      { bridge: 'archive', pattern: '#', direction: 'out', qos: 1, localPrefix: '', remotePrefix: '' },
+    ];
+    // An ACL that lets nobody write: a bridge's input is not judged by it.
+    const acl: Settings['acl'] = [{ kind: 'topic', user: null, access: 'read', filter: '#' }];
+    const h = new Harness({ ...SETTINGS, bridgeRules: rules, acl });
+    h.connect(h.conn(1), 'sub');
+    h.subscribe(h.conn(1), 1, [{ filter: 'in/#', qos: 1 }]);
+    const link = h.conn(2);
+    const out = h.apply({ t: 'bridge-in', bridge: 'cloud', conn: link, pid: 7, msg: msg('in/a', 'x', 1, true) });
+    assert.deepEqual(sent(out, link), [{ type: 'puback', pid: 7, code: 0 }]);
+    assert.equal(published(out, h.conn(1)).length, 1, 'routed to the local subscriber');
+    assert.equal(h.broker.bridgeOutbox('cloud')?.items.length, 0, 'not sent back to the remote it came from');
+    assert.equal(h.broker.bridgeOutbox('archive')?.items.length, 1, 'forwarded to the other bridge');
+    assert.equal(h.broker.counts().retained, 1, 'retained as received');
+    // The other bridge's outbox is full (3 messages): refused with 0x97, so the bridge does not
+    // acknowledge it and the remote sends it again.
+    for (let i = 0; i < 2; i++) h.apply({ t: 'bridge-in', bridge: 'cloud', conn: link, pid: 8 + i, msg: msg('in/b', 'y', 1) });
+    const refused = h.apply({ t: 'bridge-in', bridge: 'cloud', conn: link, pid: 20, msg: msg('in/c', 'z', 1) });
+    assert.deepEqual(sent(refused, link), [{ type: 'puback', pid: 20, code: 0x97 }]);
+    assert.equal(published(refused, h.conn(1)).length, 0, 'neither routed');
+    const unknown = h.apply({ t: 'bridge-in', bridge: 'gone', conn: link, pid: 21, msg: msg('in/d', 'z', 1) });
+    assert.deepEqual(sent(unknown, link), [], 'no acknowledgement for a bridge the rules do not name');
+    assert.equal(h.broker.verify(), null);
+  });
 });

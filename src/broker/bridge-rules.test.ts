@@ -1,6 +1,14 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { type BridgeRule, filtersOverlap, loopingPair, outboundForward, parseBridgeRule } from './bridge-rules.js';
+import {
+  type BridgeRule,
+  filtersOverlap,
+  inboundForward,
+  inboundSubscriptions,
+  loopingPair,
+  outboundForward,
+  parseBridgeRule,
+} from './bridge-rules.js';
 
 const rule = (text: string, bridge = 'up'): BridgeRule => {
   const r = parseBridgeRule(bridge, text);
@@ -56,6 +64,30 @@ describe('bridge topic rules', () => {
     assert.equal(outboundForward(rules, 'other', 'x/1', 1)?.topic, 'x/1');
     assert.equal(outboundForward([rule('# in 1')], 'up', 'a', 1), null, 'an inbound rule forwards nothing out');
     assert.equal(outboundForward([rule('# out 1')], 'up', '$SYS/x', 1), null, '# does not match $ topics');
+  });
+
+  it('remaps an inbound message from the remote prefix to the local one, at the lower QoS', () => {
+    const rules = [rule('cmd/# in 1 dev/ cloud/dev/'), rule('all/# both 0'), rule('out/# out 1')];
+    const f = inboundForward(rules, 'up', 'cloud/dev/cmd/reboot', 2);
+    assert.ok(typeof f === 'object');
+    assert.deepEqual([f.topic, f.qos], ['dev/cmd/reboot', 1]);
+    const g = inboundForward(rules, 'up', 'all/x', 1);
+    assert.ok(typeof g === 'object');
+    assert.deepEqual([g.topic, g.qos], ['all/x', 0]);
+    assert.equal(inboundForward(rules, 'up', 'out/x', 1), 'no-rule', 'an outbound rule brings nothing in');
+    assert.equal(inboundForward(rules, 'up', 'dev/cmd/x', 1), 'no-rule', 'without the remote prefix');
+    assert.equal(inboundForward(rules, 'other', 'all/x', 1), 'no-rule', "another bridge's rule");
+    // The local topic would be over the 65535 bytes a topic name may have.
+    const long = `cloud/dev/cmd/${'x'.repeat(65_525)}`;
+    assert.equal(inboundForward([rule(`cmd/# in 1 ${'y'.repeat(20)}/ cloud/dev/`)], 'up', long, 1), 'bad-topic');
+  });
+
+  it('subscribes once per remote filter, at QoS 1 at most', () => {
+    const rules = [rule('a/# in 2'), rule('a/# both 0'), rule('b in 0 x/ y/'), rule('c out 1'), rule('d in 1', 'other')];
+    assert.deepEqual(inboundSubscriptions(rules, 'up'), [
+      { filter: 'a/#', qos: 1 },
+      { filter: 'y/b', qos: 0 },
+    ]);
   });
 
   it('tells whether two filters match a common topic', () => {

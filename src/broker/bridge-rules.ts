@@ -145,6 +145,40 @@ export function outboundForward(rules: readonly BridgeRule[], bridge: string, to
   return null;
 }
 
+/** What an inbound rule makes of a message from the remote: the local topic and the QoS to publish
+ * at; 'no-rule' when no inbound rule of the bridge matches the remote topic (the remote sent what
+ * the bridge did not subscribe to), 'bad-topic' when the first that matches remaps it to a topic
+ * name that is not valid here. */
+export function inboundForward(rules: readonly BridgeRule[], bridge: string, topic: string, qos: QoS): Forward | 'no-rule' | 'bad-topic' {
+  for (let i = 0; i < rules.length; i++) {
+    const r = rules[i] as BridgeRule;
+    if (r.bridge !== bridge || !isInbound(r)) continue;
+    if (!topic.startsWith(r.remotePrefix) || !topicMatches(remoteFilter(r), topic)) continue;
+    const local = r.localPrefix + topic.slice(r.remotePrefix.length);
+    if (validateTopicName(local) !== null) return 'bad-topic';
+    return { rule: r, topic: local, qos: (qos < r.qos ? qos : r.qos) as QoS };
+  }
+  return 'no-rule';
+}
+
+/** QoS 2 from the remote is not built: an inbound rule subscribes at QoS 1 at most. */
+export const INBOUND_QOS_MAX = 1;
+
+/** The remote filters a bridge subscribes to, once each, at the highest QoS of the inbound rules
+ * that name it (at most INBOUND_QOS_MAX), in rule order. */
+export function inboundSubscriptions(rules: readonly BridgeRule[], bridge: string): { filter: string; qos: QoS }[] {
+  const subs: { filter: string; qos: QoS }[] = [];
+  for (const r of rules) {
+    if (r.bridge !== bridge || !isInbound(r)) continue;
+    const qos = Math.min(r.qos, INBOUND_QOS_MAX) as QoS;
+    const filter = remoteFilter(r);
+    const had = subs.find((x) => x.filter === filter);
+    if (had === undefined) subs.push({ filter, qos });
+    else if (qos > had.qos) had.qos = qos;
+  }
+  return subs;
+}
+
 /** The bridge names the rules name, in order of first appearance. */
 export function bridgeNames(rules: readonly BridgeRule[]): string[] {
   const names: string[] = [];

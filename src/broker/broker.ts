@@ -8,6 +8,7 @@ import type { BrokerState } from './broker-state.js';
 import type {
   AckItem,
   AckKind,
+  BridgeInCommand,
   Command,
   ConnectCommand,
   ConnId,
@@ -491,6 +492,9 @@ export class Broker implements BrokerState {
         return;
       case 'bridge-position':
         this.bridgePosition(cmd.bridge, cmd.below, index, out);
+        return;
+      case 'bridge-in':
+        this.bridgeIn(cmd, now, out);
         return;
       default: {
         const _: never = cmd;
@@ -987,13 +991,15 @@ export class Broker implements BrokerState {
   }
 
   /** Stores or deletes the retained message, then routes; returns the number of matching sessions. */
-  private publishMessage(from: string | null, msg: Message, now: number, out: Effects): number {
+  /** `viaBridge`: the bridge the message came in through, whose own outbox does not take it back
+   * (what the remote sent us is not sent to the remote again, as Mosquitto's bridge does). */
+  private publishMessage(from: string | null, msg: Message, now: number, out: Effects, viaBridge: string | null = null): number {
     if (msg.retain && this.settings.retainAvailable) {
       // An empty retained payload deletes the topic's retained message [MQTT-3.3.1-6].
       if (msg.payload.length === 0) this.retained.delete(msg.topic);
       else this.retained.set(msg.topic, { msg, expiresAt: expiryDeadline(msg, now) });
     }
-    if (this.outboxes.size > 0) this.toOutboxes(msg, out);
+    if (this.outboxes.size > 0) this.toOutboxes(msg, out, viaBridge);
     return this.route(from, msg, now, out, this.cursors);
   }
 
@@ -1014,9 +1020,10 @@ export class Broker implements BrokerState {
 
   /** A copy of a committed message in the outbox of each bridge an outbound rule forwards it to;
    * not admitted (and counted) where the outbox is full. */
-  private toOutboxes(msg: Message, out: Effects): void {
+  private toOutboxes(msg: Message, out: Effects, viaBridge: string | null): void {
     const rules = this.settings.bridgeRules;
     for (const o of this.outboxes.values()) {
+      if (o.name === viaBridge) continue;
       const f = outboundForward(rules, o.name, msg.topic, msg.qos);
       if (f === null) continue;
       const item: OutboxItem = { index: this.index, topic: f.topic, qos: f.qos, msg };
@@ -1033,10 +1040,11 @@ export class Broker implements BrokerState {
   }
 
   /** The first outbox that a QoS 1/2 message would be copied into and that has no room for it. */
-  private fullOutboxFor(msg: Message): BridgeOutbox | null {
+  private fullOutboxFor(msg: Message, viaBridge: string | null = null): BridgeOutbox | null {
     if (msg.qos === 0) return null;
     const rules = this.settings.bridgeRules;
     for (const o of this.outboxes.values()) {
+      if (o.name === viaBridge) continue;
       const f = outboundForward(rules, o.name, msg.topic, msg.qos);
       if (f === null) continue;
       const size = f.topic.length + msg.payload.length;
@@ -1056,6 +1064,30 @@ export class Broker implements BrokerState {
     if (s.protocol === 5) {
       out?.push({ t: 'send', conn: cmd.conn, packet: { type: cmd.msg.qos === 1 ? 'puback' : 'pubrec', pid, code: RC.QUOTA_EXCEEDED } });
     } else out?.push({ t: 'close', conn: cmd.conn, reason: RC.QUOTA_EXCEEDED });
+  }
+
+  /** A message a bridge received from its remote (docs/bridges.md "Inbound"): published like a
+   * client's QoS 1 or retained publish, but without the publish ACL (the bridge's inbound rules are
+   * the operator's choice of what comes in, as in Mosquitto) and not copied back into the same
+   * bridge's outbox. The PUBACK effect to the bridge's connection is what the bridge acknowledges
+   * the remote with: code 0x97 when another bridge's full outbox refuses the message, which the
+   * bridge then does not acknowledge, so the remote sends it again. */
+  private bridgeIn(cmd: BridgeInCommand, now: number, out: Effects): void {
+    if (!this.outboxes.has(cmd.bridge)) {
+      // The rules no longer name the bridge: nothing acknowledged, so the remote keeps it.
+      event(out, 'no-op', { command: 'bridge-in', bridge: cmd.bridge, reason: 'no such bridge' });
+      return;
+    }
+    const full = this.fullOutboxFor(cmd.msg, cmd.bridge);
+    if (full !== null) {
+      event(out, 'bridge-outbox-refused', { bridge: full.name, from: cmd.bridge, topic: cmd.msg.topic });
+      if (cmd.pid !== undefined)
+        out?.push({ t: 'send', conn: cmd.conn, packet: { type: 'puback', pid: cmd.pid, code: RC.QUOTA_EXCEEDED } });
+      return;
+    }
+    const matched = this.publishMessage(null, cmd.msg, now, out, cmd.bridge);
+    const code = matched === 0 ? RC.NO_MATCHING_SUBSCRIBERS : RC.SUCCESS;
+    if (cmd.pid !== undefined) out?.push({ t: 'send', conn: cmd.conn, packet: { type: 'puback', pid: cmd.pid, code } });
   }
 
   /** The remote completed everything of the outbox below `below`. Only forward: a position at or

@@ -98,7 +98,22 @@ export type Command =
   /** The serving node's bridge NAME has completed, at its remote, every message of its outbox
    * below log index `below` (PUBACK for QoS 1, the write for QoS 0): apply removes them, and a
    * later serving node resumes from there (docs/bridges.md "The promise"). */
-  | { t: 'bridge-position'; bridge: string; below: number };
+  | { t: 'bridge-position'; bridge: string; below: number }
+  | BridgeInCommand;
+
+/** A message the serving node's bridge NAME received from its remote through an inbound rule
+ * (topic remapped, QoS the lower of the rule's and the remote's): published here like a client's,
+ * without the publish ACL. `conn` names the bridge's connection to the remote and `pid` the
+ * remote's packet id of a QoS 1 message: apply answers with a PUBACK effect to `conn`, which the
+ * bridge passes on to the remote, so the remote is acknowledged only after this entry is committed
+ * (docs/bridges.md "Inbound"). QoS 0 messages come here only when retained. */
+export interface BridgeInCommand {
+  t: 'bridge-in';
+  bridge: string;
+  conn: ConnId;
+  pid?: number;
+  msg: Message;
+}
 
 export interface ConnectCommand {
   t: 'connect';

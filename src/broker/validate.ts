@@ -149,6 +149,13 @@ export function commandProblem(cmd: unknown): string | null {
       return isInt(c.atIndex, 0, Number.MAX_SAFE_INTEGER) && isStr(c.digest) ? null : 'bad check';
     case 'bridge-position':
       return isStr(c.bridge) && BRIDGE_NAME.test(c.bridge) && isInt(c.below, 1, Number.MAX_SAFE_INTEGER) ? null : 'bad bridge-position';
+    case 'bridge-in': {
+      if (!isStr(c.bridge) || !BRIDGE_NAME.test(c.bridge) || !isConn(c.conn) || !isMessage(c.msg)) return 'bad bridge-in';
+      // QoS 2 from the remote is not built (docs/bridges.md "Inbound"); QoS 0 comes only retained.
+      if (c.msg.qos === 2) return 'bridge-in at QoS 2';
+      if (c.msg.qos === 0) return c.pid === undefined && c.msg.retain ? null : 'bad bridge-in QoS 0';
+      return isPid(c.pid) ? null : 'bad bridge-in pid';
+    }
     default:
       return 'unknown command type';
   }

@@ -251,6 +251,18 @@ export class NodeMetrics {
       perBridge((b) => b.forwarded),
     );
     this.labelledCounter(
+      'raftmq_bridge_received_total',
+      'messages from the remote published here by this process (QoS 1: committed, then acknowledged to the remote)',
+      'bridge',
+      perBridge((b) => b.received),
+    );
+    this.labelledCounter(
+      'raftmq_bridge_rejected_total',
+      'messages or packets from the remote refused as bad input by this process',
+      'bridge',
+      perBridge((b) => b.rejected),
+    );
+    this.labelledCounter(
       'raftmq_bridge_refused_total',
       'QoS 1/2 publishes refused for a full bridge outbox while this node served',
       'bridge',

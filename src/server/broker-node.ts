@@ -115,6 +115,10 @@ export interface BridgeStatus {
   position: number;
   /** Completed at the remote by this process. */
   forwarded: number;
+  /** Messages from the remote published here by this process (QoS 1: committed, then acknowledged). */
+  received: number;
+  /** Messages or packets from the remote refused as bad input by this process. */
+  rejected: number;
   /** QoS 1/2 publishes refused while its outbox was full, while this node served. */
   refused: number;
   /** Messages not forwarded while this node served: QoS 0 or wills beyond a full outbox, and
@@ -159,6 +163,7 @@ function connOf(cmd: Command): ConnId | undefined {
     case 'tick':
     case 'check':
     case 'bridge-position':
+    case 'bridge-in':
       return undefined;
     default: {
       const _: never = cmd;
@@ -279,6 +284,8 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
       event: (kind, fields) => this.event(kind, fields),
       logger: this.logger,
       maxPacketSize: opts.maxPacketSize,
+      newConnId: () => `${this.period}.${++this.seq}`,
+      routeIn: (bridge, msg) => this.routeBridgeQos0(bridge, msg),
     };
     this.bridges = new BridgeSet(opts.bridges ?? [], bridgeHost);
     const shard = opts.shard ?? null;
@@ -465,6 +472,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
     if (!this.paused) return;
     this.paused = false;
     for (const c of this.conns.values()) c.setReadsPaused(false);
+    this.bridges.setReadsPaused(false);
   }
 
   // ---- applying ----
@@ -514,7 +522,11 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
         continue;
       }
       const conn = this.conns.get(e.conn);
-      if (conn === undefined) continue;
+      if (conn === undefined) {
+        // Not a client's: a bridge's connection to its remote (a PUBACK for the remote), or gone.
+        if (e.t === 'send') this.bridges.onEffect(e.conn, e.packet);
+        continue;
+      }
       try {
         this.executeFor(conn, e);
       } catch (err) {
@@ -683,6 +695,8 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
         outboxBytes: o?.bytes ?? 0,
         position: o?.position ?? 0,
         forwarded: l.forwarded,
+        received: l.received,
+        rejected: l.rejected,
         refused: l.refused,
         dropped: l.dropped,
         lastError: l.lastError,
@@ -757,7 +771,19 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
       this.paused = true;
       this.event('reads-paused');
       for (const c of this.conns.values()) c.setReadsPaused(true);
+      this.bridges.setReadsPaused(true);
     }
+  }
+
+  /** A QoS 0 message without retain from a bridge's remote: routed like a client's QoS 0 publish,
+   * without a log entry and without the publish ACL, and forwarded to the other bridges. */
+  private routeBridgeQos0(bridge: string, msg: Message): void {
+    if (!this.log.checkServing()) return;
+    const out = this.routeOut;
+    out.length = 0;
+    this.broker.routeLocal(msg, out);
+    this.bridges.forwardQos0(msg, bridge);
+    this.execute(out);
   }
 
   routeQos0(from: ConnId, msg: Message): void {

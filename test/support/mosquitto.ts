@@ -88,6 +88,11 @@ export class Mosquitto {
     if (this.child?.pid !== undefined) process.kill(this.child.pid, 'SIGSTOP');
   }
 
+  /** SIGCONT after pause(). */
+  resume(): void {
+    if (this.child?.pid !== undefined) process.kill(this.child.pid, 'SIGCONT');
+  }
+
   /** SIGKILL: whatever it had read and not saved is gone; its sockets close. */
   async kill(): Promise<void> {
     const child = this.child;

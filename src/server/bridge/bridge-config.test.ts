@@ -113,9 +113,22 @@ describe('bridge configuration', () => {
     assert.match(e.message, /bridges\.cloud\.topic: rules "data\/# out 1 "" up\/" and "data\/# in 1 "" up\/" would loop/);
   });
 
-  it('refuses inbound rules, which are not built yet, naming the rule', () => {
-    const e = refusal(['--config', configFile('bridges:\n  cloud:\n    address: mqtt://h\n    topic: ["cmd/# in 1 dev/ \\"\\""]\n')]);
-    assert.match(e.message, /bridges\.cloud\.topic "cmd\/# in 1 dev\/ """: direction in: inbound rules are not supported yet/);
+  it('takes inbound rules, keeping the session at the remote unless clean-start says otherwise', () => {
+    const one = (extra: string) =>
+      specsOf(['--config', configFile(`bridges:\n  cloud:\n    address: mqtt://h\n    topic: ["cmd/# in 1 dev/ \\"\\""]\n${extra}`)])[0];
+    assert.equal(one('')?.cleanStart, false, 'inbound: a persistent session by default');
+    assert.equal(one('')?.tryPrivate, true, "Mosquitto's bridge bit by default");
+    assert.equal(one('    clean-start: true\n    try-private: false\n')?.cleanStart, true);
+    assert.equal(one('    try-private: false\n')?.tryPrivate, false);
+    assert.equal(
+      specsOf(['--bridge', 'x=mqtt://h', '--config', configFile('bridges:\n  x:\n    topic: a\n')])[0]?.cleanStart,
+      true,
+      'outbound only: clean',
+    );
+    assert.match(
+      refusal(['--config', configFile('bridges:\n  c:\n    address: mqtt://h\n    topic: a in\n    try-private: 1\n')]).message,
+      /bridges\.c\.try-private: expected true or false/,
+    );
   });
 
   it('refuses a bridge without an address or without a rule, and settings of the wrong type', () => {

@@ -26,6 +26,8 @@ export interface BridgeSpec {
   protocol: 4 | 5;
   keepaliveS: number;
   cleanStart: boolean;
+  /** MQTT 3.1.1: Mosquitto's bridge bit (0x80 added to the protocol level in CONNECT). */
+  tryPrivate: boolean;
   /** PEM bytes of the files named by tls-ca, tls-cert and tls-key; null when not given. */
   tlsCa: Buffer | null;
   tlsCert: Buffer | null;
@@ -44,6 +46,7 @@ const BRIDGE_KEYS = [
   'protocol-version',
   'keepalive-s',
   'clean-start',
+  'try-private',
   'tls-ca',
   'tls-cert',
   'tls-key',
@@ -134,10 +137,6 @@ export function bridgeSpecs(config: BridgeConfigInput): BridgeSpec[] {
       `rules "${ruleText(o)}" and "${ruleText(i)}" would loop: what the first forwards the second brings back, and the first forwards it again`,
     );
   }
-  for (const r of rules) {
-    if (isInbound(r))
-      throw bad(`bridges.${r.bridge}.topic "${ruleText(r)}"`, `direction ${r.direction}: inbound rules are not supported yet`);
-  }
   return specs;
 }
 
@@ -161,8 +160,19 @@ function bridgeSpec(name: string, flagged: BridgeAddress[] | undefined, raw: unk
   const keepalive = s['keepalive-s'] === undefined ? 60 : s['keepalive-s'];
   if (typeof keepalive !== 'number' || !Number.isInteger(keepalive) || keepalive < 1 || keepalive > 65_535)
     throw bad(`${where}.keepalive-s`, `expected a whole number of seconds from 1 to 65535 (got ${JSON.stringify(keepalive)})`);
-  const clean = s['clean-start'] === undefined ? true : s['clean-start'];
+  const topics = s.topic === undefined ? [] : strings(s.topic, `${where}.topic`);
+  if (topics.length === 0) throw new ConfigError(CONFIG_ERROR.MISSING_VALUE, `${where}: no topic rule (${where}.topic)`);
+  const rules = topics.map((text) => {
+    const r = parseBridgeRule(name, text);
+    if (typeof r === 'string') throw bad(`${where}.topic "${text}"`, r);
+    return r;
+  });
+  // A bridge that brings messages in keeps its session at the remote by default, so what is
+  // published there while the bridge is down waits for it (docs/bridges.md "Inbound").
+  const clean = s['clean-start'] === undefined ? !rules.some(isInbound) : s['clean-start'];
   if (typeof clean !== 'boolean') throw bad(`${where}.clean-start`, `expected true or false (got ${JSON.stringify(clean)})`);
+  const tryPrivate = s['try-private'] === undefined ? true : s['try-private'];
+  if (typeof tryPrivate !== 'boolean') throw bad(`${where}.try-private`, `expected true or false (got ${JSON.stringify(tryPrivate)})`);
   const clientId = s['client-id'] === undefined ? `raftmq-bridge-${name}` : oneString(s['client-id'], `${where}.client-id`);
   const username = s.username === undefined ? null : oneString(s.username, `${where}.username`);
   const password = s.password === undefined ? null : oneString(s.password, `${where}.password`);
@@ -177,13 +187,6 @@ function bridgeSpec(name: string, flagged: BridgeAddress[] | undefined, raw: unk
     throw new ConfigError(CONFIG_ERROR.MISSING_VALUE, `${where}: tls-cert and tls-key go together (a client certificate and its key)`);
   if ((ca !== null || cert !== null) && !addresses.some((a) => a.tls))
     throw bad(where, 'tls-ca, tls-cert and tls-key need an mqtts:// address');
-  const topics = s.topic === undefined ? [] : strings(s.topic, `${where}.topic`);
-  if (topics.length === 0) throw new ConfigError(CONFIG_ERROR.MISSING_VALUE, `${where}: no topic rule (${where}.topic)`);
-  const rules = topics.map((text) => {
-    const r = parseBridgeRule(name, text);
-    if (typeof r === 'string') throw bad(`${where}.topic "${text}"`, r);
-    return r;
-  });
   return {
     name,
     addresses,
@@ -193,6 +196,7 @@ function bridgeSpec(name: string, flagged: BridgeAddress[] | undefined, raw: unk
     protocol: Number(protocol) as 4 | 5,
     keepaliveS: keepalive,
     cleanStart: clean,
+    tryPrivate,
     tlsCa: ca === null ? null : readPem(ca, `${where}.tls-ca`),
     tlsCert: cert === null ? null : readPem(cert, `${where}.tls-cert`),
     tlsKey: key === null ? null : readPem(key, `${where}.tls-key`),
@@ -213,6 +217,7 @@ export function bridgesHashInput(specs: readonly BridgeSpec[]): unknown {
     protocol: s.protocol,
     keepaliveS: s.keepaliveS,
     cleanStart: s.cleanStart,
+    tryPrivate: s.tryPrivate,
     files: s.files,
   }));
 }

@@ -4,12 +4,18 @@
 // it, so a later serving node resumes where the remote's completions end. It runs only while the
 // node serves and writes only while the lease holds; the remote being down, slow or broken never
 // blocks local traffic (docs/bridges.md "When the remote is down").
+//
+// Inbound rules (docs/bridges.md "Inbound"): the link subscribes at the remote to their remote
+// filters (No Local, Retain As Published, Retain Handling 1; for a 3.1.1 remote Mosquitto's bridge
+// bit does the same) and proposes what arrives as a `bridge-in` command. The remote's QoS 1 PUBLISH
+// is acknowledged only when apply answers that command with a PUBACK effect, that is after its
+// entry is committed; while the log takes no more the node pauses reading the socket.
 import { isIP, connect as netConnect, type Socket } from 'node:net';
 import { connect as tlsConnect } from 'node:tls';
 import type { Logger } from 'pino';
 import { type BridgeOutbox, firstAtOrAbove, type OutboxItem } from '../../broker/bridge-outbox.js';
-import { type BridgeRule, outboundForward } from '../../broker/bridge-rules.js';
-import type { Command, Message } from '../../broker/commands.js';
+import { type BridgeRule, inboundForward, inboundSubscriptions, outboundForward } from '../../broker/bridge-rules.js';
+import type { Command, ConnId, Message, MessageProps, OutPacket } from '../../broker/commands.js';
 import { Fifo } from '../../broker/fifo.js';
 import type { EventKind } from '../../events.js';
 import { Decoder } from '../../protocol/decoder.js';
@@ -29,6 +35,13 @@ export const BRIDGE_WINDOW = 64;
  * remote holds at most this much of the outbox in this process's memory besides the outbox. */
 export const BRIDGE_WRITE_BUFFER_BYTES = 1024 * 1024;
 const PID_MAX = 0xffff;
+/** Unacknowledged QoS 1 messages the remote may send us at once (MQTT 5 Receive Maximum; a 3.1.1
+ * remote keeps to its own, Mosquitto's max_inflight_messages, 20 by default). */
+export const BRIDGE_IN_WINDOW = 64;
+/** Room above the local maximum packet size for what the remote sends, so a message somewhat too
+ * large is read whole, dropped and acknowledged rather than ending the connection: a 3.1.1 remote
+ * cannot be told the limit and would send it again on every reconnect. */
+export const BRIDGE_IN_SLACK_BYTES = 64 * 1024;
 
 export interface BridgeHost {
   /** The bridge's outbox in the replicated state; undefined while no rule names it yet. */
@@ -41,8 +54,14 @@ export interface BridgeHost {
   /** Counts and logs (rate limited) an event of the node. */
   event(kind: EventKind, fields?: Record<string, unknown>): void;
   readonly logger: Logger;
-  /** Largest packet accepted from the remote. */
+  /** Largest packet this node takes (and sends to its clients); what a bridge brings in is held to it. */
   readonly maxPacketSize: number;
+  /** A connection id of this serving period for a connection to a remote, so the effects of apply
+   * can name it as they name a client's connection. */
+  newConnId(): ConnId;
+  /** Routes a QoS 0 message without retain from the remote to the local subscribers and the other
+   * bridges, without a log entry, as a client's QoS 0 publish is routed. */
+  routeIn(bridge: string, msg: Message): void;
 }
 
 export type BridgeState = 'stopped' | 'connecting' | 'up' | 'backoff';
@@ -64,6 +83,15 @@ export class BridgeLink {
   refused = 0;
   /** Messages dropped instead of forwarded while this node served. */
   dropped = 0;
+  /** Messages from the remote published here (QoS 1: committed and acknowledged to the remote). */
+  received = 0;
+  /** Messages or packets from the remote refused as bad input (docs/bridges.md "Bad input from the remote"). */
+  rejected = 0;
+  /** The connection id of the current connection to the remote; apply's effects name it. */
+  private connId: ConnId = '';
+  private readsPaused = false;
+  /** The packet id of the SUBSCRIBE awaiting its SUBACK; 0: none. */
+  private subscribePid = 0;
   private readonly host: BridgeHost;
   private socket: Socket | null = null;
   private decoder: Decoder | null = null;
@@ -130,7 +158,13 @@ export class BridgeLink {
       return;
     }
     this.socket = s;
-    this.decoder = new Decoder({ maxPacketSize: this.host.maxPacketSize, role: 'client', level: this.spec.protocol });
+    this.connId = this.host.newConnId();
+    if (this.readsPaused) s.pause();
+    this.decoder = new Decoder({
+      maxPacketSize: this.host.maxPacketSize + BRIDGE_IN_SLACK_BYTES,
+      role: 'client',
+      level: this.spec.protocol,
+    });
     s.setNoDelay(true);
     s.on(a.tls ? 'secureConnect' : 'connect', () => this.onOpen(s));
     s.on('data', (chunk: Buffer) => this.onData(s, chunk));
@@ -148,14 +182,23 @@ export class BridgeLink {
     const packet: Packet = {
       type: 'connect',
       protocolName: 'MQTT',
-      level: sp.protocol,
+      // Mosquitto's bridge bit (try_private): a 3.1.1 remote that knows it treats us as a bridge
+      // and sends us nothing we published ourselves (docs/bridges.md "Topic rules").
+      level: (sp.protocol === 4 && sp.tryPrivate ? 0x80 | 4 : sp.protocol) as 4 | 5,
       clean: sp.cleanStart,
       keepAlive: sp.keepaliveS,
       clientId: sp.clientId,
       will: null,
       username: sp.username,
       password: sp.password === null ? null : Buffer.from(sp.password, 'utf8'),
-      props: sp.protocol === 5 ? { maxPacketSize: this.host.maxPacketSize, ...(sp.cleanStart ? {} : { sessionExpiry: 0xffff_ffff }) } : {},
+      props:
+        sp.protocol === 5
+          ? {
+              maxPacketSize: this.host.maxPacketSize,
+              receiveMax: BRIDGE_IN_WINDOW,
+              ...(sp.cleanStart ? {} : { sessionExpiry: 0xffff_ffff }),
+            }
+          : {},
     };
     s.write(encode(packet, sp.protocol));
   }
@@ -168,7 +211,7 @@ export class BridgeLink {
       if (s !== this.socket) return;
       this.onPacket(p);
     }
-    if (r.error !== null && s === this.socket) this.fail(`bytes that are not MQTT from the remote: ${r.error.message}`);
+    if (r.error !== null && s === this.socket) this.badInput(`bytes that are not MQTT from the remote: ${r.error.message}`);
   }
 
   private onPacket(p: Packet): void {
@@ -185,13 +228,22 @@ export class BridgeLink {
         return;
       case 'pingresp':
         return;
+      case 'publish':
+        if (this.state !== 'up') this.badInput('a PUBLISH before CONNACK');
+        else this.onPublish(p);
+        return;
+      case 'suback':
+        if (this.state !== 'up' || p.pid !== this.subscribePid)
+          this.badInput(`a SUBACK for packet id ${p.pid} that no SUBSCRIBE of ours has`);
+        else this.onSuback(p.codes);
+        return;
       case 'disconnect': {
         const why = p.props.reasonString === undefined ? '' : ` (${p.props.reasonString})`;
         this.fail(`DISCONNECT from the remote: code ${hex(p.code)}${why}`);
         return;
       }
       default:
-        this.fail(`an unexpected ${p.type.toUpperCase()} from the remote`);
+        this.badInput(`an unexpected ${p.type.toUpperCase()} from the remote`);
     }
   }
 
@@ -211,7 +263,116 @@ export class BridgeLink {
     const every = Math.max(500, this.spec.keepaliveS * 500);
     this.pingTimer = setInterval(() => this.ping(), every);
     this.pingTimer.unref();
+    this.subscribe();
     this.pump();
+  }
+
+  /** Subscribes at the remote to the remote filter of each inbound rule, at each connection: a
+   * remote that kept the session has them already, and subscribing again changes nothing there
+   * (Retain Handling 1: no retained messages for a subscription that exists; a 3.1.1 remote sends
+   * its retained messages again, as it does to Mosquitto's bridge). */
+  private subscribe(): void {
+    const subs = inboundSubscriptions(this.host.rules(), this.spec.name);
+    const s = this.socket;
+    if (subs.length === 0 || s === null || !this.host.mayWrite()) return;
+    this.subscribePid = this.takePid();
+    const packet: Packet = {
+      type: 'subscribe',
+      pid: this.subscribePid,
+      subs: subs.map((x) => ({ filter: x.filter, qos: x.qos, nl: true, rap: true, rh: 1 })),
+      props: {},
+    };
+    s.write(encode(packet, this.spec.protocol));
+  }
+
+  private onSuback(codes: readonly number[]): void {
+    this.subscribePid = 0;
+    const subs = inboundSubscriptions(this.host.rules(), this.spec.name);
+    for (let i = 0; i < codes.length; i++) {
+      const code = codes[i] as number;
+      if (code < 0x80) continue;
+      const filter = subs[i]?.filter ?? '?';
+      this.host.event('bridge-subscribe-refused', { bridge: this.spec.name, filter, code });
+      this.lastError = `the remote refused the subscription to ${filter}: code 0x${code.toString(16)}`;
+    }
+  }
+
+  /** A message from the remote: remapped by the first inbound rule that matches, then routed at
+   * once (QoS 0 without retain) or proposed (QoS 1, retained QoS 0), acknowledged to the remote
+   * when apply answers (onEffect). Bad input is dropped, counted and, at QoS 1, acknowledged: the
+   * remote would send it again forever otherwise. */
+  private onPublish(p: PublishPacket): void {
+    const name = this.spec.name;
+    if (p.qos === 2) {
+      this.badInput(`a QoS 2 PUBLISH on ${p.topic}, above the QoS 1 the bridge subscribes at`);
+      return;
+    }
+    if (p.topic === '' || p.props.topicAlias !== undefined) {
+      this.badInput('a PUBLISH with a Topic Alias, which the bridge does not allow');
+      return;
+    }
+    const f = inboundForward(this.host.rules(), name, p.topic, p.qos);
+    let reject: { kind: 'bridge-in-no-rule' | 'bridge-in-bad-topic' | 'bridge-in-too-large'; why: string } | null = null;
+    if (f === 'no-rule') reject = { kind: 'bridge-in-no-rule', why: 'no inbound rule matches it' };
+    else if (f === 'bad-topic') reject = { kind: 'bridge-in-bad-topic', why: 'its remapped topic is not a valid topic name' };
+    else if (Buffer.byteLength(f.topic) + p.payload.length + PUBLISH_OVERHEAD > this.host.maxPacketSize)
+      reject = { kind: 'bridge-in-too-large', why: `larger than the maximum packet size ${this.host.maxPacketSize}` };
+    if (reject !== null || typeof f === 'string') {
+      const r = reject ?? { kind: 'bridge-in-no-rule' as const, why: '' };
+      this.host.event(r.kind, { bridge: name, topic: p.topic, bytes: p.payload.length });
+      this.lastError = `a message from the remote on ${p.topic} was dropped: ${r.why}`;
+      if (p.pid !== undefined) this.ackRemote(p.pid);
+      return;
+    }
+    const msg: Message = { topic: f.topic, payload: p.payload, qos: f.qos, retain: p.retain };
+    const props = messageProps(p.props);
+    if (props !== undefined) msg.props = props;
+    if (msg.qos === 0 && !msg.retain) {
+      this.received++;
+      this.host.routeIn(name, msg);
+      // Delivered at QoS 0 here; the remote's QoS 1 flow still ends with our PUBACK.
+      if (p.pid !== undefined) this.ackRemote(p.pid);
+      return;
+    }
+    this.host.propose({ t: 'bridge-in', bridge: name, conn: this.connId, ...(msg.qos === 0 ? {} : { pid: p.pid as number }), msg });
+    if (msg.qos === 0) this.received++;
+    // A QoS 1 message the rule takes at QoS 0: apply sends no PUBACK, so the remote gets it after
+    // the proposal, which the log may still lose; the rule asked for at most once.
+    if (msg.qos === 0 && p.pid !== undefined) this.ackRemote(p.pid);
+  }
+
+  /** An effect of apply for the connection `conn`: a PUBACK to pass on to the remote. */
+  onEffect(conn: ConnId, packet: OutPacket): void {
+    if (conn !== this.connId || this.state !== 'up' || packet.type !== 'puback') return;
+    if (packet.code === 0x97) {
+      // Another bridge's outbox is full: not acknowledged, so the remote sends it again after the
+      // reconnect; nothing it sent later is acknowledged on this connection either.
+      this.fail('a message from the remote was refused for a full outbox; it is not acknowledged and comes again');
+      return;
+    }
+    this.received++;
+    this.ackRemote(packet.pid);
+  }
+
+  private ackRemote(pid: number): void {
+    const s = this.socket;
+    if (s === null || !this.host.mayWrite()) return;
+    s.write(encode({ type: 'puback', pid, code: 0, props: {} }, this.spec.protocol));
+  }
+
+  /** The node's log takes no more for now (true) or again (false): the socket is not read
+   * meanwhile, so the remote's messages wait at the remote, unacknowledged. */
+  setReadsPaused(on: boolean): void {
+    this.readsPaused = on;
+    if (on) this.socket?.pause();
+    else this.socket?.resume();
+  }
+
+  /** Bad input from the remote: counted and logged like any failure, then a reconnect after the
+   * backoff. */
+  private badInput(reason: string): void {
+    this.host.event('bridge-protocol-error', { bridge: this.spec.name, reason });
+    this.fail(reason);
   }
 
   private ping(): void {
@@ -282,7 +443,7 @@ export class BridgeLink {
     for (;;) {
       const pid = this.nextPid;
       this.nextPid = pid === PID_MAX ? 1 : pid + 1;
-      if (!this.inflight.has(pid)) return pid;
+      if (!this.inflight.has(pid) && pid !== this.subscribePid) return pid;
     }
   }
 
@@ -380,6 +541,8 @@ export class BridgeLink {
     const s = this.socket;
     this.socket = null;
     this.decoder = null;
+    this.connId = '';
+    this.subscribePid = 0;
     // What was sent and not completed goes again on the next connection.
     this.pending.clear();
     this.inflight.clear();
@@ -397,6 +560,40 @@ export class BridgeLink {
     if (this.pingTimer !== null) clearInterval(this.pingTimer);
     this.pingTimer = null;
   }
+}
+
+/** Fixed header, topic length and packet id of a PUBLISH, and room for its properties. */
+const PUBLISH_OVERHEAD = 64;
+
+/** The MQTT 5 properties of a PUBLISH from the remote that travel with the message. */
+function messageProps(p: PublishProps): MessageProps | undefined {
+  const out: MessageProps = {};
+  let any = false;
+  if (p.payloadFormat !== undefined) {
+    out.payloadFormat = p.payloadFormat;
+    any = true;
+  }
+  if (p.messageExpiry !== undefined) {
+    out.expiryS = p.messageExpiry;
+    any = true;
+  }
+  if (p.contentType !== undefined) {
+    out.contentType = p.contentType;
+    any = true;
+  }
+  if (p.responseTopic !== undefined) {
+    out.responseTopic = p.responseTopic;
+    any = true;
+  }
+  if (p.correlationData !== undefined) {
+    out.correlationData = p.correlationData;
+    any = true;
+  }
+  if (p.userProps !== undefined) {
+    out.userProps = p.userProps;
+    any = true;
+  }
+  return any ? out : undefined;
 }
 
 function publishProps(m: Message): PublishProps {
@@ -432,8 +629,18 @@ export class BridgeSet {
     for (const l of this.links) l.pump();
   }
 
-  forwardQos0(msg: Message): void {
-    for (const l of this.links) l.forwardQos0(msg);
+  /** `via`: the bridge a message from a remote came in through, which does not send it back. */
+  forwardQos0(msg: Message, via: string | null = null): void {
+    for (const l of this.links) if (l.spec.name !== via) l.forwardQos0(msg);
+  }
+
+  setReadsPaused(on: boolean): void {
+    for (const l of this.links) l.setReadsPaused(on);
+  }
+
+  /** An effect of apply for a connection that is not a client's: a bridge's, or a closed one's. */
+  onEffect(conn: ConnId, packet: OutPacket): void {
+    for (const l of this.links) l.onEffect(conn, packet);
   }
 
   /** An event of the node that names bridge `name`. */
@@ -442,5 +649,6 @@ export class BridgeSet {
     if (l === undefined) return;
     if (kind === 'bridge-outbox-refused') l.refused++;
     else if (kind === 'bridge-outbox-full' || kind === 'bridge-too-large') l.dropped++;
+    else if (kind.startsWith('bridge-in-') || kind === 'bridge-protocol-error') l.rejected++;
   }
 }
