@@ -2,8 +2,8 @@
 // effects (docs/design.md "Effects"). The outbox owns the connections with output waiting, the
 // per-turn bounds of writing them, the PUBLISH encodings one fan-out shares, and the sockets ended
 // after their peer's FIN, a bounded number per turn. A connection shapes its own packets (aliases,
-// the client's Maximum Packet Size) and hands the bytes here. The outbox asks the node one question
-// per write turn, whether it still serves, and tells it when the latency probe's delivery is out.
+// the client's Maximum Packet Size) and hands the bytes here. The outbox asks the node before each
+// socket write whether it still serves, and tells it when the latency probe's delivery is out.
 import type { Message, OutPacket, ProtocolLevel } from '../broker/commands.js';
 import { Fifo } from '../broker/fifo.js';
 import type { EventKind } from '../events.js';
@@ -37,7 +37,7 @@ export interface OutboxMember {
   internalError(err: unknown): void;
 }
 
-/** What the outbox asks of the node that owns it, once per write turn. */
+/** What the outbox asks of the node that owns it, before each socket write. */
 export interface OutboxGate {
   /** True when output may be written now. False when serving ended since the last event: the node
    * has then stopped serving (docs/design.md "One server at a time": the lease is checked at each
@@ -127,9 +127,10 @@ export class Outbox {
   private write(conns: number, bytes: number): void {
     this.sharedPublish.fill(null);
     if (this.dirty.length === 0) return;
-    if (!this.gate.mayWrite()) return;
     let written = 0;
     for (let n = 0; n < conns && written < bytes; n++) {
+      // Asked before every socket write, not once per turn: a lease may lapse while a turn writes.
+      if (!this.gate.mayWrite()) return;
       const m = this.dirty.shift();
       if (m === undefined) return;
       written += m.flush();
