@@ -24,10 +24,10 @@ export const JEPSEN_MUTANTS = {
     breaks: 'a QoS 1 PUBACK leaves only after its publish is committed (checker: lost)',
     patches: [
       {
-        file: 'src/server/connection.js',
-        find: "        const cmd = { t: 'publish', conn: this.id, msg };\n        if (p.qos > 0)\n            cmd.pid = p.pid;\n        this.propose(cmd);\n",
+        file: 'src/server/inbound-publish.js',
+        find: "    const cmd = { t: 'publish', conn: conn.id, msg };\n    if (p.qos > 0)\n        cmd.pid = p.pid;\n    conn.propose(cmd);\n",
         replace:
-          "        const cmd = { t: 'publish', conn: this.id, msg };\n        if (p.qos > 0)\n            cmd.pid = p.pid;\n        this.propose(cmd);\n        if (p.qos === 1)\n            this.sendOut({ type: 'puback', pid: p.pid, code: 0 });\n",
+          "    const cmd = { t: 'publish', conn: conn.id, msg };\n    if (p.qos > 0)\n        cmd.pid = p.pid;\n    conn.propose(cmd);\n    if (p.qos === 1)\n        conn.deliver({ type: 'puback', pid: p.pid, code: 0 });\n",
       },
     ],
   },
@@ -35,10 +35,10 @@ export const JEPSEN_MUTANTS = {
     breaks: 'every QoS 1 delivery is written to its subscriber (checker: lost)',
     patches: [
       {
-        file: 'src/server/connection.js',
-        find: '                this.host.traffic.publishOut[p.qos]++;\n',
+        file: 'src/server/connection-output.js',
+        find: '            conn.host.traffic.publishOut[p.qos]++;\n',
         replace:
-          '                if (p.qos === 1 && Math.random() < 0.02)\n                    return;\n                this.host.traffic.publishOut[p.qos]++;\n',
+          '            if (p.qos === 1 && Math.random() < 0.02)\n                return;\n            conn.host.traffic.publishOut[p.qos]++;\n',
       },
     ],
   },
