@@ -39,8 +39,6 @@ export async function startClusterNode(
   onExit: (code: number, err: Error) => void,
 ): Promise<RunningCluster> {
   if (cs.secret === undefined) logger.warn({}, 'no --cluster-secret: peer links are not authenticated');
-  const settings = settingsFrom(nodeOpts);
-  const bridges = nodeOpts.bridges ?? [];
   // docs/raft.md "Persistence": the data directory is opened, checked and loaded before raft is
   // made; a refused one throws DataDirError naming it.
   const dataDir = cs.dataDir === undefined ? null : await openRaftDataDir(cs.dataDir, { clusterId: cs.clusterId, nodeId: cs.node }, logger);
@@ -59,7 +57,7 @@ export async function startClusterNode(
     );
   }
   try {
-    return await startWith(cs, nodeOpts, health, logger, created, onServeFailure, onExit, settings, bridges, dataDir);
+    return await startWith(cs, nodeOpts, health, logger, created, onServeFailure, onExit, dataDir);
   } catch (err) {
     dataDir?.release();
     throw err;
@@ -74,10 +72,10 @@ async function startWith(
   created: (node: BrokerNode) => void,
   onServeFailure: (err: Error) => void,
   onExit: (code: number, err: Error) => void,
-  settings: ReturnType<typeof settingsFrom>,
-  bridges: NonNullable<NodeOptions['bridges']>,
   dataDir: RaftDataDir | null,
 ): Promise<RunningCluster> {
+  const settings = settingsFrom(nodeOpts);
+  const bridges = nodeOpts.bridges ?? [];
   // The driver reads the state file and its record here (never writing): a refused one throws.
   const { log, transport } = RaftLog.overTcp({
     node: cs.node,

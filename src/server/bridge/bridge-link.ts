@@ -15,12 +15,13 @@ import { connect as tlsConnect } from 'node:tls';
 import type { Logger } from 'pino';
 import { type BridgeOutbox, firstAtOrAbove, type OutboxItem } from '../../broker/bridge-outbox.js';
 import { type BridgeRule, inboundForward, inboundSubscriptions, outboundForward } from '../../broker/bridge-rules.js';
-import type { Command, ConnId, Message, MessageProps, OutPacket } from '../../broker/commands.js';
+import type { Command, ConnId, Message, OutPacket } from '../../broker/commands.js';
 import { Fifo } from '../../broker/fifo.js';
 import type { EventKind } from '../../events.js';
 import { Decoder } from '../../protocol/decoder.js';
 import { encode } from '../../protocol/encoder.js';
 import type { Packet, PublishPacket, PublishProps } from '../../protocol/packets.js';
+import { messageProps } from '../inbound.js';
 import type { BridgeAddress, BridgeSpec } from './bridge-config.js';
 
 /** A CONNECT not answered by a CONNACK within this is given up (ms). */
@@ -564,37 +565,6 @@ export class BridgeLink {
 
 /** Fixed header, topic length and packet id of a PUBLISH, and room for its properties. */
 const PUBLISH_OVERHEAD = 64;
-
-/** The MQTT 5 properties of a PUBLISH from the remote that travel with the message. */
-function messageProps(p: PublishProps): MessageProps | undefined {
-  const out: MessageProps = {};
-  let any = false;
-  if (p.payloadFormat !== undefined) {
-    out.payloadFormat = p.payloadFormat;
-    any = true;
-  }
-  if (p.messageExpiry !== undefined) {
-    out.expiryS = p.messageExpiry;
-    any = true;
-  }
-  if (p.contentType !== undefined) {
-    out.contentType = p.contentType;
-    any = true;
-  }
-  if (p.responseTopic !== undefined) {
-    out.responseTopic = p.responseTopic;
-    any = true;
-  }
-  if (p.correlationData !== undefined) {
-    out.correlationData = p.correlationData;
-    any = true;
-  }
-  if (p.userProps !== undefined) {
-    out.userProps = p.userProps;
-    any = true;
-  }
-  return any ? out : undefined;
-}
 
 function publishProps(m: Message): PublishProps {
   const p = m.props;
