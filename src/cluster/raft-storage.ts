@@ -35,9 +35,9 @@ import { decodeRecordBody, encodeRecordBody, type StorageRecord } from '../../ra
 import type { DriverStorage } from '../../raft/driver/driver.js';
 import { crc32c } from '../log/wal/crc32c.js';
 import { openDataDir, writeMeta } from '../log/wal/data-dir.js';
-import { encodeBatch, encodeHeader, HEADER_BYTES, scanSegment, type WalEntry, WalError } from '../log/wal/segment.js';
+import { encodeBatch, scanSegment, type WalEntry, WalError } from '../log/wal/segment.js';
 import type { AppendFile, Storage } from '../log/wal/storage.js';
-import { DataDirError, io, snapshotFileProblem, snapshotImage, snapshotTrailer, type WalLogger } from '../log/wal/wal.js';
+import { createSegment, DataDirError, io, snapshotFileProblem, snapshotImage, snapshotTrailer, type WalLogger } from '../log/wal/wal.js';
 
 const pad = (n: number): string => String(n).padStart(20, '0');
 export const raftSegmentName = (first: number): string => `raft-${pad(first)}.seg`;
@@ -440,16 +440,10 @@ export class RaftDirStorage {
   private async roll(entries: readonly WalEntry[]): Promise<Segment> {
     const old = this.active;
     const first = this.nextSeq;
-    const salt = randomBytes(4).readUInt32BE(0);
     const name = raftSegmentName(first);
-    const file = await io(name, 'create', this.storage.create(name));
-    const header = encodeHeader(first, salt);
-    const batch = encodeBatch(entries, HEADER_BYTES, salt);
-    await io(name, 'write', file.append([header, batch]));
-    await io(name, 'fdatasync', file.sync());
+    const { file, salt, size } = await createSegment(this.storage, name, first, entries);
     this.fsyncs++;
-    await io(name, 'fsync of the directory after creating', this.storage.syncDir());
-    const seg: Segment = { name, first, size: header.length + batch.length, salt };
+    const seg: Segment = { name, first, size, salt };
     this.segments.push(seg);
     this.active = { seg, file };
     this.nextSeq += entries.length;

@@ -126,6 +126,27 @@ export async function io<T>(file: string, op: string, p: Promise<T>): Promise<T>
   }
 }
 
+/** A segment file made durable: its open file, salt and size. */
+export interface CreatedSegment {
+  readonly file: AppendFile;
+  readonly salt: number;
+  readonly size: number;
+}
+
+/** Creates the segment `name` whose first entry is `first`, with `entries` as its first batch: the
+ * header goes in the same write, then the file and the directory are synced (two syncs, counted by
+ * the caller as one fdatasync). Shared by the single node's WAL and a cluster node's raft storage. */
+export async function createSegment(storage: Storage, name: string, first: number, entries: readonly WalEntry[]): Promise<CreatedSegment> {
+  const salt = randomBytes(4).readUInt32BE(0);
+  const file = await io(name, 'create', storage.create(name));
+  const header = encodeHeader(first, salt);
+  const batch = encodeBatch(entries, HEADER_BYTES, salt);
+  await io(name, 'write', file.append([header, batch]));
+  await io(name, 'fdatasync', file.sync());
+  await io(name, 'fsync of the directory after creating', storage.syncDir());
+  return { file, salt, size: header.length + batch.length };
+}
+
 const imageOf = (b: Uint8Array): Uint8Array => b.subarray(0, b.length - SNAP_TRAILER_BYTES);
 const imageCrc = (b: Uint8Array): number => r32(b, b.length - SNAP_TRAILER_BYTES + 28);
 
@@ -402,16 +423,10 @@ export class Wal {
   private async roll(entries: readonly WalEntry[]): Promise<Active> {
     const old = this.active;
     const first = (entries[0] as WalEntry).index;
-    const salt = randomBytes(4).readUInt32BE(0);
     const name = segmentName(first);
-    const file = await io(name, 'create', this.storage.create(name));
-    const header = encodeHeader(first, salt);
-    const batch = encodeBatch(entries, HEADER_BYTES, salt);
-    await io(name, 'write', file.append([header, batch]));
-    await io(name, 'fdatasync', file.sync());
+    const { file, salt, size } = await createSegment(this.storage, name, first, entries);
     this.fsyncs++;
-    await io(name, 'fsync of the directory after creating', this.storage.syncDir());
-    const info: SegmentInfo = { name, first, last: first - 1, end: 0, salt, size: header.length + batch.length };
+    const info: SegmentInfo = { name, first, last: first - 1, end: 0, salt, size };
     this.sinceSnapshot += info.size;
     this.segments.push(info);
     this.active = { info, file };
