@@ -37,6 +37,7 @@ import {
   resendInflight,
   takeShared,
 } from './deliver.js';
+import { holdAfterPubrec, isHeld, qos1ReusesHeldId, releaseOnPubrel } from './qos2-receiver.js';
 import { RetainedTrie } from './retained-trie.js';
 import {
   assignedClientId,
@@ -932,8 +933,8 @@ export class Broker implements BrokerState {
   private publish(cmd: PublishCommand, now: number, out: Effects): void {
     const s = this.byConn.get(cmd.conn);
     const pid = cmd.pid ?? 0;
-    // Method B: a QoS 2 PUBLISH whose id is held was delivered already; answer it again [MQTT-4.3.3-10].
-    if (cmd.msg.qos === 2 && s?.inbound?.has(pid) === true) {
+    // A held id: routed already, only answered again (qos2-receiver.ts).
+    if (cmd.msg.qos === 2 && isHeld(s, pid)) {
       out?.push({ t: 'send', conn: cmd.conn, packet: { type: 'pubrec', pid, code: RC.SUCCESS } });
       return;
     }
@@ -943,10 +944,8 @@ export class Broker implements BrokerState {
       out?.push({ t: 'send', conn: cmd.conn, packet: { type: 'pubrec', pid, code: RC.QUOTA_EXCEEDED } });
       return;
     }
-    if (cmd.msg.qos === 1 && s !== undefined && s.protocol === 5 && s.inbound?.has(pid) === true) {
-      // The id still names a QoS 2 flow awaiting PUBREL, so the client may not reuse it
-      // [MQTT-2.2.1-3]: the session states differ; refused and not routed (§3.4.2.1 0x91).
-      event(out, 'packet-id-in-use', { clientId: s.clientId, pid });
+    if (cmd.msg.qos === 1 && qos1ReusesHeldId(s, pid)) {
+      event(out, 'packet-id-in-use', { clientId: s?.clientId ?? '', pid });
       out?.push({ t: 'send', conn: cmd.conn, packet: { type: 'puback', pid, code: RC.PACKET_IDENTIFIER_IN_USE } });
       return;
     }
@@ -965,11 +964,9 @@ export class Broker implements BrokerState {
     }
     if (cmd.msg.qos === 1) out?.push({ t: 'send', conn: cmd.conn, packet: { type: 'puback', pid, code } });
     if (cmd.msg.qos === 2) {
-      // A PUBREC with an error code ends the flow [MQTT-4.3.3-8 / §4.3.3]: no id is held.
       if (s !== undefined && code < RC.UNSPECIFIED_ERROR) {
         this.cow(s);
-        s.inbound ??= new Set();
-        s.inbound.add(pid);
+        holdAfterPubrec(s, pid, code);
       }
       out?.push({ t: 'send', conn: cmd.conn, packet: { type: 'pubrec', pid, code } });
     }
@@ -1247,7 +1244,7 @@ export class Broker implements BrokerState {
 
   // ---- QoS 1/2 flows ----
 
-  /** PUBREL from a publisher releases the held id [MQTT-4.3.3-12]. */
+  /** PUBREL from a publisher (qos2-receiver.ts). */
   private pubrel(conn: ConnId, pid: number, out: Effects): void {
     const s = this.byConn.get(conn);
     if (s === undefined) {
@@ -1255,8 +1252,7 @@ export class Broker implements BrokerState {
       return;
     }
     this.cow(s);
-    const held = s.inbound?.delete(pid) === true;
-    const code = held || s.protocol < 5 ? RC.SUCCESS : RC.PACKET_IDENTIFIER_NOT_FOUND;
+    const code = releaseOnPubrel(s, pid);
     out?.push({ t: 'send', conn, packet: { type: 'pubcomp', pid, code } });
   }
 

@@ -13,6 +13,7 @@ import type { Packet } from '../protocol/packets.js';
 import { RC } from '../protocol/reason-codes.js';
 import type { Connection } from './connection.js';
 import { NO_DISCONNECT, publishWithAlias, toWire, withoutProblemInfo } from './outbound.js';
+import { answerSent } from './receive-maximum.js';
 import type { OutboundAliases } from './topic-alias-out.js';
 
 /** An effect of a committed entry (or of a QoS 0 route) for this connection. */
@@ -28,13 +29,9 @@ export function deliverEffect(conn: Connection, p: OutPacket): void {
       sendOut(conn, p);
       return;
     case 'puback':
-    case 'pubcomp':
-      conn.inbound?.delete(p.pid);
-      sendOut(conn, p);
-      return;
     case 'pubrec':
-      // A PUBREC with an error ends the flow; otherwise the id is held until PUBCOMP (§4.9).
-      if (p.code >= RC.UNSPECIFIED_ERROR) conn.inbound?.delete(p.pid);
+    case 'pubcomp':
+      answerSent(conn, p);
       sendOut(conn, p);
       return;
     case 'publish':

@@ -164,8 +164,9 @@ export class Connection implements WheelMember, OutboxMember {
   wheelSlot = -1;
   wheelIndex = 0;
   aliases: Map<number, string> | null = null;
-  /** Packet ids of inbound QoS 1/2 publishes not yet answered (v5 Receive Maximum, §4.9);
-   * created by the first one, since an empty Set costs about 170 bytes per idle connection. */
+  /** Packet ids of inbound QoS 1/2 publishes not yet answered (v5 Receive Maximum, §4.9,
+   * receive-maximum.ts); created by the first one, since an empty Set costs about 170 bytes per
+   * idle connection. */
   inbound: Set<number> | null = null;
   connectExpiry = 0;
   connectProposed = false;

@@ -15,6 +15,7 @@ import type { Authorization } from './auth/hook-authorizer.js';
 import type { Connection } from './connection.js';
 import { isSysTopic, messageFromPublish, payloadFormatValid, publishRequest } from './inbound.js';
 import { TokenBucket } from './limits.js';
+import { openInboundFlow } from './receive-maximum.js';
 
 const EMPTY_PAYLOAD = new Uint8Array(0);
 
@@ -33,14 +34,9 @@ export function onPublish(conn: Connection, p: PublishPacket): void {
     conn.fail(RC.RETAIN_NOT_SUPPORTED, 'retain-not-supported', 'retain');
     return;
   }
-  if (p.qos > 0 && conn.level === 5) {
-    conn.inbound ??= new Set();
-    const inbound = conn.inbound;
-    inbound.add(p.pid as number);
-    if (inbound.size > l.receiveMaximum) {
-      conn.fail(RC.RECEIVE_MAXIMUM_EXCEEDED, 'receive-maximum', `${inbound.size} unacknowledged`);
-      return;
-    }
+  if (p.qos > 0 && conn.level === 5 && !openInboundFlow(conn, p.pid as number, l.receiveMaximum)) {
+    conn.fail(RC.RECEIVE_MAXIMUM_EXCEEDED, 'receive-maximum', `${conn.inbound?.size ?? 0} unacknowledged`);
+    return;
   }
   if (conn.level === 5 && !payloadFormatValid(p)) {
     refusePayload(conn, p);
