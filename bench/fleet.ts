@@ -11,6 +11,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'nod
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
+import { AuthHttpService } from './fleet/auth-http.js';
 import { type Ctx, type Options, type Outcome, type Row, SCENARIOS, type Scenario } from './fleet/common.js';
 import { runConnect } from './fleet/connect.js';
 import { runFailover } from './fleet/failover.js';
@@ -44,6 +45,8 @@ const HELP = `node build/bench/fleet.js --scenario fleet|fleet-failover|connect-
   --raftmq-arg FLAG        an extra raftmq flag for every node (repeatable, e.g. --raftmq-arg=--max-pending-connections=20000)
   --server-reference       three nodes: --cluster-server-reference with every node's address; devices
                            that get a CONNACK naming another node try it at once
+  --auth-http              raftmq: every node asks a local HTTP service (started by this run, allowing
+                           all) about each CONNECT (--auth-http-url); rows report its requests
   --out DIR                results folder (default bench/results)`;
 
 function fail(message: string): never {
@@ -78,6 +81,7 @@ function parseOptions(argv: string[]): Options {
         'payload-bytes': { type: 'string' },
         'raftmq-arg': { type: 'string', multiple: true },
         'server-reference': { type: 'boolean' },
+        'auth-http': { type: 'boolean' },
         out: { type: 'string' },
         help: { type: 'boolean' },
       },
@@ -126,6 +130,7 @@ function parseOptions(argv: string[]): Options {
     payloadBytes: num('payload-bytes', 64, 24, 1_000_000),
     raftmqArgs: (v['raftmq-arg'] as string[] | undefined) ?? [],
     serverReference: v['server-reference'] === true,
+    authHttp: v['auth-http'] === true,
     outDir: resolve(str('out') ?? join(REPO, 'bench', 'results')),
   };
 }
@@ -156,6 +161,8 @@ function table(rows: Row[]): string {
 
 async function main(): Promise<void> {
   const o = parseOptions(process.argv.slice(2));
+  if (o.authHttp && (o.target === 'mosquitto' || o.scenario === 'connect-tls'))
+    fail('--auth-http is for the raftmq targets of fleet and fleet-failover (Mosquitto has no HTTP authentication of its own)');
   if (o.target === 'mosquitto' && spawnSync('test', ['-x', MOSQUITTO]).status !== 0)
     fail(`${MOSQUITTO} not found: install the Debian package mosquitto`);
   if (o.target !== 'mosquitto' && spawnSync('test', ['-f', RAFTMQ_CLI]).status !== 0)
@@ -168,14 +175,22 @@ async function main(): Promise<void> {
   let outcome: Outcome = { rows: [], failures: ['run did not finish'], notes: [], details: {} };
   let target: Target | null = null;
   let pkiDir: string | null = null;
+  let auth: AuthHttpService | null = null;
   try {
     if (o.scenario === 'connect-tls') {
       const pki = makePki();
       pkiDir = pki.dir;
       outcome = await runConnect(ctx, pki);
     } else {
-      target = await Target.start({ kind: o.target, tls: null, dir, raftmqArgs: o.raftmqArgs, serverReference: o.serverReference });
+      auth = o.authHttp ? await AuthHttpService.start() : null;
+      const raftmqArgs = auth === null ? o.raftmqArgs : [...o.raftmqArgs, `--auth-http-url=${auth.url}`];
+      target = await Target.start({ kind: o.target, tls: null, dir, raftmqArgs, serverReference: o.serverReference });
       outcome = o.scenario === 'fleet' ? await runFleet(ctx, target) : await runFailover(ctx, target);
+      if (auth !== null) {
+        for (const r of outcome.rows) r.authHttpRequests = auth.requests;
+        if (auth.malformed > 0)
+          outcome.failures.push(`${auth.malformed} of ${auth.requests} auth requests were not a POST of a JSON object with a client id`);
+      }
     }
   } catch (err) {
     outcome = { rows: [], failures: [`run aborted: ${(err as Error).stack ?? String(err)}`], notes: [], details: {} };
@@ -186,6 +201,7 @@ async function main(): Promise<void> {
     await workers.all('close-all', () => ({}), 20_000).catch(() => {});
     await workers.stop();
     if (target !== null) await target.stop();
+    await auth?.stop();
     rmSync(dir, { recursive: true, force: true });
     if (pkiDir !== null) rmSync(pkiDir, { recursive: true, force: true });
   }

@@ -30,6 +30,8 @@ export interface Options {
   payloadBytes: number;
   raftmqArgs: string[];
   serverReference: boolean;
+  /** Every raftmq node asks a local HTTP service about each CONNECT (auth-http.ts). */
+  authHttp: boolean;
   outDir: string;
 }
 
