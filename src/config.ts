@@ -203,7 +203,14 @@ export const SCHEMA = {
     default: 64,
     min: 1,
     max: 10_000,
-    help: 'requests to --auth-http-url at once; a CONNECT beyond them is refused with 0x89 Server busy',
+    help: 'requests to --auth-http-url at once; CONNECTs beyond them wait in --auth-http-queue',
+  },
+  'auth-http-queue': {
+    kind: 'int',
+    default: 20_000,
+    min: 0,
+    max: 1_000_000,
+    help: 'CONNECTs that wait, in order, for one of the --auth-http-concurrency requests, each at most --auth-http-timeout-ms; one beyond them, or that waited that long, is refused with 0x89 Server busy',
   },
   'max-connections': {
     kind: 'int',

@@ -116,6 +116,7 @@ export function loadSecurity(config: Config, events: EventSink): Security {
           timeoutMs: config['auth-http-timeout-ms'],
           cacheMs: config['auth-http-cache-ms'],
           concurrency: config['auth-http-concurrency'],
+          queue: config['auth-http-queue'],
           events,
         });
   return { authenticator, http, acl };

@@ -1,6 +1,7 @@
 // --auth-http-url against a small HTTP service this test runs, with a real broker process and
 // MQTT.js clients of MQTT 5 and 3.1.1: allow, deny, a timeout, a malformed body, a 500, a cache hit
-// (the service counts its requests) and the concurrency bound (0x89 beyond it).
+// (the service counts its requests), and the concurrency bound with its queue (CONNECTs beyond the
+// requests under way wait their turn; 0x89 beyond the queue).
 import assert from 'node:assert/strict';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -22,6 +23,7 @@ interface AuthRequest {
 
 const TIMEOUT_MS = 400;
 const CONCURRENCY = 2;
+const QUEUE = 1;
 const requests: AuthRequest[] = [];
 /** Replies held back by the `hold` user; released at the end. */
 const held: ServerResponse[] = [];
@@ -70,6 +72,8 @@ before(async () => {
     String(TIMEOUT_MS),
     '--auth-http-concurrency',
     String(CONCURRENCY),
+    '--auth-http-queue',
+    String(QUEUE),
     '--auth-http-cache-ms',
     '60000',
   ]);
@@ -134,7 +138,7 @@ describe('--auth-http-url', () => {
     assert.equal(countFor('carol') - before, 2);
   });
 
-  it(`refuses with 0x89 Server busy while ${CONCURRENCY} requests are waiting`, async () => {
+  it(`queues a CONNECT while ${CONCURRENCY} requests are under way, and refuses with 0x89 beyond ${QUEUE} queued`, async () => {
     const holdsBefore = countFor('hold');
     const pending = [0, 1].map((i) => refusal({ clientId: `hold-${i}`, username: 'hold', password: `p${i}`, protocolVersion: 5 }));
     await withTimeout(
@@ -146,10 +150,17 @@ describe('--auth-http-url', () => {
     );
     assert.equal(countFor('hold') - holdsBefore, CONCURRENCY);
     const allowsBefore = countFor('alice');
-    assert.equal(await refusal({ clientId: 'busy', username: 'alice', password: 'fresh', protocolVersion: 5 }), 0x89);
+    // Every request slot is taken: this one waits its turn, the next finds the queue full.
+    const queued = connectClient(broker.port, { clientId: 'queued', username: 'alice', password: 'fresh', protocolVersion: 5 });
+    await sleep(50);
+    assert.equal(countFor('alice'), allowsBefore, 'the queued CONNECT is not asked about while every slot is taken');
+    assert.equal(await refusal({ clientId: 'busy', username: 'alice', password: 'other', protocolVersion: 5 }), 0x89);
     assert.equal(countFor('alice'), allowsBefore, 'the busy refusal asked nothing');
+    // The held requests time out (0x88), and the queued CONNECT gets a slot: allowed.
     assert.deepEqual(await Promise.all(pending), [0x88, 0x88]);
-    const ok = await connectClient(broker.port, { clientId: 'after', username: 'alice', password: 'fresh', protocolVersion: 5 });
-    await disconnect(ok);
+    await disconnect(await queued);
+    assert.equal(countFor('alice'), allowsBefore + 1);
+    const line = await broker.waitForLog((l) => l.msg === 'auth-http-busy', WAIT_MS);
+    assert.equal(line.queued, QUEUE);
   });
 });

@@ -2,7 +2,10 @@
 // authentication and mosquitto-go-auth's HTTP backend. docs/security.md "HTTP authentication"
 // documents the contract: POST of a JSON object, a 2xx reply of {"result":"allow"|"deny"}.
 // Decisions are cached for --auth-http-cache-ms (a bounded table), requests time out after
-// --auth-http-timeout-ms and at most --auth-http-concurrency run at once.
+// --auth-http-timeout-ms and at most --auth-http-concurrency run at once; CONNECTs beyond them wait
+// in order, at most --auth-http-queue of them and each at most --auth-http-timeout-ms, so that a
+// fleet reconnecting at once (after a failover every device authenticates again at the new
+// leader) is asked about in turn instead of being refused while the service is healthy.
 import { createHash } from 'node:crypto';
 import http from 'node:http';
 import https from 'node:https';
@@ -20,6 +23,8 @@ export interface HttpAuthOptions {
   /** 0: no cache. */
   cacheMs: number;
   concurrency: number;
+  /** CONNECTs that may wait for a request slot; 0: refused at once when every slot is taken. */
+  queue: number;
   events: AuthCounters;
   /** Decisions held at most; the oldest goes first. */
   cacheEntries?: number;
@@ -34,8 +39,19 @@ const OK: AuthResult = { ok: true };
 const DENIED: AuthResult = { ok: false, reason: RC.NOT_AUTHORIZED };
 /** No decision: a timeout, a refused connection, a non-2xx status or a malformed reply. */
 const UNAVAILABLE: AuthResult = { ok: false, reason: RC.SERVER_UNAVAILABLE };
-/** --auth-http-concurrency requests already wait. */
+/** Every request slot taken and --auth-http-queue CONNECTs waiting, or one waited
+ * --auth-http-timeout-ms for a slot. */
 const BUSY: AuthResult = { ok: false, reason: RC.SERVER_BUSY };
+
+/** A CONNECT waiting for one of the --auth-http-concurrency request slots. */
+interface Waiter {
+  readonly key: string;
+  readonly body: string;
+  readonly clientId: string;
+  readonly since: number;
+  readonly resolve: (r: AuthResult) => void;
+  timer: NodeJS.Timeout | undefined;
+}
 
 /** The counters (and warn lines, at most one per kind per 10 s) of replies that are no decision. */
 type HttpProblem = 'auth-http-timeout' | 'auth-http-failed' | 'auth-http-status' | 'auth-http-malformed';
@@ -50,6 +66,8 @@ export class HttpAuthenticator implements Authenticator {
   private readonly cache = new Map<string, [AuthResult, number]>();
   private readonly cacheEntries: number;
   private inflight = 0;
+  /** In arrival order (a Set keeps insertion order and deletes a timed-out one in O(1)). */
+  private readonly waiting = new Set<Waiter>();
 
   constructor(private readonly o: HttpAuthOptions) {
     let url: URL;
@@ -69,7 +87,7 @@ export class HttpAuthenticator implements Authenticator {
   }
 
   gauges(): Record<string, number> {
-    return { authHttpInflight: this.inflight, authHttpCached: this.cache.size };
+    return { authHttpInflight: this.inflight, authHttpQueued: this.waiting.size, authHttpCached: this.cache.size };
   }
 
   authenticate(c: ConnectPacket, remoteAddress: string, t: Transport): AuthResult | Promise<AuthResult> {
@@ -81,8 +99,9 @@ export class HttpAuthenticator implements Authenticator {
         this.cache.delete(key);
       }
     }
-    if (this.inflight >= this.o.concurrency) {
-      this.o.events.event('auth-http-busy', { clientId: c.clientId, inflight: this.inflight });
+    const full = this.inflight >= this.o.concurrency;
+    if (full && this.waiting.size >= this.o.queue) {
+      this.o.events.event('auth-http-busy', { clientId: c.clientId, inflight: this.inflight, queued: this.waiting.size });
       return BUSY;
     }
     const body = JSON.stringify({
@@ -95,12 +114,42 @@ export class HttpAuthenticator implements Authenticator {
       listener: t.kind,
       cert_identity: t.certIdentity,
     });
+    if (!full) return this.ask(key, body, c.clientId);
+    return new Promise<AuthResult>((resolve) => {
+      const w: Waiter = { key, body, clientId: c.clientId, since: performance.now(), resolve, timer: undefined };
+      w.timer = setTimeout(() => this.waitedTooLong(w), this.o.timeoutMs);
+      this.waiting.add(w);
+    });
+  }
+
+  private ask(key: string, body: string, clientId: string): Promise<AuthResult> {
     this.inflight++;
-    return this.post(body, c.clientId).then((r) => {
+    return this.post(body, clientId).then((r) => {
       this.inflight--;
       if (key !== '' && r !== UNAVAILABLE) this.remember(key, r);
+      this.startWaiting();
       return r;
     });
+  }
+
+  /** Free request slots go to the CONNECTs that wait, oldest first. */
+  private startWaiting(): void {
+    for (const w of this.waiting) {
+      if (this.inflight >= this.o.concurrency) return;
+      this.waiting.delete(w);
+      clearTimeout(w.timer);
+      // A decision for the same credentials may have come in while it waited.
+      const hit = w.key === '' ? undefined : this.cache.get(w.key);
+      if (hit !== undefined && hit[1] > performance.now()) w.resolve(hit[0]);
+      else void this.ask(w.key, w.body, w.clientId).then(w.resolve);
+    }
+  }
+
+  private waitedTooLong(w: Waiter): void {
+    if (!this.waiting.delete(w)) return;
+    const waitedMs = Math.round(performance.now() - w.since);
+    this.o.events.event('auth-http-busy', { clientId: w.clientId, inflight: this.inflight, queued: this.waiting.size, waitedMs });
+    w.resolve(BUSY);
   }
 
   private remember(key: string, r: AuthResult): void {
