@@ -163,6 +163,8 @@ export async function startNode(
   }
   const shard = sharded === null ? {} : { shard: sharded.shard };
   const cs = clusterSettings(config);
+  const testFree = process.env[TEST_FREE_BYTES_ENV];
+  const diskProbe = testFree === undefined || testFree === '' ? undefined : fileProbe(testFree);
   if (cs !== null) {
     const c: RunningCluster = await startClusterNode(
       cs,
@@ -178,6 +180,7 @@ export async function startNode(
         logger.fatal({ err: err.message, code }, 'stopping');
         fatal(code, err);
       },
+      diskProbe,
     );
     logger.info(
       { version: version(), ...shard, node: cs.node, raftPort: c.raftPort, healthPort: c.healthPort, bind: bindNote(config) },
@@ -189,13 +192,12 @@ export async function startNode(
   let stopNode: () => Promise<void>;
   let dataDir: RunningDurable | null = null;
   if (config['data-dir'] !== '') {
-    const testFree = process.env[TEST_FREE_BYTES_ENV];
     const d = await startDurableNode(
       {
         dataDir: config['data-dir'],
         snapshotLogBytes: config['snapshot-log-bytes'],
         minFreeBytes: config['data-dir-min-free-bytes'],
-        probe: testFree === undefined || testFree === '' ? undefined : fileProbe(testFree),
+        probe: diskProbe,
       },
       opts,
       logger,

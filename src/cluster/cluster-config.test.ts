@@ -132,12 +132,18 @@ describe('cluster settings', { timeout: 10_000 }, () => {
     refusal(['--state-file', 's'], CONFIG_ERROR.BAD_VALUE, /--state-file is for a cluster node.*--data-dir/);
   });
 
-  it("takes --data-dir on a cluster node, with --cluster-force-start too, but not the single node's WAL flags", () => {
+  it('takes --data-dir on a cluster node, with --cluster-force-start and --data-dir-min-free-bytes, but not --snapshot-log-bytes', () => {
     const base = ['--cluster-node', '1', '--cluster-peers', PEERS, '--state-file', 's', '--data-dir', 'd'];
     assert.equal(clusterSettings(configOf(base))?.dataDir, 'd');
     assert.equal(clusterSettings(configOf(base.slice(0, -2)))?.dataDir, undefined);
     assert.equal(clusterSettings(configOf([...base, '--cluster-force-start']))?.forceStart, true);
-    refusal([...base, '--data-dir-min-free-bytes', '1GiB'], CONFIG_ERROR.BAD_VALUE, /--data-dir-min-free-bytes is for a single node/);
+    assert.equal(clusterSettings(configOf([...base, '--data-dir-min-free-bytes', '1GiB']))?.dataDirMinFreeBytes, 1024 ** 3);
+    assert.equal(clusterSettings(configOf(base))?.dataDirMinFreeBytes, 0);
+    refusal(
+      [...base.slice(0, -2), '--data-dir-min-free-bytes', '1GiB'],
+      CONFIG_ERROR.BAD_VALUE,
+      /--data-dir-min-free-bytes needs --data-dir/,
+    );
     refusal([...base, '--snapshot-log-bytes', '1MiB'], CONFIG_ERROR.BAD_VALUE, /--snapshot-log-bytes is for a single node/);
   });
 });

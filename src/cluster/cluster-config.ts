@@ -53,6 +53,8 @@ export interface ClusterSettings {
   /** --data-dir (docs/raft.md "Persistence"): raft's log, term, vote and snapshot on disk;
    * undefined: in memory, in the state file at a clean stop. */
   dataDir: string | undefined;
+  /** --data-dir-min-free-bytes; 0: the default bound (src/server/disk-space.ts minFreeBytes). */
+  dataDirMinFreeBytes: number;
   forceStart: boolean;
   forceStartTimeoutMs: number;
   maxClockOffsetMs: number;
@@ -91,11 +93,12 @@ export function clusterSettings(config: ClusterConfig): ClusterSettings | null {
     }
     return null;
   }
-  // Both are the single node's WAL settings: a cluster node compacts at raft's bounds, and its disk
-  // watch is not built yet; accepting them would suggest they act.
-  if (config['data-dir-min-free-bytes'] !== 0) {
-    throw bad('--data-dir-min-free-bytes is for a single node: the free-space watch is not built on cluster nodes yet');
+  // The free-space watch reads the data directory's file system; without one there is nothing to
+  // watch, and accepting the flag would suggest it acts.
+  if (config['data-dir-min-free-bytes'] !== 0 && config['data-dir'] === '') {
+    throw bad('--data-dir-min-free-bytes needs --data-dir: without one a cluster node keeps raft in memory and watches no disk');
   }
+  // The single node's WAL setting: a cluster node compacts at raft's log bounds.
   if (config['snapshot-log-bytes'] !== SNAPSHOT_LOG_BYTES_DEFAULT) {
     throw bad("--snapshot-log-bytes is for a single node: a cluster node snapshots at raft's log bounds");
   }
@@ -118,6 +121,7 @@ export function clusterSettings(config: ClusterConfig): ClusterSettings | null {
     electionTimeoutMs: config['cluster-election-timeout-ms'],
     stateFile: config['state-file'],
     dataDir: config['data-dir'] === '' ? undefined : config['data-dir'],
+    dataDirMinFreeBytes: config['data-dir-min-free-bytes'],
     forceStart: config['cluster-force-start'],
     forceStartTimeoutMs: config['cluster-force-start-timeout-s'] * 1000,
     maxClockOffsetMs: config['cluster-max-clock-offset-ms'],

@@ -6,10 +6,12 @@ import type { Logger } from 'pino';
 import { EXIT } from '../errors.js';
 import { bridgesHashInput } from '../server/bridge/bridge-config.js';
 import { BrokerNode, type NodeOptions, settingsFrom } from '../server/broker-node.js';
+import type { DiskWatch, FreeSpaceProbe } from '../server/disk-space.js';
 import { AuditLog } from './audit-log.js';
 import type { ClusterSettings } from './cluster-config.js';
 import { configHash } from './config-hash.js';
 import { HealthServer, type HealthSource } from './health.js';
+import { raftDataDirStatus, raftDiskWatch } from './raft-disk.js';
 import { type ClusterStatus, RaftLog } from './raft-log.js';
 import { driverStorage, openRaftDataDir, type RaftDataDir } from './raft-storage.js';
 import { isLoopbackHost, type StatusAccess } from './status-page.js';
@@ -28,7 +30,8 @@ export interface RunningCluster {
 /** Starts raft, the broker node and the health port. Rejects if the peer or health port cannot be
  * bound (the error names the address) or the state file, its record or its lock is refused (a
  * DriverError naming the file). Does not wait for this node to serve. `onExit` is called when the
- * process must end: a force-start that was refused or timed out. */
+ * process must end: a force-start that was refused or timed out, or a failed write to --data-dir.
+ * `diskProbe` replaces statfs in the free-space watch of --data-dir (tests only). */
 export async function startClusterNode(
   cs: ClusterSettings,
   nodeOpts: NodeOptions,
@@ -37,6 +40,7 @@ export async function startClusterNode(
   created: (node: BrokerNode) => void,
   onServeFailure: (err: Error) => void,
   onExit: (code: number, err: Error) => void,
+  diskProbe?: FreeSpaceProbe,
 ): Promise<RunningCluster> {
   if (cs.secret === undefined) logger.warn({}, 'no --cluster-secret: peer links are not authenticated');
   // docs/raft.md "Persistence": the data directory is opened, checked and loaded before raft is
@@ -56,9 +60,18 @@ export async function startClusterNode(
       dataDir.loaded === null ? 'raft data directory empty' : 'raft data directory loaded',
     );
   }
+  // docs/operations.md "Disk trouble": read once before raft starts, so a node that starts on a
+  // full disk refuses from its first client on.
+  const watch =
+    dataDir === null
+      ? null
+      : raftDiskWatch({ dir: dataDir.dir, storage: dataDir.storage, minFreeBytes: cs.dataDirMinFreeBytes, probe: diskProbe, logger });
   try {
-    return await startWith(cs, nodeOpts, health, logger, created, onServeFailure, onExit, dataDir);
+    await watch?.start();
+    const disk = dataDir === null || watch === null ? null : { dataDir, watch };
+    return await startWith(cs, nodeOpts, health, logger, created, onServeFailure, onExit, disk);
   } catch (err) {
+    watch?.stop();
     dataDir?.release();
     throw err;
   }
@@ -72,8 +85,9 @@ async function startWith(
   created: (node: BrokerNode) => void,
   onServeFailure: (err: Error) => void,
   onExit: (code: number, err: Error) => void,
-  dataDir: RaftDataDir | null,
+  disk: { dataDir: RaftDataDir; watch: DiskWatch } | null,
 ): Promise<RunningCluster> {
+  const dataDir = disk?.dataDir ?? null;
   const settings = settingsFrom(nodeOpts);
   const bridges = nodeOpts.bridges ?? [];
   // The driver reads the state file and its record here (never writing): a refused one throws.
@@ -126,7 +140,8 @@ async function startWith(
             leader: (): string | null => refs.get(log.liveLeader(cs.electionTimeoutMs / 2)) ?? null,
           },
         };
-  const node = new BrokerNode({ ...nodeOpts, ...serverReference, audit, sysCluster: () => log.status() }, log);
+  const gate = disk === null ? {} : { storageGate: disk.watch };
+  const node = new BrokerNode({ ...nodeOpts, ...serverReference, ...gate, audit, sysCluster: () => log.status() }, log);
   created(node);
   log.attachTracer(node.tracer);
   log.attach({
@@ -149,10 +164,8 @@ async function startWith(
   let healthPort = -1;
   try {
     if (health.port >= 0) {
-      server = new HealthServer(
-        healthSource(node, () => log.status(), log),
-        statusAccess(health),
-      );
+      const dataDirStatus = disk === null ? {} : { dataDir: () => raftDataDirStatus(disk.dataDir.dir, disk.dataDir.storage, disk.watch) };
+      server = new HealthServer({ ...healthSource(node, () => log.status(), log), ...dataDirStatus }, statusAccess(health));
       healthPort = await server.listen(health.host, health.port);
       logger.info({ port: healthPort }, 'health listening');
     }
@@ -171,6 +184,7 @@ async function startWith(
      * stops raft traffic and writes the state file. */
     async stop() {
       await node.stop();
+      disk?.watch.stop();
       await Promise.all([server?.close(), audit?.close()]);
       dataDir?.release();
     },

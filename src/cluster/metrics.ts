@@ -17,7 +17,7 @@ export interface MetricsSource {
   status(): ClusterStatus;
   node: BrokerNode;
   raft: RaftLog | null;
-  /** The single node's --data-dir; absent without one. */
+  /** The --data-dir of a single node or a cluster node; absent without one. */
   dataDir?: () => DataDirStatus;
 }
 

@@ -120,6 +120,12 @@ export class RaftDirStorage {
   fsyncs = 0;
   /** Batches written, ever (checkpoints included). */
   batches = 0;
+  /** Raft log entries made durable by batches, ever (a checkpoint's copy of entries already
+   * durable is not counted again): with `fsyncs`, the group commit's size. */
+  entriesWritten = 0;
+  /** The newest snapshot file on disk: its index, image bytes (the free-space bound reserves twice
+   * this, src/server/disk-space.ts) and when this process wrote it (null: read at start). */
+  lastSnapshot: { index: number; bytes: number; writtenAt: number | null };
 
   private constructor(
     opts: RaftStorageOptions,
@@ -128,6 +134,7 @@ export class RaftDirStorage {
     active: { seg: Segment; file: AppendFile } | null,
     nextSeq: number,
     snapshotFile: string | null,
+    snapshotBytes: number,
   ) {
     this.storage = opts.storage;
     this.segmentBytes = opts.segmentBytes ?? RAFT_SEGMENT_BYTES_DEFAULT;
@@ -137,6 +144,14 @@ export class RaftDirStorage {
     this.active = active;
     this.nextSeq = nextSeq;
     this.snapshotFile = snapshotFile;
+    this.lastSnapshot = { index: snapshotFile === null ? 0 : nameIndex(SNAPSHOT_RE, snapshotFile), bytes: snapshotBytes, writtenAt: null };
+  }
+
+  /** Bytes of the segments from the newest checkpoint on. */
+  get logBytes(): number {
+    let n = 0;
+    for (const s of this.segments) n += s.size;
+    return n;
   }
 
   /** Reads and judges the directory's raft files, then repairs it: a torn tail after the newest
@@ -198,6 +213,7 @@ export class RaftDirStorage {
     }
     const written = new StoredLog();
     let snapshotFile: string | null = null;
+    let snapshotBytes = 0;
     let records = 0;
     for (const seg of kept) {
       for (const r of seg.records) {
@@ -214,6 +230,7 @@ export class RaftDirStorage {
             const { chunks, bytes: n } = rechunk([snapshotImage(bytes)], chunkBytes);
             written.saveSnapshot({ ...r.snapshot, chunks, bytes: n });
             snapshotFile = name;
+            snapshotBytes = n;
           }
         } catch (err) {
           if (err instanceof DataDirError) throw err;
@@ -259,7 +276,7 @@ export class RaftDirStorage {
       removed,
     };
     const state = written.state();
-    return { storage: new RaftDirStorage(opts, written, segments, active, nextSeq, snapshotFile), state, report };
+    return { storage: new RaftDirStorage(opts, written, segments, active, nextSeq, snapshotFile, snapshotBytes), state, report };
   }
 
   /** Called with what is durable after each batch, and once with the error that stopped the
@@ -379,10 +396,13 @@ export class RaftDirStorage {
     const durable = this.written.durable();
     const covers = this.writes;
     const generation = this.generation;
+    let entries = 0;
+    for (const r of records) if (r.kind === 'append') entries += r.entries.length;
     this.writing = (checkpoint === null ? this.appendBatch(records) : this.writeCheckpoint(checkpoint)).then(
       () => {
         this.writing = null;
         this.batches++;
+        this.entriesWritten += entries;
         this.durableWrites = covers;
         if (this.closed) return;
         if (generation === this.generation) this.onDurable(durable);
@@ -412,6 +432,7 @@ export class RaftDirStorage {
     this.segments = [];
     this.nextSeq = 1;
     this.snapshotFile = null;
+    this.lastSnapshot = { index: 0, bytes: 0, writtenAt: null };
   }
 
   private walEntries(records: readonly StorageRecord[]): WalEntry[] {
@@ -489,6 +510,7 @@ export class RaftDirStorage {
     }
     await io(temp, `rename to ${name}`, this.storage.rename(temp, name));
     await io(name, 'fsync of the directory after renaming', this.storage.syncDir());
+    this.lastSnapshot = { index: s.index, bytes: s.bytes, writtenAt: Date.now() };
   }
 }
 
