@@ -47,8 +47,9 @@ export interface RunResult {
   /** A failed run: the bench exits non-zero. */
   failures: string[];
   warnings: string[];
-  /** raftmq-disk over the window: fdatasync calls of group commits per second, and log entries
-   * (messages, acks, connects) made durable per call; absent or null for other targets. */
+  /** raftmq-disk, and raftmq-cluster-disk's leader, over the window: fdatasync calls of group
+   * commits per second, and log entries (messages, acks, connects) made durable per call; absent or
+   * null for other targets. */
   disk?: { fsyncsPerS: number; entriesPerFsync: number | null } | null;
 }
 
@@ -262,7 +263,7 @@ export function markdown(rows: Row[], meta: Record<string, unknown>, loadgenMaxP
     ...(idle.length > 2 ? [...idle, ''] : []),
     ...(disk.length > 2
       ? [
-          'raftmq-disk group commits over the window: fdatasync calls per second, and log entries (messages, acks, connects) made durable per call.',
+          "Group commits over the window: fdatasync calls per second, and log entries (messages, acks, connects) made durable per call; for raftmq-cluster-disk the leader's own (raft entries; each commit also waits for one follower's fdatasync).",
           '',
           ...disk,
           '',

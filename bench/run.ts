@@ -34,6 +34,7 @@ import {
   BENCH_TARGET_NAMES,
   CLI,
   type DiskCounters,
+  diskRates,
   HOST,
   MOSQUITTO,
   REPO,
@@ -95,7 +96,8 @@ const HELP = `npm run bench -- [options]
   --brokers a,b        ${BENCH_TARGET_NAMES.join(',')} (default ${TARGET_NAMES.join(',')}; raftmq-disk:
                        one node with --data-dir, reporting fsyncs/s and messages per fsync;
                        mosquitto-disk: persistence on, which does not tie PUBACK to the disk;
-                       raftmq-cluster-disk: three nodes, each with --data-dir)
+                       raftmq-cluster-disk: three nodes, each with --data-dir, reporting
+                       the leader's fsyncs/s and raft entries per fsync)
   --cpu-prof           run raftmq under node --cpu-prof; profiles go to the results folder
   --mqttload DIR       mqttload source folder (default ../shared/tools/mqttload beside the repository)
   --out DIR            results folder (default bench/results)
@@ -273,7 +275,7 @@ interface Load {
   error: string | null;
   /** Window marks read late or not where planned. */
   notes: string[];
-  /** raftmq-disk's group-commit counters at the window's start and end. */
+  /** The group-commit counters (raftmq-disk, raftmq-cluster-disk's leader) at the window's start and end. */
   disk: { start: Promise<DiskCounters | null> | null; end: Promise<DiskCounters | null> | null };
 }
 
@@ -381,12 +383,11 @@ function profDirOf(o: Options, s: Scenario, name: TargetName, run: number): stri
 }
 
 /** fdatasync calls per second of group commits over the window, and entries made durable per
- * call (raftmq-disk); null for other targets or a window without both readings. */
-async function diskRates(load: Load): Promise<RunResult['disk']> {
+ * call (raftmq-disk, raftmq-cluster-disk's leader); null for other targets or a window without
+ * both readings. */
+async function windowDiskRates(load: Load): Promise<RunResult['disk']> {
   const [a, b] = await Promise.all([load.disk.start, load.disk.end]);
-  if (a == null || b == null || b.atMs <= a.atMs) return null;
-  const fsyncs = b.fsyncs - a.fsyncs;
-  return { fsyncsPerS: (fsyncs * 1000) / (b.atMs - a.atMs), entriesPerFsync: fsyncs > 0 ? (b.entries - a.entries) / fsyncs : null };
+  return diskRates(a ?? null, b ?? null);
 }
 
 async function runOne(bin: string, s: Scenario, name: TargetName, run: number, o: Options, tmp: string): Promise<RunResult> {
@@ -425,7 +426,7 @@ async function runOne(bin: string, s: Scenario, name: TargetName, run: number, o
   } finally {
     await t.stop();
   }
-  res.disk = await diskRates(load);
+  res.disk = await windowDiskRates(load);
   const r = load.mqttload;
   res.mqttload = r;
   if (load.error !== null) res.failures.push(load.error);

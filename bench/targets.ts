@@ -142,6 +142,14 @@ export interface DiskCounters {
   entries: number;
 }
 
+/** Group commits over a window from the counters at its start and end: fdatasync calls per second,
+ * and entries made durable per call (null when no fsync happened). Null without both readings. */
+export function diskRates(a: DiskCounters | null, b: DiskCounters | null): { fsyncsPerS: number; entriesPerFsync: number | null } | null {
+  if (a === null || b === null || b.atMs <= a.atMs) return null;
+  const fsyncs = b.fsyncs - a.fsyncs;
+  return { fsyncsPerS: (fsyncs * 1000) / (b.atMs - a.atMs), entriesPerFsync: fsyncs > 0 ? (b.entries - a.entries) / fsyncs : null };
+}
+
 /** A started broker: one process, or three cluster nodes of which `procs[0]` serves. */
 export class Target {
   constructor(
@@ -153,7 +161,8 @@ export class Target {
     readonly roles: Role[],
     private readonly healthPorts: number[],
     private readonly dir: string | null,
-    /** raftmq-disk: the health port whose /health carries the data directory's counters. */
+    /** raftmq-disk, and raftmq-cluster-disk's leader: the health port whose /health carries the
+     * data directory's counters. */
     readonly dataDirHealthPort: number | null = null,
   ) {}
 
@@ -166,8 +175,9 @@ export class Target {
     return !this.name.startsWith('mosquitto');
   }
 
-  /** raftmq-disk's group-commit counters now (src/server/durable-node.ts DataDirStatus); null for
-   * other targets or when /health does not answer. */
+  /** The group-commit counters now (src/server/durable-node.ts DataDirStatus) of raftmq-disk, or of
+   * raftmq-cluster-disk's leader (raft entries; each commit also waits for one follower's sync, as
+   * many as the leader's); null for other targets or when /health does not answer. */
   async diskCounters(): Promise<DiskCounters | null> {
     if (this.dataDirHealthPort === null) return null;
     try {
@@ -316,6 +326,7 @@ async function startCluster(name: 'raftmq-cluster' | 'raftmq-cluster-disk', tmp:
         ['leader', 'follower', 'follower'],
         order.map((i) => health[i] as number),
         dir,
+        name === 'raftmq-cluster-disk' ? (health[l] as number) : null,
       );
     }
     if (up.length > 1 || Date.now() > deadline) {

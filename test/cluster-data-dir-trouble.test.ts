@@ -2,7 +2,8 @@
 // (docs/operations.md "A cluster node's data directory"): when the serving leader's data directory
 // is low on space it refuses new QoS 1/2 messages and new persistent sessions with the MQTT 5 and
 // 3.1.1 answers of a single node, says so in /health, /metrics and the log, and resumes when space
-// returns; a follower low on space says so on its own /health.
+// returns; a follower low on space says so on its own /health. /metrics carries the fsync counters
+// of raft's storage.
 //
 // Low space is reached through RAFTMQ_TEST_FREE_BYTES_FILE, one file per node (a tiny file system
 // would need root to mount).
@@ -139,6 +140,11 @@ describe('three-node cluster with --data-dir in disk trouble', { timeout: 90_000
     assert.equal(m.get('raftmq_data_dir_low_space'), 1);
     assert.equal(m.get('raftmq_data_dir_free_bytes'), MiB);
     assert.ok((m.get('raftmq_limit_refused_total{limit="storage_low"}') ?? 0) >= 4, 'refusals counted');
+    // The group commits of raft's storage: entries per fsync is the ratio of the two counters.
+    const fsyncs = m.get('raftmq_data_dir_fsyncs_total') ?? 0;
+    const entries = m.get('raftmq_data_dir_entries_written_total') ?? 0;
+    assert.ok(fsyncs > 0 && entries > 0, `fsyncs ${fsyncs}, raft entries ${entries}`);
+    assert.ok(d.fsyncs > 0 && d.entriesWritten > 0, '/health carries the same counters');
     assert.equal((await dataDirOf(follower)).lowSpace, false, "a follower's own disk is not low");
 
     writeFileSync(freeFile(leader.id), String(1024 * MiB));

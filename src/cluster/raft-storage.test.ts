@@ -97,6 +97,44 @@ describe('raft storage in a data directory', () => {
     assert.deepEqual(reports, [1, 20]);
   });
 
+  it('counts its fdatasyncs and the raft entries they made durable, its segment bytes and its newest snapshot', async () => {
+    const mem = new MemStorage();
+    const a = await open(mem, 200);
+    a.storage.append(run(1, 1, 1), null);
+    await a.storage.flush();
+    assert.deepEqual([a.storage.fsyncs, a.storage.entriesWritten], [1, 1]);
+    // One turn: nine entries and a vote, one batch.
+    for (let i = 2; i <= 10; i++) a.storage.append([entry(i, 1)], null);
+    a.storage.setHardState({ term: 1, vote: 2, voteInc: 'y' });
+    await a.storage.flush();
+    assert.deepEqual([a.storage.fsyncs, a.storage.entriesWritten], [2, 10], 'entries per fsync: 10 / 2');
+    // A rewrite of a conflicting suffix counts the entries written again.
+    a.storage.append(run(9, 12, 2), 9);
+    await a.storage.flush();
+    assert.deepEqual([a.storage.fsyncs, a.storage.entriesWritten], [3, 14]);
+    const segBytes = async (): Promise<number> => {
+      let n = 0;
+      for (const name of (await mem.list()).filter((x) => x.endsWith('.seg'))) n += (await mem.read(name))?.length ?? 0;
+      return n;
+    };
+    assert.equal(a.storage.logBytes, await segBytes());
+    assert.deepEqual(a.storage.lastSnapshot, { index: 0, bytes: 0, writtenAt: null });
+    // A checkpoint rewrites the entries after the snapshot: they are not counted again.
+    a.storage.saveSnapshot(snapshot(10, 2, 1000));
+    await a.storage.flush();
+    assert.equal(a.storage.fsyncs, 4);
+    assert.equal(a.storage.entriesWritten, 14);
+    assert.equal(a.storage.lastSnapshot.index, 10);
+    assert.equal(a.storage.lastSnapshot.bytes, 1000);
+    assert.equal(typeof a.storage.lastSnapshot.writtenAt, 'number');
+    assert.equal(a.storage.logBytes, await segBytes(), 'only the checkpoint segment is left');
+    await a.storage.close();
+    const b = await open(mem, 200);
+    assert.deepEqual(b.storage.lastSnapshot, { index: 10, bytes: 1000, writtenAt: null }, 'read at start');
+    assert.deepEqual([b.storage.fsyncs, b.storage.entriesWritten], [0, 0], 'counted since start');
+    assert.equal(b.storage.logBytes, await segBytes());
+  });
+
   it('keeps a truncation of a conflicting suffix across a restart', async () => {
     const mem = new MemStorage();
     const a = await open(mem);
