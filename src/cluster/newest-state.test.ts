@@ -8,6 +8,7 @@ import type { StateFile } from '../../raft/driver/state-file.js';
 import {
   type Candidate,
   compareCandidates,
+  dataDirState,
   lacksOf,
   lastOf,
   planForceStart,
@@ -181,6 +182,74 @@ describe('newest-state force-start plan', { timeout: 30_000 }, () => {
     assert.equal(renderText(report('raftmq', [], r.unusable)).includes('No usable state file'), true);
     const farFuture = renderText(report('raftmq', [candidate('/n9', { terms: [1], clusterTime: Number.MAX_SAFE_INTEGER })], []));
     assert.ok(farFuture.includes(String(Number.MAX_SAFE_INTEGER)), 'a time past what a Date holds prints as the number');
+  });
+});
+
+describe('newest-state on a data directory', { timeout: 30_000 }, () => {
+  const state = {
+    term: 3,
+    vote: 2,
+    voteInc: 'v',
+    entries: [
+      { index: 5, term: 2, time: 50, data: null },
+      { index: 6, term: 3, time: 60, data: null },
+    ],
+    baseConfig: null,
+    snapshot: { index: 4, term: 2, time: 40, config: null, chunks: [new Uint8Array(1)], bytes: 1 },
+  };
+  const dir = (path: string, node: number, s = state): Candidate => ({
+    path,
+    stateFile: `${path}.state`,
+    prev: false,
+    consumed: false,
+    fileExists: true,
+    dataDir: path,
+    fromDataDir: true,
+    file: dataDirState({
+      clusterId: 'raftmq',
+      nodeId: node,
+      incarnation: 'm',
+      record: { epoch: { generation: 1, id: 'e1' }, clusterUid: '' },
+      state: s,
+    }),
+  });
+
+  it("takes the record's epoch, the member and the last entry's time; it keeps no commit index", () => {
+    const f = dir('/d1', 2).file;
+    assert.deepEqual(
+      [f.epoch, f.member, f.term, lastOf(f), f.clusterTime],
+      [{ generation: 1, id: 'e1' }, { node: 2, inc: 'm' }, 3, { index: 6, term: 3 }, 60],
+    );
+    const onlySnapshot = dataDirState({
+      clusterId: 'raftmq',
+      nodeId: 1,
+      incarnation: 'm',
+      record: { epoch: { generation: 1, id: 'e1' }, clusterUid: '' },
+      state: { ...state, entries: [] },
+    });
+    assert.deepEqual([lastOf(onlySnapshot), onlySnapshot.clusterTime], [{ index: 4, term: 2 }, 40]);
+    const r = rank([dir('/d1', 1), candidate('/n2', { node: 2, terms: [1, 1] })]);
+    assert.deepEqual(
+      r.map((x) => [x.path, x.fromDataDir, x.commitIndex]),
+      [
+        ['/d1', true, null],
+        ['/n2', false, 0],
+      ],
+    );
+  });
+
+  it('forces from the directory with --data-dir, moving nothing aside, and prints it as a data directory', () => {
+    const plan = planForceStart(dir('/var/lib/raftmq/raft', 3));
+    assert.equal(
+      plan.command,
+      "raftmq <node 3's usual flags> --state-file /var/lib/raftmq/raft.state --data-dir /var/lib/raftmq/raft --cluster-force-start",
+    );
+    assert.equal(plan.moveAside, null);
+    const text = renderText(report('raftmq', [dir('/d1', 1)], []));
+    assert.match(text, /1 usable states \(state files and data directories\)/);
+    assert.match(text, /from node 1's data directory \/d1:/);
+    assert.match(text, /no \(data dir\)/);
+    assert.match(text, / {2}- {6}/, 'no commit index');
   });
 });
 

@@ -1,10 +1,12 @@
 // Which state file to force-start from (docs/design.md "Force-start", docs/design.md "Beyond the model"): every node's
-// FILE and FILE.prev, ranked by epoch generation, then last log term, then last index. The epoch
+// FILE and FILE.prev, or the raft state of its --data-dir (docs/operations.md "A cluster node's
+// data directory"), ranked by epoch generation, then last log term, then last index. The epoch
 // comes first because a newer epoch was forced later and the older one can never serve again; within
 // an epoch, term then index is Raft's "at least as up-to-date" order (§5.4.1), so the first file
 // holds every entry a majority of that epoch acknowledged. Pure: the files are read by
 // newest-state-main.ts.
 import type { Epoch } from '../../raft/core/membership.js';
+import type { DurableState } from '../../raft/core/raft.js';
 import type { StateFile } from '../../raft/driver/state-file.js';
 
 /** One file that decoded: a node's FILE or its FILE.prev. */
@@ -20,6 +22,44 @@ export interface Candidate {
    * before FILE.prev. */
   readonly fileExists: boolean;
   readonly file: StateFile;
+  /** The node's --data-dir, named in its force-start command; absent: the node has none. */
+  readonly dataDir?: string;
+  /** The state is the data directory's (`path` is the directory): a force-start with --data-dir
+   * forces from it, before FILE and FILE.prev. `file` is built by dataDirState. */
+  readonly fromDataDir?: boolean;
+}
+
+/** What a cluster node's data directory holds, as newest-state ranks it: its metadata (cluster id,
+ * node id, member), the epoch and cluster identity of the membership record beside its state file
+ * (written before anything of an epoch is stored), and the raft state a start would load. */
+export interface DataDirState {
+  readonly clusterId: string;
+  readonly nodeId: number;
+  readonly incarnation: string;
+  readonly record: { readonly epoch: Epoch; readonly clusterUid: string };
+  readonly state: DurableState;
+}
+
+/** The data directory's state in the shape of a state file. A data directory keeps no commit index
+ * (it is not part of raft's durable state; the commit column shows none) and no time of its own:
+ * the cluster time is its last entry's, or its snapshot's. */
+export function dataDirState(d: DataDirState): StateFile {
+  const last = d.state.entries.at(-1);
+  return {
+    clusterId: d.clusterId,
+    clusterUid: d.record.clusterUid,
+    epoch: d.record.epoch,
+    member: { node: d.nodeId, inc: d.incarnation },
+    term: d.state.term,
+    vote: d.state.vote,
+    voteInc: d.state.voteInc ?? '',
+    configuration: d.state.baseConfig ?? null,
+    snapshot: d.state.snapshot ?? null,
+    log: d.state.entries,
+    commitIndex: 0,
+    clusterTime: last?.time ?? d.state.snapshot?.time ?? 0,
+    fileId: '',
+  };
 }
 
 /** A file that was given (or found beside one) and cannot be used, with why. */
@@ -44,10 +84,15 @@ export interface Ranked {
   readonly stateFile: string;
   readonly prev: boolean;
   readonly consumed: boolean;
+  /** The node's --data-dir; null: none given. */
+  readonly dataDir: string | null;
+  /** The state ranked is the data directory's (`path` is the directory). */
+  readonly fromDataDir: boolean;
   readonly epoch: Epoch;
   readonly lastTerm: number;
   readonly lastIndex: number;
-  readonly commitIndex: number;
+  /** null for a data directory, which keeps none. */
+  readonly commitIndex: number | null;
   /** Cluster ms (since the Unix epoch) when the state was taken. */
   readonly clusterTime: number;
   readonly lacks: Lacks;
@@ -57,6 +102,8 @@ export interface ForceStartPlan {
   readonly node: number;
   /** The --state-file to give the node: FILE, even when the chosen file is FILE.prev. */
   readonly stateFile: string;
+  /** The --data-dir to give the node; null: none. */
+  readonly dataDir: string | null;
   /** The file the force-start will read. */
   readonly from: string;
   /** FILE, when the chosen file is FILE.prev and FILE exists (a force-start would read FILE). */
@@ -79,8 +126,11 @@ export function lastOf(file: StateFile): { index: number; term: number } {
   return { index: file.snapshot?.index ?? 0, term: file.snapshot?.term ?? 0 };
 }
 
+const commitOf = (c: Candidate): number => (c.fromDataDir === true ? 0 : c.file.commitIndex);
+
 /** Best first. After the design's three keys: FILE before FILE.prev (no file to move aside), the
- * higher commit index, the later cluster time, then the path, so the order is total. */
+ * higher commit index (a data directory's counts as 0), the later cluster time, then the path, so
+ * the order is total. */
 export function compareCandidates(a: Candidate, b: Candidate): number {
   const la = lastOf(a.file);
   const lb = lastOf(b.file);
@@ -89,7 +139,7 @@ export function compareCandidates(a: Candidate, b: Candidate): number {
     lb.term - la.term ||
     lb.index - la.index ||
     Number(a.prev) - Number(b.prev) ||
-    b.file.commitIndex - a.file.commitIndex ||
+    commitOf(b) - commitOf(a) ||
     b.file.clusterTime - a.file.clusterTime ||
     (a.path < b.path ? -1 : a.path > b.path ? 1 : 0)
   );
@@ -137,10 +187,12 @@ export function rank(candidates: readonly Candidate[]): Ranked[] {
       stateFile: c.stateFile,
       prev: c.prev,
       consumed: c.consumed,
+      dataDir: c.dataDir ?? null,
+      fromDataDir: c.fromDataDir === true,
       epoch: c.file.epoch,
       lastTerm: last.term,
       lastIndex: last.index,
-      commitIndex: c.file.commitIndex,
+      commitIndex: c.fromDataDir === true ? null : c.file.commitIndex,
       clusterTime: c.file.clusterTime,
       lacks: k === 0 || best === undefined ? { kind: 'best' } : lacksOf(best.file, c.file),
     };
@@ -152,14 +204,19 @@ export function shellQuote(s: string): string {
   return /^[A-Za-z0-9_./:=@%+-]+$/.test(s) ? s : `'${s.replaceAll("'", `'\\''`)}'`;
 }
 
+/** A node with a data directory that holds a state forces from it, whatever FILE holds; one whose
+ * directory holds none forces from FILE, else FILE.prev, as a node without one. */
 export function planForceStart(best: Candidate): ForceStartPlan {
   const node = best.file.member.node;
+  const dataDir = best.dataDir ?? null;
+  const dataDirFlag = dataDir === null ? '' : ` --data-dir ${shellQuote(dataDir)}`;
   return {
     node,
     stateFile: best.stateFile,
+    dataDir,
     from: best.path,
-    moveAside: best.prev && best.fileExists ? best.stateFile : null,
-    command: `raftmq <node ${node}'s usual flags> --state-file ${shellQuote(best.stateFile)} --cluster-force-start`,
+    moveAside: best.fromDataDir !== true && best.prev && best.fileExists ? best.stateFile : null,
+    command: `raftmq <node ${node}'s usual flags> --state-file ${shellQuote(best.stateFile)}${dataDirFlag} --cluster-force-start`,
   };
 }
 
@@ -240,9 +297,9 @@ function rowOf(r: Ranked): string[] {
     `${r.epoch.generation}/${printable(r.epoch.id.slice(0, 8))}`,
     String(r.lastTerm),
     String(r.lastIndex),
-    String(r.commitIndex),
+    r.commitIndex === null ? '-' : String(r.commitIndex),
     timeText(r.clusterTime),
-    r.consumed ? (r.prev ? 'yes (.prev)' : 'yes') : 'no',
+    r.fromDataDir ? 'no (data dir)' : r.consumed ? (r.prev ? 'yes (.prev)' : 'yes') : 'no',
     lacksText(r.lacks),
   ];
 }
@@ -252,13 +309,14 @@ function table(rows: readonly string[][]): string[] {
   return rows.map((r) => r.map((cell, c) => (c === r.length - 1 ? cell : cell.padEnd(widths[c]!))).join('  '));
 }
 
-function procedure(plan: ForceStartPlan): string[] {
+function procedure(plan: ForceStartPlan, dataDirs: boolean): string[] {
   const n = plan.node;
   const steps = [
     'Force-start only when the cluster cannot come back by itself (every /health says needsForceStart: true).',
     'After a clean stop of all three nodes, start them as usual instead: any two of the files resume everything committed.',
+    ...(dataDirs ? ['Nodes whose data directories are whole come back after kill -9 or a power cut as well: start them as usual.'] : []),
     '',
-    `Procedure (docs/operations.md "Choosing the file to force-start from"), from node ${n}'s file ${plan.from}:`,
+    `Procedure (docs/operations.md "Choosing the file to force-start from"), from node ${n}'s ${plan.from === plan.dataDir ? 'data directory' : 'file'} ${plan.from}:`,
     '  1. Stop every node that still runs with SIGTERM (each writes its state file, even when not serving),',
     '     then run newest-state again on the files they wrote.',
   ];
@@ -273,15 +331,18 @@ function procedure(plan: ForceStartPlan): string[] {
   steps.push(
     `  3. On node ${n} (the path as that node sees it):`,
     `       ${plan.command}`,
-    '  4. On each other node, move its --state-file aside (keep it), then start it as usual: it starts',
-    '     amnesiac and joins the new epoch as a learner. The new epoch serves once two node ids are voters.',
+    '  4. On each other node, move its --state-file (and its --data-dir, if it has one) aside (keep them),',
+    '     then start it as usual: it starts amnesiac and joins the new epoch as a learner. The new epoch',
+    '     serves once two node ids are voters.',
     'Everything acknowledged after the chosen file was written is lost; QoS 2 flows in progress may be duplicated.',
   );
   return steps;
 }
 
 export function renderText(r: Report): string {
-  const lines: string[] = [`cluster ${r.clusterId}: ${r.ranking.length} usable state files, best first`];
+  const dataDirs = r.ranking.some((x) => x.fromDataDir);
+  const what = dataDirs ? 'usable states (state files and data directories)' : 'usable state files';
+  const lines: string[] = [`cluster ${r.clusterId}: ${r.ranking.length} ${what}, best first`];
   if (r.ranking.length > 0) lines.push(...table([columns, ...r.ranking.map(rowOf)]));
   if (r.unusable.length > 0) {
     lines.push('', 'unusable:');
@@ -289,6 +350,6 @@ export function renderText(r: Report): string {
   }
   lines.push('');
   if (r.forceStart === null) lines.push('No usable state file: nothing to force-start from.');
-  else lines.push(...procedure(r.forceStart));
+  else lines.push(...procedure(r.forceStart, dataDirs));
   return `${lines.join('\n')}\n`;
 }

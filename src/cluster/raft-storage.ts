@@ -161,83 +161,11 @@ export class RaftDirStorage {
    * checkpoint names that is missing or damaged, a gap) is found before the first change. */
   static async open(opts: RaftStorageOptions): Promise<{ storage: RaftDirStorage; state: DurableState | null; report: RaftStorageReport }> {
     const { storage, logger } = opts;
-    const chunkBytes = opts.chunkBytesMax ?? snapshotChunkBytesMaxDefault;
+    const { scanned, last, emptyLast, kept, written, snapshotFile, snapshotBytes, records } = await readRaftDir(
+      storage,
+      opts.chunkBytesMax ?? snapshotChunkBytesMaxDefault,
+    );
     const names = (await storage.list()).sort();
-    const segNames = names.filter((n) => SEGMENT_RE.test(n));
-    type Scanned = Segment & { records: StorageRecord[]; tail: { offset: number; bytes: number; header: boolean } | null };
-    const scanned: Scanned[] = [];
-    for (let k = 0; k < segNames.length; k++) {
-      const name = segNames[k] as string;
-      const isLast = k === segNames.length - 1;
-      const bytes = (await storage.read(name)) ?? new Uint8Array(0);
-      let scan: ReturnType<typeof scanSegment>;
-      try {
-        scan = scanSegment(bytes);
-      } catch (err) {
-        if (!(err instanceof WalError)) throw err;
-        throw new DataDirError(err.code === 'WAL_VERSION' ? 'DATA_DIR_FOREIGN' : 'DATA_DIR_CORRUPT', `${name}: ${err.message}`);
-      }
-      if (scan.tail !== null && !isLast) {
-        throw corrupt(`${name}: bad bytes at offset ${scan.tail.offset} (${scan.tail.reason}), and later segments follow`);
-      }
-      const first = nameIndex(SEGMENT_RE, name);
-      if (scan.firstIndex !== null && scan.firstIndex !== first) throw corrupt(`${name}: its header says first record ${scan.firstIndex}`);
-      const records: StorageRecord[] = [];
-      for (const e of scan.entries) {
-        const r = decodeRecordBody(e.data);
-        if (typeof r === 'string') throw corrupt(`${name}: record ${e.index}: ${r}`);
-        records.push(r);
-      }
-      const tail = scan.tail === null ? null : { offset: scan.end, bytes: bytes.length - scan.end, header: scan.firstIndex === null };
-      scanned.push({ name, first, size: scan.end, salt: scan.salt, records, tail });
-    }
-    // A newest segment with no complete batch (its first write was torn) held nothing durable.
-    const last = scanned.at(-1);
-    const emptyLast = last !== undefined && last.records.length === 0 ? last : null;
-    const live = emptyLast === null ? scanned : scanned.slice(0, -1);
-    let start = -1;
-    for (let k = live.length - 1; k >= 0 && start < 0; k--) if ((live[k] as Scanned).records[0]?.kind === 'snapshot') start = k;
-    if (start < 0) {
-      const head = live[0];
-      if (head !== undefined && head.first !== 1)
-        throw corrupt(`${head.name}: the log starts at record ${head.first} and no checkpoint precedes it`);
-      start = 0;
-    }
-    const kept = live.slice(start);
-    for (let k = 1; k < kept.length; k++) {
-      const prev = kept[k - 1] as Scanned;
-      const seg = kept[k] as Scanned;
-      if (seg.first !== prev.first + prev.records.length) {
-        throw corrupt(`${seg.name}: starts at record ${seg.first}, but ${prev.name} ends at ${prev.first + prev.records.length - 1}`);
-      }
-    }
-    const written = new StoredLog();
-    let snapshotFile: string | null = null;
-    let snapshotBytes = 0;
-    let records = 0;
-    for (const seg of kept) {
-      for (const r of seg.records) {
-        records++;
-        try {
-          if (r.kind === 'append') written.append(r.entries, r.truncatedFrom);
-          else if (r.kind === 'hard-state') written.setHardState(r.hard);
-          else {
-            const name = raftSnapshotName(r.snapshot.index);
-            const bytes = await storage.read(name);
-            if (bytes === null) throw corrupt(`${name}: missing, and ${seg.name} names it`);
-            const problem = snapshotFileProblem(bytes, r.snapshot.index);
-            if (problem !== null) throw corrupt(`${name}: ${problem}`);
-            const { chunks, bytes: n } = rechunk([snapshotImage(bytes)], chunkBytes);
-            written.saveSnapshot({ ...r.snapshot, chunks, bytes: n });
-            snapshotFile = name;
-            snapshotBytes = n;
-          }
-        } catch (err) {
-          if (err instanceof DataDirError) throw err;
-          throw corrupt(`${seg.name}: a record does not follow the ones before it: ${(err as Error).message}`);
-        }
-      }
-    }
     // ---- repairs: nothing above changed the directory ----
     let cut: RaftStorageReport['cut'] = null;
     const removed: string[] = [];
@@ -277,6 +205,17 @@ export class RaftDirStorage {
     };
     const state = written.state();
     return { storage: new RaftDirStorage(opts, written, segments, active, nextSeq, snapshotFile, snapshotBytes), state, report };
+  }
+
+  /** What the directory's raft files hold, read without changing anything (no cut, no removal):
+   * the state a start would load, or the DataDirError that would refuse it. For tools that rank a
+   * stopped cluster's directories (cluster-scripts/newest-state). */
+  static async inspect(
+    storage: Storage,
+    chunkBytesMax = snapshotChunkBytesMaxDefault,
+  ): Promise<{ state: DurableState | null; lastIndex: number }> {
+    const { written } = await readRaftDir(storage, chunkBytesMax);
+    return { state: written.state(), lastIndex: written.lastIndex() };
   }
 
   /** Called with what is durable after each batch, and once with the error that stopped the
@@ -512,6 +451,102 @@ export class RaftDirStorage {
     await io(name, 'fsync of the directory after renaming', this.storage.syncDir());
     this.lastSnapshot = { index: s.index, bytes: s.bytes, writtenAt: Date.now() };
   }
+}
+
+type Scanned = Segment & { records: StorageRecord[]; tail: { offset: number; bytes: number; header: boolean } | null };
+
+/** What readRaftDir found: every segment scanned, the newest (and whether it held no complete
+ * batch), those from the newest checkpoint on, and the state their records replay to. */
+interface RaftDirRead {
+  scanned: Scanned[];
+  last: Scanned | undefined;
+  emptyLast: Scanned | null;
+  kept: Scanned[];
+  written: StoredLog;
+  snapshotFile: string | null;
+  snapshotBytes: number;
+  records: number;
+}
+
+/** Reads and judges the raft files (RaftDirStorage.open): throws DataDirError for what refuses a
+ * start; changes nothing. */
+async function readRaftDir(storage: Storage, chunkBytes: number): Promise<RaftDirRead> {
+  const names = (await storage.list()).sort();
+  const segNames = names.filter((n) => SEGMENT_RE.test(n));
+  const scanned: Scanned[] = [];
+  for (let k = 0; k < segNames.length; k++) {
+    const name = segNames[k] as string;
+    const isLast = k === segNames.length - 1;
+    const bytes = (await storage.read(name)) ?? new Uint8Array(0);
+    let scan: ReturnType<typeof scanSegment>;
+    try {
+      scan = scanSegment(bytes);
+    } catch (err) {
+      if (!(err instanceof WalError)) throw err;
+      throw new DataDirError(err.code === 'WAL_VERSION' ? 'DATA_DIR_FOREIGN' : 'DATA_DIR_CORRUPT', `${name}: ${err.message}`);
+    }
+    if (scan.tail !== null && !isLast) {
+      throw corrupt(`${name}: bad bytes at offset ${scan.tail.offset} (${scan.tail.reason}), and later segments follow`);
+    }
+    const first = nameIndex(SEGMENT_RE, name);
+    if (scan.firstIndex !== null && scan.firstIndex !== first) throw corrupt(`${name}: its header says first record ${scan.firstIndex}`);
+    const records: StorageRecord[] = [];
+    for (const e of scan.entries) {
+      const r = decodeRecordBody(e.data);
+      if (typeof r === 'string') throw corrupt(`${name}: record ${e.index}: ${r}`);
+      records.push(r);
+    }
+    const tail = scan.tail === null ? null : { offset: scan.end, bytes: bytes.length - scan.end, header: scan.firstIndex === null };
+    scanned.push({ name, first, size: scan.end, salt: scan.salt, records, tail });
+  }
+  // A newest segment with no complete batch (its first write was torn) held nothing durable.
+  const last = scanned.at(-1);
+  const emptyLast = last !== undefined && last.records.length === 0 ? last : null;
+  const live = emptyLast === null ? scanned : scanned.slice(0, -1);
+  let start = -1;
+  for (let k = live.length - 1; k >= 0 && start < 0; k--) if ((live[k] as Scanned).records[0]?.kind === 'snapshot') start = k;
+  if (start < 0) {
+    const head = live[0];
+    if (head !== undefined && head.first !== 1)
+      throw corrupt(`${head.name}: the log starts at record ${head.first} and no checkpoint precedes it`);
+    start = 0;
+  }
+  const kept = live.slice(start);
+  for (let k = 1; k < kept.length; k++) {
+    const prev = kept[k - 1] as Scanned;
+    const seg = kept[k] as Scanned;
+    if (seg.first !== prev.first + prev.records.length) {
+      throw corrupt(`${seg.name}: starts at record ${seg.first}, but ${prev.name} ends at ${prev.first + prev.records.length - 1}`);
+    }
+  }
+  const written = new StoredLog();
+  let snapshotFile: string | null = null;
+  let snapshotBytes = 0;
+  let records = 0;
+  for (const seg of kept) {
+    for (const r of seg.records) {
+      records++;
+      try {
+        if (r.kind === 'append') written.append(r.entries, r.truncatedFrom);
+        else if (r.kind === 'hard-state') written.setHardState(r.hard);
+        else {
+          const name = raftSnapshotName(r.snapshot.index);
+          const bytes = await storage.read(name);
+          if (bytes === null) throw corrupt(`${name}: missing, and ${seg.name} names it`);
+          const problem = snapshotFileProblem(bytes, r.snapshot.index);
+          if (problem !== null) throw corrupt(`${name}: ${problem}`);
+          const { chunks, bytes: n } = rechunk([snapshotImage(bytes)], chunkBytes);
+          written.saveSnapshot({ ...r.snapshot, chunks, bytes: n });
+          snapshotFile = name;
+          snapshotBytes = n;
+        }
+      } catch (err) {
+        if (err instanceof DataDirError) throw err;
+        throw corrupt(`${seg.name}: a record does not follow the ones before it: ${(err as Error).message}`);
+      }
+    }
+  }
+  return { scanned, last, emptyLast, kept, written, snapshotFile, snapshotBytes, records };
 }
 
 /** A cluster node's data directory, opened: its lock taken, its metadata checked (of this cluster

@@ -36,6 +36,9 @@ export interface DataDirMeta {
   incarnation?: string;
 }
 
+/** A cluster node's metadata: every cluster field present. */
+export type ClusterDataDirMeta = DataDirMeta & { mode: 'cluster'; clusterId: string; nodeId: number; incarnation: string };
+
 /** Whose directory this must be: a single node's, or a cluster node's of this cluster and id. */
 export type DataDirOwner = { mode: 'single' } | { mode: 'cluster'; clusterId: string; nodeId: number; incarnation: string };
 
@@ -81,6 +84,22 @@ async function readOrCreateMeta(storage: Storage, dir: string, owner: DataDirOwn
     await writeMeta(storage, meta);
     return meta;
   }
+  const v = parseMeta(bytes, path);
+  if (v.mode !== owner.mode) {
+    const self = owner.mode === 'single' ? 'a single node' : 'a cluster node';
+    throw new DataDirError('DATA_DIR_FOREIGN', `${path}: a data directory of mode ${JSON.stringify(v.mode)}, this node is ${self}`);
+  }
+  if (owner.mode === 'cluster' && (v.clusterId !== owner.clusterId || v.nodeId !== owner.nodeId || typeof v.incarnation !== 'string')) {
+    throw new DataDirError(
+      'DATA_DIR_FOREIGN',
+      `${path}: the data directory of node ${String(v.nodeId)} of cluster ${JSON.stringify(v.clusterId)}, this is node ${owner.nodeId} of ${JSON.stringify(owner.clusterId)}`,
+    );
+  }
+  return v as DataDirMeta;
+}
+
+/** meta.json's format and version checked; the mode and owner are the caller's to check. */
+function parseMeta(bytes: Uint8Array, path: string): Partial<DataDirMeta> {
   let v: Partial<DataDirMeta> | null;
   try {
     v = JSON.parse(Buffer.from(bytes).toString('utf8')) as Partial<DataDirMeta> | null;
@@ -96,17 +115,21 @@ async function readOrCreateMeta(storage: Storage, dir: string, owner: DataDirOwn
       `${path}: data directory format version ${String(v.version)}, this build uses ${DATA_VERSION}`,
     );
   }
-  if (v.mode !== owner.mode) {
-    const self = owner.mode === 'single' ? 'a single node' : 'a cluster node';
-    throw new DataDirError('DATA_DIR_FOREIGN', `${path}: a data directory of mode ${JSON.stringify(v.mode)}, this node is ${self}`);
+  return v;
+}
+
+/** A cluster node's meta.json in `dir`, read without taking the lock or writing anything (tools
+ * that read a stopped node's directory); null when there is none. Throws DataDirError naming it
+ * when it is not a cluster node's metadata of this format. */
+export async function readClusterMeta(dir: string): Promise<ClusterDataDirMeta | null> {
+  const path = join(dir, META_NAME);
+  const bytes = await new FsStorage(dir).read(META_NAME);
+  if (bytes === null) return null;
+  const v = parseMeta(bytes, path);
+  if (v.mode !== 'cluster' || typeof v.clusterId !== 'string' || !Number.isSafeInteger(v.nodeId) || typeof v.incarnation !== 'string') {
+    throw new DataDirError('DATA_DIR_FOREIGN', `${path}: not the data directory of a cluster node (mode ${JSON.stringify(v.mode)})`);
   }
-  if (owner.mode === 'cluster' && (v.clusterId !== owner.clusterId || v.nodeId !== owner.nodeId || typeof v.incarnation !== 'string')) {
-    throw new DataDirError(
-      'DATA_DIR_FOREIGN',
-      `${path}: the data directory of node ${String(v.nodeId)} of cluster ${JSON.stringify(v.clusterId)}, this is node ${owner.nodeId} of ${JSON.stringify(owner.clusterId)}`,
-    );
-  }
-  return v as DataDirMeta;
+  return v as ClusterDataDirMeta;
 }
 
 /** Replaces meta.json: temporary file, fsync, rename, fsync of the directory. */
