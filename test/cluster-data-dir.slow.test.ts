@@ -6,12 +6,21 @@
 // does after a clean stop, which writes its state file too. A node moves to --data-dir from its
 // state file, and a state file newer than its directory is refused. kill -9
 // keeps the page cache, so this proves crash recovery; power loss is the unit tests' power-cut
-// double (src/cluster/raft-storage.test.ts).
+// double (src/cluster/raft-storage.test.ts). A torn tail on the leader's last segment after kill -9
+// of all three is cut at the restart and loses nothing acknowledged; a byte flipped in the middle
+// of a segment refuses that node's start, the file unchanged; and cluster-scripts/newest-state
+// ranks the three stopped nodes' data directories.
 import assert from 'node:assert/strict';
-import { existsSync, rmSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import mqtt, { type MqttClient } from 'mqtt';
+import type { Report } from '../src/cluster/newest-state.js';
+import { RaftDirStorage } from '../src/cluster/raft-storage.js';
+import { MemStorage } from '../src/log/wal/mem-storage.js';
+import { HEADER_BYTES, scanSegment } from '../src/log/wal/segment.js';
+import { FsStorage } from '../src/log/wal/storage.js';
 import type { LogLine } from './broker-process.js';
 import { collect, connect } from './cluster-mqtt.js';
 import { Cluster, type ClusterNode } from './support/cluster.js';
@@ -50,6 +59,48 @@ function stream(client: MqttClient, topic: string, prefix: string, qos: 1 | 2): 
 }
 
 const logged = (n: ClusterNode, msg: string): LogLine | undefined => n.logs.find((l) => l.msg === msg);
+
+/** The last index a start would load from a stopped node's data directory (read only). */
+async function lastIndexIn(dir: string): Promise<number> {
+  return (await RaftDirStorage.inspect(new FsStorage(dir))).lastIndex;
+}
+
+/** The newest raft segment of a data directory. */
+function lastSegment(dir: string): string {
+  const segs = readdirSync(dir)
+    .filter((n) => /^raft-\d{20}\.seg$/.test(n))
+    .sort();
+  assert.ok(segs.length > 0, `${dir} holds a segment`);
+  return segs.at(-1) as string;
+}
+
+/** The least length the newest segment of `dir` can be cut to while a start still loads the log
+ * through index `keep` (binary search over copies held in memory: more bytes keep more batches). */
+async function leastCutKeeping(dir: string, seg: string, keep: number): Promise<number> {
+  const files = new Map<string, Uint8Array>();
+  for (const n of readdirSync(dir)) files.set(n, readFileSync(join(dir, n)));
+  const whole = files.get(seg) as Uint8Array;
+  const loads = async (len: number): Promise<boolean> => {
+    const copy = new Map(files);
+    copy.set(seg, whole.subarray(0, len));
+    try {
+      return (await RaftDirStorage.inspect(new MemStorage(copy))).lastIndex >= keep;
+    } catch {
+      return false;
+    }
+  };
+  let lo = 0;
+  let hi = whole.length;
+  assert.ok(await loads(hi), `the whole of ${seg} loads through ${keep}`);
+  while (lo < hi) {
+    const mid = Math.floor((lo + hi) / 2);
+    if (await loads(mid)) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
+}
+
+const SCRIPT = join(process.cwd(), 'cluster-scripts', 'newest-state');
 
 describe('three-node cluster with --data-dir', { timeout: 90_000 }, () => {
   it('survives kill -9 of all three nodes with every acknowledged message, then a follower rejoins with its log', async () => {
@@ -154,6 +205,133 @@ describe('three-node cluster with --data-dir', { timeout: 90_000 }, () => {
     const again = await cluster.restart(back.id, [], RESTART_WAIT_MS);
     await again.waitForLog((l) => l.msg === 'raft data directory loaded', RESTART_WAIT_MS);
     assert.equal(logged(again, 'raft started')?.membership, 'member');
+  });
+
+  it("after kill -9 of all three, a torn tail cut from the leader's last segment loses nothing acknowledged; a flipped byte refuses that node, the file unchanged", async () => {
+    let dir = '';
+    const cluster = await Cluster.start({
+      electionTimeoutMs: ELECTION_TIMEOUT_MS,
+      prepare: (d) => {
+        dir = d;
+      },
+      extra: (id) => ['--data-dir', join(dir, `data${id}`)],
+    });
+    clusters.push(cluster);
+    const dataOf = (id: number): string => join(dir, `data${id}`);
+    const leader = await cluster.serving(SERVE_WAIT_MS);
+    const followers = cluster.nodes.filter((n) => n !== leader);
+    const v5 = { protocolVersion: 5 as const, properties: { sessionExpiryInterval: 3600 } };
+    const first = await connect(leader.mqttPort, { clientId: 'sub-t', clean: false, ...v5 });
+    await first.client.subscribeAsync('t/#', { qos: 1 });
+    await first.client.endAsync();
+    const { client: pubClient } = await connect(leader.mqttPort, { clientId: 'pub-t', clean: true, protocolVersion: 5 });
+    const s = stream(pubClient, 't/a', 'a', 1);
+    await until('the publisher acknowledged', () => s.acked.length >= ACKED_BEFORE_KILL, DELIVERY_WAIT_MS);
+
+    // The followers stop (SIGSTOP) and a burst reaches the leader: it writes entries to its disk
+    // that no follower holds and no client saw acknowledged, the tail a torn write may take.
+    // (Connected first: a CONNECT is an entry, which commits only with a follower.)
+    const { client: burst } = await connect(leader.mqttPort, { clientId: 'pub-burst', clean: true });
+    const before = ((await leader.health()).body as unknown as { dataDir: { entriesWritten: number } }).dataDir.entriesWritten;
+    for (const f of followers) f.pause();
+    for (let i = 0; i < 20; i++) burst.publish('t/burst', `burst${i}`, { qos: 1 }, () => {});
+    await until(
+      'the leader wrote the burst',
+      async () => {
+        const d = ((await leader.health()).body as unknown as { dataDir: { entriesWritten: number } }).dataDir;
+        return d.entriesWritten >= before + 10;
+      },
+      DELIVERY_WAIT_MS,
+    );
+    await Promise.all(cluster.nodes.map((n) => n.kill9(5_000)));
+    pubClient.end(true);
+    burst.end(true);
+    await s.done;
+    const acked = [...s.acked];
+
+    // newest-state ranks the three stopped nodes' directories (there are no state files): the
+    // leader's, which holds the burst, first; nothing in them changes.
+    const leaderLast = await lastIndexIn(dataOf(leader.id));
+    const followerLast = await Promise.all(followers.map((f) => lastIndexIn(dataOf(f.id))));
+    const heldByAFollower = Math.max(...followerLast);
+    assert.ok(leaderLast > heldByAFollower, `the leader holds entries no follower does: ${leaderLast} > ${heldByAFollower}`);
+    const seg = lastSegment(dataOf(leader.id));
+    const whole = readFileSync(join(dataOf(leader.id), seg));
+    const r = spawnSync(SCRIPT, ['--json', ...[1, 2, 3].flatMap((id) => ['--data-dir', dataOf(id), cluster.stateFile(id)])], {
+      encoding: 'utf8',
+      timeout: 20_000,
+    });
+    assert.equal(r.status, 0, r.stderr);
+    const ranked = JSON.parse(r.stdout) as Report;
+    assert.equal(ranked.ranking.length, 3);
+    assert.ok(
+      ranked.ranking.every((x) => x.fromDataDir),
+      'every node ranked by its data directory',
+    );
+    assert.equal(ranked.ranking[0]?.path, dataOf(leader.id));
+    assert.equal(ranked.ranking[0]?.lastIndex, leaderLast);
+    assert.deepEqual(
+      ranked.ranking
+        .slice(1)
+        .map((x) => x.lastIndex)
+        .sort(),
+      [...followerLast].sort(),
+    );
+    assert.match(ranked.forceStart?.command ?? '', new RegExp(`--data-dir ${dataOf(leader.id)} --cluster-force-start`));
+    assert.deepEqual(readFileSync(join(dataOf(leader.id), seg)), whole, 'newest-state changed nothing');
+
+    // The torn tail: the leader's last segment cut at a random byte past what a follower holds
+    // (what a follower holds may be all another acknowledged entry has besides the leader's disk).
+    const least = await leastCutKeeping(dataOf(leader.id), seg, heldByAFollower);
+    assert.ok(least < whole.length, 'there is a tail to tear');
+    const from = Math.max(least, HEADER_BYTES);
+    let cut = from + Math.floor(Math.random() * (whole.length - from));
+    // Inside a batch, not at its end, so the start has a torn tail to cut.
+    if (scanSegment(whole.subarray(0, cut)).end === cut) cut += 1;
+    writeFileSync(join(dataOf(leader.id), seg), whole.subarray(0, cut));
+
+    const restarted = await Promise.all([1, 2, 3].map((id) => cluster.restart(id, [], RESTART_WAIT_MS)));
+    const old = restarted.find((n) => n.id === leader.id) as ClusterNode;
+    const torn = await old.waitForLog((l) => l.msg.startsWith('torn tail after the last commit record cut off'), RESTART_WAIT_MS);
+    assert.equal(torn.file, seg);
+    assert.ok((torn.offset as number) <= cut, `cut at ${String(torn.offset)}, torn at ${cut}`);
+    for (const n of restarted) assert.equal(logged(n, 'raft started')?.membership, 'member', `node ${n.id} resumed as the same member`);
+    const next = await cluster.serving(SERVE_WAIT_MS);
+    assert.ok(
+      restarted.every((n) => n.logs.every((l) => l.forceStart !== true)),
+      'no force-start',
+    );
+    const subClient = mqtt.connect({ host: LOOPBACK, port: next.mqttPort, clientId: 'sub-t', clean: false, reconnectPeriod: 0, ...v5 });
+    const got = collect(subClient);
+    const ack = await new Promise<{ sessionPresent: boolean }>((resolve, reject) => {
+      subClient.once('connect', resolve);
+      subClient.once('error', reject);
+    });
+    assert.equal(ack.sessionPresent, true, 'the persistent session survived');
+    await until('every acknowledged message', () => acked.every((m) => got.includes(m)), DELIVERY_WAIT_MS).catch((err: Error) => {
+      throw new Error(
+        `${err.message}: cut ${cut} of ${whole.length} (${seg}), acked ${acked.length}, got ${got.length}, missing ${JSON.stringify(acked.filter((m) => !got.includes(m))).slice(0, 400)}`,
+      );
+    });
+    subClient.end(true);
+
+    // A byte flipped in the middle of a segment, before its last commit record: a batch that was
+    // synced has gone bad, and the node refuses to start, naming the file, which stays as it was.
+    const victim = cluster.nodes.find((n) => n !== next) as ClusterNode;
+    await victim.kill9(5_000);
+    const vseg = join(dataOf(victim.id), lastSegment(dataOf(victim.id)));
+    const vbytes = readFileSync(vseg);
+    // The offset where the last batch begins: the end of the valid batches in all but its last byte.
+    const lastBatch = scanSegment(vbytes.subarray(0, vbytes.length - 1)).end;
+    assert.ok(lastBatch > HEADER_BYTES, `${vseg} holds more than one batch`);
+    const at = HEADER_BYTES + Math.floor((lastBatch - HEADER_BYTES) / 2);
+    vbytes[at] = (vbytes[at] as number) ^ 0xff;
+    writeFileSync(vseg, vbytes);
+    await assert.rejects(cluster.restart(victim.id, [], RESTART_WAIT_MS));
+    const refused = cluster.node(victim.id);
+    assert.equal(await refused.exited(5_000), 78);
+    assert.ok(refused.stderr.includes(lastSegment(dataOf(victim.id))), `the message names the segment: ${refused.stderr}`);
+    assert.deepEqual(readFileSync(vseg), vbytes, 'the segment is unchanged');
   });
 
   it('a node stopped cleanly without --data-dir moves to one: it resumes its state file into it, then restarts from it after kill -9', async () => {
