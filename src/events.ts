@@ -32,6 +32,7 @@ export const EVENT_LEVELS = {
   'bridge-in-bad-topic': 'warn',
   'bridge-in-no-rule': 'warn',
   'bridge-in-too-large': 'warn',
+  'bridge-outbox-expired': 'info',
   'bridge-outbox-full': 'warn',
   'bridge-outbox-refused': 'warn',
   'bridge-outbox-removed': 'warn',

@@ -17,7 +17,7 @@ import { parseMetrics } from './prom-text.js';
 import { Cluster } from './support/cluster.js';
 import { Mosquitto } from './support/mosquitto.js';
 import { freePort, httpGet, LOOPBACK } from './support/net.js';
-import { until } from './support/wait.js';
+import { sleep, until } from './support/wait.js';
 
 const CLI = new URL('../src/cli.js', import.meta.url).pathname;
 const dir = mkdtempSync(join(tmpdir(), 'raftmq-bridge-'));
@@ -321,6 +321,67 @@ describe('bridges to Mosquitto', { timeout: 120_000 }, () => {
     assert.equal(m.get('raftmq_bridge_dropped_total{bridge="up"}'), 1);
     assert.equal(m.get('raftmq_bridge_up{bridge="up"}'), 0);
     assert.equal(m.get('raftmq_bridge_forwarded_total{bridge="up"}'), 0);
+  });
+
+  it('drops a message whose expiry passes in the outbox while the remote is down, counts it, and forwards the rest with the expiry left', async () => {
+    const remote = await Mosquitto.start();
+    cleanups.push(() => remote.dispose());
+    const conf = join(dir, 'expiry.yaml');
+    writeFileSync(conf, `bridge: ["up=${remote.url}"]\nbridges:\n  up:\n    protocol-version: 5\n    topic: ["exp/# out 1"]\n`);
+    const broker = await BrokerProcess.start(['--health-port', '0', '--config', conf]);
+    cleanups.push(async () => {
+      await broker.stop();
+    });
+    const healthPort = (await broker.waitForLog((l) => l.msg === 'health listening')).port as number;
+    const bridge = async (): Promise<Record<string, unknown>> => {
+      const r = await httpGet(healthPort, '/health');
+      return (JSON.parse(r.text) as { bridges: Record<string, unknown>[] }).bridges[0] as Record<string, unknown>;
+    };
+    // A persistent MQTT 5 subscriber at the remote: its session outlives the remote's stop.
+    const sub = await connectClient(remote.port, {
+      protocolVersion: 5,
+      clientId: 'expiry-checker',
+      clean: false,
+      properties: { sessionExpiryInterval: 3600 },
+      reconnectPeriod: 200,
+    });
+    cleanups.push(() => disconnect(sub));
+    await subscribe(sub, 'exp/#', 1);
+    await until('the bridge is up', async () => (await bridge()).state === 'up');
+    await remote.stop();
+    await until('the bridge is down', async () => (await bridge()).state !== 'up');
+    const pub = await connectClient(broker.port, { protocolVersion: 5 });
+    cleanups.push(() => disconnect(pub));
+    await publish(pub, 'exp/short', '1', { qos: 1, properties: { messageExpiryInterval: 1 } });
+    await publish(pub, 'exp/never', '2', { qos: 1 });
+    await publish(pub, 'exp/long', '3', { qos: 1, properties: { messageExpiryInterval: 100 } });
+    const acked = Date.now();
+    const expired = await until('the short one expired in the outbox', async () => {
+      const b = await bridge();
+      return b.expired === 1 ? b : null;
+    });
+    assert.equal(expired.outbox, 2);
+    // The long one waits at least 2 s more (its entry's time is before its PUBACK), so it has at
+    // most 98 s left when it is forwarded.
+    await sleep(Math.max(0, acked + 2000 - Date.now()));
+    await remote.run();
+    await sub.waitFor((m) => m.payload === '3', 'the long-lived message at the remote', 60_000);
+    // Forwarded in log order, so the expired one, had it gone out, would have come first.
+    assert.deepEqual(
+      sub.messages.map((m) => [m.topic, m.payload]),
+      [
+        ['exp/never', '2'],
+        ['exp/long', '3'],
+      ],
+    );
+    assert.equal(sub.messages[0]?.packet.properties?.messageExpiryInterval, undefined);
+    const left = Number(sub.messages[1]?.packet.properties?.messageExpiryInterval);
+    assert.ok(left >= 1 && left <= 98, `expiry left ${left}`);
+    await until('an empty outbox', async () => (await bridge()).outbox === 0);
+    const m = parseMetrics((await httpGet(healthPort, '/metrics')).text);
+    assert.equal(m.get('raftmq_bridge_expired_total{bridge="up"}'), 1);
+    assert.equal(m.get('raftmq_bridge_dropped_total{bridge="up"}'), 0);
+    assert.equal(m.get('raftmq_bridge_forwarded_total{bridge="up"}'), 2);
   });
 
   it('a bad bridge configuration stops the start with exit status 2, naming it', () => {

@@ -1,12 +1,13 @@
 import assert from 'node:assert/strict';
 import { Buffer } from 'node:buffer';
 import { describe, it } from 'node:test';
+import { Packr } from 'msgpackr';
 import { parseSharedFilter } from '../protocol/topic.js';
 import type { OutboxItem } from './bridge-outbox.js';
 import type { BridgeRule } from './bridge-rules.js';
 import { Broker } from './broker.js';
 import { Harness, msg, published, sent, testSettings } from './broker-harness.testkit.js';
-import type { Settings } from './commands.js';
+import type { Effect, Settings } from './commands.js';
 import { decodeImage, encodeImage, SnapshotError, type StateImage } from './snapshot.js';
 
 const RULES: BridgeRule[] = [
@@ -213,5 +214,128 @@ describe('bridge outboxes in the replicated state', () => {
     const unknown = h.apply({ t: 'bridge-in', bridge: 'gone', conn: link, pid: 21, msg: msg('in/d', 'z', 1) });
     assert.deepEqual(sent(unknown, link), [], 'no acknowledgement for a bridge the rules do not name');
     assert.equal(h.broker.verify(), null);
+  });
+});
+
+/** The bridges named by the `bridge-outbox-expired` events among `out`, in order. */
+const expiredIn = (out: Effect[]): string[] =>
+  out.flatMap((e) => (e.t === 'event' && e.kind === 'bridge-outbox-expired' ? [String(e.detail?.bridge)] : []));
+
+describe('message expiry in bridge outboxes', () => {
+  const ONE: BridgeRule[] = [{ bridge: 'cloud', pattern: '#', direction: 'out', qos: 1, localPrefix: '', remotePrefix: '' }];
+  const expiring = (h: Harness, topic: string, expiryS: number | undefined, pid: number): void => {
+    h.publish(h.conn(1), msg(topic, topic, 1, false, expiryS === undefined ? undefined : { expiryS }), pid);
+  };
+  const topics = (h: Harness): string[] => (h.broker.bridgeOutbox('cloud')?.items.toArray() ?? []).map((i) => i.topic);
+
+  it('drops a message at the first entry whose time reaches its expiry, counted; one without expiry stays', () => {
+    const h = new Harness({ ...SETTINGS, bridgeRules: ONE });
+    h.connect(h.conn(1), 'pub', { protocol: 5, clean: true, expiryS: 0 });
+    expiring(h, 'a', 1, 1);
+    const publishedAt = h.time;
+    expiring(h, 'b', undefined, 2);
+    assert.equal(h.broker.bridgeOutbox('cloud')?.items.at(0)?.expiresAt, publishedAt + 1000);
+    // The next deadline of the state is the expiry, so an idle serving node proposes a tick then.
+    assert.equal(h.broker.nextDeadline(), publishedAt + 1000);
+    assert.deepEqual(expiredIn(h.apply({ t: 'tick' }, 999)), [], 'not yet at 999 ms');
+    assert.deepEqual(topics(h), ['a', 'b']);
+    assert.deepEqual(expiredIn(h.apply({ t: 'tick' }, 1)), ['cloud'], 'gone at 1000 ms');
+    assert.deepEqual(topics(h), ['b']);
+    assert.equal(h.broker.bridgeOutbox('cloud')?.bytes, 2);
+    assert.equal(h.broker.nextDeadline(), undefined);
+    assert.equal(h.broker.verify(), null);
+  });
+
+  it('drops what expires behind a message that does not, keeping the rest in log order', () => {
+    const h = new Harness({ ...SETTINGS, bridgeRules: ONE, bridgeOutboxMessages: 10 });
+    h.connect(h.conn(1), 'pub', { protocol: 5, clean: true, expiryS: 0 });
+    expiring(h, 'long', 10, 1);
+    expiring(h, 'short1', 1, 2);
+    expiring(h, 'never', undefined, 3);
+    expiring(h, 'short2', 2, 4);
+    expiring(h, 'last', undefined, 5);
+    h.apply({ t: 'tick' }, 1000);
+    assert.deepEqual(topics(h), ['long', 'never', 'short2', 'last']);
+    const out = h.apply({ t: 'tick' }, 1000);
+    assert.deepEqual(expiredIn(out), ['cloud']);
+    assert.deepEqual(topics(h), ['long', 'never', 'last']);
+    // One entry far later drops everything due at once.
+    h.apply({ t: 'tick' }, 60_000);
+    assert.deepEqual(topics(h), ['never', 'last']);
+    assert.equal(h.broker.verify(), null);
+  });
+
+  it('drops on any entry, not only ticks, before the entry itself is applied', () => {
+    const h = new Harness({ ...SETTINGS, bridgeRules: ONE });
+    h.connect(h.conn(1), 'pub', { protocol: 5, clean: true, expiryS: 0 });
+    expiring(h, 'a', 1, 1);
+    h.time += 5000;
+    const out = h.publish(h.conn(1), msg('b', 'b', 1), 2);
+    assert.deepEqual(expiredIn(out), ['cloud']);
+    assert.deepEqual(topics(h), ['b']);
+  });
+
+  it('does not admit a message whose Message Expiry Interval is 0, and counts it', () => {
+    const h = new Harness({ ...SETTINGS, bridgeRules: ONE });
+    h.connect(h.conn(1), 'pub', { protocol: 5, clean: true, expiryS: 0 });
+    h.connect(h.conn(2), 'sub');
+    h.subscribe(h.conn(2), 1, [{ filter: '#', qos: 1 }]);
+    const out = h.publish(h.conn(1), msg('z', 'z', 1, false, { expiryS: 0 }), 1);
+    assert.deepEqual(expiredIn(out), ['cloud']);
+    assert.deepEqual(topics(h), []);
+    assert.equal(h.broker.verify(), null);
+  });
+
+  it('forgets the expiry of a message the remote completed: no deadline is left for it', () => {
+    const h = new Harness({ ...SETTINGS, bridgeRules: ONE });
+    h.connect(h.conn(1), 'pub', { protocol: 5, clean: true, expiryS: 0 });
+    expiring(h, 'a', 5, 1);
+    h.apply({ t: 'bridge-position', bridge: 'cloud', below: h.index + 1 });
+    assert.deepEqual(topics(h), []);
+    assert.equal(h.broker.nextDeadline(), undefined);
+    assert.deepEqual(expiredIn(h.apply({ t: 'tick' }, 10_000)), [], 'a completed message is not counted as expired');
+  });
+
+  it('replicas agree: a restored broker drops the same messages at the same entry and keeps the same digest', () => {
+    const h = new Harness({ ...SETTINGS, bridgeRules: ONE });
+    h.connect(h.conn(1), 'pub', { protocol: 5, clean: true, expiryS: 0 });
+    expiring(h, 'a', 2, 1);
+    expiring(h, 'b', 1, 2);
+    expiring(h, 'c', undefined, 3);
+    const b = new Broker();
+    b.restore([Buffer.concat([...h.broker.snapshot()])]);
+    assert.equal(b.digest(), h.broker.digest());
+    assert.equal(b.nextDeadline(), h.broker.nextDeadline());
+    for (const step of [1000, 1000]) {
+      const want = expiredIn(h.apply({ t: 'tick' }, step));
+      const out: Effect[] = [];
+      b.apply({ index: h.index, time: h.time, cmd: { t: 'tick' } }, out);
+      assert.deepEqual(expiredIn(out), want);
+      assert.equal(b.digest(), h.broker.digest());
+    }
+    assert.deepEqual(topics(h), ['c']);
+  });
+
+  it('restores a format 6 snapshot, which kept no expiry time: its items expire that long after the snapshot', () => {
+    const h = new Harness({ ...SETTINGS, bridgeRules: ONE });
+    h.connect(h.conn(1), 'pub', { protocol: 5, clean: true, expiryS: 0 });
+    expiring(h, 'a', 3, 1);
+    expiring(h, 'b', undefined, 2);
+    const packr = new Packr({ useRecords: false, mapsAsObjects: true, variableMapSize: true });
+    const root = packr.unpack(Buffer.concat([...h.broker.snapshot()])) as unknown[];
+    assert.equal(root[0], 7);
+    root[0] = 6;
+    const outboxes = root[11] as [string, number, unknown[][]][];
+    for (const o of outboxes) o[2] = o[2].map((it) => it.slice(0, 4));
+    const img = decodeImage(packr.pack(root), parseShare);
+    const at = img.appliedTime;
+    assert.deepEqual(
+      img.bridges[0]?.[2].map((it) => it.expiresAt),
+      [at + 3000, null],
+    );
+    // A format 7 snapshot holding an item already expired at its own time is refused.
+    const bad = packr.unpack(Buffer.concat([...h.broker.snapshot()])) as unknown[];
+    ((bad[11] as [string, number, unknown[][]][])[0]?.[2][0] as unknown[])[4] = at;
+    assert.throws(() => decodeImage(packr.pack(bad), parseShare), /outbox cloud item expired/);
   });
 });

@@ -3,6 +3,11 @@
 // records that the remote has completed them. Held in the state rather than read back from the log,
 // so log compaction never waits for a remote that is down; bounded by the settings
 // bridgeOutboxMessages and bridgeOutboxBytes, and part of every snapshot.
+//
+// A message with an MQTT 5 Message Expiry Interval expires in the outbox at the cluster time it was
+// copied in plus its interval (docs/bridges.md "When the remote is down"): apply removes it at the
+// first entry whose time reaches that, as it ends sessions and wills (docs/design.md "Deadlines live
+// in the state"), so every replica drops the same messages at the same entry.
 import type { Message, QoS } from './commands.js';
 import { Fifo } from './fifo.js';
 
@@ -15,6 +20,8 @@ export interface OutboxItem {
   readonly qos: QoS;
   /** The message as published; shared with every local delivery of it. */
   readonly msg: Message;
+  /** Cluster ms at which its Message Expiry Interval passes; null: it does not expire. */
+  readonly expiresAt: number | null;
 }
 
 export interface BridgeOutbox {
@@ -24,13 +31,72 @@ export interface BridgeOutbox {
   items: Fifo<OutboxItem>;
   /** Topic and payload bytes of `items`. */
   bytes: number;
+  /** Derived, rebuilt on restore: the items that expire, soonest first. An item the position has
+   * passed stays until popped or pruned (lazy deletion, as the broker's deadline heap does). */
+  expiring: ExpiryHeap;
 }
 
 /** What an item counts against bridgeOutboxBytes. */
 export const outboxItemSize = (it: { topic: string; msg: Message }): number => it.topic.length + it.msg.payload.length;
 
 export function newOutbox(name: string, position: number): BridgeOutbox {
-  return { name, position, items: new Fifo(), bytes: 0 };
+  return { name, position, items: new Fifo(), bytes: 0, expiring: new ExpiryHeap() };
+}
+
+/** Appends an item (in log order) and counts it. */
+export function pushOutbox(o: BridgeOutbox, it: OutboxItem): void {
+  o.items.push(it);
+  o.bytes += outboxItemSize(it);
+  if (it.expiresAt === null) return;
+  o.expiring.push(it);
+  // Items the position passed stay in the heap until their time; rebuild when they dominate it, so
+  // a remote that keeps up does not leave the heap growing with long expiry intervals.
+  if (o.expiring.length > 2 * o.items.length + 64) {
+    o.expiring.clear();
+    for (const x of o.items.toArray()) if (x.expiresAt !== null) o.expiring.push(x);
+  }
+}
+
+/** The earliest time an item of the outbox expires; undefined: none does. */
+export function nextExpiry(o: BridgeOutbox): number | undefined {
+  for (;;) {
+    const top = o.expiring.peek();
+    if (top === undefined) return undefined;
+    if (top.index >= o.position) return top.expiresAt as number;
+    o.expiring.pop();
+  }
+}
+
+/** Removes the items whose expiry is at or before `now` [MQTT-3.3.2-5] and returns them in log
+ * order. O(1) per item when they expire in log order (one interval for a topic), one pass over
+ * the outbox otherwise. */
+export function expireOutbox(o: BridgeOutbox, now: number): OutboxItem[] {
+  const due = new Set<OutboxItem>();
+  for (;;) {
+    const top = o.expiring.peek();
+    if (top === undefined || (top.expiresAt as number) > now) break;
+    o.expiring.pop();
+    // Below the position: already removed as completed.
+    if (top.index >= o.position) due.add(top);
+  }
+  if (due.size === 0) return [];
+  const removed: OutboxItem[] = [];
+  for (;;) {
+    const head = o.items.peek();
+    if (head === undefined || !due.has(head)) break;
+    o.items.shift();
+    removed.push(head);
+  }
+  if (removed.length < due.size) {
+    const keep = new Fifo<OutboxItem>();
+    for (const it of o.items.toArray()) {
+      if (due.has(it)) removed.push(it);
+      else keep.push(it);
+    }
+    o.items = keep;
+  }
+  for (const it of removed) o.bytes -= outboxItemSize(it);
+  return removed;
 }
 
 /** Removes the items below `below` and moves the position there. */
@@ -58,3 +124,54 @@ export function firstAtOrAbove(o: BridgeOutbox, index: number): number {
   }
   return lo;
 }
+
+/** A binary min-heap of outbox items by expiry time. */
+export class ExpiryHeap {
+  private heap: OutboxItem[] = [];
+
+  get length(): number {
+    return this.heap.length;
+  }
+
+  push(it: OutboxItem): void {
+    const h = this.heap;
+    h.push(it);
+    let i = h.length - 1;
+    while (i > 0) {
+      const parent = (i - 1) >> 1;
+      if (!earlier(h[i], h[parent])) break;
+      [h[i], h[parent]] = [h[parent], h[i]];
+      i = parent;
+    }
+  }
+
+  peek(): OutboxItem | undefined {
+    return this.heap[0];
+  }
+
+  pop(): OutboxItem | undefined {
+    const h = this.heap;
+    const top = h[0];
+    const last = h.pop();
+    if (top === undefined || last === undefined || h.length === 0) return top;
+    h[0] = last;
+    let i = 0;
+    for (;;) {
+      const l = 2 * i + 1;
+      const r = l + 1;
+      let min = i;
+      if (l < h.length && earlier(h[l], h[min])) min = l;
+      if (r < h.length && earlier(h[r], h[min])) min = r;
+      if (min === i) break;
+      [h[i], h[min]] = [h[min], h[i]];
+      i = min;
+    }
+    return top;
+  }
+
+  clear(): void {
+    this.heap = [];
+  }
+}
+
+const earlier = (a: OutboxItem, b: OutboxItem): boolean => (a.expiresAt as number) < (b.expiresAt as number);

@@ -2,7 +2,16 @@ import { createHash } from 'node:crypto';
 import { RC } from '../protocol/reason-codes.js';
 import { parseSharedFilter } from '../protocol/topic.js';
 import { aclAllows, aclAllowsSubscribe } from './acl.js';
-import { advanceOutbox, type BridgeOutbox, newOutbox, type OutboxItem, outboxItemSize } from './bridge-outbox.js';
+import {
+  advanceOutbox,
+  type BridgeOutbox,
+  expireOutbox,
+  newOutbox,
+  nextExpiry,
+  type OutboxItem,
+  outboxItemSize,
+  pushOutbox,
+} from './bridge-outbox.js';
 import { type BridgeRule, bridgeNames, outboundForward } from './bridge-rules.js';
 import type { BrokerState } from './broker-state.js';
 import type {
@@ -232,6 +241,7 @@ export class Broker implements BrokerState {
       this.index = e.index;
       this.time = now;
       this.runDeadlines(now, out);
+      if (this.outboxes.size > 0) this.expireOutboxes(now, out);
       const problem = commandProblem(e.cmd);
       if (problem === null) this.dispatch(e.cmd, e.index, now, out);
       else event(out, 'no-op', { index: e.index, reason: problem });
@@ -353,12 +363,23 @@ export class Broker implements BrokerState {
     return subs == null ? new Set() : new Set(subs.keys());
   }
 
+  /** The earliest time at which apply has something to do without a command: a will, a session
+   * end, or a message expiring in a bridge outbox. */
   nextDeadline(): number | undefined {
+    let next: number | undefined;
     for (;;) {
       const top = this.deadlines.peek();
-      if (top === undefined || this.isLive(top)) return top?.at;
+      if (top === undefined || this.isLive(top)) {
+        next = top?.at;
+        break;
+      }
       this.deadlines.pop();
     }
+    for (const o of this.outboxes.values()) {
+      const at = nextExpiry(o);
+      if (at !== undefined && (next === undefined || at < next)) next = at;
+    }
+    return next;
   }
 
   snapshot(): SnapshotCursor {
@@ -435,6 +456,12 @@ export class Broker implements BrokerState {
     for (const [id, w] of this.wills) {
       if (w.clientId !== id) return `pending will under ${id} names ${w.clientId}`;
       if (this.sessions.get(id)?.conn != null) return `pending will of online client ${id}`;
+    }
+    for (const o of this.outboxes.values()) {
+      const items = o.items.toArray();
+      const bytes = items.reduce((n, it) => n + outboxItemSize(it), 0);
+      if (bytes !== o.bytes) return `outbox ${o.name} counts ${o.bytes} bytes, holds ${bytes}`;
+      if (items.some((it) => it.expiresAt !== null && it.expiresAt <= this.time)) return `outbox ${o.name} holds an expired message`;
     }
     return null;
   }
@@ -996,7 +1023,7 @@ export class Broker implements BrokerState {
       if (msg.payload.length === 0) this.retained.delete(msg.topic);
       else this.retained.set(msg.topic, { msg, expiresAt: expiryDeadline(msg, now) });
     }
-    if (this.outboxes.size > 0) this.toOutboxes(msg, out, viaBridge);
+    if (this.outboxes.size > 0) this.toOutboxes(msg, now, out, viaBridge);
     return this.route(from, msg, now, out, this.cursors);
   }
 
@@ -1017,13 +1044,19 @@ export class Broker implements BrokerState {
 
   /** A copy of a committed message in the outbox of each bridge an outbound rule forwards it to;
    * not admitted (and counted) where the outbox is full. */
-  private toOutboxes(msg: Message, out: Effects, viaBridge: string | null): void {
+  private toOutboxes(msg: Message, now: number, out: Effects, viaBridge: string | null): void {
     const rules = this.settings.bridgeRules;
+    const expiresAt = expiryDeadline(msg, now);
     for (const o of this.outboxes.values()) {
       if (o.name === viaBridge) continue;
       const f = outboundForward(rules, o.name, msg.topic, msg.qos);
       if (f === null) continue;
-      const item: OutboxItem = { index: this.index, topic: f.topic, qos: f.qos, msg };
+      const item: OutboxItem = { index: this.index, topic: f.topic, qos: f.qos, msg, expiresAt };
+      if (expiresAt !== null && expiresAt <= now) {
+        // A Message Expiry Interval of 0: expired before it could wait.
+        event(out, 'bridge-outbox-expired', { bridge: o.name, topic: msg.topic, index: item.index });
+        continue;
+      }
       const size = outboxItemSize(item);
       if (o.items.length >= this.settings.bridgeOutboxMessages || o.bytes + size > this.settings.bridgeOutboxBytes) {
         // A client's QoS 1/2 publish was refused before (fullOutboxFor): what reaches here is a QoS 0
@@ -1031,8 +1064,15 @@ export class Broker implements BrokerState {
         event(out, 'bridge-outbox-full', { bridge: o.name, topic: msg.topic, queued: o.items.length });
         continue;
       }
-      o.items.push(item);
-      o.bytes += size;
+      pushOutbox(o, item);
+    }
+  }
+
+  /** Drops from every outbox the messages whose expiry has passed at `now`, the entry's time, and
+   * counts each (docs/bridges.md "When the remote is down"): never forwarded after it. */
+  private expireOutboxes(now: number, out: Effects): void {
+    for (const o of this.outboxes.values()) {
+      for (const it of expireOutbox(o, now)) event(out, 'bridge-outbox-expired', { bridge: o.name, topic: it.msg.topic, index: it.index });
     }
   }
 
@@ -1331,10 +1371,7 @@ export class Broker implements BrokerState {
     this.outboxes = new Map();
     for (const [name, position, items] of img.bridges) {
       const o = newOutbox(name, position);
-      for (const it of items) {
-        o.items.push(it);
-        o.bytes += outboxItemSize(it);
-      }
+      for (const it of items) pushOutbox(o, it);
       this.outboxes.set(name, o);
     }
     this.qos0Cursors = new Map();

@@ -29,8 +29,11 @@ const packr = new Packr({ useRecords: false, mapsAsObjects: true, variableMapSiz
 /** 3: the epoch generation, and per session the packet id fence (deliver.ts "Fence"). 4: the
  * `check` digests left the image (each node computes and compares them locally). 5: settings as
  * [name, value] pairs (src/broker/settings.ts). 6: the bridge outboxes, a twelfth element, and the
- * settings bridgeRules, bridgeOutboxMessages and bridgeOutboxBytes. Restore reads 4, 5 and 6. */
-export const SNAPSHOT_VERSION = 6;
+ * settings bridgeRules, bridgeOutboxMessages and bridgeOutboxBytes. 7: each outbox item's expiry
+ * time, a fifth element. Restore reads 4 to 7. */
+export const SNAPSHOT_VERSION = 7;
+/** The format whose outbox items had no expiry time: four elements. */
+const SNAPSHOT_VERSION_NO_OUTBOX_EXPIRY = 6;
 /** The format before bridge outboxes: eleven elements. */
 const SNAPSHOT_VERSION_NO_BRIDGES = 5;
 /** The previous format, read for snapshots and state files written before keyed settings. */
@@ -126,11 +129,11 @@ function encodeRules(rules: readonly BridgeRule[]): unknown {
   return rules.map((r) => [r.bridge, r.pattern, r.direction, r.qos, r.localPrefix, r.remotePrefix]);
 }
 
-/** One outbox: [name, position, [[index, remote topic, qos, message]...]]. */
+/** One outbox: [name, position, [[index, remote topic, qos, message, expiresAt]...]]. */
 export const encodeOutbox = ([name, position, items]: [string, number, OutboxItem[]]): unknown[] => [
   name,
   position,
-  items.map((it) => [it.index, it.topic, it.qos, encodeMsg(it.msg)]),
+  items.map((it) => [it.index, it.topic, it.qos, encodeMsg(it.msg), it.expiresAt]),
 ];
 
 function encodeAcl(acl: Settings['acl']): unknown {
@@ -269,8 +272,17 @@ function decodeRules(v: unknown): unknown {
 }
 
 /** The outboxes, checked against the settings and the applied index: one per bridge the rules
- * name, each in log order, nothing beyond the applied index. */
-function decodeOutboxes(v: unknown, settings: Settings, appliedIndex: number): [string, number, OutboxItem[]][] {
+ * name, each in log order, nothing beyond the applied index, nothing expired at the applied time.
+ * Format 6 kept no expiry time: such an item with a Message Expiry Interval expires that long
+ * after the snapshot's time (an interval of 0 at the first entry after it), never sooner than it
+ * would have. */
+function decodeOutboxes(
+  v: unknown,
+  settings: Settings,
+  appliedIndex: number,
+  appliedTime: number,
+  withExpiry: boolean,
+): [string, number, OutboxItem[]][] {
   const names = bridgeNames(settings.bridgeRules).sort();
   const got = arr(v, 'bridges').map((o): [string, number, OutboxItem[]] => {
     const [name, position, items] = arr(o, 'outbox', 3);
@@ -280,13 +292,21 @@ function decodeOutboxes(v: unknown, settings: Settings, appliedIndex: number): [
     if (p < 0 || p > appliedIndex + 1) fail(`outbox ${n} position`);
     let last = 0;
     const list = arr(items, 'outbox items').map((x): OutboxItem => {
-      const [index, topic, q, msg] = arr(x, 'outbox item', 4);
+      const [index, topic, q, msg, exp] = arr(x, 'outbox item', withExpiry ? 5 : 4);
       const i = int(index, 'outbox item index');
       if (i < last || i < p || i > appliedIndex) fail(`outbox ${n} item index`);
       last = i;
       const t = str(topic, 'outbox item topic');
       if (t.length === 0) fail('outbox item topic');
-      return { index: i, topic: t, qos: qos(q, 'outbox item qos'), msg: decodeMsg(msg) };
+      const m = decodeMsg(msg);
+      const expiryS = m.props?.expiryS;
+      let expiresAt: number | null;
+      if (withExpiry) {
+        expiresAt = intOrNull(exp, 'outbox item expiresAt');
+        // Apply removes an item at the first entry its expiry reaches.
+        if (expiresAt !== null && expiresAt <= appliedTime) fail(`outbox ${n} item expired`);
+      } else expiresAt = expiryS === undefined ? null : appliedTime + Math.max(expiryS * 1000, 1);
+      return { index: i, topic: t, qos: qos(q, 'outbox item qos'), msg: m, expiresAt };
     });
     return [n, p, list];
   });
@@ -428,14 +448,22 @@ export function decodeImage(data: Uint8Array, parseShare: (f: string) => { group
   }
   const root = arr(value, 'root');
   // Not String(): a decoded map with a toString key that is not a function makes it throw.
-  if (root[0] !== SNAPSHOT_VERSION && root[0] !== SNAPSHOT_VERSION_NO_BRIDGES && root[0] !== SNAPSHOT_VERSION_KEYLESS)
-    fail(`version ${typeof root[0] === 'number' ? root[0] : `of type ${typeof root[0]}`}`);
-  const f = arr(value, 'root', root[0] === SNAPSHOT_VERSION ? IMAGE_FIELDS : IMAGE_FIELDS_NO_BRIDGES);
+  const version = root[0];
+  if (
+    version !== SNAPSHOT_VERSION &&
+    version !== SNAPSHOT_VERSION_NO_OUTBOX_EXPIRY &&
+    version !== SNAPSHOT_VERSION_NO_BRIDGES &&
+    version !== SNAPSHOT_VERSION_KEYLESS
+  )
+    fail(`version ${typeof version === 'number' ? version : `of type ${typeof version}`}`);
+  const hasBridges = version === SNAPSHOT_VERSION || version === SNAPSHOT_VERSION_NO_OUTBOX_EXPIRY;
+  const f = arr(value, 'root', hasBridges ? IMAGE_FIELDS : IMAGE_FIELDS_NO_BRIDGES);
   const settings = f[0] === SNAPSHOT_VERSION_KEYLESS ? decodeSettingsV4(f[4]) : decodeSettings(f[4]);
   const appliedIndex = int(f[1], 'appliedIndex');
+  const appliedTime = int(f[2], 'appliedTime');
   return {
     appliedIndex,
-    appliedTime: int(f[2], 'appliedTime'),
+    appliedTime,
     servePeriod: int(f[3], 'servePeriod'),
     settings,
     failed: f[5] === null ? null : str(f[5], 'failed'),
@@ -459,6 +487,6 @@ export function decodeImage(data: Uint8Array, parseShare: (f: string) => { group
       return [str(id, 'cursor id'), str(clientId, 'cursor client')];
     }),
     // Before format 6 there were no bridge rules, so no outboxes.
-    bridges: f[0] === SNAPSHOT_VERSION ? decodeOutboxes(f[11], settings, appliedIndex) : [],
+    bridges: hasBridges ? decodeOutboxes(f[11], settings, appliedIndex, appliedTime, version === SNAPSHOT_VERSION) : [],
   };
 }

@@ -274,6 +274,12 @@ export class NodeMetrics {
       'bridge',
       perBridge((b) => b.dropped),
     );
+    this.labelledCounter(
+      'raftmq_bridge_expired_total',
+      'messages whose expiry passed while they waited in the bridge outbox, dropped while this node served',
+      'bridge',
+      perBridge((b) => b.expired),
+    );
     this.gauge('raftmq_connections', 'open MQTT connections (past the transport handshake)', () => node.connectionCount);
     this.counter('raftmq_connections_total', 'MQTT connections accepted past the transport handshake', () => t.connectionsAccepted);
     this.gauge('raftmq_connections_max', 'most connections with an accepted CONNECT at once, since start', () => t.connectedMax);

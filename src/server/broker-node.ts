@@ -124,6 +124,9 @@ export interface BridgeStatus {
   /** Messages not forwarded while this node served: QoS 0 or wills beyond a full outbox, and
    * messages larger than the remote takes. */
   dropped: number;
+  /** Messages whose Message Expiry Interval passed while they waited in its outbox, dropped while
+   * this node served. */
+  expired: number;
   lastError: string | null;
 }
 
@@ -280,6 +283,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
       outbox: (name) => this.broker.bridgeOutbox(name),
       rules: () => this.broker.bridgeRules,
       mayWrite: () => this.period !== 0 && !this.stopped && this.mayWrite(),
+      now: () => this.log.now(),
       propose: (cmd) => this.propose(cmd),
       event: (kind, fields) => this.event(kind, fields),
       logger: this.logger,
@@ -699,6 +703,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
         rejected: l.rejected,
         refused: l.refused,
         dropped: l.dropped,
+        expired: l.expired,
         lastError: l.lastError,
       };
     });

@@ -51,6 +51,8 @@ export interface BridgeHost {
   rules(): readonly BridgeRule[];
   /** Whether this node serves and its lease holds now; asking may end serving. */
   mayWrite(): boolean;
+  /** Cluster time (ms), the clock of the log's entries; never decreases. */
+  now(): number;
   propose(cmd: Command): void;
   /** Counts and logs (rate limited) an event of the node. */
   event(kind: EventKind, fields?: Record<string, unknown>): void;
@@ -84,6 +86,9 @@ export class BridgeLink {
   refused = 0;
   /** Messages dropped instead of forwarded while this node served. */
   dropped = 0;
+  /** Messages whose Message Expiry Interval passed in the outbox, dropped by apply while this node
+   * served. */
+  expired = 0;
   /** Messages from the remote published here (QoS 1: committed and acknowledged to the remote). */
   received = 0;
   /** Messages or packets from the remote refused as bad input (docs/bridges.md "Bad input from the remote"). */
@@ -399,16 +404,21 @@ export class BridgeLink {
       return;
     }
     if (!this.host.mayWrite()) return;
+    const now = this.host.now();
     while (this.inflight.size < this.window && i < o.items.length && s.writableLength <= BRIDGE_WRITE_BUFFER_BYTES) {
       const item = o.items.at(i++) as OutboxItem;
+      // Expired by the cluster clock but not yet removed: the tick at its expiry (the state's next
+      // deadline) removes it, and the pump after that entry goes on. An expired message is never
+      // forwarded [MQTT-3.3.2-5], and holding keeps the log order.
+      if (item.expiresAt !== null && item.expiresAt <= now) break;
       this.sentBelow = item.index + 1;
-      this.send(s, item);
+      this.send(s, item, now);
       if (s !== this.socket) return;
     }
     this.settle();
   }
 
-  private send(s: Socket, item: OutboxItem): void {
+  private send(s: Socket, item: OutboxItem, now: number): void {
     const entry: Pending = { index: item.index, done: false };
     // QoS 2 to the remote is not built: such a message goes out at QoS 1 (docs/bridges.md).
     const qos = item.qos === 0 ? 0 : 1;
@@ -421,6 +431,9 @@ export class BridgeLink {
       payload: item.msg.payload,
       props: this.spec.protocol === 5 ? publishProps(item.msg) : {},
     };
+    // A forwarded message carries the expiry it has left [MQTT-3.3.2-6], in whole seconds rounded
+    // up so that it never goes out with 0.
+    if (item.expiresAt !== null && this.spec.protocol === 5) packet.props.messageExpiry = Math.ceil((item.expiresAt - now) / 1000);
     if (qos === 1) packet.pid = this.takePid();
     const bytes = encode(packet, this.spec.protocol);
     this.pending.push(entry);
@@ -619,6 +632,7 @@ export class BridgeSet {
     if (l === undefined) return;
     if (kind === 'bridge-outbox-refused') l.refused++;
     else if (kind === 'bridge-outbox-full' || kind === 'bridge-too-large') l.dropped++;
+    else if (kind === 'bridge-outbox-expired') l.expired++;
     else if (kind.startsWith('bridge-in-') || kind === 'bridge-protocol-error') l.rejected++;
   }
 }
