@@ -1,7 +1,7 @@
 // Debian's Mosquitto as a remote broker for bridge tests: started on a free loopback port with a
 // config file in a temporary directory, stopped by its PID.
 import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
 import { freePort, LOOPBACK, portOpen } from './net.js';
@@ -22,6 +22,8 @@ export class Mosquitto {
   /** Mosquitto on a free port; `extra` lines are added to its config. Persistence on, so a
    * persistent subscriber's session and queue survive a stop and start. */
   static async start(extra: string[] = []): Promise<Mosquitto> {
+    if (!existsSync(MOSQUITTO))
+      throw new Error(`${MOSQUITTO} is not installed: install the Debian package mosquitto (bash .ci/run does this)`);
     const port = await freePort();
     const dir = mkdtempSync(join(tmpdir(), 'raftmq-mosquitto-'));
     const conf = join(dir, 'mosquitto.conf');

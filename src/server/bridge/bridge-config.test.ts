@@ -153,6 +153,22 @@ describe('bridge configuration', () => {
     assert.match(e.message, /bridges\.c\.tls-ca .*absent\.pem: cannot read/);
   });
 
+  it('refuses TLS files OpenSSL would not take, naming the key and the file', () => {
+    const garbage = join(dir, 'garbage.pem');
+    writeFileSync(garbage, 'not a certificate\n');
+    const withTls = (lines: string) => refusal(['--config', configFile(`bridges:\n  c:\n    address: mqtts://h\n    topic: a\n${lines}`)]);
+    const ca = withTls(`    tls-ca: ${garbage}\n`);
+    assert.equal(ca.code, CONFIG_ERROR.BAD_TLS);
+    assert.match(ca.message, /bridges\.c\.tls-ca .*garbage\.pem: no PEM certificate in it/);
+    const broken = join(dir, 'broken.pem');
+    writeFileSync(broken, '-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n');
+    assert.match(withTls(`    tls-ca: ${broken}\n`).message, /bridges\.c\.tls-ca .*broken\.pem: /);
+    const pair = withTls(`    tls-cert: ${garbage}\n    tls-key: ${garbage}\n`);
+    assert.equal(pair.code, CONFIG_ERROR.BAD_TLS);
+    assert.match(pair.message, /bridges\.c\.tls-cert .*garbage\.pem, bridges\.c\.tls-key .*garbage\.pem: .*no start line/);
+    assert.match(withTls(`    tls-cert: ${garbage}\n`).message, /tls-cert and tls-key go together/);
+  });
+
   it('has no flag for the bridges map', () => {
     assert.equal(refusal(['--bridges', '{}']).code, CONFIG_ERROR.UNKNOWN_FLAG);
   });

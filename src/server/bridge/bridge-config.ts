@@ -2,7 +2,9 @@
 // config file's `bridges` map, NAME to its settings. The topic rules become the replicated setting
 // `bridgeRules`; everything else (addresses, client id, credentials, certificates) stays on this
 // node, covered by its configuration hash and never written into the log or a state file.
+import { X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import { createSecureContext } from 'node:tls';
 import { BRIDGE_NAME, type BridgeRule, isInbound, loopingPair, parseBridgeRule, ruleText } from '../../broker/bridge-rules.js';
 import { CONFIG_ERROR, ConfigError } from '../../errors.js';
 
@@ -107,6 +109,40 @@ function readPem(file: string, where: string): Buffer {
   }
 }
 
+/** A PEM file read for key `key` of a bridge. */
+interface PemFile {
+  key: string;
+  file: string;
+  pem: Buffer;
+}
+
+const PEM_CERTIFICATE = /-----BEGIN CERTIFICATE-----[\s\S]*?-----END CERTIFICATE-----/g;
+
+/** The bridge's TLS files as OpenSSL will take them at connect time, checked at load so that a bad
+ * file stops the start naming the key and the file instead of failing every connection attempt:
+ * tls-ca must hold at least one certificate, each one parseable (OpenSSL skips what is not one);
+ * tls-cert and tls-key must parse and match. */
+function checkTls(ca: PemFile | null, cert: PemFile | null, key: PemFile | null): void {
+  const named = (f: PemFile): string => `${f.key} ${f.file}`;
+  if (ca !== null) {
+    const blocks = ca.pem.toString('latin1').match(PEM_CERTIFICATE) ?? [];
+    if (blocks.length === 0) throw new ConfigError(CONFIG_ERROR.BAD_TLS, `${named(ca)}: no PEM certificate in it`);
+    for (const b of blocks) {
+      try {
+        new X509Certificate(b);
+      } catch (err) {
+        throw new ConfigError(CONFIG_ERROR.BAD_TLS, `${named(ca)}: ${(err as Error).message}`);
+      }
+    }
+  }
+  if (cert === null || key === null) return;
+  try {
+    createSecureContext({ cert: cert.pem, key: key.pem });
+  } catch (err) {
+    throw new ConfigError(CONFIG_ERROR.BAD_TLS, `${named(cert)}, ${named(key)}: ${(err as Error).message}`);
+  }
+}
+
 /** What the configuration gives for bridges. */
 export interface BridgeConfigInput {
   bridge: readonly string[];
@@ -187,6 +223,12 @@ function bridgeSpec(name: string, flagged: BridgeAddress[] | undefined, raw: unk
     throw new ConfigError(CONFIG_ERROR.MISSING_VALUE, `${where}: tls-cert and tls-key go together (a client certificate and its key)`);
   if ((ca !== null || cert !== null) && !addresses.some((a) => a.tls))
     throw bad(where, 'tls-ca, tls-cert and tls-key need an mqtts:// address');
+  const pem = (k: 'tls-ca' | 'tls-cert' | 'tls-key', f: string | null): PemFile | null =>
+    f === null ? null : { key: `${where}.${k}`, file: f, pem: readPem(f, `${where}.${k}`) };
+  const caPem = pem('tls-ca', ca);
+  const certPem = pem('tls-cert', cert);
+  const keyPem = pem('tls-key', key);
+  checkTls(caPem, certPem, keyPem);
   return {
     name,
     addresses,
@@ -197,9 +239,9 @@ function bridgeSpec(name: string, flagged: BridgeAddress[] | undefined, raw: unk
     keepaliveS: keepalive,
     cleanStart: clean,
     tryPrivate,
-    tlsCa: ca === null ? null : readPem(ca, `${where}.tls-ca`),
-    tlsCert: cert === null ? null : readPem(cert, `${where}.tls-cert`),
-    tlsKey: key === null ? null : readPem(key, `${where}.tls-key`),
+    tlsCa: caPem?.pem ?? null,
+    tlsCert: certPem?.pem ?? null,
+    tlsKey: keyPem?.pem ?? null,
     files: [ca, cert, key].filter((f): f is string => f !== null),
     rules,
   };
