@@ -1,0 +1,281 @@
+// Inbound bridge messages across kill -9 of the raftmq leader on a three-node cluster
+// (docs/bridges.md "Inbound"): a publisher on Debian's Mosquitto streams QoS 1 into a topic the
+// bridge takes inbound; the leader is killed mid-stream. A relay between the nodes and Mosquitto
+// reads the bridge's traffic and records every message raftmq acknowledged (PUBACK) to the remote:
+// each of them must reach the raftmq subscriber after the failover, and so must every message the
+// publisher got PUBACK for from Mosquitto, which keeps the rest in the bridge's session there.
+// Duplicates (at least once) are counted and printed, not judged.
+//
+// A plain kill rarely lands between a message's proposal and its commit, so the second case cuts
+// the leader off from its peers first (the nodes talk through relays): it receives messages it
+// cannot commit, and must not acknowledge them to the remote (an acknowledgement before the
+// commit loses them at the kill).
+import assert from 'node:assert/strict';
+import { writeFileSync } from 'node:fs';
+import { createServer, type Server, type Socket, connect as tcpConnect } from 'node:net';
+import { join } from 'node:path';
+import { after, describe, it } from 'node:test';
+import mqtt, { type MqttClient } from 'mqtt';
+import { collect, connect } from './cluster-mqtt.js';
+import { Cluster } from './support/cluster.js';
+import { Mosquitto } from './support/mosquitto.js';
+import { LOOPBACK } from './support/net.js';
+import { until } from './support/wait.js';
+
+const SERVE_WAIT_MS = 15_000;
+const FAILOVER_WAIT_MS = 15_000;
+const DELIVERY_WAIT_MS = 60_000;
+/** Messages the publisher sends, and after how many of them the leader is killed. */
+const N = 400;
+const KILL_AFTER = 200;
+/** Unparsed bytes kept per relay connection and direction; beyond it the relay stops reading packets (a bound on memory). */
+const RELAY_BUFFER_MAX = 1 << 20;
+
+const PUBLISH = 3;
+const PUBACK = 4;
+
+/** Splits whole MQTT packets off the front of `buf`: their type, flags and body, and the rest. */
+function frames(buf: Buffer): { packets: { type: number; flags: number; body: Buffer }[]; rest: Buffer } {
+  const packets: { type: number; flags: number; body: Buffer }[] = [];
+  let off = 0;
+  while (buf.length - off >= 2) {
+    let len = 0;
+    let mul = 1;
+    let i = off + 1;
+    let complete = false;
+    // The remaining length: at most 4 bytes of 7 bits.
+    while (i < buf.length && i < off + 5) {
+      const b = buf[i++] as number;
+      len += (b & 0x7f) * mul;
+      mul *= 128;
+      if ((b & 0x80) === 0) {
+        complete = true;
+        break;
+      }
+    }
+    if (!complete || buf.length - i < len) break;
+    const first = buf[off] as number;
+    packets.push({ type: first >> 4, flags: first & 0x0f, body: buf.subarray(i, i + len) });
+    off = i + len;
+  }
+  return { packets, rest: buf.subarray(off) };
+}
+
+/** A TCP relay from the raftmq nodes to Mosquitto that reads MQTT 3.1.1 in both directions: the
+ * remote's QoS 1 PUBLISHes (packet id → payload, per connection) and the bridge's PUBACKs, so
+ * `acked` holds every payload raftmq acknowledged to the remote. */
+class RecordingRelay {
+  private readonly server: Server;
+  private readonly open = new Set<Socket>();
+  readonly acked = new Set<string>();
+  /** Payloads of the QoS 1 PUBLISHes the remote sent to the bridge. */
+  readonly sent = new Set<string>();
+
+  constructor(target: number) {
+    this.server = createServer((s) => {
+      s.on('error', () => {});
+      const t = tcpConnect(target, LOOPBACK);
+      t.on('error', () => s.destroy());
+      s.on('close', () => t.destroy());
+      t.on('close', () => s.destroy());
+      this.open.add(s);
+      s.on('close', () => this.open.delete(s));
+      const pending = new Map<number, string>();
+      let down: Buffer = Buffer.alloc(0);
+      let up: Buffer = Buffer.alloc(0);
+      t.on('data', (chunk: Buffer) => {
+        s.write(chunk);
+        if (down.length + chunk.length > RELAY_BUFFER_MAX) return;
+        const r = frames(Buffer.concat([down, chunk]));
+        down = Buffer.from(r.rest);
+        for (const p of r.packets) {
+          if (p.type !== PUBLISH || ((p.flags >> 1) & 3) === 0) continue;
+          const topicLen = p.body.readUInt16BE(0);
+          const payload = p.body.subarray(4 + topicLen).toString();
+          pending.set(p.body.readUInt16BE(2 + topicLen), payload);
+          this.sent.add(payload);
+        }
+      });
+      s.on('data', (chunk: Buffer) => {
+        if (up.length + chunk.length <= RELAY_BUFFER_MAX) {
+          const r = frames(Buffer.concat([up, chunk]));
+          up = Buffer.from(r.rest);
+          for (const p of r.packets) {
+            if (p.type !== PUBACK) continue;
+            const payload = pending.get(p.body.readUInt16BE(0));
+            if (payload !== undefined) this.acked.add(payload);
+          }
+        }
+        t.write(chunk);
+      });
+    });
+  }
+
+  async listen(): Promise<number> {
+    await new Promise<void>((resolve) => this.server.listen(0, LOOPBACK, () => resolve()));
+    return (this.server.address() as { port: number }).port;
+  }
+
+  close(): Promise<void> {
+    for (const s of this.open) s.destroy();
+    return new Promise<void>((resolve) => this.server.close(() => resolve()));
+  }
+}
+
+/** The link from one node to a peer's listen port: a relay that can be cut, after which it
+ * closes what is open and every new connection. */
+class PeerLink {
+  private readonly server: Server;
+  private readonly open = new Set<Socket>();
+  private cutOff = false;
+
+  constructor(
+    readonly from: number,
+    readonly to: number,
+    target: number,
+  ) {
+    this.server = createServer((s) => {
+      s.on('error', () => {});
+      if (this.cutOff) {
+        s.destroy();
+        return;
+      }
+      const t = tcpConnect(target, LOOPBACK);
+      t.on('error', () => s.destroy());
+      s.on('close', () => t.destroy());
+      t.on('close', () => s.destroy());
+      this.open.add(s);
+      s.on('close', () => this.open.delete(s));
+      s.pipe(t);
+      t.pipe(s);
+    });
+  }
+
+  async listen(): Promise<number> {
+    await new Promise<void>((resolve) => this.server.listen(0, LOOPBACK, () => resolve()));
+    return (this.server.address() as { port: number }).port;
+  }
+
+  cut(): void {
+    this.cutOff = true;
+    for (const s of this.open) s.destroy();
+  }
+
+  close(): Promise<void> {
+    this.cut();
+    return new Promise<void>((resolve) => this.server.close(() => resolve()));
+  }
+}
+
+describe('inbound bridge across kill -9 of the raftmq leader', { timeout: 180_000 }, () => {
+  const cleanups: (() => Promise<void>)[] = [];
+  after(async () => {
+    for (const c of cleanups.reverse()) await c();
+  });
+
+  /** The stream, the kill and the checks; `isolate`: the leader is cut off from its peers before
+   * the kill, so it holds messages it could not commit. */
+  async function killMidStream(isolate: boolean): Promise<void> {
+    const remote = await Mosquitto.start();
+    cleanups.push(() => remote.dispose());
+    const relay = new RecordingRelay(remote.port);
+    const relayPort = await relay.listen();
+    cleanups.push(() => relay.close());
+    const rpub = (await connect(remote.port, { clientId: 'remote-pub', clean: true })).client;
+    cleanups.push(async () => {
+      rpub.end(true);
+    });
+    // Retained at the remote: its arrival here shows the bridge's subscription is in place.
+    await rpub.publishAsync('in/ready', 'ready', { qos: 1, retain: true });
+
+    let conf = '';
+    const links: PeerLink[] = [];
+    cleanups.push(async () => {
+      for (const l of links) await l.close();
+    });
+    const cluster = await Cluster.start({
+      electionTimeoutMs: 500,
+      link: async (from, to, listenPort) => {
+        const l = new PeerLink(from, to, listenPort);
+        links.push(l);
+        return l.listen();
+      },
+      prepare: (dir) => {
+        conf = join(dir, 'bridge.yaml');
+        writeFileSync(conf, `bridge: ["up=mqtt://${LOOPBACK}:${relayPort}"]\nbridges:\n  up:\n    topic: ["in/# in 1"]\n`);
+      },
+      extra: () => ['--config', conf],
+    });
+    cleanups.push(() => cluster.dispose());
+    const leader = await cluster.serving(SERVE_WAIT_MS);
+    const followers = cluster.nodes.filter((n) => n !== leader);
+
+    const subOpts = { clientId: 'in-sub', clean: false } as const;
+    let sub: MqttClient = (await connect(leader.mqttPort, subOpts)).client;
+    const got: string[] = collect(sub);
+    await sub.subscribeAsync('in/#', { qos: 1 });
+    await until('the retained message through the bridge', () => got.includes('ready'), SERVE_WAIT_MS);
+
+    const published: string[] = [];
+    const publishRange = async (from: number, to: number): Promise<void> => {
+      for (let i = from; i < to; i++) {
+        await rpub.publishAsync('in/x', String(i), { qos: 1 });
+        published.push(String(i));
+      }
+    };
+    await publishRange(0, KILL_AFTER);
+    // Some messages are committed and acknowledged, some in flight at the bridge, some still
+    // queued at the remote when the leader dies.
+    await until('inbound messages flowing', () => got.length > 10, DELIVERY_WAIT_MS);
+    let streaming: Promise<void>;
+    if (isolate) {
+      await until('the first half at the bridge', () => relay.sent.has(String(KILL_AFTER - 1)), DELIVERY_WAIT_MS);
+      for (const l of links) if (l.from === leader.id || l.to === leader.id) l.cut();
+      const sentBefore = relay.sent.size;
+      streaming = publishRange(KILL_AFTER, N);
+      // Messages reach the leader, which proposes them and cannot commit them.
+      await until('messages at the bridge of the cut-off leader', () => relay.sent.size > sentBefore, DELIVERY_WAIT_MS);
+    } else streaming = publishRange(KILL_AFTER, N);
+    const ackedBeforeKill = new Set(relay.acked);
+    const t0 = performance.now();
+    await leader.kill9(5_000);
+    const next = await cluster.serving(FAILOVER_WAIT_MS, followers);
+    console.log(
+      `# kill -9 of node ${leader.id}${isolate ? ' (cut off first)' : ''} to node ${next.id} serving: ${Math.round(performance.now() - t0)} ms`,
+    );
+    await streaming;
+    sub.end(true);
+
+    // The handler goes on before CONNACK, so no redelivery is missed.
+    sub = mqtt.connect({ host: LOOPBACK, port: next.mqttPort, ...subOpts, reconnectPeriod: 0 });
+    cleanups.push(async () => {
+      sub.end(true);
+    });
+    sub.on('message', (_t, payload) => got.push(payload.toString()));
+    const ack = await new Promise<{ sessionPresent: boolean }>((resolve, reject) => {
+      sub.once('connect', resolve);
+      sub.once('error', reject);
+    });
+    assert.equal(ack.sessionPresent, true, "the subscriber's session is on the new leader");
+
+    assert.ok(ackedBeforeKill.size > 0, 'the killed leader had acknowledged messages to the remote');
+    await until('every message raftmq acknowledged to the remote', () => [...relay.acked].every((m) => got.includes(m)), DELIVERY_WAIT_MS);
+    await until('every message the remote accepted from its publisher', () => published.every((m) => got.includes(m)), DELIVERY_WAIT_MS);
+    assert.equal(published.length, N);
+    const counts = new Map<string, number>();
+    for (const m of got) if (m !== 'ready') counts.set(m, (counts.get(m) ?? 0) + 1);
+    const duplicates = [...counts.values()].reduce((n, c) => n + c - 1, 0);
+    const streamed = (acked: Set<string>): number => [...acked].filter((m) => m !== 'ready').length;
+    console.log(
+      `# inbound across kill -9${isolate ? ' (cut off first)' : ''}: ${N} published at the remote, ${streamed(relay.acked)} acknowledged by raftmq (${streamed(ackedBeforeKill)} before the kill), ${duplicates} duplicates at the subscriber`,
+    );
+    assert.ok(
+      [...counts.keys()].every((m) => published.includes(m)),
+      'nothing arrives that was not published',
+    );
+  }
+
+  it('every message raftmq acknowledged to the remote reaches a raftmq subscriber after the failover', () => killMidStream(false));
+
+  it('the same when the leader dies holding messages it could not commit (cut off from its peers)', () => killMidStream(true));
+});
