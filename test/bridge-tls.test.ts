@@ -30,18 +30,27 @@ describe('a bridge over TLS with a client certificate', { timeout: 120_000 }, ()
   let client: { cert: string; key: string };
   let remote: Mosquitto;
   let tlsPort: number;
+  /** A TLS listener whose certificate names another host. */
+  let misnamedPort: number;
   let checker: TestClient;
 
   before(async () => {
     pki = makePki('bridge');
     const server = pki.issue('remote', { cn: 'remote', san: `IP:${LOOPBACK}`, server: true });
     client = pki.issue('bridge', { cn: 'raftmq-bridge' });
+    const misnamed = pki.issue('misnamed', { cn: 'elsewhere', san: 'DNS:elsewhere.example', server: true });
     tlsPort = await freePort();
+    misnamedPort = await freePort();
     remote = await Mosquitto.start([
       `listener ${tlsPort} ${LOOPBACK}`,
       `cafile ${pki.caCert}`,
       `certfile ${server.cert}`,
       `keyfile ${server.key}`,
+      'require_certificate true',
+      `listener ${misnamedPort} ${LOOPBACK}`,
+      `cafile ${pki.caCert}`,
+      `certfile ${misnamed.cert}`,
+      `keyfile ${misnamed.key}`,
       'require_certificate true',
     ]);
     cleanups.push(() => remote.dispose());
@@ -51,9 +60,9 @@ describe('a bridge over TLS with a client certificate', { timeout: 120_000 }, ()
   });
 
   /** A node bridged to the remote's TLS listener with `tls` settings; its log lines are kept. */
-  async function bridged(name: string, tls: Record<string, string>): Promise<{ node: BrokerNode; lines: Line[] }> {
+  async function bridged(name: string, tls: Record<string, string>, port = tlsPort): Promise<{ node: BrokerNode; lines: Line[] }> {
     const specs: BridgeSpec[] = bridgeSpecs({
-      bridge: [`${name}=mqtts://${LOOPBACK}:${tlsPort}`],
+      bridge: [`${name}=mqtts://${LOOPBACK}:${port}`],
       bridges: { [name]: { topic: [`# out 1 ${name}/ tls/${name}/`], ...tls } },
     });
     const lines: Line[] = [];
@@ -120,6 +129,17 @@ describe('a bridge over TLS with a client certificate', { timeout: 120_000 }, ()
     const { node, lines } = await bridged('distrust', { 'tls-ca': other.caCert, 'tls-cert': client.cert, 'tls-key': client.key });
     const down = await until('a refused attempt', () => lines.find((l) => l.msg === 'bridge down' && l.bridge === 'distrust'), 20_000);
     assert.match(String(down.reason), /certificate/i);
+    assert.notEqual(node.bridgeStatus()[0]?.state, 'up');
+  });
+
+  it('does not connect to a remote whose certificate names another host', async () => {
+    const { node, lines } = await bridged(
+      'misnamed',
+      { 'tls-ca': pki.caCert, 'tls-cert': client.cert, 'tls-key': client.key },
+      misnamedPort,
+    );
+    const down = await until('a refused attempt', () => lines.find((l) => l.msg === 'bridge down' && l.bridge === 'misnamed'), 20_000);
+    assert.match(String(down.reason), /does not match certificate's altnames/);
     assert.notEqual(node.bridgeStatus()[0]?.state, 'up');
   });
 
