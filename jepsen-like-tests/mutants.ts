@@ -63,6 +63,12 @@ export function isJepsenMutant(name: string): name is JepsenMutant {
 /** Copies build/src and build/raft into build/mutants/NAME/ and applies the mutant's patches;
  * returns the path of its CLI. Throws when a patch's text is not found exactly once. */
 export function buildMutant(name: JepsenMutant, buildDir: string): string {
+  return buildPatched(name, JEPSEN_MUTANTS[name].patches, buildDir);
+}
+
+/** Builds a copy of the broker under build/mutants/NAME/ with `patches` applied, as buildMutant
+ * does, for planted bugs that other tests than the harness catch; returns the copy's CLI. */
+export function buildPatched(name: string, patches: readonly Patch[], buildDir: string): string {
   const out = join(buildDir, 'mutants', name);
   rmSync(out, { recursive: true, force: true });
   for (const part of ['src', 'raft']) {
@@ -74,7 +80,7 @@ export function buildMutant(name: JepsenMutant, buildDir: string): string {
   // src/run-node.js reads ../../package.json (its version): build/mutants/package.json, which also
   // makes the copies ES modules as the originals are.
   cpSync(join(buildDir, '..', 'package.json'), join(buildDir, 'mutants', 'package.json'));
-  for (const p of JEPSEN_MUTANTS[name].patches) {
+  for (const p of patches) {
     const path = join(out, p.file);
     if (!existsSync(path)) throw new Error(`mutant ${name}: ${p.file} is not in the build`);
     const text = readFileSync(path, 'utf8');

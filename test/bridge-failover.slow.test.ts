@@ -9,13 +9,17 @@
 // A plain kill rarely lands between a message's proposal and its commit, so the second case cuts
 // the leader off from its peers first (the nodes talk through relays): it receives messages it
 // cannot commit, and must not acknowledge them to the remote (an acknowledgement before the
-// commit loses them at the kill).
+// commit loses them at the kill). A third case runs that on a copy of the broker with that bug
+// planted (`bridge-in-ack-before-commit`) and requires the loss to show, so the check keeps its
+// teeth.
 import assert from 'node:assert/strict';
 import { writeFileSync } from 'node:fs';
 import { createServer, type Server, type Socket, connect as tcpConnect } from 'node:net';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
+import { fileURLToPath } from 'node:url';
 import mqtt, { type MqttClient } from 'mqtt';
+import { buildPatched, type Patch } from '../jepsen-like-tests/mutants.js';
 import { collect, connect } from './cluster-mqtt.js';
 import { Cluster } from './support/cluster.js';
 import { Mosquitto } from './support/mosquitto.js';
@@ -30,6 +34,23 @@ const N = 400;
 const KILL_AFTER = 200;
 /** Unparsed bytes kept per relay connection and direction; beyond it the relay stops reading packets (a bound on memory). */
 const RELAY_BUFFER_MAX = 1 << 20;
+
+/** The planted bug: the bridge acknowledges a QoS 1 message to the remote as it proposes it, not
+ * when apply answers after the commit. */
+const ACK_BEFORE_COMMIT: readonly Patch[] = [
+  {
+    file: 'src/server/bridge/bridge-link.js',
+    find: "        this.host.propose({ t: 'bridge-in', bridge: name, conn: this.connId, ...(msg.qos === 0 ? {} : { pid: p.pid }), msg });\n",
+    replace:
+      "        this.host.propose({ t: 'bridge-in', bridge: name, conn: this.connId, ...(msg.qos === 0 ? {} : { pid: p.pid }), msg });\n        if (msg.qos === 1)\n            this.ackRemote(p.pid);\n",
+  },
+  {
+    file: 'src/server/bridge/bridge-link.js',
+    find: '        this.received++;\n        this.ackRemote(packet.pid);\n',
+    replace: '        this.received++;\n',
+  },
+];
+const BUILD = fileURLToPath(new URL('..', import.meta.url));
 
 const PUBLISH = 3;
 const PUBACK = 4;
@@ -174,8 +195,9 @@ describe('inbound bridge across kill -9 of the raftmq leader', { timeout: 180_00
   });
 
   /** The stream, the kill and the checks; `isolate`: the leader is cut off from its peers before
-   * the kill, so it holds messages it could not commit. */
-  async function killMidStream(isolate: boolean): Promise<void> {
+   * the kill, so it holds messages it could not commit; `mutantCli`: the nodes run that copy of the
+   * broker, which must lose messages it acknowledged. */
+  async function killMidStream(isolate: boolean, mutantCli?: string): Promise<void> {
     const remote = await Mosquitto.start();
     cleanups.push(() => remote.dispose());
     const relay = new RecordingRelay(remote.port);
@@ -194,6 +216,7 @@ describe('inbound bridge across kill -9 of the raftmq leader', { timeout: 180_00
       for (const l of links) await l.close();
     });
     const cluster = await Cluster.start({
+      ...(mutantCli === undefined ? {} : { cli: mutantCli }),
       electionTimeoutMs: 500,
       link: async (from, to, listenPort) => {
         const l = new PeerLink(from, to, listenPort);
@@ -231,10 +254,38 @@ describe('inbound bridge across kill -9 of the raftmq leader', { timeout: 180_00
     if (isolate) {
       await until('the first half at the bridge', () => relay.sent.has(String(KILL_AFTER - 1)), DELIVERY_WAIT_MS);
       for (const l of links) if (l.from === leader.id || l.to === leader.id) l.cut();
-      const sentBefore = relay.sent.size;
+      const sentBefore = new Set(relay.sent);
       streaming = publishRange(KILL_AFTER, N);
       // Messages reach the leader, which proposes them and cannot commit them.
-      await until('messages at the bridge of the cut-off leader', () => relay.sent.size > sentBefore, DELIVERY_WAIT_MS);
+      await until('messages at the bridge of the cut-off leader', () => relay.sent.size > sentBefore.size, DELIVERY_WAIT_MS);
+      if (mutantCli !== undefined) {
+        // The planted bug shows itself here: it acknowledges what it cannot commit.
+        const lost = await until(
+          'the cut-off leader acknowledging a message it received after the cut',
+          () => {
+            const l = [...relay.acked].filter((m) => !sentBefore.has(m));
+            return l.length > 0 ? l : null;
+          },
+          DELIVERY_WAIT_MS,
+        );
+        await leader.kill9(5_000);
+        const next = await cluster.serving(FAILOVER_WAIT_MS, followers);
+        await streaming;
+        sub.end(true);
+        sub = mqtt.connect({ host: LOOPBACK, port: next.mqttPort, ...subOpts, reconnectPeriod: 0 });
+        cleanups.push(async () => {
+          sub.end(true);
+        });
+        sub.on('message', (_t, payload) => got.push(payload.toString()));
+        // The remote delivers the bridge's session in order, so once the last message is here
+        // everything it still held for the bridge is here too.
+        await rpub.publishAsync('in/x', 'end', { qos: 1 });
+        await until('the last message', () => got.includes('end'), DELIVERY_WAIT_MS);
+        const missing = lost.filter((m) => !got.includes(m));
+        console.log(`# planted ack-before-commit: ${missing.length} of ${lost.length} messages acknowledged by the cut-off leader lost`);
+        assert.ok(missing.length > 0, 'the planted bug loses a message the remote got PUBACK for');
+        return;
+      }
     } else streaming = publishRange(KILL_AFTER, N);
     const ackedBeforeKill = new Set(relay.acked);
     const t0 = performance.now();
@@ -278,4 +329,7 @@ describe('inbound bridge across kill -9 of the raftmq leader', { timeout: 180_00
   it('every message raftmq acknowledged to the remote reaches a raftmq subscriber after the failover', () => killMidStream(false));
 
   it('the same when the leader dies holding messages it could not commit (cut off from its peers)', () => killMidStream(true));
+
+  it('catches the planted bug bridge-in-ack-before-commit: it loses messages the remote got PUBACK for', () =>
+    killMidStream(true, buildPatched('bridge-in-ack-before-commit', ACK_BEFORE_COMMIT, BUILD)));
 });
