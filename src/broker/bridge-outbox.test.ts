@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { Buffer } from 'node:buffer';
 import { describe, it } from 'node:test';
+import fc from 'fast-check';
 import { Packr } from 'msgpackr';
 import { parseSharedFilter } from '../protocol/topic.js';
 import type { OutboxItem } from './bridge-outbox.js';
@@ -337,5 +338,64 @@ describe('message expiry in bridge outboxes', () => {
     const bad = packr.unpack(Buffer.concat([...h.broker.snapshot()])) as unknown[];
     ((bad[11] as [string, number, unknown[][]][])[0]?.[2][0] as unknown[])[4] = at;
     assert.throws(() => decodeImage(packr.pack(bad), parseShare), /outbox cloud item expired/);
+  });
+
+  type Step =
+    | { t: 'pub'; expiryS: number | undefined; advance: number }
+    | { t: 'tick'; advance: number }
+    | { t: 'position'; keep: number; advance: number };
+  const step: fc.Arbitrary<Step> = fc.oneof(
+    fc.record({
+      t: fc.constant('pub' as const),
+      expiryS: fc.option(fc.integer({ min: 0, max: 6 }), { nil: undefined }),
+      advance: fc.integer({ min: 0, max: 2500 }),
+    }),
+    fc.record({ t: fc.constant('tick' as const), advance: fc.integer({ min: 0, max: 4000 }) }),
+    fc.record({ t: fc.constant('position' as const), keep: fc.integer({ min: 0, max: 4 }), advance: fc.integer({ min: 0, max: 500 }) }),
+  );
+
+  it('holds exactly the messages neither completed nor expired, in log order, and a restored copy agrees (property)', () => {
+    fc.assert(
+      fc.property(fc.array(step, { minLength: 1, maxLength: 60 }), (steps) => {
+        const h = new Harness({ ...SETTINGS, bridgeRules: ONE, bridgeOutboxMessages: 1000 });
+        h.connect(h.conn(1), 'pub', { protocol: 5, clean: true, expiryS: 0 });
+        // The model: [log index, expiry time or null] of what the outbox should hold.
+        let model: [number, number | null][] = [];
+        let pid = 0;
+        for (const st of steps) {
+          h.time += st.advance;
+          model = model.filter(([, at]) => at === null || at > h.time);
+          if (st.t === 'pub') {
+            h.publish(h.conn(1), msg('t', 'x', 1, false, st.expiryS === undefined ? undefined : { expiryS: st.expiryS }), ++pid);
+            if (st.expiryS !== 0) model.push([h.index, st.expiryS === undefined ? null : h.time + st.expiryS * 1000]);
+          } else if (st.t === 'tick') h.apply({ t: 'tick' });
+          else {
+            // The remote completed all but the last `keep` messages.
+            const kept = model[model.length - st.keep];
+            const below = st.keep === 0 ? h.index + 1 : kept?.[0];
+            if (below === undefined) continue;
+            h.apply({ t: 'bridge-position', bridge: 'cloud', below });
+            model = model.filter(([i]) => i >= below);
+          }
+          const held = (h.broker.bridgeOutbox('cloud')?.items.toArray() ?? []).map((it): [number, number | null] => [
+            it.index,
+            it.expiresAt,
+          ]);
+          assert.deepEqual(held, model);
+          const soonest = model.reduce<number | undefined>((m, [, at]) => (at !== null && (m === undefined || at < m) ? at : m), undefined);
+          assert.equal(h.broker.nextDeadline(), soonest);
+          assert.equal(h.broker.verify(), null);
+        }
+        const b = new Broker();
+        b.restore([Buffer.concat([...h.broker.snapshot()])]);
+        assert.equal(b.digest(), h.broker.digest());
+        assert.equal(b.nextDeadline(), h.broker.nextDeadline());
+        const later: Effect[] = [];
+        b.apply({ index: h.index + 1, time: h.time + 10_000, cmd: { t: 'tick' } }, later);
+        assert.deepEqual(expiredIn(later), expiredIn(h.apply({ t: 'tick' }, 10_000)));
+        assert.equal(b.digest(), h.broker.digest());
+      }),
+      { numRuns: 300 },
+    );
   });
 });
