@@ -10,6 +10,7 @@
 // in the state"), so every replica drops the same messages at the same entry.
 import type { Message, QoS } from './commands.js';
 import { Fifo } from './fifo.js';
+import { MinHeap } from './min-heap.js';
 
 export interface OutboxItem {
   /** Log index of the entry that published the message. */
@@ -125,53 +126,11 @@ export function firstAtOrAbove(o: BridgeOutbox, index: number): number {
   return lo;
 }
 
-/** A binary min-heap of outbox items by expiry time. */
-export class ExpiryHeap {
-  private heap: OutboxItem[] = [];
+const earlier = (a: OutboxItem, b: OutboxItem): boolean => (a.expiresAt as number) < (b.expiresAt as number);
 
-  get length(): number {
-    return this.heap.length;
-  }
-
-  push(it: OutboxItem): void {
-    const h = this.heap;
-    h.push(it);
-    let i = h.length - 1;
-    while (i > 0) {
-      const parent = (i - 1) >> 1;
-      if (!earlier(h[i], h[parent])) break;
-      [h[i], h[parent]] = [h[parent], h[i]];
-      i = parent;
-    }
-  }
-
-  peek(): OutboxItem | undefined {
-    return this.heap[0];
-  }
-
-  pop(): OutboxItem | undefined {
-    const h = this.heap;
-    const top = h[0];
-    const last = h.pop();
-    if (top === undefined || last === undefined || h.length === 0) return top;
-    h[0] = last;
-    let i = 0;
-    for (;;) {
-      const l = 2 * i + 1;
-      const r = l + 1;
-      let min = i;
-      if (l < h.length && earlier(h[l], h[min])) min = l;
-      if (r < h.length && earlier(h[r], h[min])) min = r;
-      if (min === i) break;
-      [h[i], h[min]] = [h[min], h[i]];
-      i = min;
-    }
-    return top;
-  }
-
-  clear(): void {
-    this.heap = [];
+/** The outbox's items that expire, soonest first. */
+export class ExpiryHeap extends MinHeap<OutboxItem> {
+  constructor() {
+    super(earlier);
   }
 }
-
-const earlier = (a: OutboxItem, b: OutboxItem): boolean => (a.expiresAt as number) < (b.expiresAt as number);
