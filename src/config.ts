@@ -418,6 +418,11 @@ export const SCHEMA = {
     default: '',
     help: "NAME=HOST:PORT for every shard of --shards, the address its clients use: a refused CONNECT is told its shard's (MQTT 5 Server Reference); empty: refusals name no address",
   },
+  'shard-route': {
+    kind: 'list',
+    default: [],
+    help: 'a placement rule, repeatable: a topic pattern with one level {client} (devices/{client}/cmd), whose messages go to the shard that owns that client id without a route entry; no two rules may match a common topic (docs/scale-out.md "Routes")',
+  },
   nats: {
     kind: 'string',
     default: '',

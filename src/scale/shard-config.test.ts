@@ -14,7 +14,7 @@ function settings(argv: string[]) {
   return shardSettings(r.config);
 }
 
-describe('--shard, --shards, --shard-address, --nats', () => {
+describe('--shard, --shards, --shard-address, --shard-route, --nats', () => {
   it('is off without --shard', () => {
     assert.equal(settings([]), null);
   });
@@ -45,6 +45,21 @@ describe('--shard, --shards, --shard-address, --nats', () => {
     assert.equal(settings(['--shard', 'a', '--shards', 'a'])?.addresses, null, 'one shard, no addresses: allowed');
   });
 
+  it('takes repeatable placement rules, which place a topic by its client level', () => {
+    const s = settings(['--shard', 'a', '--shards', 'a,b,c', '--shard-route', 'devices/{client}/cmd', '--shard-route', 'u/{client}/#']);
+    assert.ok(s !== null);
+    assert.deepEqual(
+      s.rules.rules.map((r) => r.pattern),
+      ['devices/{client}/cmd', 'u/{client}/#'],
+    );
+    assert.equal(s.rules.ownerOf('devices/d7/cmd'), s.placement.owner('d7'));
+    assert.equal(s.rules.ownerOf('u/d7/x'), s.placement.owner('d7'));
+    assert.equal(s.rules.ownerOf('devices/d7/telemetry'), null);
+    assert.equal(settings(['--shard', 'a', '--shards', 'a'])?.rules.rules.length, 0, 'no rule: the route table decides every topic');
+    const file = parseConfigText('shard: a\nshards: a,b\nshard-route:\n  - devices/{client}/cmd\n', 'x.yaml');
+    assert.deepEqual(file['shard-route'], ['devices/{client}/cmd']);
+  });
+
   it('reads the same keys from a config file', () => {
     const file = parseConfigText('shard: b\nshards: a,b\nshard-address: a=h:1,b=h:2\n', 'x.yaml');
     assert.equal(file.shard, 'b');
@@ -64,6 +79,27 @@ describe('--shard, --shards, --shard-address, --nats', () => {
       [['--shards', 'a,b'], /^--shards needs --shard NAME/, CONFIG_ERROR.MISSING_VALUE],
       [['--nats', 'nats://h:4222'], /^--nats needs --shard NAME/, CONFIG_ERROR.MISSING_VALUE],
       [['--shard-address', 'a=h:1'], /^--shard-address needs --shard NAME/, CONFIG_ERROR.MISSING_VALUE],
+      [['--shard-route', 'd/{client}'], /^--shard-route needs --shard NAME/, CONFIG_ERROR.MISSING_VALUE],
+      [
+        ['--shard', 'a', '--shards', 'a', '--shard-route', 'devices/+/cmd'],
+        /^--shard-route: route rule "devices\/\+\/cmd": needs exactly one level \{client\}/,
+        CONFIG_ERROR.BAD_VALUE,
+      ],
+      [
+        ['--shard', 'a', '--shards', 'a', '--shard-route', 'd/{client}/#/x'],
+        /^--shard-route: route rule "d\/\{client\}\/#\/x": not a topic filter/,
+        CONFIG_ERROR.BAD_VALUE,
+      ],
+      [
+        ['--shard', 'a', '--shards', 'a', '--shard-route', 'd/{client}', '--shard-route', 'd/+'],
+        /^--shard-route: route rule "d\/\+": needs exactly one level/,
+        CONFIG_ERROR.BAD_VALUE,
+      ],
+      [
+        ['--shard', 'a', '--shards', 'a', '--shard-route', 'd/{client}', '--shard-route', '{client}/x'],
+        /^--shard-route: route rules "d\/\{client\}" and "\{client\}\/x" match common topics/,
+        CONFIG_ERROR.BAD_VALUE,
+      ],
       [['--shard', 'a', '--shards', 'a,b', '--shard-address', 'a=h:1'], /^--shard-address: no address for shard b/, CONFIG_ERROR.BAD_VALUE],
       [
         ['--shard', 'a', '--shards', 'a,b', '--shard-address', 'a=h:1,c=h:2'],

@@ -1,12 +1,16 @@
 // The scale-out settings of a configuration, checked together (docs/scale-out.md "Configuration"):
-// --shard NAME --shards A,B,C, optionally --shard-address NAME=HOST:PORT,… and --nats URL. Every
+// --shard NAME --shards A,B,C, optionally --shard-address NAME=HOST:PORT,…, --shard-route PATTERN
+// (repeatable) and --nats URL. Every
 // refusal names the flag it is about. A node without --shard is not part of a scaled-out
 // deployment and serves every client id.
 import { CONFIG_ERROR, ConfigError } from '../errors.js';
 import { Placement, shardListProblem } from './placement.js';
+import { RouteRules } from './routes.js';
 
 /** The settings read here: src/config.ts hands over its whole Config. */
-export type ShardConfig = Readonly<Record<'shard' | 'shards' | 'shard-address' | 'nats', string>>;
+export type ShardConfig = Readonly<Record<'shard' | 'shards' | 'shard-address' | 'nats', string>> & {
+  readonly 'shard-route': readonly string[];
+};
 
 export interface NatsAddress {
   /** As configured, for log lines. */
@@ -23,6 +27,9 @@ export interface ShardSettings {
   /** --shard-address: the address clients of each shard are sent to (MQTT 5 Server Reference);
    * null: not configured, refusals carry no reference. */
   addresses: ReadonlyMap<string, string> | null;
+  /** --shard-route: the placement rules for topics that name a client id (none: every topic is
+   * left to the route table). */
+  rules: RouteRules;
   /** --nats: the NATS servers of the deployment, tried in turn; empty: not given. Checked here,
    * not used yet (docs/scale-out.md "Not built yet"). */
   nats: NatsAddress[];
@@ -41,6 +48,7 @@ export function shardSettings(config: ShardConfig): ShardSettings | null {
     for (const flag of ['shards', 'shard-address', 'nats'] as const) {
       if (config[flag] !== '') throw missing(`--${flag} needs --shard NAME (this node's shard)`);
     }
+    if (config['shard-route'].length > 0) throw missing("--shard-route needs --shard NAME (this node's shard) and --shards");
     return null;
   }
   if (shardsText === '') throw missing(`--shard ${shard} needs --shards NAME,NAME,… (every shard of the deployment)`);
@@ -53,6 +61,7 @@ export function shardSettings(config: ShardConfig): ShardSettings | null {
     shard,
     placement,
     addresses: config['shard-address'] === '' ? null : parseShardAddresses(config['shard-address'], placement),
+    rules: parseRouteRules(config['shard-route'], placement),
     nats: config.nats === '' ? [] : parseNatsUrls(config.nats),
   };
 }
@@ -83,6 +92,16 @@ export function parseShardAddresses(text: string, placement: Placement): Map<str
   const absent = placement.shards.filter((s) => !out.has(s));
   if (absent.length > 0) throw bad(`${flag}: no address for shard ${absent.join(', ')}; give every shard of --shards one`);
   return out;
+}
+
+/** The --shard-route rules, each checked (the message names the rule), then checked together. */
+export function parseRouteRules(patterns: readonly string[], placement: Placement): RouteRules {
+  try {
+    return new RouteRules(patterns, placement);
+  } catch (err) {
+    if (err instanceof RangeError) throw bad(`--shard-route: ${err.message}`);
+    throw err;
+  }
 }
 
 /** `nats://HOST[:PORT]` or `tls://HOST[:PORT]`, several separated by commas (a client tries them
