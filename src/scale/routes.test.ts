@@ -91,25 +91,53 @@ describe('route rules', () => {
     assert.equal(rules.coveredOn('devices/+/cmd', own), false);
     assert.equal(rules.coveredOn('devices/d1/#', own), false, 'also matches devices/d1/telemetry');
     assert.equal(rules.coveredOn('devices/#', own), false);
+    const top = new RouteRules(['{client}/cmd'], placement);
+    assert.equal(top.coveredOn('$d/cmd', placement.owner('$d')), false, 'the rule does not decide $d/cmd');
   });
 
   it('loses no message: a covered subscription matches only topics the rules send to its shard', () => {
-    const level = fc.constantFrom('devices', 'cmd', 'u', 'd1', 'd2', 'x', '');
+    const level = fc.constantFrom('devices', 'cmd', 'u', 'd1', 'd2', 'x', '', '$d');
     const filterLevel = fc.oneof(level, fc.constant('+'));
-    const arbFilter = fc
+    const randomFilter = fc
       .tuple(fc.array(filterLevel, { minLength: 1, maxLength: 4 }), fc.boolean())
       .map(([ls, hash]) => (hash ? [...ls, '#'] : ls).join('/'));
-    const arbTopic = fc.array(level, { minLength: 1, maxLength: 5 }).map((ls) => ls.join('/'));
     const ruleSets = [['devices/{client}/cmd'], ['u/{client}/#', 'devices/{client}/cmd'], ['{client}/cmd'], ['x/+/{client}']];
+    // Filters made from a rule (its client level and wildcards filled in) hit the covered case
+    // often; topics made from the filter (its wildcards filled in) match it often.
+    const fromRule = (patterns: string[]) =>
+      fc
+        .tuple(fc.constantFrom(...patterns), fc.array(filterLevel, { minLength: 6, maxLength: 6 }), fc.boolean())
+        .map(([p, subs, keepHash]) =>
+          p
+            .split('/')
+            .map((l, i) => (l === '{client}' || l === '+' || (l === '#' && !keepHash) ? (subs[i] as string) : l))
+            .join('/'),
+        );
+    const arbCase = fc.constantFrom(...ruleSets).chain((patterns) =>
+      fc.record({
+        patterns: fc.constant(patterns),
+        filter: fc.oneof(randomFilter, fromRule(patterns)),
+        fill: fc.array(level, { minLength: 8, maxLength: 8 }),
+        hashLevels: fc.nat({ max: 2 }),
+        shard: fc.constantFrom('a', 'b', 'c'),
+      }),
+    );
+    let covered = 0;
     fc.assert(
-      fc.property(fc.constantFrom(...ruleSets), arbFilter, arbTopic, fc.constantFrom('a', 'b', 'c'), (patterns, filter, topic, shard) => {
+      fc.property(arbCase, ({ patterns, filter, fill, hashLevels, shard }) => {
+        const topic = filter
+          .split('/')
+          .flatMap((l, i) => (l === '+' ? [fill[i] as string] : l === '#' ? fill.slice(i, i + hashLevels) : [l]))
+          .join('/');
         const rules = new RouteRules(patterns, placement);
-        if (rules.coveredOn(filter, shard) && topicMatches(filter, topic)) {
+        if (topic !== '' && rules.coveredOn(filter, shard) && topicMatches(filter, topic)) {
+          covered++;
           assert.equal(rules.ownerOf(topic), shard, `${filter} on ${shard} matches ${topic}`);
         }
       }),
       { numRuns: 3_000 },
     );
+    assert.ok(covered > 100, `the covered case was reached ${covered} times`);
   });
 });
 

@@ -101,7 +101,9 @@ export class RouteRules {
       const id = levels[r.clientLevel];
       if (id === undefined || id === '' || id === '+' || id === '#') continue;
       const literal = r.levels.map((l, i) => (i === r.clientLevel ? id : l)).join('/');
-      if (filterCovers(literal, bare)) return this.placement.owner(id) === shard;
+      // Covered by the rule itself too: a `$` first level is one the rule, like `+`, does not
+      // match (so `$d/cmd` is no client's under `{client}/cmd`).
+      if (filterCovers(literal, bare) && filterCovers(r.filter, bare)) return this.placement.owner(id) === shard;
     }
     return false;
   }
