@@ -4,7 +4,7 @@ import { describe, it } from 'node:test';
 import fc from 'fast-check';
 import { Packr } from 'msgpackr';
 import { parseSharedFilter } from '../protocol/topic.js';
-import type { OutboxItem } from './bridge-outbox.js';
+import { firstAtOrAbove, firstAtOrAboveSeq, type OutboxItem } from './bridge-outbox.js';
 import type { BridgeRule } from './bridge-rules.js';
 import { Broker } from './broker.js';
 import { Harness, msg, published, sent, testSettings } from './broker-harness.testkit.js';
@@ -137,6 +137,36 @@ describe('bridge outboxes in the replicated state', () => {
     assert.equal(h.broker.bridgeOutbox('cloud')?.position, 1);
   });
 
+  it('numbers apart the messages one entry puts in: several wills of one tick, each found by its seq', () => {
+    const h = new Harness(SETTINGS);
+    for (const i of [1, 2, 3]) {
+      h.connect(h.conn(i), `w${i}`, { protocol: 5, clean: true, expiryS: 60, will: { msg: msg(`t/w${i}`, 'x', 1), delayS: 1 } });
+    }
+    for (const i of [1, 2, 3]) h.apply({ t: 'disconnect', conn: h.conn(i), reason: 0x80, publishWill: true });
+    h.connect(h.conn(9), 'pub');
+    h.publish(h.conn(9), msg('before', 'x', 1), 1);
+    h.apply({ t: 'bridge-position', bridge: 'archive', below: h.index + 1 });
+    h.apply({ t: 'tick' }, 1000);
+    const o = h.broker.bridgeOutbox('archive');
+    const got = o?.items.toArray() ?? [];
+    assert.deepEqual(
+      got.map((it) => [it.index, it.topic]),
+      [
+        [h.index, 't/w1'],
+        [h.index, 't/w2'],
+        [h.index, 't/w3'],
+      ],
+    );
+    // Numbered on after the removed ones, increasing: the send cursor can stop between two of them.
+    assert.deepEqual(
+      got.map((it) => it.seq),
+      [1, 2, 3],
+    );
+    assert.equal(o === undefined ? -1 : firstAtOrAboveSeq(o, 2), 1);
+    assert.equal(o === undefined ? -1 : firstAtOrAboveSeq(o, 4), 3);
+    assert.equal(o === undefined ? -1 : firstAtOrAbove(o, h.index), 0);
+  });
+
   it('keeps the outboxes in the snapshot: a restored broker has the same items, positions and digest', () => {
     const h = new Harness(SETTINGS);
     h.connect(h.conn(1), 'pub');
@@ -152,7 +182,15 @@ describe('bridge outboxes in the replicated state', () => {
       const want = h.broker.bridgeOutbox(name);
       assert.equal(o?.position, want?.position);
       assert.equal(o?.bytes, want?.bytes);
-      assert.deepEqual(o?.items.toArray(), want?.items.toArray());
+      // The seq of an item is derived (the serving node's send cursor counts in it): a restored
+      // outbox numbers its items again, in order.
+      const unnumbered = (x: typeof o) => (x?.items.toArray() ?? []).map(({ seq, ...m }) => m);
+      assert.deepEqual(unnumbered(o), unnumbered(want));
+      assert.deepEqual(
+        o?.items.toArray().map((it) => it.seq),
+        o?.items.toArray().map((_, i) => i),
+      );
+      assert.equal(o?.nextSeq, o?.items.length);
     }
     // And apply goes on from it as from the original.
     const cmd = { t: 'bridge-position' as const, bridge: 'cloud', below: h.index };

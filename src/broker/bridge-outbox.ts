@@ -13,8 +13,13 @@ import { Fifo } from './fifo.js';
 import { MinHeap } from './min-heap.js';
 
 export interface OutboxItem {
-  /** Log index of the entry that published the message. */
+  /** Log index of the entry that published the message. One entry may put several messages into
+   * the outbox (a tick firing several wills), so the index does not name an item alone. */
   readonly index: number;
+  /** Its place in this outbox, numbered as pushed: increasing in log order and unique within the
+   * outbox object. The serving node's send cursor counts in it, so it never skips the rest of an
+   * entry. Derived, not replicated: a restored outbox numbers its items again from 0. */
+  readonly seq: number;
   /** The remote topic (prefix remapped). */
   readonly topic: string;
   /** The QoS it is forwarded at: min(the message's, the rule's). */
@@ -25,6 +30,9 @@ export interface OutboxItem {
   readonly expiresAt: number | null;
 }
 
+/** A message as apply copies it into the outbox (and a snapshot holds it), before it is numbered. */
+export type OutboxMessage = Omit<OutboxItem, 'seq'>;
+
 export interface BridgeOutbox {
   readonly name: string;
   /** Every message of this bridge below this log index was completed at the remote. */
@@ -32,6 +40,8 @@ export interface BridgeOutbox {
   items: Fifo<OutboxItem>;
   /** Topic and payload bytes of `items`. */
   bytes: number;
+  /** The seq of the next item pushed. */
+  nextSeq: number;
   /** Derived, rebuilt on restore: the items that expire, soonest first. An item the position has
    * passed stays until popped or pruned (lazy deletion, as the broker's deadline heap does). */
   expiring: ExpiryHeap;
@@ -41,11 +51,12 @@ export interface BridgeOutbox {
 export const outboxItemSize = (it: { topic: string; msg: Message }): number => it.topic.length + it.msg.payload.length;
 
 export function newOutbox(name: string, position: number): BridgeOutbox {
-  return { name, position, items: new Fifo(), bytes: 0, expiring: new ExpiryHeap() };
+  return { name, position, items: new Fifo(), bytes: 0, nextSeq: 0, expiring: new ExpiryHeap() };
 }
 
-/** Appends an item (in log order) and counts it. */
-export function pushOutbox(o: BridgeOutbox, it: OutboxItem): void {
+/** Appends a message (in log order), numbers it and counts it. */
+export function pushOutbox(o: BridgeOutbox, m: OutboxMessage): void {
+  const it: OutboxItem = { ...m, seq: o.nextSeq++ };
   o.items.push(it);
   o.bytes += outboxItemSize(it);
   if (it.expiresAt === null) return;
@@ -115,12 +126,24 @@ export function advanceOutbox(o: BridgeOutbox, below: number): number {
 }
 
 /** The offset in `o.items` of the first item at or above log index `index` (items are in log order). */
-export function firstAtOrAbove(o: BridgeOutbox, index: number): number {
+export function firstAtOrAbove(o: Readonly<BridgeOutbox>, index: number): number {
   let lo = 0;
   let hi = o.items.length;
   while (lo < hi) {
     const mid = (lo + hi) >>> 1;
     if ((o.items.at(mid) as OutboxItem).index < index) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/** The offset in `o.items` of the first item whose seq is at or above `seq`. */
+export function firstAtOrAboveSeq(o: Readonly<BridgeOutbox>, seq: number): number {
+  let lo = 0;
+  let hi = o.items.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if ((o.items.at(mid) as OutboxItem).seq < seq) lo = mid + 1;
     else hi = mid;
   }
   return lo;

@@ -8,7 +8,7 @@ import {
   expireOutbox,
   newOutbox,
   nextExpiry,
-  type OutboxItem,
+  type OutboxMessage,
   outboxItemSize,
   pushOutbox,
 } from './bridge-outbox.js';
@@ -1051,7 +1051,7 @@ export class Broker implements BrokerState {
       if (o.name === viaBridge) continue;
       const f = outboundForward(rules, o.name, msg.topic, msg.qos);
       if (f === null) continue;
-      const item: OutboxItem = { index: this.index, topic: f.topic, qos: f.qos, msg, expiresAt };
+      const item: OutboxMessage = { index: this.index, topic: f.topic, qos: f.qos, msg, expiresAt };
       if (expiresAt !== null && expiresAt <= now) {
         // A Message Expiry Interval of 0: expired before it could wait.
         event(out, 'bridge-outbox-expired', { bridge: o.name, topic: msg.topic, index: item.index });
@@ -1333,7 +1333,7 @@ export class Broker implements BrokerState {
   }
 
   /** The outboxes sorted by name, each as [name, position, items]: copies, so apply may go on. */
-  private outboxImages(): [string, number, OutboxItem[]][] {
+  private outboxImages(): [string, number, OutboxMessage[]][] {
     return [...this.outboxes.values()]
       .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
       .map((o) => [o.name, o.position, o.items.toArray()]);

@@ -1,4 +1,4 @@
-import type { OutboxItem } from './bridge-outbox.js';
+import type { OutboxMessage } from './bridge-outbox.js';
 import type { Settings } from './commands.js';
 import { IncrementalSort } from './incremental-sort.js';
 import { type PendingWill, type RetainedMessage, type Session, sessionPreimage } from './session.js';
@@ -46,7 +46,7 @@ export interface CursorCapture {
   retained: [string, RetainedMessage][];
   cursors: [string, string][];
   /** Copies of the outboxes, sorted by name (few bridges, so no incremental sort). */
-  bridges: [string, number, OutboxItem[]][];
+  bridges: [string, number, OutboxMessage[]][];
 }
 
 export interface SnapshotCursorOptions {
@@ -85,7 +85,7 @@ export class SnapshotCursor implements IterableIterator<Uint8Array> {
   private willSort: IncrementalSort<PendingWill> | null;
   private retainedSort: IncrementalSort<[string, RetainedMessage]> | null;
   private cursorSort: IncrementalSort<[string, string]> | null;
-  private readonly bridges: [string, number, OutboxItem[]][];
+  private readonly bridges: [string, number, OutboxMessage[]][];
   /** Pre-images of marked sessions that apply touched before they were encoded. */
   private preimages = new Map<Session, Session>();
   /** Built once the sorts finish. */

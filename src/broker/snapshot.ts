@@ -1,6 +1,6 @@
 import { Packr } from 'msgpackr';
 import type { ProtocolLevel, QoS } from '../protocol/packets.js';
-import type { OutboxItem } from './bridge-outbox.js';
+import type { OutboxMessage } from './bridge-outbox.js';
 import { BRIDGE_NAME, type BridgeRule, bridgeNames } from './bridge-rules.js';
 import type { AclRule, Message, MessageProps, Settings, Will } from './commands.js';
 import { queueSize } from './deliver.js';
@@ -58,7 +58,7 @@ export interface StateImage {
   /** Shared subscription round-robin cursors (share id, last chosen client id), sorted by id. */
   cursors: [string, string][];
   /** Bridge outboxes (name, position, items in log order), sorted by name. */
-  bridges: [string, number, OutboxItem[]][];
+  bridges: [string, number, OutboxMessage[]][];
 }
 
 export const SNAPSHOT_ERROR = {
@@ -130,7 +130,7 @@ function encodeRules(rules: readonly BridgeRule[]): unknown {
 }
 
 /** One outbox: [name, position, [[index, remote topic, qos, message, expiresAt]...]]. */
-export const encodeOutbox = ([name, position, items]: [string, number, OutboxItem[]]): unknown[] => [
+export const encodeOutbox = ([name, position, items]: [string, number, OutboxMessage[]]): unknown[] => [
   name,
   position,
   items.map((it) => [it.index, it.topic, it.qos, encodeMsg(it.msg), it.expiresAt]),
@@ -282,16 +282,16 @@ function decodeOutboxes(
   appliedIndex: number,
   appliedTime: number,
   withExpiry: boolean,
-): [string, number, OutboxItem[]][] {
+): [string, number, OutboxMessage[]][] {
   const names = bridgeNames(settings.bridgeRules).sort();
-  const got = arr(v, 'bridges').map((o): [string, number, OutboxItem[]] => {
+  const got = arr(v, 'bridges').map((o): [string, number, OutboxMessage[]] => {
     const [name, position, items] = arr(o, 'outbox', 3);
     const n = str(name, 'outbox name');
     if (!BRIDGE_NAME.test(n)) fail('outbox name');
     const p = int(position, 'outbox position');
     if (p < 0 || p > appliedIndex + 1) fail(`outbox ${n} position`);
     let last = 0;
-    const list = arr(items, 'outbox items').map((x): OutboxItem => {
+    const list = arr(items, 'outbox items').map((x): OutboxMessage => {
       const [index, topic, q, msg, exp] = arr(x, 'outbox item', withExpiry ? 5 : 4);
       const i = int(index, 'outbox item index');
       if (i < last || i < p || i > appliedIndex) fail(`outbox ${n} item index`);

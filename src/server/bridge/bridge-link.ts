@@ -13,7 +13,7 @@
 import { isIP, connect as netConnect, type Socket } from 'node:net';
 import { connect as tlsConnect } from 'node:tls';
 import type { Logger } from 'pino';
-import { type BridgeOutbox, firstAtOrAbove, type OutboxItem } from '../../broker/bridge-outbox.js';
+import { type BridgeOutbox, firstAtOrAbove, firstAtOrAboveSeq, type OutboxItem } from '../../broker/bridge-outbox.js';
 import { type BridgeRule, inboundForward, inboundSubscriptions, outboundForward } from '../../broker/bridge-rules.js';
 import type { Command, ConnId, Message, OutPacket } from '../../broker/commands.js';
 import { Fifo } from '../../broker/fifo.js';
@@ -72,6 +72,7 @@ export type BridgeState = 'stopped' | 'connecting' | 'up' | 'backoff';
 /** A message sent on the current connection and not yet completed, in send order. */
 interface Pending {
   readonly index: number;
+  readonly seq: number;
   done: boolean;
 }
 
@@ -108,8 +109,19 @@ export class BridgeLink {
   private addressIndex = 0;
   private window = BRIDGE_WINDOW;
   private remoteMaxPacket = 0;
-  /** Every outbox message below this index was sent on the current connection. */
+  /** The send cursor: every item of `cursorOf` whose seq is below this was sent on the current
+   * connection. It counts items, not log indexes, because one entry may put several messages into
+   * the outbox and the window may fill between two of them. */
+  private sentSeq = 0;
+  /** The outbox object `sentSeq` counts in; another one (the rules made the bridge's outbox anew,
+   * or the state was restored) is numbered anew, and the cursor starts again from its position. */
+  private cursorOf: Readonly<BridgeOutbox> | null = null;
+  /** One above the log index of the last item sent on the current connection. */
   private sentBelow = 0;
+  /** Every item of `cursorOf` whose seq is below this was completed at the remote (known here):
+   * a new connection does not send them again, so an entry with more messages than one connection
+   * completes still gets through a remote that drops the connection often. */
+  private completedSeq = 0;
   /** Every outbox message below this index was completed at the remote (known here). */
   private completedBelow = 0;
   private proposedBelow = 0;
@@ -132,6 +144,7 @@ export class BridgeLink {
     if (this.state !== 'stopped') return;
     this.failures = 0;
     this.completedBelow = 0;
+    this.completedSeq = 0;
     this.proposedBelow = 0;
     this.connect();
   }
@@ -264,8 +277,7 @@ export class BridgeLink {
     this.lastError = null;
     this.window = Math.min(BRIDGE_WINDOW, receiveMax ?? BRIDGE_WINDOW);
     this.remoteMaxPacket = maxPacketSize ?? 0;
-    const o = this.host.outbox(this.spec.name);
-    this.sentBelow = Math.max(this.completedBelow, o?.position ?? 0);
+    this.resetCursor();
     const every = Math.max(500, this.spec.keepaliveS * 500);
     this.pingTimer = setInterval(() => this.ping(), every);
     this.pingTimer.unref();
@@ -398,7 +410,15 @@ export class BridgeLink {
     if (this.state !== 'up' || s === null) return;
     const o = this.host.outbox(this.spec.name);
     if (o === undefined) return;
-    let i = firstAtOrAbove(o, this.sentBelow);
+    if (o !== this.cursorOf) {
+      // What is in flight counts in the old outbox's numbers: start again on a new connection.
+      if (this.pending.length > 0) {
+        this.fail("the bridge's outbox was made anew while messages were in flight");
+        return;
+      }
+      this.resetCursor();
+    }
+    let i = firstAtOrAboveSeq(o, this.sentSeq);
     if (i >= o.items.length) {
       this.settle();
       return;
@@ -411,6 +431,7 @@ export class BridgeLink {
       // deadline) removes it, and the pump after that entry goes on. An expired message is never
       // forwarded [MQTT-3.3.2-5], and holding keeps the log order.
       if (item.expiresAt !== null && item.expiresAt <= now) break;
+      this.sentSeq = item.seq + 1;
       this.sentBelow = item.index + 1;
       this.send(s, item, now);
       if (s !== this.socket) return;
@@ -419,7 +440,7 @@ export class BridgeLink {
   }
 
   private send(s: Socket, item: OutboxItem, now: number): void {
-    const entry: Pending = { index: item.index, done: false };
+    const entry: Pending = { index: item.index, seq: item.seq, done: false };
     // QoS 2 to the remote is not built: such a message goes out at QoS 1 (docs/bridges.md).
     const qos = item.qos === 0 ? 0 : 1;
     const packet: PublishPacket = {
@@ -480,7 +501,43 @@ export class BridgeLink {
     this.settle();
   }
 
-  /** Moves completedBelow over the done prefix of what was sent, and proposes it once a turn. */
+  /** Starts the send cursor at the first item not known completed: at a new connection (what was
+   * sent on the last one and not completed goes again) or on a new outbox object. Items of the entry
+   * at completedBelow that were completed go again too: at least once. */
+  private resetCursor(): void {
+    const o = this.host.outbox(this.spec.name);
+    if (o !== this.cursorOf) this.completedSeq = 0;
+    this.cursorOf = o ?? null;
+    this.sentBelow = Math.max(this.completedBelow, o?.position ?? 0);
+    if (o === undefined) {
+      this.sentSeq = 0;
+      return;
+    }
+    const i = firstAtOrAbove(o, this.sentBelow);
+    const first = i < o.items.length ? (o.items.at(i) as OutboxItem).seq : o.nextSeq;
+    if (first >= this.completedSeq) {
+      this.sentSeq = first;
+      return;
+    }
+    // Items of the entry at sentBelow were completed before: the cursor starts after them.
+    this.sentSeq = this.completedSeq;
+    const last = o.items.at(firstAtOrAboveSeq(o, this.sentSeq) - 1);
+    if (last !== undefined && last.index + 1 > this.sentBelow) this.sentBelow = last.index + 1;
+  }
+
+  /** With nothing in flight: the log index below which every outbox item is completed, which is
+   * the index of the first item not sent yet (the rest of its entry may be behind the cursor's
+   * window), or past the last item sent when every item was sent. */
+  private unsentBelow(): number {
+    const o = this.host.outbox(this.spec.name);
+    if (o === undefined || o !== this.cursorOf) return this.completedBelow;
+    const next = o.items.at(firstAtOrAboveSeq(o, this.sentSeq));
+    return next === undefined ? this.sentBelow : next.index;
+  }
+
+  /** Moves completedBelow over the done prefix of what was sent, and proposes it once a turn. It
+   * never passes an item not completed: the first one still in flight, or the first one not sent
+   * (of the same entry as the last sent, when the window filled inside an entry). */
   private settle(): void {
     for (;;) {
       const head = this.pending.peek();
@@ -488,7 +545,9 @@ export class BridgeLink {
       this.pending.shift();
     }
     const head = this.pending.peek();
-    const below = head === undefined ? this.sentBelow : head.index;
+    const below = head === undefined ? this.unsentBelow() : head.index;
+    const seqBelow = head === undefined ? this.sentSeq : head.seq;
+    if (seqBelow > this.completedSeq) this.completedSeq = seqBelow;
     if (below > this.completedBelow) this.completedBelow = below;
     if (this.completedBelow > this.proposedBelow && !this.positionQueued) {
       this.positionQueued = true;
@@ -560,7 +619,7 @@ export class BridgeLink {
     // What was sent and not completed goes again on the next connection.
     this.pending.clear();
     this.inflight.clear();
-    this.sentBelow = this.completedBelow;
+    this.resetCursor();
     if (s !== null) {
       s.removeAllListeners('data');
       s.on('error', () => {});
