@@ -5,9 +5,11 @@
 // codec, grants a Receive Maximum as small as 1 (so the send window fills between two messages of
 // the entry) and acknowledges each PUBLISH. The host applies what the link proposes
 // (`bridge-position`) as the next entry and pumps the link again, as a serving node does after a
-// commit. The check: once the position has passed the entry and emptied the outbox, the remote has
-// received every message of it, in order. A copy of the link with the planted bug
-// `bridge-cursor-skips-entry` (the cursor and the position move by log index) must fail it.
+// commit. The checks: no `bridge-position` passes a message the remote has not acknowledged, and
+// once the position has passed the entry and emptied the outbox, the remote has acknowledged every
+// message of it, once, in order; also when the remote closes the connection after each PUBACK, and
+// when a message in the middle of the entry expires before it is sent. A copy of the link with the
+// planted bug `bridge-cursor-skips-entry` (the cursor and the position move by log index) must fail.
 import assert from 'node:assert/strict';
 import { createServer, type Server, type Socket } from 'node:net';
 import { dirname, join } from 'node:path';
@@ -104,17 +106,26 @@ interface Run {
   passedUnacked: string[];
 }
 
-/** Drives the scenario with `Link`: `wills` wills fire in one tick, the remote grants `window` and
- * closes each connection after `acksPerConnection` acknowledgements. Resolves once the position
- * has passed the tick and emptied the outbox. */
-async function oneTickOfWills(
-  Link: LinkClass,
-  wills: number,
-  window: number,
-  acksPerConnection: number,
-  cleanups: (() => Promise<void>)[],
-): Promise<Run> {
-  const remote = new FakeRemote(window, acksPerConnection);
+interface Scenario {
+  /** Wills fired by the one tick. */
+  wills: number;
+  /** The remote's Receive Maximum. */
+  window: number;
+  /** The remote closes each connection after this many PUBACKs; default: never. */
+  acksPerConnection?: number;
+  /** The will at this place has a Message Expiry Interval of 2 s, and the cluster clock the link
+   * reads runs 2.5 s ahead of the entries: the link finds it expired before an entry removes it. */
+  expiring?: number;
+}
+
+/** Time the cluster clock the link reads runs ahead of the last entry in the `expiring` case (ms). */
+const CLOCK_AHEAD_MS = 2500;
+
+/** Drives the scenario with `Link`: the wills fire in one tick; the link forwards them to the
+ * remote. Resolves once the position has passed the tick and emptied the outbox. */
+async function oneTickOfWills(Link: LinkClass, sc: Scenario, cleanups: (() => Promise<void>)[]): Promise<Run> {
+  const { wills, window } = sc;
+  const remote = new FakeRemote(window, sc.acksPerConnection ?? Number.POSITIVE_INFINITY);
   const port = await remote.listen();
   cleanups.push(() => remote.close());
 
@@ -122,7 +133,8 @@ async function oneTickOfWills(
   // MQTT 5 sessions whose wills are delayed 1 s, all ended at one time: one tick fires them all.
   const ids = Array.from({ length: wills }, (_, i) => `c${i}`);
   ids.forEach((id, i) => {
-    h.connect(h.conn(1 + i), id, { protocol: 5, clean: true, expiryS: 60, will: { msg: msg(`will/${id}`, id, 1), delayS: 1 } });
+    const m = msg(`will/${id}`, id, 1, false, i === sc.expiring ? { expiryS: 2 } : undefined);
+    h.connect(h.conn(1 + i), id, { protocol: 5, clean: true, expiryS: 60, will: { msg: m, delayS: 1 } });
   });
   ids.forEach((_, i) => {
     h.apply({ t: 'disconnect', conn: h.conn(1 + i), reason: RC.UNSPECIFIED_ERROR, publishWill: true });
@@ -147,7 +159,7 @@ async function oneTickOfWills(
     outbox: (name) => h.broker.bridgeOutbox(name),
     rules: () => RULES,
     mayWrite: () => true,
-    now: () => h.time,
+    now: () => h.time + (sc.expiring === undefined ? 0 : CLOCK_AHEAD_MS),
     propose: (cmd) => {
       proposed.push(cmd);
       setImmediate(commit);
@@ -189,6 +201,16 @@ async function oneTickOfWills(
     'all of them from the one entry',
   );
   l.pump();
+  if (sc.expiring !== undefined) {
+    // The link stops at the expired will: the position reaches it and goes no further, and nothing
+    // behind it is sent, until the entry whose time passes its expiry removes it.
+    await until('the position at the tick', () => h.broker.bridgeOutbox('up')?.position === tick, WAIT_MS);
+    assert.equal(remote.acked.length, sc.expiring, 'the wills before the expired one were forwarded, no more');
+    h.apply({ t: 'tick' }, 2000);
+    // The forwarded ones stay too: the position cannot pass the entry before the rest of it.
+    assert.equal(h.broker.bridgeOutbox('up')?.items.length, wills - 1, 'the tick removed the expired will, only');
+    l.pump();
+  }
   await until('the position past the tick', () => (h.broker.bridgeOutbox('up')?.position ?? 0) > tick, WAIT_MS);
   assert.equal(h.broker.bridgeOutbox('up')?.items.length, 0, 'the position emptied the outbox');
   return { acked: remote.acked, passedUnacked };
@@ -208,16 +230,22 @@ describe('bridge send cursor over an entry with several outbox messages', { time
     [4, 64],
   ] as const) {
     it(`forwards all ${wills} wills of one tick before the position passes it (remote window ${window})`, async () => {
-      const run = await oneTickOfWills(BridgeLink, wills, window, Number.POSITIVE_INFINITY, cleanups);
+      const run = await oneTickOfWills(BridgeLink, { wills, window }, cleanups);
       assert.deepEqual(run.passedUnacked, [], 'no position passed a message the remote had not acknowledged');
       assert.deepEqual(run.acked, want(wills), 'every message of the entry reached the remote, in order, once');
     });
   }
 
   it('gets an entry through a remote that closes the connection after each acknowledgement, sending none it acknowledged again', async () => {
-    const run = await oneTickOfWills(BridgeLink, 3, 1, 1, cleanups);
+    const run = await oneTickOfWills(BridgeLink, { wills: 3, window: 1, acksPerConnection: 1 }, cleanups);
     assert.deepEqual(run.passedUnacked, [], 'no position passed a message the remote had not acknowledged');
     assert.deepEqual(run.acked, want(3), 'each will acknowledged once, in order, over three connections');
+  });
+
+  it('holds at a will of the entry that expired, and forwards the rest of the entry once an entry removes it', async () => {
+    const run = await oneTickOfWills(BridgeLink, { wills: 4, window: 64, expiring: 1 }, cleanups);
+    assert.deepEqual(run.passedUnacked, [], 'no position passed a message the remote had not acknowledged');
+    assert.deepEqual(run.acked, ['r/will/c0', 'r/will/c2', 'r/will/c3'], 'every will but the expired one, in order, once');
   });
 
   it('catches the planted bug bridge-cursor-skips-entry: it drops messages of the entry unsent', async () => {
@@ -225,7 +253,7 @@ describe('bridge send cursor over an entry with several outbox messages', { time
     const mod = (await import(pathToFileURL(join(dirname(cli), 'server', 'bridge', 'bridge-link.js')).href)) as {
       BridgeLink: LinkClass;
     };
-    const run = await oneTickOfWills(mod.BridgeLink, 3, 1, Number.POSITIVE_INFINITY, cleanups);
+    const run = await oneTickOfWills(mod.BridgeLink, { wills: 3, window: 1 }, cleanups);
     console.log(
       `# planted bridge-cursor-skips-entry: the remote got ${run.acked.length} of 3 wills; the position passed ${run.passedUnacked.length} unsent`,
     );
