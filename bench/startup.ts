@@ -719,12 +719,12 @@ function machine(): string {
 }
 
 async function main(): Promise<void> {
-  for (const c of CASES) if (!['empty', 'log', 'sessions'].includes(c)) throw new Error(`--cases: unknown case ${c}`);
-  if (!(LOG_BYTES > 0) || !(SESSIONS >= 0) || !(PAYLOAD_BYTES >= 0) || !Number.isInteger(ROUNDS) || ROUNDS < 1)
-    throw new Error('--log-bytes, --sessions, --payload-bytes and --rounds must be numbers (--rounds at least 1)');
-  out(`startup bench: ${machine()}; load average ${loadavg()}`);
   const root = ROOT;
   try {
+    for (const c of CASES) if (!['empty', 'log', 'sessions'].includes(c)) throw new Error(`--cases: unknown case ${c}`);
+    if (!(LOG_BYTES > 0) || !(SESSIONS >= 0) || !(PAYLOAD_BYTES >= 0) || !Number.isInteger(ROUNDS) || ROUNDS < 1)
+      throw new Error('--log-bytes, --sessions, --payload-bytes and --rounds must be numbers (--rounds at least 1)');
+    out(`startup bench: ${machine()}; load average ${loadavg()}`);
     if (CASES.has('empty')) {
       phase = 'empty: start';
       await measureRounds('empty data directory', { dir: join(root, 'empty'), flags: [], notes: [], bytes: 0, fresh: true });
