@@ -23,7 +23,7 @@ import { buildPatched, type Patch } from '../jepsen-like-tests/mutants.js';
 import { collect, connect } from './cluster-mqtt.js';
 import { Cluster } from './support/cluster.js';
 import { Mosquitto } from './support/mosquitto.js';
-import { LOOPBACK } from './support/net.js';
+import { CuttableRelay, LOOPBACK } from './support/net.js';
 import { until } from './support/wait.js';
 
 const SERVE_WAIT_MS = 15_000;
@@ -145,46 +145,13 @@ class RecordingRelay {
 
 /** The link from one node to a peer's listen port: a relay that can be cut, after which it
  * closes what is open and every new connection. */
-class PeerLink {
-  private readonly server: Server;
-  private readonly open = new Set<Socket>();
-  private cutOff = false;
-
+class PeerLink extends CuttableRelay {
   constructor(
     readonly from: number,
     readonly to: number,
     target: number,
   ) {
-    this.server = createServer((s) => {
-      s.on('error', () => {});
-      if (this.cutOff) {
-        s.destroy();
-        return;
-      }
-      const t = tcpConnect(target, LOOPBACK);
-      t.on('error', () => s.destroy());
-      s.on('close', () => t.destroy());
-      t.on('close', () => s.destroy());
-      this.open.add(s);
-      s.on('close', () => this.open.delete(s));
-      s.pipe(t);
-      t.pipe(s);
-    });
-  }
-
-  async listen(): Promise<number> {
-    await new Promise<void>((resolve) => this.server.listen(0, LOOPBACK, () => resolve()));
-    return (this.server.address() as { port: number }).port;
-  }
-
-  cut(): void {
-    this.cutOff = true;
-    for (const s of this.open) s.destroy();
-  }
-
-  close(): Promise<void> {
-    this.cut();
-    return new Promise<void>((resolve) => this.server.close(() => resolve()));
+    super(target);
   }
 }
 

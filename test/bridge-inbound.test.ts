@@ -1,14 +1,14 @@
 // Inbound bridge rules with real parts (docs/bridges.md "Inbound"): Debian's Mosquitto as the
 // remote, a publisher there and a subscriber at raftmq (MQTT.js).
 import assert from 'node:assert/strict';
-import { createServer, type Server, type Socket, connect as tcpConnect } from 'node:net';
+import { createServer, type Server } from 'node:net';
 import { after, describe, it } from 'node:test';
 import pino from 'pino';
 import { type BridgeSpec, bridgeSpecs } from '../src/server/bridge/bridge-config.js';
 import type { BrokerNode } from '../src/server/broker-node.js';
 import { connectClient, disconnect, publish, startNode, subscribe, type TestClient } from './helpers.js';
 import { Mosquitto } from './support/mosquitto.js';
-import { LOOPBACK } from './support/net.js';
+import { CuttableRelay, LOOPBACK } from './support/net.js';
 import { until } from './support/wait.js';
 
 interface Line {
@@ -31,47 +31,6 @@ async function bridgedNode(bridges: BridgeSpec[], extra: Record<string, unknown>
 const PUBACK_9 = Buffer.from([0x40, 0x02, 0x00, 0x09]);
 
 const numbers = (c: TestClient): number[] => c.messages.map((m) => Number(m.payload));
-
-/** A TCP relay to the remote that can be cut: while down it closes every connection, so the bridge
- * is down while the remote runs on. */
-class Relay {
-  private readonly server: Server;
-  private readonly open = new Set<Socket>();
-  down = false;
-
-  constructor(target: number) {
-    this.server = createServer((s) => {
-      s.on('error', () => {});
-      if (this.down) {
-        s.destroy();
-        return;
-      }
-      const t = tcpConnect(target, LOOPBACK);
-      t.on('error', () => s.destroy());
-      s.on('close', () => t.destroy());
-      t.on('close', () => s.destroy());
-      this.open.add(s);
-      s.on('close', () => this.open.delete(s));
-      s.pipe(t);
-      t.pipe(s);
-    });
-  }
-
-  async listen(): Promise<number> {
-    await new Promise<void>((resolve) => this.server.listen(0, LOOPBACK, () => resolve()));
-    return (this.server.address() as { port: number }).port;
-  }
-
-  cut(): void {
-    this.down = true;
-    for (const s of this.open) s.destroy();
-  }
-
-  close(): Promise<void> {
-    this.cut();
-    return new Promise<void>((resolve) => this.server.close(() => resolve()));
-  }
-}
 
 describe('inbound bridge rules with Mosquitto', { timeout: 60_000 }, () => {
   const cleanups: (() => Promise<void>)[] = [];
@@ -147,7 +106,7 @@ describe('inbound bridge rules with Mosquitto', { timeout: 60_000 }, () => {
   it('QoS 1 messages published while the bridge is down, and across a restart of the remote, all arrive (persistent session)', async () => {
     const remote = await Mosquitto.start();
     cleanups.push(() => remote.dispose());
-    const relay = new Relay(remote.port);
+    const relay = new CuttableRelay(remote.port);
     const relayPort = await relay.listen();
     cleanups.push(() => relay.close());
     let rpub = await connectClient(remote.port);

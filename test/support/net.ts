@@ -1,7 +1,8 @@
 // Loopback helpers shared by the tests, the benches and the fault-injection harness: a free port,
-// whether a port accepts connections, and a bounded HTTP GET (for /health and /metrics).
+// whether a port accepts connections, a bounded HTTP GET (for /health and /metrics), and a TCP relay
+// that can be cut.
 import { request } from 'node:http';
-import { connect, createServer } from 'node:net';
+import { connect, createServer, type Server, type Socket } from 'node:net';
 
 export const LOOPBACK = '127.0.0.1';
 
@@ -62,4 +63,46 @@ export function httpGet(port: number, path: string, timeoutMs = 2_000): Promise<
     req.on('error', reject);
     req.end();
   });
+}
+
+/** A TCP relay on a free loopback port to `target`: while `down` it closes every new connection,
+ * and cut() also closes those open, so what connects through it sees the link go away while the
+ * target runs on. Setting `down` to false lets new connections through again. */
+export class CuttableRelay {
+  private readonly server: Server;
+  private readonly open = new Set<Socket>();
+  down = false;
+
+  constructor(target: number) {
+    this.server = createServer((s) => {
+      s.on('error', () => {});
+      if (this.down) {
+        s.destroy();
+        return;
+      }
+      const t = connect(target, LOOPBACK);
+      t.on('error', () => s.destroy());
+      s.on('close', () => t.destroy());
+      t.on('close', () => s.destroy());
+      this.open.add(s);
+      s.on('close', () => this.open.delete(s));
+      s.pipe(t);
+      t.pipe(s);
+    });
+  }
+
+  async listen(): Promise<number> {
+    await new Promise<void>((resolve) => this.server.listen(0, LOOPBACK, () => resolve()));
+    return (this.server.address() as { port: number }).port;
+  }
+
+  cut(): void {
+    this.down = true;
+    for (const s of this.open) s.destroy();
+  }
+
+  close(): Promise<void> {
+    this.cut();
+    return new Promise<void>((resolve) => this.server.close(() => resolve()));
+  }
 }
