@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { RC } from '../src/protocol/reason-codes.js';
 import { TEST_FREE_BYTES_ENV } from '../src/server/disk-space.js';
-import { connectClient, disconnect, subscribe, withTimeout } from './helpers.js';
+import { connectClient, disconnect, refusedConnect, rejection, subscribe, withTimeout } from './helpers.js';
 import { parseMetrics } from './prom-text.js';
 import { Cluster, type ClusterNode } from './support/cluster.js';
 import { httpGet } from './support/net.js';
@@ -41,30 +41,6 @@ async function dataDirOf(n: ClusterNode): Promise<DataDirBlock> {
 
 async function metricsOf(n: ClusterNode): Promise<Map<string, number>> {
   return parseMetrics((await httpGet(n.healthPort, '/metrics')).text);
-}
-
-/** The code MQTT.js gives a refused CONNECT (its CONNACK code). */
-async function refusedConnect(port: number, opts: Parameters<typeof connectClient>[1]): Promise<number | undefined> {
-  try {
-    const c = await connectClient(port, opts);
-    await disconnect(c);
-  } catch (err) {
-    return (err as { code?: number }).code;
-  }
-  assert.fail(`${opts?.clientId}: CONNECT admitted`);
-}
-
-async function rejection(p: Promise<unknown>): Promise<number | undefined> {
-  const r = await withTimeout(
-    p.then(
-      () => null,
-      (err: { code?: number }) => err,
-    ),
-    5_000,
-    'the publish answer',
-  );
-  assert.ok(r !== null, 'the publish was refused');
-  return r.code;
 }
 
 const clusters: Cluster[] = [];

@@ -18,7 +18,7 @@ import { after, describe, it } from 'node:test';
 import { RC } from '../src/protocol/reason-codes.js';
 import { TEST_FREE_BYTES_ENV } from '../src/server/disk-space.js';
 import { BrokerProcess, CLI } from './broker-process.js';
-import { connectClient, disconnect, subscribe, type TestClient, withTimeout } from './helpers.js';
+import { connectClient, disconnect, refusedConnect, rejection, subscribe, type TestClient, withTimeout } from './helpers.js';
 
 const dirs: string[] = [];
 after(() => {
@@ -42,30 +42,6 @@ async function metric(port: number, series: string): Promise<number | null> {
   const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
   const line = text.split('\n').find((l) => l.startsWith(`${series} `));
   return line === undefined ? null : Number(line.slice(series.length + 1));
-}
-
-/** The error a refused CONNECT gives MQTT.js (its `code` is the CONNACK code). */
-async function refusedConnect(port: number, opts: Parameters<typeof connectClient>[1]): Promise<number | undefined> {
-  try {
-    const c = await connectClient(port, opts);
-    await disconnect(c);
-  } catch (err) {
-    return (err as { code?: number }).code;
-  }
-  assert.fail(`${opts?.clientId}: CONNECT admitted`);
-}
-
-async function rejection(p: Promise<unknown>): Promise<number | undefined> {
-  const r = await withTimeout(
-    p.then(
-      () => null,
-      (err: { code?: number }) => err,
-    ),
-    5_000,
-    'the publish answer',
-  );
-  assert.ok(r !== null, 'the publish was refused');
-  return r.code;
 }
 
 describe('single node with --data-dir in disk trouble', { timeout: 120_000 }, () => {

@@ -1,6 +1,7 @@
 // Helpers for integration tests: an in-process node on 127.0.0.1 port 0, MQTT.js clients, a raw
 // client built on our own codec for what MQTT.js will not do (silence, bad packets), and bounded
 // waits everywhere.
+import assert from 'node:assert/strict';
 import { connect as netConnect, type Socket } from 'node:net';
 import mqtt, { type IClientOptions, type IPublishPacket, type MqttClient } from 'mqtt';
 import pino from 'pino';
@@ -105,6 +106,31 @@ export async function connectClient(where: number | string, opts: IClientOptions
       what,
     );
   return { client, messages, connack, waitFor, closed };
+}
+
+/** The code of a refused CONNECT as MQTT.js gives it (the CONNACK code); fails when admitted. */
+export async function refusedConnect(port: number, opts: IClientOptions): Promise<number | undefined> {
+  try {
+    const c = await connectClient(port, opts);
+    await disconnect(c);
+  } catch (err) {
+    return (err as { code?: number }).code;
+  }
+  assert.fail(`${opts.clientId}: CONNECT admitted`);
+}
+
+/** The reason code of a refused publish (within 5 s); fails when it was accepted. */
+export async function rejection(p: Promise<unknown>): Promise<number | undefined> {
+  const r = await withTimeout(
+    p.then(
+      () => null,
+      (err: { code?: number }) => err,
+    ),
+    5_000,
+    'the publish answer',
+  );
+  assert.ok(r !== null, 'the publish was refused');
+  return r.code;
 }
 
 export async function subscribe(c: TestClient, filter: string | string[], qos: 0 | 1 | 2 = 0): Promise<number[]> {
