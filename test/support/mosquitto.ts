@@ -4,6 +4,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
+import { signalAndWait } from './child-process.js';
 import { freePort, LOOPBACK, portOpen } from './net.js';
 import { until } from './wait.js';
 
@@ -75,13 +76,7 @@ export class Mosquitto {
   async stop(): Promise<void> {
     const child = this.child;
     if (child === null) return;
-    const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-    if (child.pid !== undefined) process.kill(child.pid, 'SIGTERM');
-    const timer = setTimeout(() => {
-      if (child.pid !== undefined && child.exitCode === null) process.kill(child.pid, 'SIGKILL');
-    }, 5_000);
-    await exited;
-    clearTimeout(timer);
+    await signalAndWait(child, 'SIGTERM', 5_000);
     this.child = null;
   }
 
@@ -98,10 +93,8 @@ export class Mosquitto {
   /** SIGKILL: whatever it had read and not saved is gone; its sockets close. */
   async kill(): Promise<void> {
     const child = this.child;
-    if (child === null || child.pid === undefined) return;
-    const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-    process.kill(child.pid, 'SIGKILL');
-    await exited;
+    if (child === null) return;
+    await signalAndWait(child, 'SIGKILL');
     this.child = null;
   }
 

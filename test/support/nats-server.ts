@@ -7,6 +7,7 @@ import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { signalAndWait } from './child-process.js';
 import { freePort, LOOPBACK } from './net.js';
 import { until } from './wait.js';
 
@@ -107,28 +108,16 @@ export class NatsServer {
   /** SIGTERM to its PID (JetStream flushes its store), then waits for the exit. */
   async stop(): Promise<void> {
     const child = this.child;
-    if (child === null || child.pid === undefined) return;
-    const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-    process.kill(child.pid, 'SIGTERM');
-    const timer = setTimeout(() => {
-      if (child.pid !== undefined && child.exitCode === null && child.signalCode === null) process.kill(child.pid, 'SIGKILL');
-    }, 5_000);
-    await exited;
-    clearTimeout(timer);
+    if (child === null) return;
+    await signalAndWait(child, 'SIGTERM', 5_000);
     this.child = null;
   }
 
   /** SIGKILL to its PID: what JetStream had not written to its store is gone. */
   async kill(): Promise<void> {
     const child = this.child;
-    if (child === null || child.pid === undefined) return;
-    if (child.exitCode !== null || child.signalCode !== null) {
-      this.child = null;
-      return;
-    }
-    const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-    process.kill(child.pid, 'SIGKILL');
-    await exited;
+    if (child === null) return;
+    await signalAndWait(child, 'SIGKILL');
     this.child = null;
   }
 
