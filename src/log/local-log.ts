@@ -316,7 +316,10 @@ export class LocalLog implements BrokerLog {
       this.ready = [];
       this.readyHead = 0;
     } else {
-      if (this.readyHead > 4096) {
+      // Dropped once the delivered part is the larger half, so each entry is copied O(1) times:
+      // a replay of millions delivers a slice per turn, and copying the rest every few turns
+      // made it quadratic.
+      if (this.readyHead > 4096 && this.readyHead * 2 > this.ready.length) {
         this.ready = this.ready.slice(this.readyHead);
         this.readyHead = 0;
       }
