@@ -49,23 +49,50 @@ import {
 } from './startup-report.js';
 import { BrokerProcess, CLI, HOST } from './targets.js';
 
-const { values: args } = parseArgs({
-  options: {
-    'log-bytes': { type: 'string', default: String(1024 * 1024 * 1024) },
-    sessions: { type: 'string', default: '100000' },
-    cluster: { type: 'boolean', default: false },
-    'payload-bytes': { type: 'string', default: '1024' },
-    cases: { type: 'string', default: 'empty,log,sessions' },
-    'cpu-prof': { type: 'string', default: '' },
-    rounds: { type: 'string', default: '3' },
-  },
-});
-const LOG_BYTES = Number(args['log-bytes']);
-const SESSIONS = Number(args.sessions);
-const PAYLOAD_BYTES = Number(args['payload-bytes']);
+const USAGE =
+  'usage: node build/bench/startup.js [--log-bytes N] [--sessions N] [--cluster] [--payload-bytes N] [--cases empty,log,sessions] [--rounds N] [--cpu-prof DIR]';
+
+function usageError(message: string): never {
+  process.stderr.write(`startup: ${message}\n${USAGE}\n`);
+  process.exit(2);
+}
+
+function parseFlags(): ReturnType<typeof parse> {
+  try {
+    return parse();
+  } catch (err) {
+    usageError((err as Error).message);
+  }
+}
+
+function parse() {
+  return parseArgs({
+    options: {
+      'log-bytes': { type: 'string', default: String(1024 * 1024 * 1024) },
+      sessions: { type: 'string', default: '100000' },
+      cluster: { type: 'boolean', default: false },
+      'payload-bytes': { type: 'string', default: '1024' },
+      cases: { type: 'string', default: 'empty,log,sessions' },
+      'cpu-prof': { type: 'string', default: '' },
+      rounds: { type: 'string', default: '3' },
+    },
+  }).values;
+}
+
+/** A positive integer flag, or the run stops naming it. */
+function positiveInt(flag: string, v: string): number {
+  const n = Number(v);
+  if (!Number.isSafeInteger(n) || n <= 0) usageError(`--${flag} must be a positive integer, got ${JSON.stringify(v)}`);
+  return n;
+}
+
+const args = parseFlags();
+const LOG_BYTES = positiveInt('log-bytes', args['log-bytes']);
+const SESSIONS = positiveInt('sessions', args.sessions);
+const PAYLOAD_BYTES = positiveInt('payload-bytes', args['payload-bytes']);
 const CASES = new Set(args.cases.split(',').filter((c) => c !== ''));
 const PROF_DIR = args['cpu-prof'];
-const ROUNDS = Number(args.rounds);
+const ROUNDS = positiveInt('rounds', args.rounds);
 
 /** Publishing connections, and QoS 1 publishes each keeps unacknowledged. */
 const PUBLISHERS = 4;
@@ -722,8 +749,6 @@ async function main(): Promise<void> {
   const root = ROOT;
   try {
     for (const c of CASES) if (!['empty', 'log', 'sessions'].includes(c)) throw new Error(`--cases: unknown case ${c}`);
-    if (!(LOG_BYTES > 0) || !(SESSIONS >= 0) || !(PAYLOAD_BYTES >= 0) || !Number.isInteger(ROUNDS) || ROUNDS < 1)
-      throw new Error('--log-bytes, --sessions, --payload-bytes and --rounds must be numbers (--rounds at least 1)');
     out(`startup bench: ${machine()}; load average ${loadavg()}`);
     if (CASES.has('empty')) {
       phase = 'empty: start';
