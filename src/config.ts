@@ -426,7 +426,7 @@ export const SCHEMA = {
   nats: {
     kind: 'string',
     default: '',
-    help: 'the NATS servers joining the shards, nats://HOST:PORT or tls://HOST:PORT, several separated by commas; checked, not used yet (docs/scale-out.md "Not built yet")',
+    help: 'the NATS servers joining the shards, nats://HOST:PORT or tls://HOST:PORT, several separated by commas; a single node joins them for routes (docs/scale-out.md)',
   },
   'health-port': {
     kind: 'int',

@@ -88,6 +88,13 @@ export const EVENT_LEVELS = {
   'snapshot-deferred': 'debug',
   'stale-deadline': 'warn',
   'tls-reload-failed': 'info',
+  // scale-out (src/scale/shard-link.ts): the shard's NATS connection and its routes
+  'nats-connect-failed': 'warn',
+  'nats-disconnected': 'warn',
+  'route-refused': 'warn',
+  'route-stale': 'warn',
+  'route-too-long': 'warn',
+  'route-write-failed': 'warn',
 } as const satisfies Record<string, EventLevel>;
 
 export type EventKind = keyof typeof EVENT_LEVELS;

@@ -109,6 +109,7 @@ const ROUTE_TARGETS_SCANNED = 8;
 const NO_SESSION: Session = newSession('');
 
 const minQos = (a: QoS, b: QoS): QoS => (a < b ? a : b);
+const EMPTY_TOUCHED: ReadonlySet<string> = new Set();
 const SHARE_PREFIX = '$share/';
 const byClientId = (a: { clientId: string }, b: { clientId: string }): number =>
   a.clientId < b.clientId ? -1 : a.clientId > b.clientId ? 1 : 0;
@@ -894,7 +895,48 @@ export class Broker implements BrokerState {
     return null;
   }
 
+  /** Filters (as subscribed) whose subscriptions were added, changed or removed since the last
+   * takeTouchedFilters(); null while nobody asks (a sharded node's routes, src/scale/shard-link.ts). */
+  private touched: Set<string> | null = null;
+
+  /** Starts noting the filters whose subscriptions change. Node-local, not part of the state. */
+  trackFilters(): void {
+    this.touched ??= new Set();
+  }
+
+  /** The filters noted since the last call (empty when not tracking). */
+  takeTouchedFilters(): ReadonlySet<string> {
+    const t = this.touched;
+    if (t === null || t.size === 0) return EMPTY_TOUCHED;
+    this.touched = new Set();
+    return t;
+  }
+
+  /** The highest QoS granted to the subscriptions to `filter` (as subscribed, `$share/G/` included),
+   * or null when there is none; O(subscriptions to that topic filter). */
+  subscribedQos(filter: string): QoS | null {
+    const topicFilter = parseSharedFilter(filter)?.filter ?? filter;
+    let max: QoS | null = null;
+    this.subsTrie.forEachAt(topicFilter, (_key, sub) => {
+      if (sub.filter === filter && (max === null || sub.qos > max)) max = sub.qos;
+    });
+    return max;
+  }
+
+  /** Every filter (as subscribed) with the highest QoS granted to its subscriptions; O(subscriptions). */
+  subscribedFilters(): Map<string, QoS> {
+    const out = new Map<string, QoS>();
+    for (const s of this.sessions.values()) {
+      for (const sub of s.subs?.values() ?? []) {
+        const held = out.get(sub.filter);
+        if (held === undefined || sub.qos > held) out.set(sub.filter, sub.qos);
+      }
+    }
+    return out;
+  }
+
   private addSub(s: Session, sub: Subscription, isNew: boolean): void {
+    this.touched?.add(sub.filter);
     s.subs ??= new Map();
     s.subs.set(sub.filter, sub);
     this.subsTrie.add(sub.topicFilter, trieKey(sub), sub);
@@ -906,6 +948,7 @@ export class Broker implements BrokerState {
     const sub = subs?.get(filter);
     if (subs == null || sub === undefined) return false;
     subs.delete(filter);
+    this.touched?.add(filter);
     this.subsTrie.remove(sub.topicFilter, trieKey(sub));
     if (sub.share !== null) {
       const left = (this.shareMembers.get(sub.share) ?? 1) - 1;

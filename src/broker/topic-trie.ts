@@ -181,6 +181,21 @@ export class TopicTrie<V> {
     return node.entries.get(key);
   }
 
+  /** Calls fn for every (key, value) stored under exactly `filter` (no wildcard matching). */
+  forEachAt(filter: string, fn: (key: string, value: V) => void): void {
+    let node: FilterNode<V> | undefined = this.root;
+    for (const level of filter.split('/')) {
+      node = childOf(node, level);
+      if (node === undefined) return;
+    }
+    const { keyChunks, valueChunks } = node.entries;
+    for (let c = 0; c < keyChunks.length; c++) {
+      const keys = keyChunks[c] as string[];
+      const values = valueChunks[c] as V[];
+      for (let i = 0; i < keys.length; i++) fn(keys[i] as string, values[i] as V);
+    }
+  }
+
   /**
    * Calls fn once per (filter, key) whose filter matches topic: `+` matches one level, `#` this
    * level and all below including the parent (`a/#` matches `a`) [MQTT-4.7.1-2]; a topic whose

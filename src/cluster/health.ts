@@ -102,11 +102,22 @@ export class HealthServer {
 
 /** /health of a node with --data-dir carries a `dataDir` block (docs/operations.md "Disk trouble"),
  * of a node with bridges a `bridges` list (docs/bridges.md "Health and metrics"), and of a node
- * with --shard its `shard` (docs/scale-out.md "Health and metrics"). */
+ * with --shard its `shard` and with --nats its `nats` link (docs/scale-out.md "Health and metrics"). */
 function withDataDir(s: object, source: HealthSource): object {
   const bridges = source.node.bridgeStatus();
   const gate = source.node.shardGate;
-  const withShard = gate === null ? s : { ...s, shard: gate.shard };
+  const link = source.node.shardLink;
+  const nats =
+    link === null
+      ? null
+      : {
+          state: link.state,
+          connected: link.connected,
+          lastError: link.lastError,
+          remoteRoutes: link.table.size,
+          pendingWrites: link.pendingWrites,
+        };
+  const withShard = gate === null ? s : nats === null ? { ...s, shard: gate.shard } : { ...s, shard: gate.shard, nats };
   const withBridges = bridges.length === 0 ? withShard : { ...withShard, bridges };
   return source.dataDir === undefined ? withBridges : { ...withBridges, dataDir: source.dataDir() };
 }

@@ -86,6 +86,25 @@ export class RouteBucket {
     return this.write(filter, { removed: true, stamp });
   }
 
+  /** The filters of this shard's routes stored in the bucket and not removed (a writer that
+   * starts compares them with what its state holds); O(this shard's keys). Entries that do not
+   * decode are refused and left out. */
+  async ownFilters(): Promise<Set<string>> {
+    const out = new Set<string>();
+    const keys: string[] = [];
+    for await (const key of await this.kv.keys(`${this.o.shard}.>`)) keys.push(key);
+    for (const key of keys) {
+      const k = parseRouteKey(key, this.o.placement);
+      if (!k.ok || k.shard !== this.o.shard) continue;
+      const e = await this.kv.get(key);
+      if (e === null || e.operation !== 'PUT') continue;
+      const v = decodeRouteValue(e.value);
+      if (!v.ok) this.refuse(key, v.reason);
+      else if (!v.value.removed) out.add(k.filter);
+    }
+    return out;
+  }
+
   private async write(filter: string, value: RouteValue): Promise<RouteWrite> {
     const key = routeKey(this.o.shard, filter);
     const bytes = encodeRouteValue(value);

@@ -30,8 +30,8 @@ export interface ShardSettings {
   /** --shard-route: the placement rules for topics that name a client id (none: every topic is
    * left to the route table). */
   rules: RouteRules;
-  /** --nats: the NATS servers of the deployment, tried in turn; empty: not given. Checked here,
-   * not used yet (docs/scale-out.md "Not built yet"). */
+  /** --nats: the NATS servers of the deployment, tried in turn; empty: not given. A single node
+   * connects to them for its routes (src/scale/shard-link.ts); a three-node shard not yet. */
   nats: NatsAddress[];
 }
 

@@ -12,6 +12,8 @@ import type { BrokerLog, LogListener } from '../log/broker-log.js';
 import { LocalLog } from '../log/local-log.js';
 import type { ConnectPacket } from '../protocol/packets.js';
 import { RC } from '../protocol/reason-codes.js';
+import type { RouteRules, RouteStamp } from '../scale/routes.js';
+import { ShardLink } from '../scale/shard-link.js';
 import type { AuditSink } from './audit-sink.js';
 import type { HookAuthorizer } from './auth/hook-authorizer.js';
 import { type Authenticator, allowAll } from './authenticator.js';
@@ -103,6 +105,21 @@ export interface NodeOptions {
   /** --shard: this node serves only the client ids of its shard (docs/scale-out.md); absent or
    * null: every client id. */
   shard?: ShardGateOptions | null;
+  /** --nats with --shard: the NATS link that joins this shard to the others (docs/scale-out.md "The
+   * serving node's routes"); absent or null: not joined. */
+  nats?: NatsLinkOptions | null;
+}
+
+export interface NatsLinkOptions {
+  /** --nats URLs. */
+  servers: readonly string[];
+  /** --shard-route rules: a filter they cover needs no route entry. */
+  rules: RouteRules;
+  /** The route bucket's name; absent: the deployment's default. */
+  bucket?: string;
+  /** The first field of this node's route stamps: it must grow across the node's restarts, since a
+   * single node's log index starts again; absent: the wall clock at the node's creation (ms). */
+  epoch?: number;
 }
 
 export interface BridgeStatus {
@@ -247,6 +264,9 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
   readonly bridges: BridgeSet;
   /** A digest mismatch found here; local, since the other replicas found none. */
   private digestFailure: string | null = null;
+  /** --nats: the link to the other shards (routes); null when not joined. */
+  readonly shardLink: ShardLink | null;
+  private readonly routeEpoch: number;
 
   constructor(opts: NodeOptions, log?: BrokerLog) {
     this.opts = opts;
@@ -294,6 +314,25 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
     this.bridges = new BridgeSet(opts.bridges ?? [], bridgeHost);
     const shard = opts.shard ?? null;
     this.shardGate = shard === null ? null : new ShardGate(shard);
+    const nats = opts.nats ?? null;
+    this.routeEpoch = nats?.epoch ?? Date.now();
+    if (shard !== null && nats !== null && nats.servers.length > 0) {
+      this.broker.trackFilters();
+      this.shardLink = new ShardLink(
+        {
+          shard: shard.shard,
+          placement: shard.placement,
+          rules: nats.rules,
+          servers: nats.servers,
+          ...(nats.bucket === undefined ? {} : { bucket: nats.bucket }),
+        },
+        {
+          mayWrite: () => this.period !== 0 && !this.stopped && this.mayWrite(),
+          ownRoutes: () => (this.period === 0 ? null : { routes: this.broker.subscribedFilters(), stamp: this.routeStamp() }),
+          event: (kind, fields) => this.event(kind, fields),
+        },
+      );
+    } else this.shardLink = null;
     this.referrer =
       opts.serverReference === undefined
         ? null
@@ -415,6 +454,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
     });
     this.opts.tls?.watch(() => this.reloadTls());
     this.log.start(this);
+    this.shardLink?.start();
     if (!this.log.checkServing()) this.startReferring();
     const every = this.opts.statsIntervalMs ?? 0;
     if (every > 0) {
@@ -439,7 +479,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
     this.firstListen = null;
     // Nothing is written once stopServing returns, so the log (a cluster leader's handover) need
     // not wait for clients to close their sockets.
-    await Promise.all([closing, this.log.stop()]);
+    await Promise.all([closing, this.log.stop(), this.shardLink?.stop()]);
   }
 
   // ---- LogListener ----
@@ -448,6 +488,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
     for (let i = 0; i < entries.length; i++) this.applyEntry(entries[i] as Entry);
     this.outbox.writeTurn();
     if (this.period !== 0) this.bridges.pump();
+    if (this.shardLink !== null) this.routesChanged(this.shardLink);
     if (this.broker.failed !== null && !this.halted) this.halt(this.broker.failed);
     this.armTick();
   }
@@ -470,6 +511,24 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
     this.armTick();
     this.startSys();
     this.bridges.start();
+    this.shardLink?.resync();
+  }
+
+  /** The stamp of this node's route writes at the last applied entry: (epoch, serving period,
+   * index). The serving period is the index of the serve-start entry, so a later serving node's
+   * writes (a higher period) are newer than every write of an earlier one. */
+  private routeStamp(): RouteStamp {
+    return { epoch: this.routeEpoch, term: this.period, index: this.broker.appliedIndex };
+  }
+
+  /** The filters whose subscriptions changed in the batch just applied go to the route bucket,
+   * while this node serves; a node that does not serve drops them (the next serving node writes
+   * the whole set from its state). */
+  private routesChanged(link: ShardLink): void {
+    const touched = this.broker.takeTouchedFilters();
+    if (touched.size === 0 || this.period === 0) return;
+    const stamp = this.routeStamp();
+    for (const f of touched) link.changed(f, this.broker.subscribedQos(f), stamp);
   }
 
   drain(): void {
@@ -984,6 +1043,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
   private async stopServing(reason: number | undefined, discard: boolean): Promise<void> {
     this.clearTick();
     this.bridges.stop();
+    this.shardLink?.servingEnded();
     this.stopSys();
     // --cluster-server-reference: the listeners stay open and refer clients (accept()).
     const keep = this.referrer !== null && !this.stopped;
