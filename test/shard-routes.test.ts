@@ -221,4 +221,27 @@ describe("the serving node's routes over a real nats-server", { timeout: 90_000 
     const good = await nats(server.url);
     await until('/health says connected', async () => (await good.health()).nats?.connected === true);
   });
+
+  // Last: it stops the shared nats-server for a while.
+  it('connects again after nats-server restarts, and writes what committed meanwhile', async () => {
+    const bucket = freshBucket();
+    const a = await shardNode('a', bucket);
+    const b = await shardNode('b', bucket);
+    const [id] = idsOf(SHARDS, 'b', 1, 'again');
+    const c = await client(b, id as string);
+    await withTimeout(c.client.subscribeAsync('before/#', { qos: 1 }), 5_000, 'SUBACK');
+    await until('the first route in a’s table', () => routesOf(a, 'before/1').length === 1);
+    await server.stop();
+    await until('both links down', () => a.shardLink?.connected === false && b.shardLink?.connected === false);
+    // Local traffic goes on without NATS; the route waits.
+    await withTimeout(c.client.subscribeAsync('during/#', { qos: 0 }), 5_000, 'SUBACK while NATS is down');
+    await withTimeout(c.client.publishAsync('during/1', 'local', { qos: 1 }), 5_000, 'PUBACK while NATS is down');
+    await c.waitFor((m) => m.topic === 'during/1', 'the local message while NATS is down');
+    assert.deepEqual(routesOf(a, 'before/1'), ['b before/# q1'], 'a keeps the last routes it knew');
+    await server.run();
+    await until('both links up again', () => a.shardLink?.connected === true && b.shardLink?.connected === true, 40_000);
+    await until('the route written while down reaches a', () => routesOf(a, 'during/1').length === 1);
+    assert.deepEqual(routesOf(a, 'before/1'), ['b before/# q1']);
+    assert.ok(counter(b, 'nats-disconnected') >= 1);
+  });
 });

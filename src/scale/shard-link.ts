@@ -144,8 +144,11 @@ export class ShardLink {
     for (const [filter, qos] of own.routes) this.changed(filter, qos, own.stamp);
     void bucket.ownFilters().then(
       (stored) => {
-        if (gen !== this.gen) return;
-        for (const f of stored) if (!own.routes.has(f) && !this.pending.has(f)) this.changed(f, null, own.stamp);
+        // The state as it is now, not as it was before the listing: a subscription committed
+        // meanwhile may already be written, and must not be removed.
+        const now = this.host.ownRoutes();
+        if (gen !== this.gen || now === null) return;
+        for (const f of stored) if (!now.routes.has(f) && !this.pending.has(f)) this.changed(f, null, now.stamp);
       },
       (err: unknown) => this.host.event('route-write-failed', { op: 'list', err: message(err) }),
     );
