@@ -323,4 +323,30 @@ describe('SortedStringMap', { timeout: 30_000 }, () => {
       { numRuns: 100 },
     );
   });
+
+  it('forEachAt visits exactly the entries of one filter, in key order, with no wildcard matching', () => {
+    fc.assert(
+      fc.property(
+        fc.array(fc.tuple(fc.constantFrom('a', 'a/b', 'a/+', '#', 'a/#', '+/b', ''), fc.constantFrom('k1', 'k2', 'k3', 'k10')), {
+          maxLength: 30,
+        }),
+        fc.constantFrom('a', 'a/b', 'a/+', '#', 'a/#', '+/b', '', 'a/c'),
+        (adds, filter) => {
+          const trie = new TopicTrie<string>();
+          const model = new Map<string, string>();
+          for (const [f, k] of adds) {
+            trie.add(f, k, `${f}|${k}`);
+            if (f === filter) model.set(k, `${f}|${k}`);
+          }
+          const seen: [string, string][] = [];
+          trie.forEachAt(filter, (k, v) => seen.push([k, v]));
+          assert.deepEqual(
+            seen,
+            [...model].sort(([x], [y]) => (x < y ? -1 : x > y ? 1 : 0)),
+          );
+        },
+      ),
+      { numRuns: 200 },
+    );
+  });
 });
