@@ -95,6 +95,7 @@ export const EVENT_LEVELS = {
   'route-stale': 'warn',
   'route-too-long': 'warn',
   'route-write-failed': 'warn',
+  'shard-outbox-refused': 'warn',
 } as const satisfies Record<string, EventLevel>;
 
 export type EventKind = keyof typeof EVENT_LEVELS;

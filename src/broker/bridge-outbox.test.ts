@@ -362,8 +362,10 @@ describe('message expiry in bridge outboxes', () => {
     expiring(h, 'b', undefined, 2);
     const packr = new Packr({ useRecords: false, mapsAsObjects: true, variableMapSize: true });
     const root = packr.unpack(Buffer.concat([...h.broker.snapshot()])) as unknown[];
-    assert.equal(root[0], 7);
+    assert.equal(root[0], 8);
     root[0] = 6;
+    // Format 8 added the shard outboxes, a thirteenth element.
+    assert.deepEqual(root.pop(), []);
     const outboxes = root[11] as [string, number, unknown[][]][];
     for (const o of outboxes) o[2] = o[2].map((it) => it.slice(0, 4));
     const img = decodeImage(packr.pack(root), parseShare);
@@ -372,7 +374,7 @@ describe('message expiry in bridge outboxes', () => {
       img.bridges[0]?.[2].map((it) => it.expiresAt),
       [at + 3000, null],
     );
-    // A format 7 snapshot holding an item already expired at its own time is refused.
+    // A current snapshot holding an item already expired at its own time is refused.
     const bad = packr.unpack(Buffer.concat([...h.broker.snapshot()])) as unknown[];
     ((bad[11] as [string, number, unknown[][]][])[0]?.[2][0] as unknown[])[4] = at;
     assert.throws(() => decodeImage(packr.pack(bad), parseShare), /outbox cloud item expired/);

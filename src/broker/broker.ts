@@ -61,6 +61,14 @@ import {
   type Subscription,
 } from './session.js';
 import { completeSettings, DEFAULT_SETTINGS } from './settings.js';
+import {
+  advanceShardOutbox,
+  newShardOutbox,
+  pushShardOutbox,
+  type ShardOutbox,
+  type ShardOutboxItem,
+  shardItemSize,
+} from './shard-outbox.js';
 import { decodeImage, encodeImage, SnapshotError, type StateImage } from './snapshot.js';
 import { type CursorCapture, SNAPSHOT_CURSOR_DEFAULTS, SnapshotCursor, type SnapshotCursorOptions } from './snapshot-cursor.js';
 import { TopicTrie } from './topic-trie.js';
@@ -163,6 +171,9 @@ export class Broker implements BrokerState {
   private cursors = new Map<string, string>();
   /** Bridge outboxes by name, one per bridge the rules name (src/broker/bridge-outbox.ts). */
   private outboxes = new Map<string, BridgeOutbox>();
+  /** Outboxes of the other shards this shard forwards to, by shard name (src/broker/shard-outbox.ts);
+   * one is made by the first message to its shard. */
+  private shardOutboxes = new Map<string, ShardOutbox>();
 
   // ---- derived state, rebuilt on restore ----
   private subsTrie = new TopicTrie<Subscription>();
@@ -223,6 +234,16 @@ export class Broker implements BrokerState {
 
   /** The outbox of bridge `name`, if the rules name it. The serving node reads it to forward; only
    * apply changes it. */
+  /** The outbox of messages forwarded to shard `dest`; undefined before the first. */
+  shardOutbox(dest: string): Readonly<ShardOutbox> | undefined {
+    return this.shardOutboxes.get(dest);
+  }
+
+  /** The shards with an outbox, in name order. */
+  get shardDests(): string[] {
+    return [...this.shardOutboxes.keys()].sort();
+  }
+
   bridgeOutbox(name: string): Readonly<BridgeOutbox> | undefined {
     return this.outboxes.get(name);
   }
@@ -405,6 +426,7 @@ export class Broker implements BrokerState {
       retained: [...this.retained.entries()],
       cursors: [...this.cursors.entries()],
       bridges: this.outboxImages(),
+      shards: this.shardOutboxImages(),
     };
     this.cursor = new SnapshotCursor(capture, ++this.cursorEpoch, opts, this.releaseCursor);
     return this.cursor;
@@ -524,6 +546,9 @@ export class Broker implements BrokerState {
         return;
       case 'bridge-in':
         this.bridgeIn(cmd, now, out);
+        return;
+      case 'shard-position':
+        this.shardPosition(cmd.dest, cmd.below, out);
         return;
       default: {
         const _: never = cmd;
@@ -1026,8 +1051,14 @@ export class Broker implements BrokerState {
         this.refuseForOutbox(cmd, s, full, out);
         return;
       }
+      const fullShard = cmd.fwd === undefined ? null : this.fullShardOutboxFor(cmd.fwd, cmd.msg);
+      if (fullShard !== null) {
+        this.refuseForShardOutbox(cmd, s, fullShard, out);
+        return;
+      }
       const matched = this.publishMessage(s?.clientId ?? null, cmd.msg, now, out);
-      code = matched === 0 ? RC.NO_MATCHING_SUBSCRIBERS : RC.SUCCESS;
+      if (cmd.fwd !== undefined) this.toShardOutboxes(cmd.fwd, cmd.msg, now);
+      code = matched === 0 && cmd.fwd === undefined ? RC.NO_MATCHING_SUBSCRIBERS : RC.SUCCESS;
     } else if (s !== undefined && s.protocol < 5) {
       // 3.1.1 has no negative PUBACK: acknowledged and dropped, as Mosquitto does.
       code = RC.SUCCESS;
@@ -1144,6 +1175,60 @@ export class Broker implements BrokerState {
     if (s.protocol === 5) {
       out?.push({ t: 'send', conn: cmd.conn, packet: { type: cmd.msg.qos === 1 ? 'puback' : 'pubrec', pid, code: RC.QUOTA_EXCEEDED } });
     } else out?.push({ t: 'close', conn: cmd.conn, reason: RC.QUOTA_EXCEEDED });
+  }
+
+  // ---- forwarding to other shards ----
+
+  /** The first shard of `dests` whose outbox has no room for `msg`; a new outbox has room for any
+   * message that fits the bound at all. */
+  private fullShardOutboxFor(dests: readonly string[], msg: Message): string | null {
+    const size = shardItemSize(msg);
+    for (const d of dests) {
+      const o = this.shardOutboxes.get(d);
+      const items = o?.items.length ?? 0;
+      const bytes = o?.bytes ?? 0;
+      if (items >= this.settings.bridgeOutboxMessages || bytes + size > this.settings.bridgeOutboxBytes) return d;
+    }
+    return null;
+  }
+
+  /** A copy of a committed QoS 1 publish, with the next sequence, in the outbox of each shard it is
+   * forwarded to (fullShardOutboxFor has checked the room). Not retained there: retained messages
+   * across shards are not built. */
+  private toShardOutboxes(dests: readonly string[], msg: Message, now: number): void {
+    const copy: Message = msg.retain ? { ...msg, retain: false } : msg;
+    for (const d of dests) {
+      let o = this.shardOutboxes.get(d);
+      if (o === undefined) {
+        o = newShardOutbox(d, `${now}-${this.index}`);
+        this.shardOutboxes.set(d, o);
+      }
+      pushShardOutbox(o, this.index, copy);
+    }
+  }
+
+  /** As refuseForOutbox, for a shard's full outbox. */
+  private refuseForShardOutbox(cmd: PublishCommand, s: Session | undefined, dest: string, out: Effects): void {
+    event(out, 'shard-outbox-refused', { shard: dest, clientId: s?.clientId ?? '', topic: cmd.msg.topic });
+    if (s === undefined) return;
+    const pid = cmd.pid ?? 0;
+    if (s.protocol === 5) out?.push({ t: 'send', conn: cmd.conn, packet: { type: 'puback', pid, code: RC.QUOTA_EXCEEDED } });
+    else out?.push({ t: 'close', conn: cmd.conn, reason: RC.QUOTA_EXCEEDED });
+  }
+
+  /** JetStream acknowledged every message to `dest` below sequence `below`. Only forward, and never
+   * past what was assigned. */
+  private shardPosition(dest: string, below: number, out: Effects): void {
+    const o = this.shardOutboxes.get(dest);
+    if (o === undefined || below <= o.position || below > o.next) {
+      event(out, 'no-op', {
+        command: 'shard-position',
+        shard: dest,
+        reason: `position ${below} not after ${o?.position ?? 'none'} or beyond ${o?.next ?? 'none'}`,
+      });
+      return;
+    }
+    advanceShardOutbox(o, below);
   }
 
   /** A message a bridge received from its remote (docs/bridges.md "Inbound"): published like a
@@ -1372,7 +1457,15 @@ export class Broker implements BrokerState {
       retained,
       cursors,
       bridges: this.outboxImages(),
+      shards: this.shardOutboxImages(),
     };
+  }
+
+  /** The shard outboxes sorted by shard, each as [dest, log, next, position, items]: copies. */
+  private shardOutboxImages(): [string, string, number, number, ShardOutboxItem[]][] {
+    return [...this.shardOutboxes.values()]
+      .sort((a, b) => (a.dest < b.dest ? -1 : a.dest > b.dest ? 1 : 0))
+      .map((o) => [o.dest, o.log, o.next, o.position, o.items.toArray()]);
   }
 
   /** The outboxes sorted by name, each as [name, position, items]: copies, so apply may go on. */
@@ -1416,6 +1509,15 @@ export class Broker implements BrokerState {
       const o = newOutbox(name, position);
       for (const it of items) pushOutbox(o, it);
       this.outboxes.set(name, o);
+    }
+    this.shardOutboxes = new Map();
+    for (const [dest, log, next, position, items] of img.shards) {
+      const o = newShardOutbox(dest, log);
+      o.next = position;
+      o.position = position;
+      for (const it of items) pushShardOutbox(o, it.index, it.msg);
+      o.next = next;
+      this.shardOutboxes.set(dest, o);
     }
     this.qos0Cursors = new Map();
     this.digestCache = null;

@@ -99,7 +99,11 @@ export type Command =
    * below log index `below` (PUBACK for QoS 1, the write for QoS 0): apply removes them, and a
    * later serving node resumes from there (docs/bridges.md "The promise"). */
   | { t: 'bridge-position'; bridge: string; below: number }
-  | BridgeInCommand;
+  | BridgeInCommand
+  /** JetStream acknowledged, in the stream of shard `dest`, every message of its outbox below
+   * sequence `below`: apply removes them, and a later serving node resumes from there
+   * (docs/scale-out.md "Forwarding"). */
+  | { t: 'shard-position'; dest: string; below: number };
 
 /** A message the serving node's bridge NAME received from its remote through an inbound rule
  * (topic remapped, QoS the lower of the rule's and the remote's): published here like a client's,
@@ -185,6 +189,10 @@ export interface PublishCommand {
    * (then it is a duplicate, answered PUBREC 0x00) or not (PUBREC 0x97, nothing held, nothing
    * routed). The message travels without payload. */
   quotaExceeded?: true;
+  /** The other shards this QoS 1 publish is forwarded to (sorted, each once), as the proposing
+   * serving node found them in its routes and placement rules (docs/scale-out.md "Forwarding"):
+   * decided when proposed and carried in the entry, so every replica applies the same decision. */
+  fwd?: string[];
 }
 
 /** A command as the log orders it. time: integer ms since the Unix epoch, stamped by the log,

@@ -2,12 +2,14 @@ import type { OutboxMessage } from './bridge-outbox.js';
 import type { Settings } from './commands.js';
 import { IncrementalSort } from './incremental-sort.js';
 import { type PendingWill, type RetainedMessage, type Session, sessionPreimage } from './session.js';
+import type { ShardOutboxItem } from './shard-outbox.js';
 import {
   arrayHeader,
   encodeOutbox,
   encodeRetained,
   encodeSession,
   encodeSettings,
+  encodeShardOutbox,
   encodeWill,
   IMAGE_FIELDS,
   packValue,
@@ -47,6 +49,8 @@ export interface CursorCapture {
   cursors: [string, string][];
   /** Copies of the outboxes, sorted by name (few bridges, so no incremental sort). */
   bridges: [string, number, OutboxMessage[]][];
+  /** Copies of the shard outboxes, sorted by dest. */
+  shards: [string, string, number, number, ShardOutboxItem[]][];
 }
 
 export interface SnapshotCursorOptions {
@@ -86,6 +90,7 @@ export class SnapshotCursor implements IterableIterator<Uint8Array> {
   private retainedSort: IncrementalSort<[string, RetainedMessage]> | null;
   private cursorSort: IncrementalSort<[string, string]> | null;
   private readonly bridges: [string, number, OutboxMessage[]][];
+  private readonly shards: [string, string, number, number, ShardOutboxItem[]][];
   /** Pre-images of marked sessions that apply touched before they were encoded. */
   private preimages = new Map<Session, Session>();
   /** Built once the sorts finish. */
@@ -125,6 +130,7 @@ export class SnapshotCursor implements IterableIterator<Uint8Array> {
     this.retainedSort = new IncrementalSort(cap.retained, byKey);
     this.cursorSort = new IncrementalSort(cap.cursors, byKey);
     this.bridges = cap.bridges;
+    this.shards = cap.shards;
   }
 
   [Symbol.iterator](): SnapshotCursor {
@@ -210,6 +216,7 @@ export class SnapshotCursor implements IterableIterator<Uint8Array> {
       { count: retained.length, items: retained, encode: encodeRetained as (x: unknown) => unknown },
       { count: cursors.length, items: cursors, encode: same },
       { count: this.bridges.length, items: this.bridges, encode: encodeOutbox as (x: unknown) => unknown },
+      { count: this.shards.length, items: this.shards, encode: encodeShardOutbox as (x: unknown) => unknown },
     ];
   }
 

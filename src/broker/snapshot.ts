@@ -1,5 +1,6 @@
 import { Packr } from 'msgpackr';
 import type { ProtocolLevel, QoS } from '../protocol/packets.js';
+import { SHARD_NAME } from '../scale/placement.js';
 import type { OutboxMessage } from './bridge-outbox.js';
 import { BRIDGE_NAME, type BridgeRule, bridgeNames } from './bridge-rules.js';
 import type { AclRule, Message, MessageProps, Settings, Will } from './commands.js';
@@ -16,6 +17,7 @@ import {
   type Subscription,
 } from './session.js';
 import { completeSettings, SETTING_NAMES, SETTINGS, type SettingName } from './settings.js';
+import type { ShardOutboxItem } from './shard-outbox.js';
 import { isMessage } from './validate.js';
 
 // The canonical image of the replicated state (docs/design.md "Snapshots"): positional arrays in a fixed
@@ -30,8 +32,11 @@ const packr = new Packr({ useRecords: false, mapsAsObjects: true, variableMapSiz
  * `check` digests left the image (each node computes and compares them locally). 5: settings as
  * [name, value] pairs (src/broker/settings.ts). 6: the bridge outboxes, a twelfth element, and the
  * settings bridgeRules, bridgeOutboxMessages and bridgeOutboxBytes. 7: each outbox item's expiry
- * time, a fifth element. Restore reads 4 to 7. */
-export const SNAPSHOT_VERSION = 7;
+ * time, a fifth element. 8: the outboxes of the shards this shard forwards to, a thirteenth
+ * element. Restore reads 4 to 8. */
+export const SNAPSHOT_VERSION = 8;
+/** The format before shard outboxes: twelve elements. */
+const SNAPSHOT_VERSION_NO_SHARDS = 7;
 /** The format whose outbox items had no expiry time: four elements. */
 const SNAPSHOT_VERSION_NO_OUTBOX_EXPIRY = 6;
 /** The format before bridge outboxes: eleven elements. */
@@ -59,6 +64,9 @@ export interface StateImage {
   cursors: [string, string][];
   /** Bridge outboxes (name, position, items in log order), sorted by name. */
   bridges: [string, number, OutboxMessage[]][];
+  /** Shard outboxes (dest, log identity, next sequence, position, items in sequence order), sorted
+   * by dest. */
+  shards: [string, string, number, number, ShardOutboxItem[]][];
 }
 
 export const SNAPSHOT_ERROR = {
@@ -90,7 +98,9 @@ export function arrayHeader(n: number): Uint8Array {
 }
 
 /** Elements of the image's root array. */
-export const IMAGE_FIELDS = 12;
+export const IMAGE_FIELDS = 13;
+/** Elements of the root array of formats 6 and 7. */
+const IMAGE_FIELDS_NO_SHARDS = 12;
 /** Elements of the root array of formats 4 and 5. */
 const IMAGE_FIELDS_NO_BRIDGES = 11;
 
@@ -134,6 +144,15 @@ export const encodeOutbox = ([name, position, items]: [string, number, OutboxMes
   name,
   position,
   items.map((it) => [it.index, it.topic, it.qos, encodeMsg(it.msg), it.expiresAt]),
+];
+
+/** One shard outbox: [dest, log, next, position, [[seq, index, message]...]]. */
+export const encodeShardOutbox = ([dest, log, next, position, items]: [string, string, number, number, ShardOutboxItem[]]): unknown[] => [
+  dest,
+  log,
+  next,
+  position,
+  items.map((it) => [it.seq, it.index, encodeMsg(it.msg)]),
 ];
 
 function encodeAcl(acl: Settings['acl']): unknown {
@@ -182,6 +201,7 @@ export function encodeImage(img: StateImage): Uint8Array {
     img.retained.map(encodeRetained),
     img.cursors,
     img.bridges.map(encodeOutbox),
+    img.shards.map(encodeShardOutbox),
   ]);
 }
 
@@ -451,13 +471,15 @@ export function decodeImage(data: Uint8Array, parseShare: (f: string) => { group
   const version = root[0];
   if (
     version !== SNAPSHOT_VERSION &&
+    version !== SNAPSHOT_VERSION_NO_SHARDS &&
     version !== SNAPSHOT_VERSION_NO_OUTBOX_EXPIRY &&
     version !== SNAPSHOT_VERSION_NO_BRIDGES &&
     version !== SNAPSHOT_VERSION_KEYLESS
   )
     fail(`version ${typeof version === 'number' ? version : `of type ${typeof version}`}`);
-  const hasBridges = version === SNAPSHOT_VERSION || version === SNAPSHOT_VERSION_NO_OUTBOX_EXPIRY;
-  const f = arr(value, 'root', hasBridges ? IMAGE_FIELDS : IMAGE_FIELDS_NO_BRIDGES);
+  const hasShards = version === SNAPSHOT_VERSION;
+  const hasBridges = hasShards || version === SNAPSHOT_VERSION_NO_SHARDS || version === SNAPSHOT_VERSION_NO_OUTBOX_EXPIRY;
+  const f = arr(value, 'root', hasShards ? IMAGE_FIELDS : hasBridges ? IMAGE_FIELDS_NO_SHARDS : IMAGE_FIELDS_NO_BRIDGES);
   const settings = f[0] === SNAPSHOT_VERSION_KEYLESS ? decodeSettingsV4(f[4]) : decodeSettings(f[4]);
   const appliedIndex = int(f[1], 'appliedIndex');
   const appliedTime = int(f[2], 'appliedTime');
@@ -487,6 +509,39 @@ export function decodeImage(data: Uint8Array, parseShare: (f: string) => { group
       return [str(id, 'cursor id'), str(clientId, 'cursor client')];
     }),
     // Before format 6 there were no bridge rules, so no outboxes.
-    bridges: hasBridges ? decodeOutboxes(f[11], settings, appliedIndex, appliedTime, version === SNAPSHOT_VERSION) : [],
+    bridges: hasBridges ? decodeOutboxes(f[11], settings, appliedIndex, appliedTime, version !== SNAPSHOT_VERSION_NO_OUTBOX_EXPIRY) : [],
+    // Before format 8 no shard forwarded.
+    shards: hasShards ? decodeShardOutboxes(f[12], appliedIndex) : [],
   };
+}
+
+/** The shard outboxes: sorted by dest, each once; the items exactly the sequences position to
+ * next - 1, in order, none beyond the applied index. */
+function decodeShardOutboxes(v: unknown, appliedIndex: number): [string, string, number, number, ShardOutboxItem[]][] {
+  let lastDest = '';
+  return arr(v, 'shards').map((o): [string, string, number, number, ShardOutboxItem[]] => {
+    const [dest, log, next, position, items] = arr(o, 'shard outbox', 5);
+    const d = str(dest, 'shard outbox dest');
+    if (!SHARD_NAME.test(d) || d <= lastDest) fail('shard outbox dest');
+    lastDest = d;
+    const l = str(log, 'shard outbox log');
+    if (l.length === 0 || l.length > 64) fail(`shard outbox ${d} log`);
+    const n = int(next, 'shard outbox next');
+    const p = int(position, 'shard outbox position');
+    if (p < 1 || p > n) fail(`shard outbox ${d} position`);
+    const list = arr(items, 'shard outbox items');
+    if (list.length !== n - p) fail(`shard outbox ${d} holds ${list.length} items for sequences ${p} to ${n - 1}`);
+    let lastIndex = 0;
+    const decoded = list.map((x, k): ShardOutboxItem => {
+      const [seq, index, msg] = arr(x, 'shard outbox item', 3);
+      if (int(seq, 'shard outbox item seq') !== p + k) fail(`shard outbox ${d} item seq`);
+      const i = int(index, 'shard outbox item index');
+      if (i < lastIndex || i < 1 || i > appliedIndex) fail(`shard outbox ${d} item index`);
+      lastIndex = i;
+      const m = decodeMsg(msg);
+      if (m.qos !== 1) fail(`shard outbox ${d} item qos`);
+      return { seq: p + k, index: i, msg: m };
+    });
+    return [d, l, n, p, decoded];
+  });
 }

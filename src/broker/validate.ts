@@ -1,4 +1,5 @@
 import { validateTopicFilter, validateTopicName } from '../protocol/topic.js';
+import { SHARD_NAME, SHARDS_MAX } from '../scale/placement.js';
 import { BRIDGE_NAME } from './bridge-rules.js';
 import {
   ACKS_PER_COMMAND_MAX,
@@ -128,6 +129,7 @@ export function commandProblem(cmd: unknown): string | null {
     case 'publish': {
       if (!isConn(c.conn) || !isMessage(c.msg)) return 'bad publish';
       if (c.quotaExceeded !== undefined && (c.quotaExceeded !== true || c.msg.qos !== 2)) return 'bad publish quotaExceeded';
+      if (c.fwd !== undefined && (c.msg.qos !== 1 || !isShardList(c.fwd))) return 'bad publish fwd';
       if (c.msg.qos === 0) return c.pid === undefined ? null : 'pid on a QoS 0 publish';
       return isPid(c.pid) ? null : 'bad publish pid';
     }
@@ -156,7 +158,20 @@ export function commandProblem(cmd: unknown): string | null {
       if (c.msg.qos === 0) return c.pid === undefined && c.msg.retain ? null : 'bad bridge-in QoS 0';
       return isPid(c.pid) ? null : 'bad bridge-in pid';
     }
+    case 'shard-position':
+      return isStr(c.dest) && SHARD_NAME.test(c.dest) && isInt(c.below, 1, Number.MAX_SAFE_INTEGER) ? null : 'bad shard-position';
     default:
       return 'unknown command type';
   }
+}
+
+/** Shards a publish is forwarded to: 1 to SHARDS_MAX names, sorted, each once. */
+function isShardList(v: unknown): boolean {
+  if (!Array.isArray(v) || v.length === 0 || v.length > SHARDS_MAX) return false;
+  for (let i = 0; i < v.length; i++) {
+    const n: unknown = v[i];
+    if (!isStr(n) || !SHARD_NAME.test(n)) return false;
+    if (i > 0 && !((v[i - 1] as string) < n)) return false;
+  }
+  return true;
 }

@@ -32,6 +32,7 @@ const COMMAND_TYPES: ReadonlySet<string> = new Set<Command['t']>([
   'check',
   'bridge-position',
   'bridge-in',
+  'shard-position',
 ]);
 
 const HAND = 0xc1;
@@ -61,7 +62,7 @@ const isU16 = (n: unknown): n is number => typeof n === 'number' && Number.isInt
 function encodePublish(cmd: PublishCommand): Buffer | null {
   const { conn, msg } = cmd;
   const hasPid = cmd.pid !== undefined;
-  if ((!hasPid && 'pid' in cmd) || (hasPid && !isU16(cmd.pid)) || 'props' in msg || 'quotaExceeded' in cmd) return null;
+  if ((!hasPid && 'pid' in cmd) || (hasPid && !isU16(cmd.pid)) || 'props' in msg || 'quotaExceeded' in cmd || 'fwd' in cmd) return null;
   const { topic, payload, qos, retain } = msg;
   if (typeof conn !== 'string' || typeof topic !== 'string' || !(payload instanceof Uint8Array)) return null;
   if ((qos !== 0 && qos !== 1 && qos !== 2) || typeof retain !== 'boolean') return null;

@@ -184,6 +184,7 @@ function connOf(cmd: Command): ConnId | undefined {
     case 'check':
     case 'bridge-position':
     case 'bridge-in':
+    case 'shard-position':
       return undefined;
     default: {
       const _: never = cmd;
