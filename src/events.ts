@@ -89,6 +89,7 @@ export const EVENT_LEVELS = {
   'stale-deadline': 'warn',
   'tls-reload-failed': 'info',
   // scale-out (src/scale/shard-link.ts): the shard's NATS connection and its routes
+  'forward-failed': 'warn',
   'nats-connect-failed': 'warn',
   'nats-disconnected': 'warn',
   'route-refused': 'warn',

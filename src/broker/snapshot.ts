@@ -118,7 +118,8 @@ function encodeProps(p: MessageProps | undefined): unknown[] | null {
   ];
 }
 
-function encodeMsg(m: Message): unknown[] {
+/** A message as the image holds it (also what a shard forwards over JetStream, src/scale/forward-codec.ts). */
+export function encodeMsg(m: Message): unknown[] {
   return [m.topic, m.payload, m.qos, m.retain, encodeProps(m.props)];
 }
 
@@ -263,7 +264,8 @@ function decodeProps(v: unknown): MessageProps | undefined {
   return p;
 }
 
-function decodeMsg(v: unknown): Message {
+/** The message of encodeMsg, every field checked; throws SnapshotError. */
+export function decodeMsg(v: unknown): Message {
   const [topic, payload, q, retain, props] = arr(v, 'message', 5);
   const m: Message = { topic: str(topic, 'topic'), payload: bytes(payload, 'payload'), qos: qos(q, 'qos'), retain: bool(retain, 'retain') };
   const p = decodeProps(props);

@@ -7,8 +7,11 @@
 // a newer one (src/scale/route-bucket.ts). NATS being down never blocks local traffic: writes wait
 // here, newest value per filter, and the whole set is written again on the next connection.
 import { connect, type NatsConnection } from '@nats-io/transport-node';
+import type { Command } from '../broker/commands.js';
+import type { ShardOutbox } from '../broker/shard-outbox.js';
 import type { EventKind } from '../events.js';
 import type { QoS } from '../protocol/packets.js';
+import { ShardForwarder } from './forwarder.js';
 import type { Placement } from './placement.js';
 import { RouteBucket, type RouteWatcher, type RouteWrite } from './route-bucket.js';
 import { ROUTE_FILTER_BYTES_MAX, type RouteRules, type RouteStamp, RouteTable } from './routes.js';
@@ -31,6 +34,11 @@ export interface ShardLinkHost {
   ownRoutes(): { routes: ReadonlyMap<string, QoS>; stamp: RouteStamp } | null;
   /** Counts and logs (rate limited) an event. */
   event(kind: EventKind, fields?: Record<string, unknown>): void;
+  /** The outbox of messages to forward to shard `dest` (in the replicated state). */
+  outbox(dest: string): Readonly<ShardOutbox> | undefined;
+  /** The shards with an outbox. */
+  dests(): readonly string[];
+  propose(cmd: Command): void;
 }
 
 export interface ShardLinkOptions {
@@ -73,12 +81,26 @@ export class ShardLink {
   private retryTimer: NodeJS.Timeout | null = null;
   /** Filters too long for a key already reported, so each is logged once. */
   private readonly tooLong = new Set<string>();
+  /** Forwards the shard outboxes over the current connection. */
+  readonly forwarder: ShardForwarder;
 
   constructor(
     private readonly o: ShardLinkOptions,
     private readonly host: ShardLinkHost,
   ) {
     this.table = new RouteTable(o.shard);
+    this.forwarder = new ShardForwarder(o.shard, host);
+  }
+
+  /** The other shards a QoS 1 message on `topic` goes to, sorted; null for none: the owner a
+   * placement rule names, and every shard with a route (not of a shared group: groups across shards
+   * are not built) whose filter matches, as far as this node knows the routes now. */
+  destinationsOf(topic: string): string[] | null {
+    const owner = this.o.rules.ownerOf(topic);
+    const found = new Set<string>();
+    if (owner !== null && owner !== this.o.shard) found.add(owner);
+    for (const r of this.table.match(topic)) if (r.group === null && r.shard !== this.o.shard) found.add(r.shard);
+    return found.size === 0 ? null : [...found].sort();
   }
 
   get connected(): boolean {
@@ -109,6 +131,7 @@ export class ShardLink {
     this.timer = null;
     this.retryTimer = null;
     this.pending.clear();
+    this.forwarder.detach();
     this.watcher?.stop();
     this.watcher = null;
     const nc = this.nc;
@@ -158,6 +181,7 @@ export class ShardLink {
    * the whole set from its own state). */
   servingEnded(): void {
     this.pending.clear();
+    this.forwarder.servingEnded();
   }
 
   private connectNow(gen: number): void {
@@ -202,6 +226,7 @@ export class ShardLink {
       this.failures = 0;
       this.resync();
       this.pump();
+      this.forwarder.attach(nc);
       const closed = await nc.closed();
       if (gen !== this.gen) return;
       this.lost(gen, closed instanceof Error ? closed.message : 'connection closed');
@@ -214,6 +239,7 @@ export class ShardLink {
 
   private lost(gen: number, reason: string): void {
     const wasUp = this.state === 'up';
+    this.forwarder.detach();
     this.watcher?.stop();
     this.watcher = null;
     this.nc = null;

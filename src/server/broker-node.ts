@@ -6,6 +6,7 @@ import type { BridgeRule } from '../broker/bridge-rules.js';
 import { Broker, type StateTotals } from '../broker/broker.js';
 import type { AclRule, Command, ConnId, Effect, Entry, Message, Settings } from '../broker/commands.js';
 import { pickSettings } from '../broker/settings.js';
+import type { ShardOutbox } from '../broker/shard-outbox.js';
 import type { SnapshotCursor } from '../broker/snapshot-cursor.js';
 import { type CounterKey, type EventKind, eventLevel, type RefusalKey } from '../events.js';
 import type { BrokerLog, LogListener } from '../log/broker-log.js';
@@ -331,6 +332,9 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
           mayWrite: () => this.period !== 0 && !this.stopped && this.mayWrite(),
           ownRoutes: () => (this.period === 0 ? null : { routes: this.broker.subscribedFilters(), stamp: this.routeStamp() }),
           event: (kind, fields) => this.event(kind, fields),
+          outbox: (dest) => this.broker.shardOutbox(dest),
+          dests: () => this.broker.shardDests,
+          propose: (cmd) => this.propose(cmd),
         },
       );
     } else this.shardLink = null;
@@ -489,7 +493,10 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
     for (let i = 0; i < entries.length; i++) this.applyEntry(entries[i] as Entry);
     this.outbox.writeTurn();
     if (this.period !== 0) this.bridges.pump();
-    if (this.shardLink !== null) this.routesChanged(this.shardLink);
+    if (this.shardLink !== null) {
+      this.routesChanged(this.shardLink);
+      if (this.period !== 0) this.shardLink.forwarder.pump();
+    }
     if (this.broker.failed !== null && !this.halted) this.halt(this.broker.failed);
     this.armTick();
   }
@@ -747,6 +754,11 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
     void this.stopServing(undefined, true);
   }
 
+  /** The outbox of messages forwarded to shard `dest` (docs/scale-out.md "Forwarding"). */
+  shardOutbox(dest: string): Readonly<ShardOutbox> | undefined {
+    return this.broker.shardOutbox(dest);
+  }
+
   /** Each bridge: its connection's state, its outbox in the replicated state, and what this
    * process forwarded. */
   bridgeStatus(): BridgeStatus[] {
@@ -831,6 +843,12 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
   }
 
   propose(cmd: Command): void {
+    // A client's QoS 1 publish names the other shards it goes to (docs/scale-out.md "Forwarding"),
+    // decided here, by the routes this node holds now, and carried in the entry.
+    if (this.shardLink !== null && cmd.t === 'publish' && cmd.msg.qos === 1) {
+      const fwd = this.shardLink.destinationsOf(cmd.msg.topic);
+      if (fwd !== null) cmd.fwd = fwd;
+    }
     this.log.propose(cmd);
     if (!this.paused && !this.log.accepting) {
       this.paused = true;

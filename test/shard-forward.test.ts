@@ -1,0 +1,161 @@
+// Forwarding QoS 1 from the committed log (docs/scale-out.md "Forwarding"), with two single-node
+// shards and a real nats-server -js: every QoS 1 message a publisher on a had acknowledged and that
+// a route or placement rule sends to b is in b's inbound stream, once, in order, with the origin,
+// the log identity and a contiguous sequence; a's outbox for b empties as JetStream acknowledges;
+// and with NATS out of reach the outbox fills to its bound and then refuses the publish (0x97).
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { decodeForwarded, HDR_LOG, HDR_ORIGIN, HDR_SEQ, inboundStream } from '../src/scale/forward-codec.js';
+import { Placement } from '../src/scale/placement.js';
+import { RouteRules } from '../src/scale/routes.js';
+import type { BrokerNode, NodeOptions } from '../src/server/broker-node.js';
+import { connectClient, counter, startNode, type TestClient, withTimeout } from './helpers.js';
+import { NatsServer } from './support/nats-server.js';
+import { freePort } from './support/net.js';
+import { idsOf } from './support/shards.js';
+import { until } from './support/wait.js';
+
+const SHARDS = ['a', 'b'];
+const placement = new Placement(SHARDS);
+const rules = new RouteRules(['devices/{client}/cmd'], placement);
+
+let server: NatsServer;
+const nodes: BrokerNode[] = [];
+const clients: TestClient[] = [];
+const connections: NatsConnection[] = [];
+let bucketSeq = 0;
+
+before(async () => {
+  server = await NatsServer.start();
+});
+after(async () => {
+  for (const c of clients) c.client.end(true);
+  for (const n of nodes) await n.stop();
+  for (const nc of connections) await nc.close().catch(() => undefined);
+  await server?.dispose();
+});
+
+function shardOptions(shard: string, bucket: string, servers = [server.url]): Partial<NodeOptions> {
+  return { shard: { shard, placement, addresses: null }, nats: { servers, rules, bucket } };
+}
+
+async function shardNode(shard: string, bucket: string, extra: Partial<NodeOptions> = {}): Promise<BrokerNode> {
+  const n = await startNode({ ...shardOptions(shard, bucket), ...extra });
+  nodes.push(n);
+  return n;
+}
+
+async function client(node: BrokerNode, clientId: string): Promise<TestClient> {
+  const c = await connectClient(node.port, { clientId, clean: true, protocolVersion: 5 });
+  clients.push(c);
+  return c;
+}
+
+interface Stored {
+  origin: string | undefined;
+  log: string | undefined;
+  seq: number;
+  topic: string;
+  payload: string;
+}
+
+/** Every message in shard `dest`'s inbound stream, in stream order. */
+async function inbound(dest: string): Promise<Stored[]> {
+  const nc = await connect({ servers: server.url, reconnect: false, timeout: 5_000 });
+  connections.push(nc);
+  const jsm = await jetstreamManager(nc);
+  const name = inboundStream(dest);
+  const info = await jsm.streams.info(name);
+  const out: Stored[] = [];
+  for (let seq = info.state.first_seq; seq <= info.state.last_seq && out.length < 100_000; seq++) {
+    const m = await jsm.streams.getMessage(name, { seq });
+    if (m === null) continue;
+    const msg = decodeForwarded(m.data);
+    out.push({
+      origin: m.header.get(HDR_ORIGIN),
+      log: m.header.get(HDR_LOG),
+      seq: Number(m.header.get(HDR_SEQ)),
+      topic: msg.topic,
+      payload: new TextDecoder().decode(msg.payload),
+    });
+  }
+  return out;
+}
+
+describe('forwarding QoS 1 to another shard over a real nats-server', { timeout: 90_000 }, () => {
+  it('puts every acknowledged message for b into b’s stream once, in order, with a contiguous sequence', async () => {
+    const bucket = `forward-t${++bucketSeq}`;
+    const a = await shardNode('a', bucket);
+    const b = await shardNode('b', bucket);
+    const [subId] = idsOf(SHARDS, 'b', 1, 'fsub');
+    const [pubId, localId] = idsOf(SHARDS, 'a', 2, 'fpub');
+    const [devB] = idsOf(SHARDS, 'b', 1, 'fdev');
+    const sub = await client(b, subId as string);
+    await withTimeout(sub.client.subscribeAsync('t/#', { qos: 1 }), 5_000, 'SUBACK');
+    await until('b’s route in a’s table', () => (a.shardLink?.table.match('t/x').length ?? 0) === 1);
+    const pub = await client(a, pubId as string);
+    const local = await client(a, localId as string);
+    await withTimeout(local.client.subscribeAsync('t/#', { qos: 1 }), 5_000, 'SUBACK on a');
+
+    const N = 200;
+    for (let i = 0; i < N; i++) {
+      // Acknowledged after the local commit, as before; forwarding comes after.
+      await withTimeout(pub.client.publishAsync('t/x', `m${i}`, { qos: 1 }), 5_000, `PUBACK ${i}`);
+    }
+    // A placement rule sends b's device's command topic to b with no route; QoS 0 and topics no
+    // route matches stay on a.
+    await withTimeout(pub.client.publishAsync(`devices/${devB}/cmd`, 'cmd', { qos: 1 }), 5_000, 'PUBACK cmd');
+    await withTimeout(pub.client.publishAsync('other/x', 'no route', { qos: 1 }), 5_000, 'PUBACK other');
+    await withTimeout(pub.client.publishAsync('t/x', 'qos0', { qos: 0 }), 5_000, 'QoS 0');
+
+    await until('a’s outbox for b emptied by JetStream acknowledgements', () => {
+      const o = a.shardOutbox('b');
+      return o !== undefined && o.items.length === 0 && o.position === N + 2;
+    });
+    const got = await inbound('b');
+    const log = a.shardOutbox('b')?.log;
+    assert.equal(got.length, N + 1, 'each once');
+    assert.deepEqual(
+      got.map((m) => m.seq),
+      Array.from({ length: N + 1 }, (_, i) => i + 1),
+      'contiguous, in order',
+    );
+    assert.ok(got.every((m) => m.origin === 'a' && m.log === log));
+    assert.deepEqual(
+      got.slice(0, N).map((m) => m.payload),
+      Array.from({ length: N }, (_, i) => `m${i}`),
+    );
+    assert.deepEqual(got[N], { origin: 'a', log, seq: N + 1, topic: `devices/${devB}/cmd`, payload: 'cmd' });
+    await local.waitFor((m) => m.payload === `m${N - 1}`, 'local delivery goes on');
+    assert.equal(counter(a, 'forward-failed'), 0);
+  });
+
+  it('fills the outbox while NATS is out of reach, then refuses the publish with 0x97', async () => {
+    const closed = await freePort();
+    const a = await shardNode('a', `forward-t${++bucketSeq}`, {
+      ...shardOptions('a', 'unused', [`nats://127.0.0.1:${closed}`]),
+      bridgeOutboxMessages: 3,
+    });
+    const [pubId] = idsOf(SHARDS, 'a', 1, 'fullpub');
+    const [devB] = idsOf(SHARDS, 'b', 1, 'fulldev');
+    const pub = await client(a, pubId as string);
+    for (let i = 0; i < 3; i++) {
+      const r = await withTimeout(pub.client.publishAsync(`devices/${devB}/cmd`, `c${i}`, { qos: 1 }), 5_000, `PUBACK ${i}`);
+      assert.ok(((r as { reasonCode?: number } | undefined)?.reasonCode ?? 0) < 0x80, JSON.stringify(r));
+    }
+    const refused = await new Promise<number>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error('no PUBACK for the fourth publish')), 5_000);
+      pub.client.on('packetreceive', (p) => {
+        if (p.cmd !== 'puback') return;
+        clearTimeout(timer);
+        resolve((p as { reasonCode?: number }).reasonCode ?? 0);
+      });
+      pub.client.publish(`devices/${devB}/cmd`, 'c3', { qos: 1 }, () => undefined);
+    });
+    assert.equal(refused, 0x97);
+    assert.equal(counter(a, 'shard-outbox-refused'), 1);
+    assert.equal(a.shardOutbox('b')?.items.length, 3);
+  });
+});
