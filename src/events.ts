@@ -97,6 +97,9 @@ export const EVENT_LEVELS = {
   'route-too-long': 'warn',
   'route-write-failed': 'warn',
   'shard-outbox-refused': 'warn',
+  'shard-in-gap': 'info',
+  'shard-in-repeat': 'info',
+  'forward-in-refused': 'warn',
 } as const satisfies Record<string, EventLevel>;
 
 export type EventKind = keyof typeof EVENT_LEVELS;

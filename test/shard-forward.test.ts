@@ -4,10 +4,18 @@
 // the log identity and a contiguous sequence; a's outbox for b empties as JetStream acknowledges;
 // and with NATS out of reach the outbox fills to its bound and then refuses the publish (0x97).
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
-import { jetstreamManager } from '@nats-io/jetstream';
-import { connect, type NatsConnection } from '@nats-io/transport-node';
-import { decodeForwarded, HDR_LOG, HDR_ORIGIN, HDR_SEQ, inboundStream } from '../src/scale/forward-codec.js';
+import { after, afterEach, before, describe, it } from 'node:test';
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { connect, headers, type NatsConnection } from '@nats-io/transport-node';
+import {
+  decodeForwarded,
+  encodeForwarded,
+  HDR_LOG,
+  HDR_ORIGIN,
+  HDR_SEQ,
+  inboundStream,
+  inboundSubject,
+} from '../src/scale/forward-codec.js';
 import { Placement } from '../src/scale/placement.js';
 import { RouteRules } from '../src/scale/routes.js';
 import type { BrokerNode, NodeOptions } from '../src/server/broker-node.js';
@@ -30,9 +38,17 @@ let bucketSeq = 0;
 before(async () => {
   server = await NatsServer.start();
 });
+/** Each test is a deployment of its own: its nodes stop and the shards' streams (with their
+ * durable consumers) go when it ends, since the names are per shard, not per test. */
+afterEach(async () => {
+  for (const c of clients.splice(0)) c.client.end(true);
+  for (const n of nodes.splice(0)) await n.stop();
+  const nc = await connect({ servers: server.url, reconnect: false, timeout: 5_000 });
+  const jsm = await jetstreamManager(nc);
+  for (const s of SHARDS) await jsm.streams.delete(inboundStream(s)).catch(() => false);
+  await nc.close();
+});
 after(async () => {
-  for (const c of clients) c.client.end(true);
-  for (const n of nodes) await n.stop();
   for (const nc of connections) await nc.close().catch(() => undefined);
   await server?.dispose();
 });
@@ -157,5 +173,88 @@ describe('forwarding QoS 1 to another shard over a real nats-server', { timeout:
     assert.equal(refused, 0x97);
     assert.equal(counter(a, 'shard-outbox-refused'), 1);
     assert.equal(a.shardOutbox('b')?.items.length, 3);
+  });
+
+  it('delivers every message a publisher on a had acknowledged to b’s subscriber, in order, with no gap', async () => {
+    const bucket = `forward-t${++bucketSeq}`;
+    const a = await shardNode('a', bucket);
+    const b = await shardNode('b', bucket);
+    const [subId] = idsOf(SHARDS, 'b', 1, 'e2esub');
+    const [pubId] = idsOf(SHARDS, 'a', 1, 'e2epub');
+    const sub = await client(b, subId as string);
+    await withTimeout(sub.client.subscribeAsync('t/#', { qos: 1 }), 5_000, 'SUBACK');
+    await until('b’s route in a’s table', () => (a.shardLink?.table.match('t/x').length ?? 0) === 1);
+    const pub = await client(a, pubId as string);
+    const N = 300;
+    const acked: string[] = [];
+    for (let i = 0; i < N; i++) {
+      await withTimeout(pub.client.publishAsync('t/x', `e${i}`, { qos: 1 }), 5_000, `PUBACK ${i}`);
+      acked.push(`e${i}`);
+    }
+    await sub.waitFor((m) => m.payload === `e${N - 1}`, 'the last message on b', 30_000);
+    assert.deepEqual(
+      sub.messages.map((m) => m.payload),
+      acked,
+      'every acknowledged message, once, in order',
+    );
+    assert.ok(sub.messages.every((m) => m.topic === 't/x' && m.packet.qos === 1));
+    const log = a.shardOutbox('b')?.log as string;
+    assert.equal(b.highestFrom('a', log), N);
+    await until('every forwarded message acknowledged to JetStream', () => b.shardLink?.receiver.received === N);
+    assert.equal(counter(b, 'forward-in-refused'), 0);
+  });
+
+  it('refuses what does not decode or names an unknown shard; applies a message ahead of a gap only after it fills', async () => {
+    const bucket = `forward-t${++bucketSeq}`;
+    const b = await shardNode('b', bucket);
+    const [subId] = idsOf(SHARDS, 'b', 1, 'badsub');
+    const sub = await client(b, subId as string);
+    await withTimeout(sub.client.subscribeAsync('g/#', { qos: 1 }), 5_000, 'SUBACK');
+    await until('b receiving', () => b.shardLink?.connected === true);
+    const nc = await connect({ servers: server.url, reconnect: false, timeout: 5_000 });
+    connections.push(nc);
+    const js = jetstream(nc);
+    const jsm = await jetstreamManager(nc);
+    await until('b’s stream made', async () => (await jsm.streams.info(inboundStream('b')).catch(() => null)) !== null);
+    const put = async (hdrs: Record<string, string>, data: Uint8Array): Promise<void> => {
+      const h = headers();
+      for (const [k, v] of Object.entries(hdrs)) h.set(k, v);
+      await js.publish(inboundSubject('b'), data, { headers: h });
+    };
+    const good = (payload: string): Uint8Array =>
+      encodeForwarded({ topic: 'g/1', payload: new TextEncoder().encode(payload), qos: 1, retain: false });
+    const bad: Array<[Record<string, string>, Uint8Array]> = [
+      [{ [HDR_ORIGIN]: 'a', [HDR_LOG]: 'L1', [HDR_SEQ]: '1' }, new TextEncoder().encode('not msgpack at all')],
+      [{ [HDR_ORIGIN]: 'zz', [HDR_LOG]: 'L1', [HDR_SEQ]: '1' }, good('unknown')],
+      [{ [HDR_ORIGIN]: 'b', [HDR_LOG]: 'L1', [HDR_SEQ]: '1' }, good('self')],
+      [{ [HDR_LOG]: 'L1', [HDR_SEQ]: '1' }, good('no origin')],
+      [{ [HDR_ORIGIN]: 'a', [HDR_LOG]: 'L1', [HDR_SEQ]: '0' }, good('seq 0')],
+      [{ [HDR_ORIGIN]: 'a', [HDR_LOG]: 'L 1', [HDR_SEQ]: '1' }, good('bad log')],
+      [
+        { [HDR_ORIGIN]: 'a', [HDR_LOG]: 'L1', [HDR_SEQ]: '1' },
+        encodeForwarded({ topic: 'g/#', payload: new Uint8Array(), qos: 1, retain: false }),
+      ],
+    ];
+    for (const [h, d] of bad) await put(h, d);
+    await until('every bad message refused', () => counter(b, 'forward-in-refused') === bad.length);
+    assert.equal(b.shardLink?.receiver.refused, bad.length);
+    assert.equal(b.highestFrom('a', 'L1'), 0, 'none reached the state machine');
+
+    // Sequence 3 arrives first: not applied, left for redelivery; 1 and 2 then fill the gap.
+    await put({ [HDR_ORIGIN]: 'a', [HDR_LOG]: 'L1', [HDR_SEQ]: '3' }, good('three'));
+    await until('the gap seen', () => counter(b, 'shard-in-gap') >= 1);
+    assert.equal(b.highestFrom('a', 'L1'), 0);
+    await put({ [HDR_ORIGIN]: 'a', [HDR_LOG]: 'L1', [HDR_SEQ]: '1' }, good('one'));
+    await put({ [HDR_ORIGIN]: 'a', [HDR_LOG]: 'L1', [HDR_SEQ]: '2' }, good('two'));
+    // A repeat of 1 is dropped (and acknowledged).
+    await put({ [HDR_ORIGIN]: 'a', [HDR_LOG]: 'L1', [HDR_SEQ]: '1' }, good('one again'));
+    await until('3 applied after the gap filled', () => b.highestFrom('a', 'L1') === 3);
+    await sub.waitFor((m) => m.payload === 'three', 'three on b');
+    await until('the repeat dropped', () => counter(b, 'shard-in-repeat') >= 1);
+    assert.deepEqual(
+      sub.messages.map((m) => m.payload),
+      ['one', 'two', 'three'],
+    );
+    assert.equal(counter(b, 'forward-in-refused'), bad.length);
   });
 });

@@ -31,7 +31,7 @@ export const text = (m: Message): string => new TextDecoder().decode(m.payload);
 export type PublishPacket = Extract<OutPacket, { type: 'publish' }>;
 
 export class Harness {
-  readonly broker = new Broker();
+  readonly broker: Broker;
   index = 0;
   time = T0;
   /** Every effect of every apply, in order. */
@@ -40,7 +40,12 @@ export class Harness {
   /** Index of the latest serve-start: the period of new conn ids. */
   period = 0;
 
-  constructor(readonly settings: Settings = testSettings) {
+  /** `broker`: a test kit's variant with a planted bug, or the real one. */
+  constructor(
+    readonly settings: Settings = testSettings,
+    broker: Broker = new Broker(),
+  ) {
+    this.broker = broker;
     this.serveStart();
   }
 

@@ -28,6 +28,7 @@ import type {
   PublishCommand,
   QoS,
   Settings,
+  ShardInCommand,
   SubscribeCommand,
   UnsubscribeCommand,
   Will,
@@ -174,6 +175,9 @@ export class Broker implements BrokerState {
   /** Outboxes of the other shards this shard forwards to, by shard name (src/broker/shard-outbox.ts);
    * one is made by the first message to its shard. */
   private shardOutboxes = new Map<string, ShardOutbox>();
+  /** Per (origin shard, log identity), `ORIGIN LOG`: the highest sequence of a forwarded message
+   * applied here. One entry per origin log that ever forwarded here. */
+  private highWater = new Map<string, number>();
 
   // ---- derived state, rebuilt on restore ----
   private subsTrie = new TopicTrie<Subscription>();
@@ -427,6 +431,7 @@ export class Broker implements BrokerState {
       cursors: [...this.cursors.entries()],
       bridges: this.outboxImages(),
       shards: this.shardOutboxImages(),
+      highWater: this.highWaterImage(),
     };
     this.cursor = new SnapshotCursor(capture, ++this.cursorEpoch, opts, this.releaseCursor);
     return this.cursor;
@@ -549,6 +554,9 @@ export class Broker implements BrokerState {
         return;
       case 'shard-position':
         this.shardPosition(cmd.dest, cmd.below, out);
+        return;
+      case 'shard-in':
+        this.shardIn(cmd, now, out);
         return;
       default: {
         const _: never = cmd;
@@ -1231,6 +1239,42 @@ export class Broker implements BrokerState {
     advanceShardOutbox(o, below);
   }
 
+  /** What the sequence rule makes of `seq` after `highest` (docs/scale-out.md "Receiving"): only
+   * the next one is applied; a repeat is dropped; one ahead of a gap waits for the gap to fill.
+   * Protected so that a test kit can plant a bug in it and show the tests catch it. */
+  protected sequenceVerdict(highest: number, seq: number): 'apply' | 'repeat' | 'gap' {
+    if (seq <= highest) return 'repeat';
+    return seq === highest + 1 ? 'apply' : 'gap';
+  }
+
+  /** A message forwarded by another shard: published like a client's QoS 1 publish, without the
+   * publish ACL (the origin judged it) and never forwarded again, when it is the next of its origin
+   * log; the PUBACK effect to the receiver says whether JetStream may be acknowledged. */
+  private shardIn(cmd: ShardInCommand, now: number, out: Effects): void {
+    const key = `${cmd.origin} ${cmd.log}`;
+    const highest = this.highWater.get(key) ?? 0;
+    const verdict = this.sequenceVerdict(highest, cmd.seq);
+    if (verdict === 'repeat') {
+      event(out, 'shard-in-repeat', { origin: cmd.origin, log: cmd.log, seq: cmd.seq, highest });
+      out?.push({ t: 'send', conn: cmd.conn, packet: { type: 'puback', pid: cmd.handle, code: RC.SUCCESS } });
+      return;
+    }
+    if (verdict === 'gap') {
+      event(out, 'shard-in-gap', { origin: cmd.origin, log: cmd.log, seq: cmd.seq, highest });
+      out?.push({ t: 'send', conn: cmd.conn, packet: { type: 'puback', pid: cmd.handle, code: RC.UNSPECIFIED_ERROR } });
+      return;
+    }
+    this.highWater.set(key, cmd.seq);
+    const matched = this.publishMessage(null, cmd.msg, now, out);
+    const code = matched === 0 ? RC.NO_MATCHING_SUBSCRIBERS : RC.SUCCESS;
+    out?.push({ t: 'send', conn: cmd.conn, packet: { type: 'puback', pid: cmd.handle, code } });
+  }
+
+  /** The highest sequence applied from (origin, log), 0 for none. */
+  highestFrom(origin: string, log: string): number {
+    return this.highWater.get(`${origin} ${log}`) ?? 0;
+  }
+
   /** A message a bridge received from its remote (docs/bridges.md "Inbound"): published like a
    * client's QoS 1 or retained publish, but without the publish ACL (the bridge's inbound rules are
    * the operator's choice of what comes in, as in Mosquitto) and not copied back into the same
@@ -1458,7 +1502,18 @@ export class Broker implements BrokerState {
       cursors,
       bridges: this.outboxImages(),
       shards: this.shardOutboxImages(),
+      highWater: this.highWaterImage(),
     };
+  }
+
+  /** [origin, log, highest] sorted by origin, then log. */
+  private highWaterImage(): [string, string, number][] {
+    return [...this.highWater]
+      .map(([k, v]): [string, string, number] => {
+        const sp = k.indexOf(' ');
+        return [k.slice(0, sp), k.slice(sp + 1), v];
+      })
+      .sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : a[1] < b[1] ? -1 : a[1] > b[1] ? 1 : 0));
   }
 
   /** The shard outboxes sorted by shard, each as [dest, log, next, position, items]: copies. */
@@ -1519,6 +1574,7 @@ export class Broker implements BrokerState {
       o.next = next;
       this.shardOutboxes.set(dest, o);
     }
+    this.highWater = new Map(img.highWater.map(([origin, log, seq]) => [`${origin} ${log}`, seq]));
     this.qos0Cursors = new Map();
     this.digestCache = null;
     // An open cursor holds the replaced objects, which nothing mutates any more: it stays

@@ -103,7 +103,25 @@ export type Command =
   /** JetStream acknowledged, in the stream of shard `dest`, every message of its outbox below
    * sequence `below`: apply removes them, and a later serving node resumes from there
    * (docs/scale-out.md "Forwarding"). */
-  | { t: 'shard-position'; dest: string; below: number };
+  | { t: 'shard-position'; dest: string; below: number }
+  | ShardInCommand;
+
+/** A message another shard forwarded (docs/scale-out.md "Receiving"), as the serving node's
+ * receiver pulled it from this shard's inbound stream: published here like a client's QoS 1
+ * publish, without the publish ACL (the origin checked it), if `seq` is the next of (origin, log);
+ * a repeat is dropped, and one ahead of a gap is not applied. Apply answers with a PUBACK effect to
+ * `conn`, the receiver, with packet id `handle`: a code below 0x80 (applied, or a repeat) lets it
+ * acknowledge JetStream, 0x80 (a gap) leaves the message for redelivery. */
+export interface ShardInCommand {
+  t: 'shard-in';
+  conn: ConnId;
+  handle: number;
+  origin: string;
+  /** The origin's log identity (src/broker/shard-outbox.ts `log`). */
+  log: string;
+  seq: number;
+  msg: Message;
+}
 
 /** A message the serving node's bridge NAME received from its remote through an inbound rule
  * (topic remapped, QoS the lower of the rule's and the remote's): published here like a client's,

@@ -51,6 +51,8 @@ export interface CursorCapture {
   bridges: [string, number, OutboxMessage[]][];
   /** Copies of the shard outboxes, sorted by dest. */
   shards: [string, string, number, number, ShardOutboxItem[]][];
+  /** Sorted copies of the high-water marks. */
+  highWater: [string, string, number][];
 }
 
 export interface SnapshotCursorOptions {
@@ -91,6 +93,7 @@ export class SnapshotCursor implements IterableIterator<Uint8Array> {
   private cursorSort: IncrementalSort<[string, string]> | null;
   private readonly bridges: [string, number, OutboxMessage[]][];
   private readonly shards: [string, string, number, number, ShardOutboxItem[]][];
+  private readonly highWater: [string, string, number][];
   /** Pre-images of marked sessions that apply touched before they were encoded. */
   private preimages = new Map<Session, Session>();
   /** Built once the sorts finish. */
@@ -131,6 +134,7 @@ export class SnapshotCursor implements IterableIterator<Uint8Array> {
     this.cursorSort = new IncrementalSort(cap.cursors, byKey);
     this.bridges = cap.bridges;
     this.shards = cap.shards;
+    this.highWater = cap.highWater;
   }
 
   [Symbol.iterator](): SnapshotCursor {
@@ -217,6 +221,7 @@ export class SnapshotCursor implements IterableIterator<Uint8Array> {
       { count: cursors.length, items: cursors, encode: same },
       { count: this.bridges.length, items: this.bridges, encode: encodeOutbox as (x: unknown) => unknown },
       { count: this.shards.length, items: this.shards, encode: encodeShardOutbox as (x: unknown) => unknown },
+      { count: this.highWater.length, items: this.highWater, encode: same },
     ];
   }
 

@@ -18,7 +18,7 @@ import {
 } from './session.js';
 import { completeSettings, SETTING_NAMES, SETTINGS, type SettingName } from './settings.js';
 import type { ShardOutboxItem } from './shard-outbox.js';
-import { isMessage } from './validate.js';
+import { isMessage, SHARD_LOG } from './validate.js';
 
 // The canonical image of the replicated state (docs/design.md "Snapshots"): positional arrays in a fixed
 // order, maps as arrays sorted by key, optional fields as null, encoded by msgpackr without record
@@ -33,9 +33,9 @@ const packr = new Packr({ useRecords: false, mapsAsObjects: true, variableMapSiz
  * [name, value] pairs (src/broker/settings.ts). 6: the bridge outboxes, a twelfth element, and the
  * settings bridgeRules, bridgeOutboxMessages and bridgeOutboxBytes. 7: each outbox item's expiry
  * time, a fifth element. 8: the outboxes of the shards this shard forwards to, a thirteenth
- * element. Restore reads 4 to 8. */
+ * element, and the highest sequence applied per origin log, a fourteenth. Restore reads 4 to 8. */
 export const SNAPSHOT_VERSION = 8;
-/** The format before shard outboxes: twelve elements. */
+/** The format before shard outboxes and high-water marks: twelve elements. */
 const SNAPSHOT_VERSION_NO_SHARDS = 7;
 /** The format whose outbox items had no expiry time: four elements. */
 const SNAPSHOT_VERSION_NO_OUTBOX_EXPIRY = 6;
@@ -67,6 +67,8 @@ export interface StateImage {
   /** Shard outboxes (dest, log identity, next sequence, position, items in sequence order), sorted
    * by dest. */
   shards: [string, string, number, number, ShardOutboxItem[]][];
+  /** Forwarded messages applied here: [origin, log, highest sequence], sorted by origin, then log. */
+  highWater: [string, string, number][];
 }
 
 export const SNAPSHOT_ERROR = {
@@ -98,7 +100,7 @@ export function arrayHeader(n: number): Uint8Array {
 }
 
 /** Elements of the image's root array. */
-export const IMAGE_FIELDS = 13;
+export const IMAGE_FIELDS = 14;
 /** Elements of the root array of formats 6 and 7. */
 const IMAGE_FIELDS_NO_SHARDS = 12;
 /** Elements of the root array of formats 4 and 5. */
@@ -203,6 +205,7 @@ export function encodeImage(img: StateImage): Uint8Array {
     img.cursors,
     img.bridges.map(encodeOutbox),
     img.shards.map(encodeShardOutbox),
+    img.highWater,
   ]);
 }
 
@@ -514,7 +517,24 @@ export function decodeImage(data: Uint8Array, parseShare: (f: string) => { group
     bridges: hasBridges ? decodeOutboxes(f[11], settings, appliedIndex, appliedTime, version !== SNAPSHOT_VERSION_NO_OUTBOX_EXPIRY) : [],
     // Before format 8 no shard forwarded.
     shards: hasShards ? decodeShardOutboxes(f[12], appliedIndex) : [],
+    highWater: hasShards ? decodeHighWater(f[13]) : [],
   };
+}
+
+/** The highest sequences applied per origin log: sorted by origin then log, each once. */
+function decodeHighWater(v: unknown): [string, string, number][] {
+  let last: [string, string] | null = null;
+  return arr(v, 'highWater').map((e): [string, string, number] => {
+    const [origin, log, seq] = arr(e, 'highWater entry', 3);
+    const o = str(origin, 'highWater origin');
+    const l = str(log, 'highWater log');
+    if (!SHARD_NAME.test(o) || !SHARD_LOG.test(l)) fail('highWater entry');
+    if (last !== null && (o < last[0] || (o === last[0] && l <= last[1]))) fail('highWater order');
+    last = [o, l];
+    const n = int(seq, 'highWater seq');
+    if (n < 1) fail('highWater seq');
+    return [o, l, n];
+  });
 }
 
 /** The shard outboxes: sorted by dest, each once; the items exactly the sequences position to

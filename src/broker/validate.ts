@@ -20,6 +20,8 @@ import { completeSettings } from './settings.js';
 const isObj = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 const isInt = (v: unknown, min: number, max: number): v is number => typeof v === 'number' && Number.isInteger(v) && v >= min && v <= max;
 const isStr = (v: unknown): v is string => typeof v === 'string';
+/** A shard outbox's log identity: `TIME-INDEX` (src/broker/shard-outbox.ts), or what a receiver may take. */
+export const SHARD_LOG = /^[0-9A-Za-z-]{1,64}$/;
 const isBool = (v: unknown): v is boolean => typeof v === 'boolean';
 const isQos = (v: unknown): v is 0 | 1 | 2 => v === 0 || v === 1 || v === 2;
 const isBytes = (v: unknown): v is Uint8Array => v instanceof Uint8Array;
@@ -158,6 +160,19 @@ export function commandProblem(cmd: unknown): string | null {
       if (c.msg.qos === 0) return c.pid === undefined && c.msg.retain ? null : 'bad bridge-in QoS 0';
       return isPid(c.pid) ? null : 'bad bridge-in pid';
     }
+    case 'shard-in':
+      return isConn(c.conn) &&
+        isPid(c.handle) &&
+        isStr(c.origin) &&
+        SHARD_NAME.test(c.origin) &&
+        isStr(c.log) &&
+        SHARD_LOG.test(c.log) &&
+        isInt(c.seq, 1, Number.MAX_SAFE_INTEGER) &&
+        isMessage(c.msg) &&
+        c.msg.qos === 1 &&
+        !c.msg.retain
+        ? null
+        : 'bad shard-in';
     case 'shard-position':
       return isStr(c.dest) && SHARD_NAME.test(c.dest) && isInt(c.below, 1, Number.MAX_SAFE_INTEGER) ? null : 'bad shard-position';
     default:

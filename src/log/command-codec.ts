@@ -33,6 +33,7 @@ const COMMAND_TYPES: ReadonlySet<string> = new Set<Command['t']>([
   'bridge-position',
   'bridge-in',
   'shard-position',
+  'shard-in',
 ]);
 
 const HAND = 0xc1;

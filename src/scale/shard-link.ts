@@ -7,12 +7,13 @@
 // a newer one (src/scale/route-bucket.ts). NATS being down never blocks local traffic: writes wait
 // here, newest value per filter, and the whole set is written again on the next connection.
 import { connect, type NatsConnection } from '@nats-io/transport-node';
-import type { Command } from '../broker/commands.js';
+import type { Command, ConnId } from '../broker/commands.js';
 import type { ShardOutbox } from '../broker/shard-outbox.js';
 import type { EventKind } from '../events.js';
 import type { QoS } from '../protocol/packets.js';
 import { ShardForwarder } from './forwarder.js';
 import type { Placement } from './placement.js';
+import { ShardReceiver } from './receiver.js';
 import { RouteBucket, type RouteWatcher, type RouteWrite } from './route-bucket.js';
 import { ROUTE_FILTER_BYTES_MAX, type RouteRules, type RouteStamp, RouteTable } from './routes.js';
 
@@ -39,6 +40,10 @@ export interface ShardLinkHost {
   /** The shards with an outbox. */
   dests(): readonly string[];
   propose(cmd: Command): void;
+  /** A connection id of this serving period (the receiver's, which apply's answers name). */
+  newConnId(): ConnId;
+  /** Bytes of a received message's payload at most. */
+  readonly maxPayload: number;
 }
 
 export interface ShardLinkOptions {
@@ -83,6 +88,8 @@ export class ShardLink {
   private readonly tooLong = new Set<string>();
   /** Forwards the shard outboxes over the current connection. */
   readonly forwarder: ShardForwarder;
+  /** Pulls what other shards forward to this one, while serving. */
+  readonly receiver: ShardReceiver;
 
   constructor(
     private readonly o: ShardLinkOptions,
@@ -90,6 +97,13 @@ export class ShardLink {
   ) {
     this.table = new RouteTable(o.shard);
     this.forwarder = new ShardForwarder(o.shard, host);
+    this.receiver = new ShardReceiver(o.shard, o.placement, host);
+  }
+
+  /** Serving began: write the routes again and start receiving. */
+  serve(): void {
+    this.resync();
+    this.receiver.start();
   }
 
   /** The other shards a QoS 1 message on `topic` goes to, sorted; null for none: the owner a
@@ -132,6 +146,7 @@ export class ShardLink {
     this.retryTimer = null;
     this.pending.clear();
     this.forwarder.detach();
+    this.receiver.detach();
     this.watcher?.stop();
     this.watcher = null;
     const nc = this.nc;
@@ -182,6 +197,7 @@ export class ShardLink {
   servingEnded(): void {
     this.pending.clear();
     this.forwarder.servingEnded();
+    this.receiver.stop();
   }
 
   private connectNow(gen: number): void {
@@ -227,6 +243,7 @@ export class ShardLink {
       this.resync();
       this.pump();
       this.forwarder.attach(nc);
+      this.receiver.attach(nc);
       const closed = await nc.closed();
       if (gen !== this.gen) return;
       this.lost(gen, closed instanceof Error ? closed.message : 'connection closed');
@@ -240,6 +257,7 @@ export class ShardLink {
   private lost(gen: number, reason: string): void {
     const wasUp = this.state === 'up';
     this.forwarder.detach();
+    this.receiver.detach();
     this.watcher?.stop();
     this.watcher = null;
     this.nc = null;

@@ -186,6 +186,7 @@ function connOf(cmd: Command): ConnId | undefined {
     case 'bridge-position':
     case 'bridge-in':
     case 'shard-position':
+    case 'shard-in':
       return undefined;
     default: {
       const _: never = cmd;
@@ -335,6 +336,8 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
           outbox: (dest) => this.broker.shardOutbox(dest),
           dests: () => this.broker.shardDests,
           propose: (cmd) => this.propose(cmd),
+          newConnId: () => `${this.period}.${++this.seq}`,
+          maxPayload: opts.maxPacketSize,
         },
       );
     } else this.shardLink = null;
@@ -519,7 +522,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
     this.armTick();
     this.startSys();
     this.bridges.start();
-    this.shardLink?.resync();
+    this.shardLink?.serve();
   }
 
   /** The stamp of this node's route writes at the last applied entry: (epoch, serving period,
@@ -595,7 +598,10 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
       const conn = this.conns.get(e.conn);
       if (conn === undefined) {
         // Not a client's: a bridge's connection to its remote (a PUBACK for the remote), or gone.
-        if (e.t === 'send') this.bridges.onEffect(e.conn, e.packet);
+        if (e.t === 'send') {
+          this.bridges.onEffect(e.conn, e.packet);
+          this.shardLink?.receiver.onEffect(e.conn, e.packet);
+        }
         continue;
       }
       try {
@@ -752,6 +758,11 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
     this.halted = true;
     this.logger.error({ reason }, 'state machine failed; this node stops serving');
     void this.stopServing(undefined, true);
+  }
+
+  /** The highest sequence applied from (origin shard, log identity) (docs/scale-out.md "Receiving"). */
+  highestFrom(origin: string, log: string): number {
+    return this.broker.highestFrom(origin, log);
   }
 
   /** The outbox of messages forwarded to shard `dest` (docs/scale-out.md "Forwarding"). */
