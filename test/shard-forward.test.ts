@@ -1,8 +1,12 @@
-// Forwarding QoS 1 from the committed log (docs/scale-out.md "Forwarding"), with two single-node
-// shards and a real nats-server -js: every QoS 1 message a publisher on a had acknowledged and that
-// a route or placement rule sends to b is in b's inbound stream, once, in order, with the origin,
-// the log identity and a contiguous sequence; a's outbox for b empties as JetStream acknowledges;
-// and with NATS out of reach the outbox fills to its bound and then refuses the publish (0x97).
+// Forwarding and receiving QoS 1 across shards (docs/scale-out.md "Forwarding", "Receiving"), with
+// single-node shards and a real nats-server -js: every QoS 1 message a publisher on a had
+// acknowledged and that a route or placement rule sends to b is in b's inbound stream (read there
+// before any receiver takes it) once, in order, with the origin, the log identity and a contiguous
+// sequence, and a's outbox for b empties as JetStream acknowledges; with NATS out of reach the outbox
+// fills to its bound and then refuses the publish (0x97); end to end, b's subscriber gets every
+// message a's publisher had acknowledged, once, in order; and b refuses, logs and counts what does
+// not decode or names an unknown shard, applies a message ahead of a gap only once the gap fills,
+// and drops a repeat.
 import assert from 'node:assert/strict';
 import { after, afterEach, before, describe, it } from 'node:test';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
@@ -17,6 +21,7 @@ import {
   inboundSubject,
 } from '../src/scale/forward-codec.js';
 import { Placement } from '../src/scale/placement.js';
+import { RouteBucket } from '../src/scale/route-bucket.js';
 import { RouteRules } from '../src/scale/routes.js';
 import type { BrokerNode, NodeOptions } from '../src/server/broker-node.js';
 import { connectClient, counter, startNode, type TestClient, withTimeout } from './helpers.js';
@@ -104,12 +109,14 @@ describe('forwarding QoS 1 to another shard over a real nats-server', { timeout:
   it('puts every acknowledged message for b into b’s stream once, in order, with a contiguous sequence', async () => {
     const bucket = `forward-t${++bucketSeq}`;
     const a = await shardNode('a', bucket);
-    const b = await shardNode('b', bucket);
-    const [subId] = idsOf(SHARDS, 'b', 1, 'fsub');
+    // No node serves b here, so what is forwarded stays in its stream to be read: b's route is
+    // written as b's serving node would write it.
+    const nc = await connect({ servers: server.url, reconnect: false, timeout: 5_000 });
+    connections.push(nc);
+    const routes = await RouteBucket.open(nc, { shard: 'b', placement, bucket, log: () => undefined });
+    assert.equal((await routes.put('t/#', 1, { epoch: 1, term: 1, index: 1 })).kind, 'written');
     const [pubId, localId] = idsOf(SHARDS, 'a', 2, 'fpub');
     const [devB] = idsOf(SHARDS, 'b', 1, 'fdev');
-    const sub = await client(b, subId as string);
-    await withTimeout(sub.client.subscribeAsync('t/#', { qos: 1 }), 5_000, 'SUBACK');
     await until('b’s route in a’s table', () => (a.shardLink?.table.match('t/x').length ?? 0) === 1);
     const pub = await client(a, pubId as string);
     const local = await client(a, localId as string);
@@ -201,6 +208,7 @@ describe('forwarding QoS 1 to another shard over a real nats-server', { timeout:
     const log = a.shardOutbox('b')?.log as string;
     assert.equal(b.highestFrom('a', log), N);
     await until('every forwarded message acknowledged to JetStream', () => b.shardLink?.receiver.received === N);
+    await until('acknowledged messages leave the work-queue stream', async () => (await inbound('b')).length === 0);
     assert.equal(counter(b, 'forward-in-refused'), 0);
   });
 

@@ -5,12 +5,21 @@
 // is sent and not yet acknowledged when the connection or the serving ends is sent again by the
 // next serving node from the recorded position: JetStream stores a repeat within its duplicate
 // window once, and the receiver drops any repeat by its sequence.
-import { JetStreamApiCodes, JetStreamApiError, type JetStreamClient, jetstream, jetstreamManager, StorageType } from '@nats-io/jetstream';
+import { type JetStreamClient, jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { headers, type NatsConnection } from '@nats-io/transport-node';
 import type { Command } from '../broker/commands.js';
 import type { ShardOutbox } from '../broker/shard-outbox.js';
 import type { EventKind } from '../events.js';
-import { encodeForwarded, forwardMsgId, HDR_LOG, HDR_ORIGIN, HDR_SEQ, inboundStream, inboundSubject } from './forward-codec.js';
+import {
+  encodeForwarded,
+  ensureInboundStream,
+  forwardMsgId,
+  HDR_LOG,
+  HDR_ORIGIN,
+  HDR_SEQ,
+  inboundStream,
+  inboundSubject,
+} from './forward-codec.js';
 
 /** Messages sent to one destination and not yet acknowledged, at most. */
 export const FORWARD_WINDOW = 256;
@@ -138,16 +147,7 @@ export class ShardForwarder {
     if (nc === null || st.checking) return;
     st.checking = true;
     const gen = st.gen;
-    void (async () => {
-      const jsm = await jetstreamManager(nc);
-      const name = inboundStream(dest);
-      try {
-        await jsm.streams.info(name);
-      } catch (err) {
-        if (!(err instanceof JetStreamApiError && err.code === JetStreamApiCodes.StreamNotFound)) throw err;
-        await jsm.streams.add({ name, subjects: [inboundSubject(dest)], storage: StorageType.File });
-      }
-    })().then(
+    void (async () => ensureInboundStream(await jetstreamManager(nc), dest))().then(
       () => {
         st.checking = false;
         if (gen !== st.gen) return;

@@ -5,22 +5,13 @@
 // redelivery. What arrives from NATS is untrusted: a message whose headers or data do not decode,
 // or that names an unknown shard (or this one), is refused, logged with its origin, counted, and
 // never proposed; JetStream is told not to deliver it again.
-import {
-  AckPolicy,
-  type ConsumerMessages,
-  JetStreamApiCodes,
-  JetStreamApiError,
-  type JsMsg,
-  jetstream,
-  jetstreamManager,
-  StorageType,
-} from '@nats-io/jetstream';
+import { AckPolicy, type ConsumerMessages, type JsMsg, jetstream, jetstreamManager } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { Command, ConnId, Message, OutPacket } from '../broker/commands.js';
 import { SHARD_LOG } from '../broker/validate.js';
 import type { EventKind } from '../events.js';
 import { validateTopicName } from '../protocol/topic.js';
-import { decodeForwarded, HDR_LOG, HDR_ORIGIN, HDR_SEQ, inboundStream, inboundSubject } from './forward-codec.js';
+import { decodeForwarded, ensureInboundStream, HDR_LOG, HDR_ORIGIN, HDR_SEQ, inboundStream } from './forward-codec.js';
 import type { Placement } from './placement.js';
 
 /** Messages pulled and not yet answered by apply, at most (the consumer's max_ack_pending). */
@@ -147,12 +138,7 @@ export class ShardReceiver {
   private async run(nc: NatsConnection, gen: number): Promise<void> {
     const jsm = await jetstreamManager(nc);
     const stream = inboundStream(this.shard);
-    try {
-      await jsm.streams.info(stream);
-    } catch (err) {
-      if (!(err instanceof JetStreamApiError && err.code === JetStreamApiCodes.StreamNotFound)) throw err;
-      await jsm.streams.add({ name: stream, subjects: [inboundSubject(this.shard)], storage: StorageType.File });
-    }
+    await ensureInboundStream(jsm, this.shard);
     const durable = `raftmq-${this.shard}`;
     await jsm.consumers.add(stream, {
       durable_name: durable,
