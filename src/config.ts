@@ -394,14 +394,14 @@ export const SCHEMA = {
     default: 10_000,
     min: 1,
     max: 100_000_000,
-    help: 'messages waiting in one bridge outbox (in the replicated state) for the remote; beyond it a QoS 1/2 publish the rules would forward is refused (MQTT 5 0x97, 3.1.1 close) and a QoS 0 one or a will is not forwarded, counted',
+    help: 'messages waiting in one bridge outbox (in the replicated state) for the remote; beyond it a QoS 1/2 publish the rules would forward is refused (MQTT 5 0x97, 3.1.1 close) and a QoS 0 one or a will is not forwarded, counted; also the bound of each shard outbox (docs/scale-out.md "Forwarding")',
   },
   'bridge-outbox-bytes': {
     kind: 'size',
     default: 64 * MiB,
     min: 1,
     max: 2 ** 40,
-    help: 'topic and payload bytes waiting in one bridge outbox',
+    help: 'topic and payload bytes waiting in one bridge outbox, or in one shard outbox',
   },
   shard: {
     kind: 'string',
