@@ -8,9 +8,13 @@
 // not decode or names an unknown shard, applies a message ahead of a gap only once the gap fills,
 // and drops a repeat.
 import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, afterEach, before, describe, it } from 'node:test';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { connect, headers, type NatsConnection } from '@nats-io/transport-node';
+import pino from 'pino';
 import {
   decodeForwarded,
   encodeForwarded,
@@ -24,7 +28,8 @@ import { Placement } from '../src/scale/placement.js';
 import { RouteBucket } from '../src/scale/route-bucket.js';
 import { RouteRules } from '../src/scale/routes.js';
 import type { BrokerNode, NodeOptions } from '../src/server/broker-node.js';
-import { connectClient, counter, startNode, type TestClient, withTimeout } from './helpers.js';
+import { type RunningDurable, startDurableNode } from '../src/server/durable-node.js';
+import { connectClient, counter, nodeOptions, startNode, type TestClient, withTimeout } from './helpers.js';
 import { NatsServer } from './support/nats-server.js';
 import { freePort } from './support/net.js';
 import { idsOf } from './support/shards.js';
@@ -36,6 +41,8 @@ const rules = new RouteRules(['devices/{client}/cmd'], placement);
 
 let server: NatsServer;
 const nodes: BrokerNode[] = [];
+const durables: RunningDurable[] = [];
+const dirs: string[] = [];
 const clients: TestClient[] = [];
 const connections: NatsConnection[] = [];
 let bucketSeq = 0;
@@ -48,6 +55,7 @@ before(async () => {
 afterEach(async () => {
   for (const c of clients.splice(0)) c.client.end(true);
   for (const n of nodes.splice(0)) await n.stop();
+  for (const d of durables.splice(0)) await d.stop();
   const nc = await connect({ servers: server.url, reconnect: false, timeout: 5_000 });
   const jsm = await jetstreamManager(nc);
   for (const s of SHARDS) await jsm.streams.delete(inboundStream(s)).catch(() => false);
@@ -56,6 +64,7 @@ afterEach(async () => {
 after(async () => {
   for (const nc of connections) await nc.close().catch(() => undefined);
   await server?.dispose();
+  for (const d of dirs) rmSync(d, { recursive: true, force: true });
 });
 
 function shardOptions(shard: string, bucket: string, servers = [server.url]): Partial<NodeOptions> {
@@ -264,5 +273,47 @@ describe('forwarding QoS 1 to another shard over a real nats-server', { timeout:
       ['one', 'two', 'three'],
     );
     assert.equal(counter(b, 'forward-in-refused'), bad.length);
+  });
+
+  it('forwards after a restart what the outbox held, with the same log identity and sequences', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'raftmq-forward-'));
+    dirs.push(dir);
+    const port = await freePort();
+    const bucket = `forward-t${++bucketSeq}`;
+    const startA = async (servers: string[]): Promise<RunningDurable> => {
+      const d = await startDurableNode(
+        { dataDir: dir, snapshotLogBytes: 64 << 20, minFreeBytes: 0 },
+        nodeOptions({ ...shardOptions('a', bucket, servers), port }),
+        pino({ level: 'silent' }),
+        () => undefined,
+        (err) => assert.fail(err),
+      );
+      durables.push(d);
+      return d;
+    };
+    // NATS out of reach: the messages wait in the outbox, in the state on disk.
+    let a = await startA([`nats://127.0.0.1:${await freePort()}`]);
+    const [pubId] = idsOf(SHARDS, 'a', 1, 'restartpub');
+    const [devB] = idsOf(SHARDS, 'b', 1, 'restartdev');
+    const pub = await connectClient(a.node.port, { clientId: pubId as string, clean: true, protocolVersion: 5 });
+    for (let i = 0; i < 3; i++)
+      await withTimeout(pub.client.publishAsync(`devices/${devB}/cmd`, `r${i}`, { qos: 1 }), 5_000, `PUBACK ${i}`);
+    const log = a.node.shardOutbox('b')?.log;
+    assert.equal(a.node.shardOutbox('b')?.items.length, 3);
+    pub.client.end(true);
+    await a.stop();
+    durables.splice(durables.indexOf(a), 1);
+
+    a = await startA([server.url]);
+    await until('the outbox forwarded after the restart', () => a.node.shardOutbox('b')?.items.length === 0);
+    const got = await inbound('b');
+    assert.deepEqual(
+      got.map((m) => [m.log, m.seq, m.payload]),
+      [
+        [log, 1, 'r0'],
+        [log, 2, 'r1'],
+        [log, 3, 'r2'],
+      ],
+    );
   });
 });

@@ -116,6 +116,9 @@ function withDataDir(s: object, source: HealthSource): object {
           lastError: link.lastError,
           remoteRoutes: link.table.size,
           pendingWrites: link.pendingWrites,
+          forwarded: link.forwarder.forwarded,
+          received: link.receiver.received,
+          refusedIn: link.receiver.refused,
         };
   const withShard = gate === null ? s : nats === null ? { ...s, shard: gate.shard } : { ...s, shard: gate.shard, nats };
   const withBridges = bridges.length === 0 ? withShard : { ...withShard, bridges };

@@ -100,9 +100,11 @@ export class ShardLink {
     this.receiver = new ShardReceiver(o.shard, o.placement, host);
   }
 
-  /** Serving began: write the routes again and start receiving. */
+  /** Serving began: write the routes again, forward what the outboxes hold (a restored state may
+   * hold some) and start receiving. */
   serve(): void {
     this.resync();
+    this.forwarder.pump();
     this.receiver.start();
   }
 
