@@ -1,12 +1,12 @@
-// Forwarding and receiving QoS 1 across shards (docs/scale-out.md "Forwarding", "Receiving"), with
-// single-node shards and a real nats-server -js: every QoS 1 message a publisher on a had
-// acknowledged and that a route or placement rule sends to b is in b's inbound stream (read there
-// before any receiver takes it) once, in order, with the origin, the log identity and a contiguous
-// sequence, and a's outbox for b empties as JetStream acknowledges; with NATS out of reach the outbox
-// fills to its bound and then refuses the publish (0x97); end to end, b's subscriber gets every
-// message a's publisher had acknowledged, once, in order; and b refuses, logs and counts what does
-// not decode or names an unknown shard, applies a message ahead of a gap only once the gap fills,
-// and drops a repeat.
+// Forwarding and receiving QoS 1 across shards (docs/scale-out.md "Forwarding",
+// docs/scale-out.md "Receiving"), with single-node shards and a real nats-server -js: every QoS 1
+// message a publisher on a had acknowledged and that a route or placement rule sends to b is in b's
+// inbound stream (read there before any receiver takes it) once, in order, with the origin, the log
+// identity and a contiguous sequence, and a's outbox for b empties as JetStream acknowledges; with
+// NATS out of reach the outbox fills to its bound and then refuses the publish (0x97); end to end,
+// b's subscriber gets every message a's publisher had acknowledged, once, in order; and b refuses,
+// logs and counts what does not decode or names an unknown shard, applies a message ahead of a gap
+// only once the gap fills, and drops a repeat.
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';

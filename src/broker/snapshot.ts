@@ -1,6 +1,5 @@
 import { Packr } from 'msgpackr';
 import type { ProtocolLevel, QoS } from '../protocol/packets.js';
-import { SHARD_NAME } from '../scale/placement.js';
 import type { OutboxMessage } from './bridge-outbox.js';
 import { BRIDGE_NAME, type BridgeRule, bridgeNames } from './bridge-rules.js';
 import type { AclRule, Message, MessageProps, Settings, Will } from './commands.js';
@@ -17,6 +16,7 @@ import {
   type Subscription,
 } from './session.js';
 import { completeSettings, SETTING_NAMES, SETTINGS, type SettingName } from './settings.js';
+import { SHARD_NAME } from './shard-name.js';
 import type { ShardOutboxItem } from './shard-outbox.js';
 import { isMessage, SHARD_LOG } from './validate.js';
 

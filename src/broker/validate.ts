@@ -1,5 +1,4 @@
 import { validateTopicFilter, validateTopicName } from '../protocol/topic.js';
-import { SHARD_NAME, SHARDS_MAX } from '../scale/placement.js';
 import { BRIDGE_NAME } from './bridge-rules.js';
 import {
   ACKS_PER_COMMAND_MAX,
@@ -12,6 +11,7 @@ import {
 } from './commands.js';
 import { connPeriod } from './session.js';
 import { completeSettings } from './settings.js';
+import { SHARD_NAME, SHARDS_MAX } from './shard-name.js';
 
 // Shape checks of commands before apply acts on them. Commands are validated by the proposer, so a
 // command that fails here is a bug or corruption elsewhere: apply turns it into a no-op and an

@@ -5,15 +5,11 @@
 // (about 1/K of them), and removing one moves only its own ids; nothing else changes owner. The
 // owner depends on the set of names, never on their order in --shards. Pure.
 import { Buffer } from 'node:buffer';
+import { SHARD_NAME, SHARDS_MAX } from '../broker/shard-name.js';
 import { xxh32 } from './xxh32.js';
 
-/** A shard name: lower-case letters, digits and inner dashes, 1 to 32 characters. The name goes
- * into NATS subjects and stream names (no `.`, `*`, `>` or spaces), HAProxy backend names and
- * arguments, metric labels and $SYS payloads unescaped, so the alphabet is kept to what is safe in
- * all of them, and to one case, since DNS and HAProxy users read names case-blind. */
-export const SHARD_NAME = /^[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?$/;
-/** Shards in a list at most: each CONNECT computes one weight per shard. */
-export const SHARDS_MAX = 256;
+export { SHARD_NAME, SHARDS_MAX };
+
 /** Byte between the client id and the shard name in a weight's input; not in SHARD_NAME, so
  * (id, shard) → bytes is one-to-one (the shard is what follows the last `@`). */
 const SEPARATOR = 0x40;
