@@ -70,6 +70,32 @@ describe('MQTT 3.1.1 flows', { timeout: 90_000 }, () => {
     assert.equal(m.payload, 'from 3.1');
   });
 
+  it('ends a Clean Session 1 session with its connection when a Clean Session 0 CONNECT takes it over', async () => {
+    await start();
+    const { r: first } = await raw('taken', true);
+    await subscribeRaw(first, 1, 'old/#', 1);
+    // [MQTT-3.1.2-6]: the clean session lasts as long as its network connection, which the takeover
+    // closes; its state is not reused, so the new session is new (as Mosquitto answers too).
+    const { r: second, sessionPresent } = await raw('taken', false);
+    assert.equal(sessionPresent, false);
+    const pub = await client({ clientId: 'taken-pub' });
+    await publish(pub, 'old/x', 'to the old subscription', { qos: 1 });
+    await subscribeRaw(second, 2, 'new/#', 1);
+    await publish(pub, 'new/x', 'to the new one', { qos: 1 });
+    await withTimeout(
+      (async () => {
+        while (!publishes(second).some((p) => p.topic === 'new/x')) await sleep(10);
+      })(),
+      WAIT_MS,
+      'the message to the new subscription',
+    );
+    assert.deepEqual(
+      publishes(second).map((p) => p.topic),
+      ['new/x'],
+      'nothing reached the new session through the old subscription',
+    );
+  });
+
   it('delivers an inbound QoS 2 message once even when the publisher re-sends it before PUBREL', async () => {
     await start();
     const sub = await client({ clientId: 'q2-sub' });

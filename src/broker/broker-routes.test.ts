@@ -75,8 +75,9 @@ describe('the filters a sharded node writes as routes', () => {
           } else if (s.k === 'connect') {
             const conn = h.conn(++seq);
             h.connect(conn, client, { clean: s.clean });
-            // A clean connection starts an empty session; a takeover without clean keeps it.
-            if (s.clean) model.set(client, new Map());
+            // A clean connection starts an empty session; so does a takeover of a clean session,
+            // which ended with its connection [MQTT-3.1.2-6]; a takeover of a persistent one keeps it.
+            if (s.clean || on?.clean === true) model.set(client, new Map());
             online.set(client, { conn, clean: s.clean });
           } else continue;
           const after = aggregate(model);

@@ -91,6 +91,34 @@ describe('broker: sessions (3.1.1)', { timeout: 30_000 }, () => {
     assert.equal(events(late, 'no-op').length, 1);
   });
 
+  it('ends a session of expiry 0 with its taken-over connection: the new one starts a new session', () => {
+    for (const protocol of [4, 5] as const) {
+      const h = new Harness();
+      const [w, a1, a2] = [h.conn(1), h.conn(2), h.conn(3)];
+      h.connect(w, 'watcher');
+      h.subscribe(w, 1, [{ filter: 'will/#', qos: 1 }]);
+      // 3.1.1 Clean Session 1, or MQTT 5 with Session Expiry 0: the session lasts as long as the
+      // network connection [MQTT-3.1.2-6, MQTT-3.1.2-23].
+      h.connect(a1, 'alice', { protocol, clean: protocol === 4, expiryS: 0, will: { msg: msg('will/alice', 'gone', 1), delayS: 30 } });
+      h.subscribe(a1, 1, [{ filter: 'old/#', qos: 1 }]);
+      const out = h.connect(a2, 'alice', { protocol, clean: false, expiryS: 3600 });
+      assert.deepEqual(sent(out, a2)[0], { type: 'connack', sessionPresent: false, code: RC.SUCCESS }, `MQTT ${protocol}`);
+      assert.deepEqual([...h.broker.filtersOf(a2)], [], `MQTT ${protocol}: no subscription of the old session`);
+      // The old session ended, so its will goes now, whatever its delay.
+      assert.deepEqual(
+        published(out, w).map((x) => text(x.msg)),
+        ['gone'],
+      );
+      // A persistent session is still resumed by a takeover.
+      const [b1, b2] = [h.conn(4), h.conn(5)];
+      h.connect(b1, 'bob', { protocol, clean: false, expiryS: 3600 });
+      h.subscribe(b1, 1, [{ filter: 'kept/#', qos: 1 }]);
+      const resumed = h.connect(b2, 'bob', { protocol, clean: false, expiryS: 3600 });
+      assert.deepEqual(sent(resumed, b2)[0], { type: 'connack', sessionPresent: true, code: RC.SUCCESS });
+      assert.deepEqual([...h.broker.filtersOf(b2)], ['kept/#']);
+    }
+  });
+
   it('publishes the will when a connection ends without DISCONNECT, and not after a normal DISCONNECT', () => {
     const h = new Harness();
     const [w, a, b] = [h.conn(1), h.conn(2), h.conn(3)];

@@ -646,9 +646,13 @@ export class Broker implements BrokerState {
     this.runDueDeadlinesOf(clientId, now, out);
     let s = this.sessions.get(clientId);
     if (s !== undefined) this.cow(s);
-    if (s !== undefined && s.conn !== null) this.takeover(s, cmd.clean, now, out);
+    // A session whose expiry is 0 (3.1.1 Clean Session 1) lasts as long as its network connection
+    // [MQTT-3.1.2-6, MQTT-3.1.2-23]: the takeover closes that connection, so it ends with it, and a
+    // new connection gets a new session whatever its own clean flag says.
+    const ends = cmd.clean || (s !== undefined && s.conn !== null && s.expiryS === 0);
+    if (s !== undefined && s.conn !== null) this.takeover(s, ends, now, out);
     this.settlePendingWill(clientId, cmd.clean, now, out);
-    if (s !== undefined && cmd.clean) {
+    if (s !== undefined && ends) {
       this.discardSession(s, now, out);
       s = undefined;
     }
@@ -687,9 +691,10 @@ export class Broker implements BrokerState {
   }
 
   /** A second connection with the same client id closes the first [MQTT-3.1.4-3]. The first ended
-   * without DISCONNECT, so its will is processed: published now if its delay is 0 or the new
-   * connection starts clean (the session ends), else cancelled by the resume [MQTT-3.1.3-9]. */
-  private takeover(s: Session, clean: boolean, now: number, out: Effects): void {
+   * without DISCONNECT, so its will is processed: published now if its delay is 0 or the session
+   * ends (`ends`: the new connection starts clean, or the old session lasted only as long as its
+   * connection), else cancelled by the resume [MQTT-3.1.3-9]. */
+  private takeover(s: Session, ends: boolean, now: number, out: Effects): void {
     const old = s.conn ?? '';
     out?.push({ t: 'close', conn: old, reason: RC.SESSION_TAKEN_OVER });
     event(out, 'takeover', { clientId: s.clientId, conn: old });
@@ -697,7 +702,7 @@ export class Broker implements BrokerState {
     const will = s.will;
     s.will = null;
     if (will === null) return;
-    if (will.delayS === 0 || clean) this.publishWill(s.clientId, will.msg, now, out);
+    if (will.delayS === 0 || ends) this.publishWill(s.clientId, will.msg, now, out);
     else event(out, 'will-cancelled', { clientId: s.clientId });
   }
 
