@@ -100,7 +100,17 @@ export async function sample(node: ClusterNode, minute: number, gc: boolean): Pr
   const heapUsedBytes = series(r.text, 'nodejs_heap_size_used_bytes');
   const rssBytes = series(r.text, 'process_resident_memory_bytes');
   if (!Number.isFinite(heapUsedBytes) || !Number.isFinite(rssBytes)) throw new Error(`node ${node.id}: /metrics lacks heap or RSS`);
-  return { minute, node: node.id, heapUsedBytes, rssBytes, queuedMessages: series(r.text, 'raftmq_queued_messages'), afterForcedGc: gc };
+  const spaces: Record<string, number> = {};
+  for (const m of r.text.matchAll(/^nodejs_heap_space_size_used_bytes\{space="([a-z_]+)"\} (\S+)$/gm)) spaces[m[1]!] = Number(m[2]);
+  return {
+    minute,
+    node: node.id,
+    heapUsedBytes,
+    rssBytes,
+    queuedMessages: series(r.text, 'raftmq_queued_messages'),
+    afterForcedGc: gc,
+    spaces,
+  };
 }
 
 /** How the node's current process ended, or null while it runs. */

@@ -12,6 +12,8 @@ export interface MemorySample {
   queuedMessages: number;
   /** The heap was read right after a collection the soak forced. */
   afterForcedGc: boolean;
+  /** Bytes used per V8 heap space (nodejs_heap_space_size_used_bytes), for the report. */
+  spaces?: Record<string, number>;
 }
 
 /** The most a node's heap may grow per minute over the last two thirds of the run (percent). */
