@@ -4,20 +4,12 @@
 // churn with shared subscriptions; and a slow subscriber whose broker-side queue is measured after
 // each burst. Every loop stops at the deadline and after a bounded count; every wait is bounded.
 import mqtt, { type IClientOptions, type IPublishPacket, type MqttClient, Store } from 'mqtt';
+import { seededRandom } from '../../src/log/wal/mem-storage.js';
 import { sleep } from '../../test/support/wait.js';
 import type { WorkloadFigures } from './verdict.js';
 
-/** A seeded PRNG (mulberry32), so a run's choices replay from its seed. */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** A seeded PRNG, so a run's choices replay from its seed (the WAL tests' mulberry32). */
+export const rng = seededRandom;
 
 export interface WorkloadOptions {
   port: number;
