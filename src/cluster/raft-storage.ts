@@ -35,9 +35,18 @@ import { decodeRecordBody, encodeRecordBody, type StorageRecord } from '../../ra
 import type { DriverStorage } from '../../raft/driver/driver.js';
 import { crc32c } from '../log/wal/crc32c.js';
 import { openDataDir, writeMeta } from '../log/wal/data-dir.js';
-import { encodeBatch, scanSegment, type WalEntry, WalError } from '../log/wal/segment.js';
+import { encodeBatch, type WalEntry } from '../log/wal/segment.js';
 import type { AppendFile, Storage } from '../log/wal/storage.js';
-import { createSegment, DataDirError, io, snapshotFileProblem, snapshotImage, snapshotTrailer, type WalLogger } from '../log/wal/wal.js';
+import {
+  createSegment,
+  DataDirError,
+  io,
+  scanSegmentFile,
+  snapshotFileProblem,
+  snapshotImage,
+  snapshotTrailer,
+  type WalLogger,
+} from '../log/wal/wal.js';
 
 const pad = (n: number): string => String(n).padStart(20, '0');
 export const raftSegmentName = (first: number): string => `raft-${pad(first)}.seg`;
@@ -478,13 +487,7 @@ async function readRaftDir(storage: Storage, chunkBytes: number): Promise<RaftDi
     const name = segNames[k] as string;
     const isLast = k === segNames.length - 1;
     const bytes = (await storage.read(name)) ?? new Uint8Array(0);
-    let scan: ReturnType<typeof scanSegment>;
-    try {
-      scan = scanSegment(bytes);
-    } catch (err) {
-      if (!(err instanceof WalError)) throw err;
-      throw new DataDirError(err.code === 'WAL_VERSION' ? 'DATA_DIR_FOREIGN' : 'DATA_DIR_CORRUPT', `${name}: ${err.message}`);
-    }
+    const scan = scanSegmentFile(name, bytes);
     if (scan.tail !== null && !isLast) {
       throw corrupt(`${name}: bad bytes at offset ${scan.tail.offset} (${scan.tail.reason}), and later segments follow`);
     }

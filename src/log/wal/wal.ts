@@ -187,6 +187,17 @@ export interface WalContents {
   readonly temps: readonly string[];
 }
 
+/** scanSegment of the file `name`: a segment of another format version refuses the directory as
+ * foreign, any other bad header or record as corrupt, naming the file. */
+export function scanSegmentFile(name: string, bytes: Uint8Array): ReturnType<typeof scanSegment> {
+  try {
+    return scanSegment(bytes);
+  } catch (err) {
+    if (!(err instanceof WalError)) throw err;
+    throw new DataDirError(err.code === 'WAL_VERSION' ? 'DATA_DIR_FOREIGN' : 'DATA_DIR_CORRUPT', `${name}: ${err.message}`);
+  }
+}
+
 /** Reads and judges the log and snapshots (see the top of the file). Throws DataDirError, naming
  * the file, for a bad record before the last valid commit record, a gap in the log, or corrupt
  * snapshots with no valid older one the log continues from. */
@@ -203,13 +214,7 @@ export async function readWal(storage: Storage, logger: WalLogger): Promise<WalC
     const isLast = k === segNames.length - 1;
     const first = nameIndex(SEGMENT_RE, name) as number;
     const bytes = (await storage.read(name)) ?? new Uint8Array(0);
-    let scan: ReturnType<typeof scanSegment>;
-    try {
-      scan = scanSegment(bytes);
-    } catch (err) {
-      if (!(err instanceof WalError)) throw err;
-      throw new DataDirError(err.code === 'WAL_VERSION' ? 'DATA_DIR_FOREIGN' : 'DATA_DIR_CORRUPT', `${name}: ${err.message}`);
-    }
+    const scan = scanSegmentFile(name, bytes);
     if (scan.tail !== null) {
       if (!isLast) {
         throw new DataDirError(
