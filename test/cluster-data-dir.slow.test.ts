@@ -102,6 +102,22 @@ async function leastCutKeeping(dir: string, seg: string, keep: number): Promise<
 
 const SCRIPT = join(process.cwd(), 'cluster-scripts', 'newest-state');
 
+/** MQTT 5 with a session that outlives its connection. */
+const v5 = { protocolVersion: 5 as const, properties: { sessionExpiryInterval: 3600 } };
+
+/** Reconnects a persistent subscriber and checks its session survived; the collector is attached
+ * before CONNACK, so queued messages that follow it in the same read are kept. */
+async function resumeSession(port: number, clientId: string): Promise<{ client: MqttClient; got: string[] }> {
+  const client = mqtt.connect({ host: LOOPBACK, port, clientId, clean: false, reconnectPeriod: 0, ...v5 });
+  const got = collect(client);
+  const ack = await new Promise<{ sessionPresent: boolean }>((resolve, reject) => {
+    client.once('connect', resolve);
+    client.once('error', reject);
+  });
+  assert.equal(ack.sessionPresent, true, 'the persistent session survived');
+  return { client, got };
+}
+
 describe('three-node cluster with --data-dir', { timeout: 90_000 }, () => {
   it('survives kill -9 of all three nodes with every acknowledged message, then a follower rejoins with its log', async () => {
     let dir = '';
@@ -114,7 +130,6 @@ describe('three-node cluster with --data-dir', { timeout: 90_000 }, () => {
     });
     clusters.push(cluster);
     const leader = await cluster.serving(SERVE_WAIT_MS);
-    const v5 = { protocolVersion: 5 as const, properties: { sessionExpiryInterval: 3600 } };
     const first = await connect(leader.mqttPort, { clientId: 'sub-d', clean: false, ...v5 });
     const granted = await first.client.subscribeAsync({ 'q1/#': { qos: 1 }, 'q2/#': { qos: 2 } });
     assert.deepEqual(
@@ -151,13 +166,7 @@ describe('three-node cluster with --data-dir', { timeout: 90_000 }, () => {
     );
 
     // The collector is attached before CONNACK: queued messages follow it in the same read.
-    const subClient = mqtt.connect({ host: LOOPBACK, port: next.mqttPort, clientId: 'sub-d', clean: false, reconnectPeriod: 0, ...v5 });
-    const got = collect(subClient);
-    const ack = await new Promise<{ sessionPresent: boolean }>((resolve, reject) => {
-      subClient.once('connect', resolve);
-      subClient.once('error', reject);
-    });
-    assert.equal(ack.sessionPresent, true, 'the persistent session survived');
+    const { client: subClient, got } = await resumeSession(next.mqttPort, 'sub-d');
     await until('every acknowledged message', () => acked.every((list) => list.every((m) => got.includes(m))), DELIVERY_WAIT_MS).catch(
       (err: Error) => {
         const missing = acked.map((list) => list.filter((m) => !got.includes(m)));
@@ -220,7 +229,6 @@ describe('three-node cluster with --data-dir', { timeout: 90_000 }, () => {
     const dataOf = (id: number): string => join(dir, `data${id}`);
     const leader = await cluster.serving(SERVE_WAIT_MS);
     const followers = cluster.nodes.filter((n) => n !== leader);
-    const v5 = { protocolVersion: 5 as const, properties: { sessionExpiryInterval: 3600 } };
     const first = await connect(leader.mqttPort, { clientId: 'sub-t', clean: false, ...v5 });
     await first.client.subscribeAsync('t/#', { qos: 1 });
     await first.client.endAsync();
@@ -301,13 +309,7 @@ describe('three-node cluster with --data-dir', { timeout: 90_000 }, () => {
       restarted.every((n) => n.logs.every((l) => l.forceStart !== true)),
       'no force-start',
     );
-    const subClient = mqtt.connect({ host: LOOPBACK, port: next.mqttPort, clientId: 'sub-t', clean: false, reconnectPeriod: 0, ...v5 });
-    const got = collect(subClient);
-    const ack = await new Promise<{ sessionPresent: boolean }>((resolve, reject) => {
-      subClient.once('connect', resolve);
-      subClient.once('error', reject);
-    });
-    assert.equal(ack.sessionPresent, true, 'the persistent session survived');
+    const { client: subClient, got } = await resumeSession(next.mqttPort, 'sub-t');
     await until('every acknowledged message', () => acked.every((m) => got.includes(m)), DELIVERY_WAIT_MS).catch((err: Error) => {
       throw new Error(
         `${err.message}: cut ${cut} of ${whole.length} (${seg}), acked ${acked.length}, got ${got.length}, missing ${JSON.stringify(acked.filter((m) => !got.includes(m))).slice(0, 400)}`,
