@@ -206,8 +206,17 @@ export interface RaftDriverOptions {
 
 export interface ProposeTicket {
   /** The entry commits at `index` with `term`, or not at all: an entry of another term committed at
-   * `index` means this proposal was lost (leadership changed first). */
+   * `index` means this proposal was lost (leadership changed first). The index is the driver's
+   * expectation until the turn's batch reaches the core: the core may append an entry of its own
+   * first (a configuration change, at a tick or an answer), and the driver then moves `index` on
+   * this same object. Read it when entries commit; a copy taken at propose time may be stale. */
   readonly index: number;
+  readonly term: number;
+}
+
+/** The driver's side of a ticket: it corrects the index when its batch reaches the core. */
+interface PendingTicket {
+  index: number;
   readonly term: number;
 }
 
@@ -364,6 +373,8 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
   private leaderId = 0;
   /** Proposals of this turn, flushed as one core.propose() (docs/design.md "Batch"). */
   private pending: Uint8Array[] = [];
+  /** The tickets of `pending`, in order. */
+  private pendingTickets: PendingTicket[] = [];
   private pendingBytes = 0;
   private holdTimer: NodeJS.Timeout | undefined;
   private holdDue = false;
@@ -578,6 +589,7 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     this.holdTimer = undefined;
     this.snapshots.cancel();
     this.pending = [];
+    this.pendingTickets = [];
     this.pendingBytes = 0;
     const st = this.storage;
     await Promise.all([
@@ -671,12 +683,13 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     if (uncommitted >= this.uncommittedEntriesMax) {
       return new RaftError('RAFT_PROPOSALS_FULL', `${uncommitted} uncommitted entries`);
     }
-    const index = this.core.lastIndex + 1 + this.pending.length;
+    const ticket: PendingTicket = { index: this.core.lastIndex + 1 + this.pending.length, term: this.core.currentTerm };
     this.pending.push(data);
+    this.pendingTickets.push(ticket);
     this.pendingBytes += data.length;
     this.flushImmediate ??= setImmediate(this.endTurn);
     this.wasAccepting = this.wasAccepting && this.accepting;
-    return { index, term: this.core.currentTerm };
+    return ticket;
   }
 
   /** False while proposed-but-uncommitted bytes exceed their bound, or entries half of theirs: stop
@@ -723,8 +736,10 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
     this.holdDue = false;
     if (this.state !== 'started' || this.pending.length === 0) return;
     const batch = this.pending;
+    const tickets = this.pendingTickets;
     const bytes = this.pendingBytes;
     this.pending = [];
+    this.pendingTickets = [];
     this.pendingBytes = 0;
     this.advanceClock();
     let r: ReturnType<RaftCore['propose']>;
@@ -735,6 +750,9 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
       return;
     }
     if (r.ok) {
+      // The core appended entries of its own since these were proposed (a configuration change
+      // while the batch was held): the batch starts later than its tickets said.
+      if (tickets[0]!.index !== r.firstIndex) for (let i = 0; i < tickets.length; i++) tickets[i]!.index = r.firstIndex + i;
       this.batchLast.push(r.lastIndex);
       this.batchBytes.push(bytes);
       this.flushedBytes += bytes;

@@ -306,6 +306,39 @@ describe('RaftLog serving rule', { timeout: 10_000 }, () => {
     }
   });
 
+  it('does not serve on a ticket whose index holds another entry, and proposes serve-start again', async () => {
+    const errors: string[] = [];
+    const { log, driver } = fakeLog({ logger: { info() {}, warn() {}, error: (_f: object, msg: string) => void errors.push(msg) } });
+    const listener = new Listener();
+    await log.open();
+    log.start(listener);
+    await turn();
+    try {
+      // A driver that names the index a proposal would have had, while an entry of its own (a
+      // configuration change) went in first.
+      const propose = driver.propose.bind(driver);
+      driver.propose = (data) => {
+        const named = driver.log.length + 1;
+        driver.log.push({ index: named, term: driver.term, time: driver.time, data: null });
+        const t = propose(data);
+        driver.propose = propose;
+        return t instanceof Error ? t : { index: named, term: t.term };
+      };
+      driver.lead(2);
+      driver.lease = true;
+      driver.commitAll();
+      await turn();
+      assert.deepEqual(listener.servingCalls, [], 'not serving under a period that names the wrong entry');
+      assert.deepEqual(errors, ['serve-start ticket holds another entry']);
+      assert.equal(driver.commandAt(driver.lastIndex)?.t, 'serve-start', 'a new serve-start is proposed');
+      driver.commitAll();
+      await turn();
+      assert.deepEqual(listener.servingCalls, [[true, driver.lastIndex]], 'the period is the index of a serve-start');
+    } finally {
+      await log.stop();
+    }
+  });
+
   it('does not serve on a serve-start of an earlier term', async () => {
     const { log, driver, listener } = await setup();
     try {

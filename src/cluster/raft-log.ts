@@ -278,10 +278,10 @@ export class RaftLog implements BrokerLog, LeaseView {
   private knownRole: Role = 'follower';
   private knownTerm = 0;
   private readonly commitLatency = new LatencyBuckets();
-  /** The one proposal whose commit is being timed: index, term, proposed at (ms); index 0: none.
-   * One at a time keeps the cost to a clock read per commit round, not per command. */
-  private probeIndex = 0;
-  private probeTerm = 0;
+  /** The one proposal whose commit is being timed, and when it was proposed (ms); null: none. The
+   * ticket itself is kept, since the driver may move its index before the batch is appended. One
+   * at a time keeps the cost to a clock read per commit round, not per command. */
+  private probe: ProposeTicket | null = null;
   private probeAt = 0;
 
   constructor(opts: RaftLogOptions) {
@@ -416,7 +416,7 @@ export class RaftLog implements BrokerLog, LeaseView {
     const started = performance.now();
     source.restore(s.chunks);
     this.early = [];
-    this.probeIndex = 0;
+    this.probe = null;
     this.lastAppliedTime = Math.max(this.lastAppliedTime, s.time);
     this.lastAppliedTerm = s.term;
     this.opts.logger.info(
@@ -433,7 +433,7 @@ export class RaftLog implements BrokerLog, LeaseView {
     if (source === null) throw new Error('an epoch switch arrived before the broker attached');
     source.reset();
     this.early = [];
-    this.probeIndex = 0;
+    this.probe = null;
     this.lastAppliedTime = 0;
     this.lastAppliedTerm = 0;
     this.servingConfigHash = null;
@@ -529,11 +529,10 @@ export class RaftLog implements BrokerLog, LeaseView {
     // A reload's settings carry this node's hash, so every replica can compare its own with it.
     if (cmd.t === 'settings' && this.configHash !== undefined) cmd = { ...cmd, configHash: this.configHash };
     const r = this.driver.propose(encodeCommand(cmd));
-    if (this.tracer?.on && !(r instanceof Error)) this.tracer.appended(cmd, r.index, r.term);
+    if (this.tracer?.on && !(r instanceof Error)) this.tracer.appended(cmd, r);
     if (r instanceof Error) this.noteDropped(r);
-    else if (this.probeIndex === 0) {
-      this.probeIndex = r.index;
-      this.probeTerm = r.term;
+    else if (this.probe === null) {
+      this.probe = r;
       this.probeAt = performance.now();
     }
   }
@@ -671,8 +670,8 @@ export class RaftLog implements BrokerLog, LeaseView {
 
   /** The timed proposal's index was committed: with its term, it was this proposal. */
   private endProbe(term: number): void {
-    if (term === this.probeTerm) this.commitLatency.observe((performance.now() - this.probeAt) / 1000);
-    this.probeIndex = 0;
+    if (term === this.probe?.term) this.commitLatency.observe((performance.now() - this.probeAt) / 1000);
+    this.probe = null;
   }
 
   private noteSoftState(s: SoftState): void {
@@ -803,17 +802,14 @@ export class RaftLog implements BrokerLog, LeaseView {
     for (let i = 0; i < raw.length; i++) {
       const e = raw[i] as LogEntry;
       this.lastAppliedTerm = e.term;
-      if (e.index === this.probeIndex) this.endProbe(e.term);
+      if (e.index === this.probe?.index) this.endProbe(e.term);
+      const entry = this.toEntry(e);
       const ticket = this.startTicket;
       if (ticket !== null && e.index === ticket.index) {
         this.startTicket = null;
         // Another term's entry at the ticket's index: the proposal was lost with leadership.
-        if (e.term === ticket.term) {
-          this.readyPeriod = e.index;
-          this.readyTerm = e.term;
-        }
+        if (e.term === ticket.term) this.startCommitted(e, entry);
       }
-      const entry = this.toEntry(e);
       if (entry === null) continue;
       if (entry.cmd.t === 'check') checks++;
       out.push(entry);
@@ -821,7 +817,7 @@ export class RaftLog implements BrokerLog, LeaseView {
     if (this.tracer?.on && raw.length > 0)
       this.tracer.committed((raw[0] as LogEntry).index, (raw[raw.length - 1] as LogEntry).index, this.holdersOf);
     // Passed without its index (a snapshot, a truncation): not timed.
-    if (this.probeIndex !== 0 && raw.length > 0 && (raw[raw.length - 1] as LogEntry).index > this.probeIndex) this.probeIndex = 0;
+    if (this.probe !== null && raw.length > 0 && (raw[raw.length - 1] as LogEntry).index > this.probe.index) this.probe = null;
 
     this.checks.noteApplied(out.length, checks);
     if (this.listener === null || this.earlyPending) {
@@ -831,6 +827,20 @@ export class RaftLog implements BrokerLog, LeaseView {
     if (out.length > 0) this.listener.committed(out);
     this.evaluate();
     this.maybeCheck();
+  }
+
+  /** This leader's serve-start ticket came up in its own term: the period is the entry's index. The
+   * connections of the period carry it in their ids and apply compares them with the serve-start it
+   * applied, so an index that holds another entry would leave every CONNECT of the period unanswered;
+   * that is logged and a new serve-start is proposed instead. */
+  private startCommitted(e: LogEntry, entry: Entry | null): void {
+    const cmd = entry?.cmd;
+    if (cmd?.t !== 'serve-start' || cmd.node !== this.node) {
+      this.opts.logger.error({ node: this.node, index: e.index, found: cmd?.t ?? null }, 'serve-start ticket holds another entry');
+      return;
+    }
+    this.readyPeriod = e.index;
+    this.readyTerm = e.term;
   }
 
   /** Null for a new leader's empty entry (§8), which carries no command, and for an entry that

@@ -30,7 +30,7 @@ describe('PublishTracer', () => {
     const msg = message('a/b');
     t.read('c7', 'pub', msg, 42);
     const cmd: Command = { t: 'publish', conn: 'c7', pid: 42, msg };
-    t.appended(cmd, 10, 3);
+    t.appended(cmd, { index: 10, term: 3 });
     t.committed(9, 11, (i) => (i === 10 ? [1, 3] : []));
     // Applied from the decoded entry: a different object with the same index.
     const out: Effect[] = [
@@ -48,7 +48,27 @@ describe('PublishTracer', () => {
     assert.equal(r.ack, 'puback');
     assert.ok(r.appliedAt >= r.readAt && r.committedAt >= r.appendedAt);
     assert.equal('msg' in r, false, 'internal fields are not shown');
+    assert.equal('ticket' in r, false, 'internal fields are not shown');
     assert.deepEqual(t.changedFor(id, t.version), [], 'nothing changed since the last version');
+  });
+
+  it('follows the ticket when the driver moves its index before the append', () => {
+    const t = new PublishTracer();
+    const id = t.open('a/#') as number;
+    const msg = message('a/b');
+    t.read('c7', 'pub', msg, 42);
+    const ticket = { index: 10, term: 3 };
+    t.appended({ t: 'publish', conn: 'c7', pid: 42, msg }, ticket);
+    // The core appended a configuration change first: the batch, and this entry, moved one on.
+    ticket.index = 11;
+    t.committed(11, 11, (i) => (i === 11 ? [1, 2] : []));
+    t.applied({ index: 11, time: 0, cmd: { t: 'publish', conn: 'c7', pid: 42, msg: message('a/b') } }, [
+      { t: 'send', conn: 'c7', packet: { type: 'puback', pid: 42, code: 0 } },
+    ]);
+    const [r] = t.changedFor(id, 0);
+    assert.equal(r?.index, 11);
+    assert.deepEqual(r?.storedOn, [1, 2]);
+    assert.ok((r?.appliedAt ?? 0) > 0, 'the applied entry was found at its moved index');
   });
 
   it('follows a QoS 0 message routed without the log', () => {

@@ -43,11 +43,16 @@ export interface TraceRecord {
   ack: string | null;
   ackedAt: number;
   /** Internal: the message read, to find its proposal; the connection and packet id, to find
-   * its applied entry. Not sent to watchers. */
+   * its applied entry; the raft proposal's ticket, whose index the driver may still move (an
+   * entry the core appended first). Not sent to watchers. */
   msg: Message | null;
   conn: ConnId;
   pid: number;
+  ticket: { readonly index: number; readonly term: number } | null;
 }
+
+/** What a watcher is sent of a record. */
+type ShownRecord = Omit<TraceRecord, 'msg' | 'conn' | 'pid' | 'ticket' | 'watchers'>;
 
 export class PublishTracer {
   /** True while a watcher is open: the message path calls the tracer only then. */
@@ -122,19 +127,21 @@ export class PublishTracer {
       msg,
       conn,
       pid,
+      ticket: null,
     };
     if (this.records.length >= TRACE_RECORDS_MAX) this.records.shift();
     this.records.push(r);
     this.reading = r;
   }
 
-  /** A command was appended to the leader's log at `index` (raft-log.ts). */
-  appended(cmd: Command, index: number, term: number): void {
+  /** A command was proposed to the leader's log under `ticket` (raft-log.ts). */
+  appended(cmd: Command, ticket: { readonly index: number; readonly term: number }): void {
     const r = this.reading;
     if (r === null || cmd.t !== 'publish' || cmd.msg !== r.msg) return;
     this.reading = null;
-    r.index = index;
-    r.term = term;
+    r.ticket = ticket;
+    r.index = ticket.index;
+    r.term = ticket.term;
     r.appendedAt = Date.now();
     r.v = ++this.version;
   }
@@ -143,6 +150,7 @@ export class PublishTracer {
   committed(first: number, last: number, holders: (index: number) => number[]): void {
     for (let i = 0; i < this.records.length; i++) {
       const r = this.records[i] as TraceRecord;
+      if (r.ticket !== null) r.index = r.ticket.index;
       if (r.index === 0 || r.committedAt !== 0 || r.index < first || r.index > last) continue;
       r.committedAt = Date.now();
       r.storedOn = holders(r.index);
@@ -205,11 +213,11 @@ export class PublishTracer {
   }
 
   /** The records of watcher `id` changed after version `since`, without internal fields. */
-  changedFor(id: number, since: number): Omit<TraceRecord, 'msg' | 'conn' | 'pid' | 'watchers'>[] {
-    const out: Omit<TraceRecord, 'msg' | 'conn' | 'pid' | 'watchers'>[] = [];
+  changedFor(id: number, since: number): ShownRecord[] {
+    const out: ShownRecord[] = [];
     for (const r of this.records) {
       if (r.v <= since || !r.watchers.includes(id)) continue;
-      const { msg: _m, conn: _c, pid: _p, watchers: _w, ...shown } = r;
+      const { msg: _m, conn: _c, pid: _p, ticket: _t, watchers: _w, ...shown } = r;
       out.push(shown);
     }
     return out;
