@@ -382,7 +382,7 @@ export const SCHEMA = {
   bridge: {
     kind: 'list',
     default: [],
-    help: "a bridge to another MQTT broker, repeatable: NAME=mqtt://HOST:PORT or NAME=mqtts://HOST:PORT (a NAME given twice has two addresses, tried in turn); its topic rules and other settings are the config file's bridges.NAME (docs/bridges.md)",
+    help: "a bridge to another MQTT broker, repeatable: NAME=mqtt://HOST:PORT, NAME=mqtts://HOST:PORT, NAME=ws://HOST:PORT/PATH or NAME=wss://HOST:PORT/PATH (path default /mqtt; a NAME given twice has two addresses, tried in turn); its topic rules and other settings are the config file's bridges.NAME (docs/bridges.md)",
   },
   bridges: {
     kind: 'map',

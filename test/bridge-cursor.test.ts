@@ -172,7 +172,7 @@ async function oneTickOfWills(Link: LinkClass, sc: Scenario, cleanups: (() => Pr
   };
   const spec: BridgeSpec = {
     name: 'up',
-    addresses: [{ url: `mqtt://${LOOPBACK}:${port}`, tls: false, host: LOOPBACK, port }],
+    addresses: [{ url: `mqtt://${LOOPBACK}:${port}`, tls: false, ws: false, host: LOOPBACK, port, path: '' }],
     clientId: 'raftmq-bridge-up',
     username: null,
     password: null,

@@ -39,7 +39,7 @@ describe('bridge configuration', () => {
   it('takes the address from --bridge and the rest from the bridges map', () => {
     const [s, ...rest] = specsOf(['--config', configFile(ONE), '--bridge', 'cloud=mqtt://127.0.0.1:18830']);
     assert.equal(rest.length, 0);
-    assert.deepEqual(s?.addresses, [{ url: 'mqtt://127.0.0.1:18830', tls: false, host: '127.0.0.1', port: 18830 }]);
+    assert.deepEqual(s?.addresses, [{ url: 'mqtt://127.0.0.1:18830', tls: false, ws: false, host: '127.0.0.1', port: 18830, path: '' }]);
     assert.equal(s?.clientId, 'site1');
     assert.equal(s?.username, 'u');
     assert.equal(s?.password, 'p');
@@ -51,6 +51,22 @@ describe('bridge configuration', () => {
       [
         ['sensors/#', 'out', 1, 'site/', 'cloud/'],
         ['alerts', 'out', 0, '', ''],
+      ],
+    );
+  });
+
+  it('takes ws:// and wss:// addresses with their path (/mqtt when none), and the usual ports when none is given', () => {
+    const file = configFile(
+      `bridges:\n  b:\n    address: [ws://h1:9001/ws, wss://h2, 'ws://[::1]:8080/a/b', 'ws://h3:1/']\n    topic: a\n`,
+    );
+    const [spec] = specsOf(['--config', file]);
+    assert.deepEqual(
+      spec?.addresses.map((a) => [a.host, a.port, a.tls, a.ws, a.path]),
+      [
+        ['h1', 9001, false, true, '/ws'],
+        ['h2', 443, true, true, '/mqtt'],
+        ['::1', 8080, false, true, '/a/b'],
+        ['h3', 1, false, true, '/'],
       ],
     );
   });
@@ -84,9 +100,12 @@ describe('bridge configuration', () => {
   it('refuses a bad URL, naming the flag', () => {
     const file = configFile(ONE);
     for (const [url, why] of [
-      ['cloud=ws://h:1', /scheme ws is not supported/],
+      ['cloud=http://h:1', /scheme http is not supported/],
       ['cloud=mqtt://u:p@h:1', /credentials do not go into the URL/],
+      ['cloud=wss://u:p@h:1/mqtt', /credentials do not go into the URL/],
       ['cloud=mqtt://h:1/path', /no path/],
+      ['cloud=ws://h:1/mqtt?x=1', /no query or fragment/],
+      ['cloud=ws://h:70000/mqtt', /not a URL|bad port/],
       ['cloud=not a url', /not a URL/],
       ['=mqtt://h:1', /expected NAME=URL/],
       ['bad/name=mqtt://h:1', /expected NAME=URL/],
@@ -138,7 +157,7 @@ describe('bridge configuration', () => {
     assert.match(bad('protocol-version: 3').message, /bridges\.c\.protocol-version: expected 4/);
     assert.match(bad('keepalive-s: 0').message, /bridges\.c\.keepalive-s/);
     assert.match(bad('clean-start: maybe').message, /bridges\.c\.clean-start: expected true or false/);
-    assert.match(bad('tls-ca: ca.pem').message, /need an mqtts:\/\/ address/);
+    assert.match(bad('tls-ca: ca.pem').message, /need an mqtts:\/\/ or wss:\/\/ address/);
     assert.match(bad('password: p').message, /needs a username/);
     assert.match(refusal(['--config', configFile('bridges: [a]\n')]).message, /key "bridges": expected a map/);
     assert.match(refusal(['--config', configFile('bridges:\n  "a b": {}\n')]).message, /bridges\.a b: a bridge name/);

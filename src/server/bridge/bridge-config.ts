@@ -11,10 +11,25 @@ import { CONFIG_ERROR, ConfigError } from '../../errors.js';
 export interface BridgeAddress {
   /** As configured, for log lines. */
   url: string;
+  /** mqtts:// or wss://. */
   tls: boolean;
+  /** MQTT over WebSocket (ws:// or wss://), to the `path` of the URL. */
+  ws: boolean;
   host: string;
   port: number;
+  /** The WebSocket request path (/mqtt when the URL has none); '' for mqtt:// and mqtts://. */
+  path: string;
 }
+
+/** The schemes a bridge address may have, and each one's default port. */
+const BRIDGE_SCHEMES: Record<string, { tls: boolean; ws: boolean; port: number }> = {
+  'mqtt:': { tls: false, ws: false, port: 1883 },
+  'mqtts:': { tls: true, ws: false, port: 8883 },
+  'ws:': { tls: false, ws: true, port: 80 },
+  'wss:': { tls: true, ws: true, port: 443 },
+};
+const WS_PATH_DEFAULT = '/mqtt';
+const EXPECTED_URL = 'mqtt://HOST:PORT, mqtts://HOST:PORT, ws://HOST:PORT/PATH or wss://HOST:PORT/PATH';
 
 /** The node-local part of one bridge, checked. */
 export interface BridgeSpec {
@@ -57,26 +72,30 @@ const BRIDGE_KEYS = [
 
 const bad = (where: string, why: string): ConfigError => new ConfigError(CONFIG_ERROR.BAD_VALUE, `${where}: ${why}`);
 
-/** mqtt://HOST[:PORT] or mqtts://HOST[:PORT]; no path, query or credentials. */
+/** mqtt://HOST[:PORT] or mqtts://HOST[:PORT] without a path, or ws://HOST[:PORT][/PATH] or
+ * wss://HOST[:PORT][/PATH] (path default /mqtt); no query, fragment or credentials. */
 export function parseBridgeUrl(text: string, where: string): BridgeAddress {
   let u: URL;
   try {
     u = new URL(text);
   } catch {
-    throw bad(where, `${JSON.stringify(text)} is not a URL (expected mqtt://HOST:PORT or mqtts://HOST:PORT)`);
+    throw bad(where, `${JSON.stringify(text)} is not a URL (expected ${EXPECTED_URL})`);
   }
-  if (u.protocol !== 'mqtt:' && u.protocol !== 'mqtts:')
-    throw bad(where, `${JSON.stringify(text)}: scheme ${u.protocol.slice(0, -1)} is not supported (expected mqtt or mqtts)`);
+  const scheme = Object.hasOwn(BRIDGE_SCHEMES, u.protocol) ? BRIDGE_SCHEMES[u.protocol] : undefined;
+  if (scheme === undefined)
+    throw bad(where, `${JSON.stringify(text)}: scheme ${u.protocol.slice(0, -1)} is not supported (expected mqtt, mqtts, ws or wss)`);
   if (u.username !== '' || u.password !== '')
     throw bad(where, `${JSON.stringify(text)}: credentials do not go into the URL (give username and password in the bridge's settings)`);
-  if ((u.pathname !== '' && u.pathname !== '/') || u.search !== '' || u.hash !== '')
-    throw bad(where, `${JSON.stringify(text)}: expected no path, query or fragment`);
+  if (u.search !== '' || u.hash !== '') throw bad(where, `${JSON.stringify(text)}: expected no query or fragment`);
+  if (!scheme.ws && u.pathname !== '' && u.pathname !== '/')
+    throw bad(where, `${JSON.stringify(text)}: expected no path (a path is for ws:// and wss://)`);
   const host = u.hostname.replace(/^\[(.*)\]$/, '$1');
   if (host === '') throw bad(where, `${JSON.stringify(text)}: no host`);
-  const tls = u.protocol === 'mqtts:';
-  const port = u.port === '' ? (tls ? 8883 : 1883) : Number(u.port);
+  const port = u.port === '' ? scheme.port : Number(u.port);
   if (!Number.isInteger(port) || port < 1 || port > 65_535) throw bad(where, `${JSON.stringify(text)}: bad port`);
-  return { url: text, tls, host, port };
+  // Without a path a WebSocket goes to /mqtt, as raftmq's own ws listeners (and most brokers') do.
+  const path = !scheme.ws ? '' : /^[a-z]+:\/\/[^/]+\//i.test(text) ? u.pathname : WS_PATH_DEFAULT;
+  return { url: text, tls: scheme.tls, ws: scheme.ws, host, port, path };
 }
 
 /** `NAME=URL` of --bridge. */
@@ -222,7 +241,7 @@ function bridgeSpec(name: string, flagged: BridgeAddress[] | undefined, raw: unk
   if ((cert === null) !== (key === null))
     throw new ConfigError(CONFIG_ERROR.MISSING_VALUE, `${where}: tls-cert and tls-key go together (a client certificate and its key)`);
   if ((ca !== null || cert !== null) && !addresses.some((a) => a.tls))
-    throw bad(where, 'tls-ca, tls-cert and tls-key need an mqtts:// address');
+    throw bad(where, 'tls-ca, tls-cert and tls-key need an mqtts:// or wss:// address');
   const pem = (k: 'tls-ca' | 'tls-cert' | 'tls-key', f: string | null): PemFile | null =>
     f === null ? null : { key: `${where}.${k}`, file: f, pem: readPem(f, `${where}.${k}`) };
   const caPem = pem('tls-ca', ca);

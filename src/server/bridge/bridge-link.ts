@@ -13,6 +13,7 @@
 import { isIP, connect as netConnect, type Socket } from 'node:net';
 import { connect as tlsConnect } from 'node:tls';
 import type { Logger } from 'pino';
+import WebSocket from 'ws';
 import { type BridgeOutbox, firstAtOrAbove, firstAtOrAboveSeq, type OutboxItem } from '../../broker/bridge-outbox.js';
 import { type BridgeRule, inboundForward, inboundSubscriptions, outboundForward } from '../../broker/bridge-rules.js';
 import type { Command, ConnId, Message, OutPacket } from '../../broker/commands.js';
@@ -22,7 +23,22 @@ import { Decoder } from '../../protocol/decoder.js';
 import { encode } from '../../protocol/encoder.js';
 import type { Packet, PublishPacket, PublishProps } from '../../protocol/packets.js';
 import { messageProps } from '../inbound.js';
+import { WsByteStream } from '../listeners/ws-stream.js';
 import type { BridgeAddress, BridgeSpec } from './bridge-config.js';
+
+/** The connection to the remote: a TCP or TLS socket, or a WebSocket's stream of frames. */
+interface RemoteStream {
+  /** `done`: the bytes were handed to the kernel (or the error that ended the connection). */
+  write(buf: Buffer, done?: (err?: Error | null) => void): boolean;
+  readonly writableLength: number;
+  on(event: 'data', listener: (chunk: Buffer) => void): unknown;
+  on(event: 'error', listener: (err: Error) => void): unknown;
+  on(event: 'close' | 'drain', listener: () => void): unknown;
+  removeAllListeners(event: 'data'): unknown;
+  pause(): unknown;
+  resume(): unknown;
+  destroy(): unknown;
+}
 
 /** A CONNECT not answered by a CONNACK within this is given up (ms). */
 export const BRIDGE_CONNECT_TIMEOUT_MS = 10_000;
@@ -100,7 +116,7 @@ export class BridgeLink {
   /** The packet id of the SUBSCRIBE awaiting its SUBACK; 0: none. */
   private subscribePid = 0;
   private readonly host: BridgeHost;
-  private socket: Socket | null = null;
+  private socket: RemoteStream | null = null;
   private decoder: Decoder | null = null;
   private timer: NodeJS.Timeout | null = null;
   private pingTimer: NodeJS.Timeout | null = null;
@@ -160,18 +176,9 @@ export class BridgeLink {
   private connect(): void {
     this.state = 'connecting';
     const a = this.address;
-    let s: Socket;
+    let s: RemoteStream;
     try {
-      s = a.tls
-        ? tlsConnect({
-            host: a.host,
-            port: a.port,
-            ...(isIP(a.host) === 0 ? { servername: a.host } : {}),
-            ...(this.spec.tlsCa === null ? {} : { ca: this.spec.tlsCa }),
-            ...(this.spec.tlsCert === null ? {} : { cert: this.spec.tlsCert }),
-            ...(this.spec.tlsKey === null ? {} : { key: this.spec.tlsKey }),
-          })
-        : netConnect({ host: a.host, port: a.port });
+      s = a.ws ? this.openWebSocket(a) : this.openSocket(a);
     } catch (err) {
       this.fail(`cannot connect: ${(err as Error).message}`);
       return;
@@ -184,8 +191,6 @@ export class BridgeLink {
       role: 'client',
       level: this.spec.protocol,
     });
-    s.setNoDelay(true);
-    s.on(a.tls ? 'secureConnect' : 'connect', () => this.onOpen(s));
     s.on('data', (chunk: Buffer) => this.onData(s, chunk));
     s.on('drain', () => {
       if (s === this.socket) this.pump();
@@ -195,7 +200,50 @@ export class BridgeLink {
     this.timer = setTimeout(() => this.fail(`no CONNACK within ${BRIDGE_CONNECT_TIMEOUT_MS} ms`, s), BRIDGE_CONNECT_TIMEOUT_MS);
   }
 
-  private onOpen(s: Socket): void {
+  /** mqtt:// or mqtts://: a TCP socket, with TLS for mqtts. */
+  private openSocket(a: BridgeAddress): Socket {
+    const s = a.tls
+      ? tlsConnect({ host: a.host, port: a.port, ...(isIP(a.host) === 0 ? { servername: a.host } : {}), ...this.tlsFiles() })
+      : netConnect({ host: a.host, port: a.port });
+    s.setNoDelay(true);
+    s.on(a.tls ? 'secureConnect' : 'connect', () => this.onOpen(s));
+    return s;
+  }
+
+  /** ws:// or wss://: MQTT in binary WebSocket frames with the mqtt subprotocol [MQTT-6.0.0-3],
+   * through the same stream as the listeners' (one frame per write, backpressure at
+   * BRIDGE_WRITE_BUFFER_BYTES). A frame may be at most what the decoder would take, so a remote
+   * cannot make us buffer more than one packet's bound. ws sets TCP_NODELAY on its socket. */
+  private openWebSocket(a: BridgeAddress): WsByteStream {
+    const host = a.host.includes(':') ? `[${a.host}]` : a.host;
+    const ws = new WebSocket(`${a.tls ? 'wss' : 'ws'}://${host}:${a.port}${a.path}`, ['mqtt'], {
+      perMessageDeflate: false,
+      maxPayload: this.host.maxPacketSize + BRIDGE_IN_SLACK_BYTES,
+      followRedirects: false,
+      ...(a.tls ? { ...(isIP(a.host) === 0 ? { servername: a.host } : {}), ...this.tlsFiles() } : {}),
+    });
+    const s = new WsByteStream(ws, BRIDGE_WRITE_BUFFER_BYTES);
+    ws.once('open', () => {
+      if (ws.protocol !== 'mqtt') {
+        this.fail(`the remote's WebSocket answered subprotocol ${JSON.stringify(ws.protocol)}, not mqtt`, s);
+        return;
+      }
+      // A pause asked before the socket opened takes effect now.
+      if (this.readsPaused) s.pause();
+      this.onOpen(s);
+    });
+    return s;
+  }
+
+  private tlsFiles(): { ca?: Buffer; cert?: Buffer; key?: Buffer } {
+    return {
+      ...(this.spec.tlsCa === null ? {} : { ca: this.spec.tlsCa }),
+      ...(this.spec.tlsCert === null ? {} : { cert: this.spec.tlsCert }),
+      ...(this.spec.tlsKey === null ? {} : { key: this.spec.tlsKey }),
+    };
+  }
+
+  private onOpen(s: RemoteStream): void {
     if (s !== this.socket || !this.host.mayWrite()) return;
     const sp = this.spec;
     const packet: Packet = {
@@ -222,7 +270,7 @@ export class BridgeLink {
     s.write(encode(packet, sp.protocol));
   }
 
-  private onData(s: Socket, chunk: Buffer): void {
+  private onData(s: RemoteStream, chunk: Buffer): void {
     if (s !== this.socket || this.decoder === null) return;
     this.lastRead = performance.now();
     const r = this.decoder.feed(chunk);
@@ -439,7 +487,7 @@ export class BridgeLink {
     this.settle();
   }
 
-  private send(s: Socket, item: OutboxItem, now: number): void {
+  private send(s: RemoteStream, item: OutboxItem, now: number): void {
     const entry: Pending = { index: item.index, seq: item.seq, done: false };
     // QoS 2 to the remote is not built: such a message goes out at QoS 1 (docs/bridges.md).
     const qos = item.qos === 0 ? 0 : 1;
@@ -590,7 +638,7 @@ export class BridgeLink {
   /** The connection failed: one warning naming the bridge, the address and the reason, then a
    * reconnect after the backoff. `from`: the socket whose event this is (an older one's is
    * ignored). */
-  private fail(reason: string, from?: Socket): void {
+  private fail(reason: string, from?: RemoteStream): void {
     if (this.state === 'stopped' || this.state === 'backoff') return;
     if (from !== undefined && from !== this.socket) return;
     const address = this.address.url;

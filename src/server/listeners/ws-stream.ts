@@ -54,9 +54,19 @@ export class WsByteStream extends EventEmitter implements ByteStream {
     this.emit('data', data);
   }
 
-  write(buf: Buffer): boolean {
+  /** `done`, when given, is called once the frame is written out (or with the error that ended it). */
+  write(buf: Buffer, done?: (err?: Error | null) => void): boolean {
     if (this.ws.readyState !== this.ws.OPEN) return false;
-    this.ws.send(buf, { binary: true }, this.onSentBound);
+    this.ws.send(
+      buf,
+      { binary: true },
+      done === undefined
+        ? this.onSentBound
+        : (err) => {
+            this.onSent();
+            done(err);
+          },
+    );
     if (this.ws.bufferedAmount > this.fullAboveBytes) this.backpressured = true;
     return !this.backpressured;
   }
