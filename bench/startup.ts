@@ -22,11 +22,14 @@
 // long as --log-bytes (see measureCluster). Every phase is bounded; the run exits 1 naming the
 // phase that failed. Figures, not assertions.
 // Usage: npm run build && node build/bench/startup.js [--log-bytes N] [--sessions N] [--cluster]
-//   [--payload-bytes N] [--cases empty,log,sessions] [--rounds N] [--cpu-prof DIR]
+//   [--payload-bytes N] [--cases empty,log,sessions] [--rounds N] [--cpu-prof DIR] [--cold]
+// --cold drops the kernel's page cache before each measured start (root only), so the files are
+// read from the device as after a reboot; without it the starts read what the build just wrote,
+// from memory.
 
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -50,7 +53,7 @@ import {
 import { BrokerProcess, CLI, HOST } from './targets.js';
 
 const USAGE =
-  'usage: node build/bench/startup.js [--log-bytes N] [--sessions N] [--cluster] [--payload-bytes N] [--cases empty,log,sessions] [--rounds N] [--cpu-prof DIR]';
+  'usage: node build/bench/startup.js [--log-bytes N] [--sessions N] [--cluster] [--payload-bytes N] [--cases empty,log,sessions] [--rounds N] [--cpu-prof DIR] [--cold]';
 
 function usageError(message: string): never {
   process.stderr.write(`startup: ${message}\n${USAGE}\n`);
@@ -75,6 +78,7 @@ function parse() {
       cases: { type: 'string', default: 'empty,log,sessions' },
       'cpu-prof': { type: 'string', default: '' },
       rounds: { type: 'string', default: '3' },
+      cold: { type: 'boolean', default: false },
     },
   }).values;
 }
@@ -93,6 +97,20 @@ const PAYLOAD_BYTES = positiveInt('payload-bytes', args['payload-bytes']);
 const CASES = new Set(args.cases.split(',').filter((c) => c !== ''));
 const PROF_DIR = args['cpu-prof'];
 const ROUNDS = positiveInt('rounds', args.rounds);
+const COLD = args.cold;
+
+/** --cold: before each measured start, dirty pages are written out and the kernel's page cache,
+ * dentries and inodes are dropped, so the directory (and the program itself) is read from the
+ * device, as after a reboot. Needs root; a machine that refuses it stops the run naming the flag. */
+function dropCaches(): void {
+  if (!COLD) return;
+  try {
+    execFileSync('sync');
+    writeFileSync('/proc/sys/vm/drop_caches', '3\n');
+  } catch (err) {
+    usageError(`--cold: cannot drop the page cache through /proc/sys/vm/drop_caches (${(err as Error).message}); it needs root`);
+  }
+}
 
 /** Publishing connections, and QoS 1 publishes each keeps unacknowledged. */
 const PUBLISHERS = 4;
@@ -526,6 +544,7 @@ async function measureSingle(label: string, b: Built, last: boolean): Promise<Me
   const hp = await freePort();
   const load0 = loadavg();
   const prof = PROF_DIR !== '';
+  dropCaches();
   const spawnMs = Date.now();
   const p = startNode(`start-${label}`, [...singleFlags(port, hp, b.dir, 'info'), ...b.flags], prof);
   const conn = await firstConnack(p, port, START_MS_MAX);
@@ -686,6 +705,7 @@ async function measureCluster(root: string): Promise<void> {
   await kill9(c.procs[follower] as BrokerProcess);
   const target = lh.commitIndex;
   const load0 = loadavg();
+  dropCaches();
   const spawnMs = Date.now();
   const fp = startClusterNode(c, follower, 'info', false);
   const end = Date.now() + START_MS_MAX;
