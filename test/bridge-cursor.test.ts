@@ -178,6 +178,7 @@ async function oneTickOfWills(Link: LinkClass, sc: Scenario, cleanups: (() => Pr
     password: null,
     protocol: 5,
     keepaliveS: 60,
+    downAlertS: 60,
     cleanStart: true,
     tryPrivate: false,
     tlsCa: null,

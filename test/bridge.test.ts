@@ -134,6 +134,33 @@ describe('bridges to Mosquitto', { timeout: 120_000 }, () => {
     await until('an empty outbox', () => node.bridgeStatus()[0]?.outbox === 0);
   });
 
+  it('logs one error line when the remote stays down for down-alert-s, and the outage length when it is up again', async () => {
+    const remote = await Mosquitto.start();
+    cleanups.push(() => remote.dispose());
+    const { node, lines } = await bridgedNode(specs(remote.url, ['a/# out 1'], { 'down-alert-s': 1 }));
+    cleanups.push(() => node.stop());
+    await until('the bridge is up', () => up(node));
+    const pub = await connectClient(node.port);
+    cleanups.push(() => disconnect(pub));
+    await remote.stop();
+    await publish(pub, 'a/x', 'waiting', { qos: 1 });
+    const alert = await until('the alert', () => lines.find((l) => l.msg === 'bridge down for long'), 20_000);
+    assert.equal(alert.level, 50, 'at error');
+    assert.equal(alert.bridge, 'up');
+    assert.ok(Number(alert.downMs) >= 1_000, `down for ${String(alert.downMs)} ms`);
+    assert.ok(Number(alert.attempts) >= 1);
+    assert.equal(typeof alert.reason, 'string');
+    assert.equal(alert.outbox, 1, 'what waits for the remote');
+    // More failed attempts of the same outage: warnings, and no second alert.
+    const downs = (): number => lines.filter((l) => l.msg === 'bridge down').length;
+    const before = downs();
+    await until('another failed attempt', () => downs() > before, 20_000);
+    await remote.run();
+    const back = await until('the bridge up again', () => lines.find((l) => l.msg === 'bridge up'), 40_000);
+    assert.ok(Number(back.downMs) >= 1_000, `the outage length (${String(back.downMs)} ms)`);
+    assert.equal(lines.filter((l) => l.msg === 'bridge down for long').length, 1, 'one alert per outage');
+  });
+
   it('sends again what the remote took but never acknowledged: paused, then killed, the remote gets it after its restart', async () => {
     // Mosquitto saves its sessions every second, so the subscriber's survives the kill.
     const remote = await Mosquitto.start(['autosave_interval 1']);

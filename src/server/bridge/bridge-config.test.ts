@@ -156,6 +156,8 @@ describe('bridge configuration', () => {
     const bad = (line: string) => refusal(['--config', configFile(`bridges:\n  c:\n    address: mqtt://h\n    topic: a\n    ${line}\n`)]);
     assert.match(bad('protocol-version: 3').message, /bridges\.c\.protocol-version: expected 4/);
     assert.match(bad('keepalive-s: 0').message, /bridges\.c\.keepalive-s/);
+    assert.match(bad('down-alert-s: 0').message, /bridges\.c\.down-alert-s: expected a whole number of seconds from 1 to 86400/);
+    assert.match(bad('down-alert-s: "1m"').message, /bridges\.c\.down-alert-s/);
     assert.match(bad('clean-start: maybe').message, /bridges\.c\.clean-start: expected true or false/);
     assert.match(bad('tls-ca: ca.pem').message, /need an mqtts:\/\/ or wss:\/\/ address/);
     assert.match(bad('password: p').message, /needs a username/);

@@ -42,6 +42,8 @@ export interface BridgeSpec {
   /** 4: MQTT 3.1.1; 5: MQTT 5.0. */
   protocol: 4 | 5;
   keepaliveS: number;
+  /** Seconds of failed attempts in a row after which one error line says the bridge is still down. */
+  downAlertS: number;
   cleanStart: boolean;
   /** MQTT 3.1.1: Mosquitto's bridge bit (0x80 added to the protocol level in CONNECT). */
   tryPrivate: boolean;
@@ -62,6 +64,7 @@ const BRIDGE_KEYS = [
   'password',
   'protocol-version',
   'keepalive-s',
+  'down-alert-s',
   'clean-start',
   'try-private',
   'tls-ca',
@@ -69,6 +72,9 @@ const BRIDGE_KEYS = [
   'tls-key',
   'topic',
 ] as const;
+
+/** Default of down-alert-s: two backoff ceilings, so a remote that restarts does not raise it. */
+export const BRIDGE_DOWN_ALERT_S_DEFAULT = 60;
 
 const bad = (where: string, why: string): ConfigError => new ConfigError(CONFIG_ERROR.BAD_VALUE, `${where}: ${why}`);
 
@@ -215,6 +221,9 @@ function bridgeSpec(name: string, flagged: BridgeAddress[] | undefined, raw: unk
   const keepalive = s['keepalive-s'] === undefined ? 60 : s['keepalive-s'];
   if (typeof keepalive !== 'number' || !Number.isInteger(keepalive) || keepalive < 1 || keepalive > 65_535)
     throw bad(`${where}.keepalive-s`, `expected a whole number of seconds from 1 to 65535 (got ${JSON.stringify(keepalive)})`);
+  const downAlert = s['down-alert-s'] === undefined ? BRIDGE_DOWN_ALERT_S_DEFAULT : s['down-alert-s'];
+  if (typeof downAlert !== 'number' || !Number.isInteger(downAlert) || downAlert < 1 || downAlert > 86_400)
+    throw bad(`${where}.down-alert-s`, `expected a whole number of seconds from 1 to 86400 (got ${JSON.stringify(downAlert)})`);
   const topics = s.topic === undefined ? [] : strings(s.topic, `${where}.topic`);
   if (topics.length === 0) throw new ConfigError(CONFIG_ERROR.MISSING_VALUE, `${where}: no topic rule (${where}.topic)`);
   const rules = topics.map((text) => {
@@ -256,6 +265,7 @@ function bridgeSpec(name: string, flagged: BridgeAddress[] | undefined, raw: unk
     password,
     protocol: Number(protocol) as 4 | 5,
     keepaliveS: keepalive,
+    downAlertS: downAlert,
     cleanStart: clean,
     tryPrivate,
     tlsCa: caPem?.pem ?? null,
@@ -266,7 +276,8 @@ function bridgeSpec(name: string, flagged: BridgeAddress[] | undefined, raw: unk
   };
 }
 
-/** What the configuration hash covers of the bridges: every setting, credentials included; the
+/** What the configuration hash covers of the bridges: every setting that decides what the bridge
+ * does, credentials included (down-alert-s only times a log line, so nodes may differ in it); the
  * certificate files go in by their bytes (src/cluster/config-hash.ts). */
 export function bridgesHashInput(specs: readonly BridgeSpec[]): unknown {
   return specs.map((s) => ({

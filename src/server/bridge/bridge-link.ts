@@ -120,6 +120,12 @@ export class BridgeLink {
   private decoder: Decoder | null = null;
   private timer: NodeJS.Timeout | null = null;
   private pingTimer: NodeJS.Timeout | null = null;
+  /** Set at the first failed attempt of an outage: fires the one error line of down-alert-s. */
+  private alertTimer: NodeJS.Timeout | null = null;
+  /** performance.now() of the first failed attempt of the current outage; 0 while up. */
+  private downSince = 0;
+  /** Failed attempts of the current outage. */
+  private downAttempts = 0;
   private lastRead = 0;
   private failures = 0;
   private addressIndex = 0;
@@ -170,7 +176,18 @@ export class BridgeLink {
     if (this.state === 'stopped') return;
     this.state = 'stopped';
     this.clearTimers();
+    this.endOutage();
     this.dropSocket();
+  }
+
+  /** The outage is over (the bridge is up, or this node stopped serving): the alert is not due. */
+  private endOutage(): number {
+    if (this.alertTimer !== null) clearTimeout(this.alertTimer);
+    this.alertTimer = null;
+    const ms = this.downSince === 0 ? 0 : Math.round(performance.now() - this.downSince);
+    this.downSince = 0;
+    this.downAttempts = 0;
+    return ms;
   }
 
   private connect(): void {
@@ -320,7 +337,8 @@ export class BridgeLink {
     this.state = 'up';
     this.failures = 0;
     const a = this.address;
-    if (this.lastError !== null) this.host.logger.info({ bridge: this.spec.name, address: a.url }, 'bridge up');
+    const downMs = this.endOutage();
+    if (this.lastError !== null) this.host.logger.info({ bridge: this.spec.name, address: a.url, downMs }, 'bridge up');
     else this.host.logger.info({ bridge: this.spec.name, address: a.url }, 'bridge connected');
     this.lastError = null;
     this.window = Math.min(BRIDGE_WINDOW, receiveMax ?? BRIDGE_WINDOW);
@@ -650,12 +668,37 @@ export class BridgeLink {
     const ceiling = Math.min(BRIDGE_BACKOFF_MAX_MS, BRIDGE_BACKOFF_FIRST_MS * 2 ** Math.min(this.failures - 1, 16));
     const delay = Math.round(ceiling * (0.5 + Math.random() / 2));
     this.host.logger.warn({ bridge: this.spec.name, address, reason, retryInMs: delay }, 'bridge down');
+    this.noteOutage();
     this.host.event('bridge-down', { bridge: this.spec.name });
     this.state = 'backoff';
     this.timer = setTimeout(() => {
       this.timer = null;
       if (this.state === 'backoff') this.connect();
     }, delay);
+  }
+
+  /** A failed attempt: the first of an outage arms the alert, which logs one error line if the
+   * bridge is still not up down-alert-s later (an operator alerts on it; the warnings of each
+   * attempt stay). */
+  private noteOutage(): void {
+    this.downAttempts++;
+    if (this.downSince !== 0) return;
+    this.downSince = performance.now();
+    this.alertTimer = setTimeout(() => {
+      this.alertTimer = null;
+      if (this.state === 'stopped' || this.state === 'up') return;
+      this.host.logger.error(
+        {
+          bridge: this.spec.name,
+          downMs: Math.round(performance.now() - this.downSince),
+          attempts: this.downAttempts,
+          reason: this.lastError,
+          outbox: this.host.outbox(this.spec.name)?.items.length ?? 0,
+        },
+        'bridge down for long',
+      );
+    }, this.spec.downAlertS * 1000);
+    this.alertTimer.unref();
   }
 
   private dropSocket(): void {
