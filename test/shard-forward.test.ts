@@ -15,6 +15,9 @@ import { after, afterEach, before, describe, it } from 'node:test';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { connect, headers, type NatsConnection } from '@nats-io/transport-node';
 import pino from 'pino';
+import { Registry } from 'prom-client';
+import { healthSource, singleNodeStatus } from '../src/cluster/cluster-node.js';
+import { NodeMetrics } from '../src/cluster/metrics.js';
 import {
   decodeForwarded,
   encodeForwarded,
@@ -30,6 +33,7 @@ import { RouteRules } from '../src/scale/routes.js';
 import type { BrokerNode, NodeOptions } from '../src/server/broker-node.js';
 import { type RunningDurable, startDurableNode } from '../src/server/durable-node.js';
 import { connectClient, counter, nodeOptions, startNode, type TestClient, withTimeout } from './helpers.js';
+import { parseMetrics } from './prom-text.js';
 import { NatsServer } from './support/nats-server.js';
 import { freePort } from './support/net.js';
 import { idsOf } from './support/shards.js';
@@ -112,6 +116,19 @@ async function inbound(dest: string): Promise<Stored[]> {
     });
   }
   return out;
+}
+
+/** One scrape of a node's /metrics series, as the health server would serve it. */
+async function scrape(node: BrokerNode): Promise<Map<string, number>> {
+  const m = new NodeMetrics(
+    new Registry(),
+    healthSource(node, () => singleNodeStatus(node)),
+  );
+  try {
+    return parseMetrics(await m.scrape());
+  } finally {
+    m.close();
+  }
 }
 
 describe('forwarding QoS 1 to another shard over a real nats-server', { timeout: 90_000 }, () => {
@@ -219,6 +236,18 @@ describe('forwarding QoS 1 to another shard over a real nats-server', { timeout:
     await until('every forwarded message acknowledged to JetStream', () => b.shardLink?.receiver.received === N);
     await until('acknowledged messages leave the work-queue stream', async () => (await inbound('b')).length === 0);
     assert.equal(counter(b, 'forward-in-refused'), 0);
+
+    // /metrics of both shards say the same (docs/scale-out.md "Health and metrics").
+    await until('a’s outbox for b empty', () => a.shardOutbox('b')?.items.length === 0);
+    const [ma, mb] = await Promise.all([scrape(a), scrape(b)]);
+    assert.equal(ma.get('raftmq_nats_connected'), 1);
+    assert.equal(ma.get('raftmq_shard_forwarded_total'), N);
+    assert.equal(ma.get('raftmq_shard_outbox_messages{shard="b"}'), 0);
+    assert.equal(ma.get('raftmq_shard_outbox_bytes{shard="b"}'), 0);
+    assert.ok((ma.get('raftmq_shard_remote_routes') ?? 0) >= 1, 'b’s route in a’s table');
+    assert.equal(mb.get('raftmq_shard_received_total'), N);
+    assert.equal(mb.get('raftmq_shard_in_refused_total'), 0);
+    assert.equal(mb.get('raftmq_shard_route_writes_pending'), 0);
   });
 
   it('refuses what does not decode or names an unknown shard; applies a message ahead of a gap only after it fills', async () => {

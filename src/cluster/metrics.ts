@@ -349,11 +349,56 @@ export class NodeMetrics {
         [gate.shard, 1],
       ]);
     }
+    this.defineShardLink();
     this.counter('raftmq_protocol_errors_total', 'connections closed for a protocol error', () => {
       let n = 0;
       for (const [k, v] of counters) if (k.startsWith('protocol-error:')) n += v;
       return n;
     });
+  }
+
+  /** --nats with --shard (docs/scale-out.md "Health and metrics"): the link's state, what it
+   * forwarded and received, and the outbox to each other shard in the replicated state, labelled
+   * by that shard's configured name (a fixed set). */
+  private defineShardLink(): void {
+    const node = this.source.node;
+    const link = node.shardLink;
+    if (link === null) return;
+    this.gauge('raftmq_nats_connected', '1 while this node is connected to NATS (the serving node only)', () => (link.connected ? 1 : 0));
+    this.gauge('raftmq_shard_remote_routes', "routes of other shards in this node's route table", () => link.table.size);
+    this.gauge('raftmq_shard_route_writes_pending', "this shard's route writes not yet acknowledged by NATS", () => link.pendingWrites);
+    this.counter(
+      'raftmq_shard_forwarded_total',
+      'messages published to another shard and acknowledged by JetStream, by this process',
+      () => link.forwarder.forwarded,
+    );
+    this.counter(
+      'raftmq_shard_received_total',
+      'messages from other shards committed here and acknowledged to JetStream, by this process',
+      () => link.receiver.received,
+    );
+    this.counter(
+      'raftmq_shard_in_refused_total',
+      'messages from other shards refused as bad input by this process',
+      () => link.receiver.refused,
+    );
+    const outboxes = (read: (o: { items: { length: number }; bytes: number }) => number) => (): Iterable<[string, number]> =>
+      node.shardDests.map((d) => {
+        const o = node.shardOutbox(d);
+        return [d, o === undefined ? 0 : read(o)];
+      });
+    this.labelledGauge(
+      'raftmq_shard_outbox_messages',
+      'messages in the outbox to another shard (replicated state), not yet acknowledged by JetStream',
+      'shard',
+      outboxes((o) => o.items.length),
+    );
+    this.labelledGauge(
+      'raftmq_shard_outbox_bytes',
+      'topic and payload bytes in the outbox to another shard',
+      'shard',
+      outboxes((o) => o.bytes),
+    );
   }
 
   /** --data-dir (docs/operations.md "Disk trouble"): free space against its bound, the log and the

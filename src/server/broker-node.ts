@@ -770,6 +770,11 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
     return this.broker.shardOutbox(dest);
   }
 
+  /** The shards with an outbox here, in name order. */
+  get shardDests(): string[] {
+    return this.broker.shardDests;
+  }
+
   /** Each bridge: its connection's state, its outbox in the replicated state, and what this
    * process forwarded. */
   bridgeStatus(): BridgeStatus[] {
