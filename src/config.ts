@@ -428,6 +428,41 @@ export const SCHEMA = {
     default: '',
     help: 'the NATS servers joining the shards, nats://HOST:PORT or tls://HOST:PORT, several separated by commas; a single node joins them for routes (docs/scale-out.md)',
   },
+  'nats-user': {
+    kind: 'string',
+    default: '',
+    help: 'with --nats: the user name this node logs in to NATS with, with --nats-password (one of --nats-user, --nats-token, --nats-creds)',
+  },
+  'nats-password': {
+    kind: 'string',
+    default: '',
+    help: "with --nats-user: that user's password",
+  },
+  'nats-token': {
+    kind: 'string',
+    default: '',
+    help: 'with --nats: the token this node logs in to NATS with',
+  },
+  'nats-creds': {
+    kind: 'string',
+    default: '',
+    help: 'with --nats: a NATS credentials file (a user JWT and its NKey seed, as nsc writes it) this node logs in with',
+  },
+  'nats-tls-ca': {
+    kind: 'string',
+    default: '',
+    help: "with --nats: PEM file of the CA certificates the NATS server's certificate must chain to (default: the system's)",
+  },
+  'nats-tls-cert': {
+    kind: 'string',
+    default: '',
+    help: 'with --nats: PEM client certificate for a NATS server that verifies clients, with --nats-tls-key',
+  },
+  'nats-tls-key': {
+    kind: 'string',
+    default: '',
+    help: 'with --nats-tls-cert: its PEM private key',
+  },
   'health-port': {
     kind: 'int',
     default: -1,

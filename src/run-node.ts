@@ -81,7 +81,10 @@ export function nodeOptions(config: Config, logger: pino.Logger, tls: TlsMateria
     statsIntervalMs: config['stats-interval-ms'],
     sysIntervalS: config['sys-interval'],
     shard: shard === null ? null : { shard: shard.shard, placement: shard.placement, addresses: shard.addresses },
-    nats: shard === null || shard.nats.length === 0 ? null : { servers: shard.nats.map((n) => n.url), rules: shard.rules },
+    nats:
+      shard === null || shard.nats.length === 0
+        ? null
+        : { servers: shard.nats.map((n) => n.url), rules: shard.rules, client: shard.natsClient },
     version: version(),
     logger,
   };

@@ -2,10 +2,12 @@
 // accepted lists, and each refusal naming its flag.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import type { PeerCertificate } from 'node:tls';
 import { parseCli, parseConfigText } from '../config.js';
 import { refusal } from '../config.testkit.js';
 import { CONFIG_ERROR } from '../errors.js';
 import { shardSettings } from './shard-config.js';
+import { natsClientOptions } from './shard-link.js';
 
 function settings(argv: string[]) {
   const r = parseCli(argv);
@@ -17,6 +19,30 @@ function settings(argv: string[]) {
 describe('--shard, --shards, --shard-address, --shard-route, --nats', () => {
   it('is off without --shard', () => {
     assert.equal(settings([]), null);
+  });
+
+  it('takes a NATS login, and gives the NATS client its options', () => {
+    const base = ['--shard', 'a', '--shards', 'a,b', '--nats', 'nats://n1.example'];
+    const user = settings([...base, '--nats-user', 'u', '--nats-password', 'p']);
+    assert.deepEqual(user?.natsClient, { user: 'u', password: 'p' });
+    assert.deepEqual(natsClientOptions(user?.natsClient), { user: 'u', pass: 'p' });
+    const token = settings([...base, '--nats-token', 't']);
+    assert.deepEqual(natsClientOptions(token?.natsClient), { token: 't' });
+    assert.deepEqual(settings(base)?.natsClient, {}, 'nothing given, nothing set');
+    assert.deepEqual(natsClientOptions({}), {});
+    assert.deepEqual(natsClientOptions({}, ['nats://10.0.0.1:4222']), {}, 'no TLS object for a plain server: it would require TLS');
+  });
+
+  it('checks a NATS server certificate against the configured hosts, IP addresses included', () => {
+    const o = natsClientOptions({ tls: { ca: 'PEM' } }, ['tls://10.0.0.1:4222', 'tls://nats.example:4222']);
+    const tls = o.tls as { ca: string; checkServerIdentity: (name: string, cert: PeerCertificate) => Error | undefined };
+    assert.equal(tls.ca, 'PEM');
+    const cert = (san: string) => ({ subject: { CN: 'x' }, subjectaltname: san }) as unknown as PeerCertificate;
+    // The client names "localhost" for an IP address URL; the check ignores that name.
+    assert.equal(tls.checkServerIdentity('localhost', cert('IP Address:10.0.0.1')), undefined);
+    assert.equal(tls.checkServerIdentity('localhost', cert('DNS:nats.example')), undefined);
+    assert.ok(tls.checkServerIdentity('localhost', cert('DNS:elsewhere.example')) instanceof Error);
+    assert.ok(tls.checkServerIdentity('localhost', cert('DNS:localhost')) instanceof Error, 'localhost is not a configured host');
   });
 
   it('takes a shard of the list, addresses for every shard and NATS URLs', () => {

@@ -3,14 +3,39 @@
 // (repeatable) and --nats URL. Every
 // refusal names the flag it is about. A node without --shard is not part of a scaled-out
 // deployment and serves every client id.
+import { readFileSync } from 'node:fs';
 import { CONFIG_ERROR, ConfigError } from '../errors.js';
+import { checkTls, type PemFile, readPem } from '../tls-files.js';
 import { Placement, shardListProblem } from './placement.js';
 import { RouteRules } from './routes.js';
 
 /** The settings read here: src/config.ts hands over its whole Config. */
-export type ShardConfig = Readonly<Record<'shard' | 'shards' | 'shard-address' | 'nats', string>> & {
+/** The flags of the NATS login and TLS, all node-local (never replicated, not in the hash). */
+const NATS_CLIENT_FLAGS = [
+  'nats-user',
+  'nats-password',
+  'nats-token',
+  'nats-creds',
+  'nats-tls-ca',
+  'nats-tls-cert',
+  'nats-tls-key',
+] as const;
+
+export type ShardConfig = Readonly<Record<'shard' | 'shards' | 'shard-address' | 'nats' | (typeof NATS_CLIENT_FLAGS)[number], string>> & {
   readonly 'shard-route': readonly string[];
 };
+
+/** How this node logs in to NATS, and the TLS files it uses (docs/scale-out.md "NATS login and
+ * TLS"); the files' contents are read at load. */
+export interface NatsClientSettings {
+  user?: string;
+  password?: string;
+  token?: string;
+  /** The credentials file's bytes (--nats-creds). */
+  creds?: Uint8Array;
+  /** PEM texts. */
+  tls?: { ca?: string; cert?: string; key?: string };
+}
 
 export interface NatsAddress {
   /** As configured, for log lines. */
@@ -33,6 +58,8 @@ export interface ShardSettings {
   /** --nats: the NATS servers of the deployment, tried in turn; empty: not given. A single node
    * connects to them for its routes (src/scale/shard-link.ts); a three-node shard not yet. */
   nats: NatsAddress[];
+  /** --nats-user and the rest: login and TLS; empty when none is given. */
+  natsClient: NatsClientSettings;
 }
 
 const NATS_PORT_DEFAULT = 4222;
@@ -45,7 +72,7 @@ export function shardSettings(config: ShardConfig): ShardSettings | null {
   const shard = config.shard;
   const shardsText = config.shards;
   if (shard === '') {
-    for (const flag of ['shards', 'shard-address', 'nats'] as const) {
+    for (const flag of ['shards', 'shard-address', 'nats', ...NATS_CLIENT_FLAGS] as const) {
       if (config[flag] !== '') throw missing(`--${flag} needs --shard NAME (this node's shard)`);
     }
     if (config['shard-route'].length > 0) throw missing("--shard-route needs --shard NAME (this node's shard) and --shards");
@@ -63,7 +90,62 @@ export function shardSettings(config: ShardConfig): ShardSettings | null {
     addresses: config['shard-address'] === '' ? null : parseShardAddresses(config['shard-address'], placement),
     rules: parseRouteRules(config['shard-route'], placement),
     nats: config.nats === '' ? [] : parseNatsUrls(config.nats),
+    natsClient: natsClientSettings(config),
   };
+}
+
+/** --nats-user/--nats-password, --nats-token or --nats-creds (one way to log in at most), and the
+ * TLS files, checked as the NATS client will use them: a file that cannot be read or does not hold
+ * what it should stops the start naming the flag and the file. */
+export function natsClientSettings(config: ShardConfig): NatsClientSettings {
+  const given = NATS_CLIENT_FLAGS.filter((f) => config[f] !== '');
+  if (given.length === 0) return {};
+  if (config.nats === '') throw missing(`--${given[0]} needs --nats (the NATS servers it logs in to)`);
+  if ((config['nats-user'] === '') !== (config['nats-password'] === '')) {
+    throw missing('--nats-user and --nats-password go together');
+  }
+  const logins = (['nats-user', 'nats-token', 'nats-creds'] as const).filter((f) => config[f] !== '');
+  if (logins.length > 1) throw bad(`--${logins.join(' and --')}: give one way to log in to NATS`);
+  if ((config['nats-tls-cert'] === '') !== (config['nats-tls-key'] === '')) {
+    throw missing('--nats-tls-cert and --nats-tls-key go together (a client certificate and its key)');
+  }
+  const out: NatsClientSettings = {};
+  if (config['nats-user'] !== '') {
+    out.user = config['nats-user'];
+    out.password = config['nats-password'];
+  }
+  if (config['nats-token'] !== '') out.token = config['nats-token'];
+  if (config['nats-creds'] !== '') out.creds = readCreds(config['nats-creds']);
+  const pem = (flag: 'nats-tls-ca' | 'nats-tls-cert' | 'nats-tls-key'): PemFile | null =>
+    config[flag] === '' ? null : { key: `--${flag}`, file: config[flag], pem: readPem(config[flag], `--${flag}`) };
+  const ca = pem('nats-tls-ca');
+  const cert = pem('nats-tls-cert');
+  const key = pem('nats-tls-key');
+  checkTls(ca, cert, key);
+  if (ca !== null || cert !== null) {
+    out.tls = {
+      ...(ca === null ? {} : { ca: ca.pem.toString('utf8') }),
+      ...(cert === null || key === null ? {} : { cert: cert.pem.toString('utf8'), key: key.pem.toString('utf8') }),
+    };
+  }
+  return out;
+}
+
+/** A credentials file holds a user JWT and an NKey seed, each between its BEGIN and END lines. */
+function readCreds(file: string): Uint8Array {
+  let bytes: Buffer;
+  try {
+    bytes = readFileSync(file);
+  } catch (err) {
+    throw new ConfigError(CONFIG_ERROR.UNREADABLE_FILE, `--nats-creds ${file}: cannot read: ${(err as Error).message}`);
+  }
+  const text = bytes.toString('utf8');
+  for (const what of ['NATS USER JWT', 'USER NKEY SEED']) {
+    if (!new RegExp(`-----BEGIN ${what}-----[\\s\\S]+?------END ${what}------`).test(text)) {
+      throw bad(`--nats-creds ${file}: no ${what} block (expected a credentials file as nsc writes it)`);
+    }
+  }
+  return new Uint8Array(bytes);
 }
 
 /** `NAME=HOST:PORT,…`, one entry for every shard of the list (this one included, so every node

@@ -6,7 +6,8 @@
 // stamp (epoch, term, index) of the log position it reflects, so a deposed writer cannot overwrite
 // a newer one (src/scale/route-bucket.ts). NATS being down never blocks local traffic: writes wait
 // here, newest value per filter, and the whole set is written again on the next connection.
-import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { checkServerIdentity as checkServerIdentityOf, type PeerCertificate } from 'node:tls';
+import { type ConnectionOptions, connect, credsAuthenticator, type NatsConnection, type TlsOptions } from '@nats-io/transport-node';
 import type { Command, ConnId } from '../broker/commands.js';
 import type { ShardOutbox } from '../broker/shard-outbox.js';
 import type { EventKind } from '../events.js';
@@ -16,6 +17,7 @@ import type { Placement } from './placement.js';
 import { ShardReceiver } from './receiver.js';
 import { RouteBucket, type RouteWatcher, type RouteWrite } from './route-bucket.js';
 import { ROUTE_FILTER_BYTES_MAX, type RouteRules, type RouteStamp, RouteTable } from './routes.js';
+import type { NatsClientSettings } from './shard-config.js';
 
 /** Reconnect backoff: the first delay, doubling per failure in a row, up to the last (ms); each
  * delay is drawn between half and all of it, so shards that lost one server do not return at once. */
@@ -54,6 +56,32 @@ export interface ShardLinkOptions {
   readonly servers: readonly string[];
   /** The route bucket's name unless the default. */
   readonly bucket?: string;
+  /** How to log in, and the TLS files (docs/scale-out.md "NATS login and TLS"). */
+  readonly client?: NatsClientSettings;
+}
+
+/** The NATS client's options: one way to log in at most (checked at load) and, over TLS, the TLS
+ * files as PEM. `servers`: the --nats URLs. The NATS client checks a server certificate against the
+ * URL's host only for a DNS name; for an IP address it would check the name "localhost". So over TLS
+ * the check is made here, the same for both: the certificate must name one of the configured hosts. */
+export function natsClientOptions(c: NatsClientSettings | undefined, servers: readonly string[] = []): Partial<ConnectionOptions> {
+  const hosts = servers.map((u) => new URL(u).hostname.replace(/^\[(.*)\]$/, '$1'));
+  const overTls = c?.tls !== undefined || servers.some((u) => u.startsWith('tls://'));
+  const checkServerIdentity = (_name: string, cert: PeerCertificate): Error | undefined => {
+    let refused: Error | undefined;
+    for (const host of hosts) {
+      refused = checkServerIdentityOf(host, cert);
+      if (refused === undefined) return undefined;
+    }
+    return refused ?? new Error('no --nats host to check the server certificate against');
+  };
+  return {
+    ...(c?.user === undefined ? {} : { user: c.user, pass: c.password ?? '' }),
+    ...(c?.token === undefined ? {} : { token: c.token }),
+    ...(c?.creds === undefined ? {} : { authenticator: credsAuthenticator(c.creds) }),
+    // The client hands its tls object to tls.connect as it is; an object means TLS is required.
+    ...(overTls && hosts.length > 0 ? { tls: { ...c?.tls, checkServerIdentity } as TlsOptions } : {}),
+  };
 }
 
 export type NatsState = 'stopped' | 'connecting' | 'up' | 'backoff';
@@ -217,6 +245,7 @@ export class ShardLink {
         reconnect: false,
         timeout: NATS_CONNECT_TIMEOUT_MS,
         name: `raftmq-${this.o.shard}`,
+        ...natsClientOptions(this.o.client, this.o.servers),
       });
       if (gen !== this.gen) {
         await nc.close().catch(() => undefined);

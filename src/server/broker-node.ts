@@ -14,6 +14,7 @@ import { LocalLog } from '../log/local-log.js';
 import type { ConnectPacket } from '../protocol/packets.js';
 import { RC } from '../protocol/reason-codes.js';
 import type { RouteRules, RouteStamp } from '../scale/routes.js';
+import type { NatsClientSettings } from '../scale/shard-config.js';
 import { ShardLink } from '../scale/shard-link.js';
 import type { AuditSink } from './audit-sink.js';
 import type { HookAuthorizer } from './auth/hook-authorizer.js';
@@ -118,6 +119,8 @@ export interface NatsLinkOptions {
   rules: RouteRules;
   /** The route bucket's name; absent: the deployment's default. */
   bucket?: string;
+  /** --nats-user and the rest: how this node logs in to NATS, and its TLS files; absent: none. */
+  client?: NatsClientSettings;
   /** The first field of this node's route stamps: it must grow across the node's restarts, since a
    * single node's log index starts again; absent: the wall clock at the node's creation (ms). */
   epoch?: number;
@@ -328,6 +331,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
           rules: nats.rules,
           servers: nats.servers,
           ...(nats.bucket === undefined ? {} : { bucket: nats.bucket }),
+          ...(nats.client === undefined ? {} : { client: nats.client }),
         },
         {
           mayWrite: () => this.period !== 0 && !this.stopped && this.mayWrite(),

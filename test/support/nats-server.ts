@@ -25,6 +25,11 @@ export interface NatsServerOptions {
   /** Clients must log in with this user and password (nats-server --user/--pass). */
   user?: string;
   password?: string;
+  /** Clients must log in with this token (nats-server --auth). */
+  token?: string;
+  /** TLS on the client port (nats-server --tls): its certificate and key; with `ca`, clients must
+   * present a certificate that CA signed (--tlsverify). */
+  tls?: { cert: string; key: string; ca?: string };
   /** The binary; NATS_SERVER unless told (a test of the missing-binary message names another). */
   binary?: string;
 }
@@ -77,6 +82,12 @@ export class NatsServer {
     const args = ['-a', LOOPBACK, '-p', String(this.port), '-js', '-sd', this.storeDir];
     if (this.options.user !== undefined && this.options.password !== undefined) {
       args.push('--user', this.options.user, '--pass', this.options.password);
+    }
+    if (this.options.token !== undefined) args.push('--auth', this.options.token);
+    const tls = this.options.tls;
+    if (tls !== undefined) {
+      args.push('--tls', '--tlscert', tls.cert, '--tlskey', tls.key);
+      if (tls.ca !== undefined) args.push('--tlscacert', tls.ca, '--tlsverify');
     }
     const child = spawn(this.options.binary ?? NATS_SERVER, args, { stdio: ['ignore', 'pipe', 'pipe'] });
     this.child = child;

@@ -2,11 +2,9 @@
 // config file's `bridges` map, NAME to its settings. The topic rules become the replicated setting
 // `bridgeRules`; everything else (addresses, client id, credentials, certificates) stays on this
 // node, covered by its configuration hash and never written into the log or a state file.
-import { X509Certificate } from 'node:crypto';
-import { readFileSync } from 'node:fs';
-import { createSecureContext } from 'node:tls';
 import { BRIDGE_NAME, type BridgeRule, isInbound, loopingPair, parseBridgeRule, ruleText } from '../../broker/bridge-rules.js';
 import { CONFIG_ERROR, ConfigError } from '../../errors.js';
+import { checkTls, type PemFile, readPem } from '../../tls-files.js';
 
 export interface BridgeAddress {
   /** As configured, for log lines. */
@@ -124,48 +122,6 @@ function strings(v: unknown, where: string): string[] {
 function oneString(v: unknown, where: string): string {
   if (typeof v !== 'string' || v.length === 0) throw bad(where, 'expected a non-empty string');
   return v;
-}
-
-function readPem(file: string, where: string): Buffer {
-  try {
-    return readFileSync(file);
-  } catch (err) {
-    throw new ConfigError(CONFIG_ERROR.UNREADABLE_FILE, `${where} ${file}: cannot read: ${(err as Error).message}`);
-  }
-}
-
-/** A PEM file read for key `key` of a bridge. */
-interface PemFile {
-  key: string;
-  file: string;
-  pem: Buffer;
-}
-
-const PEM_CERTIFICATE = /-----BEGIN CERTIFICATE-----[\s\S]*?-----END CERTIFICATE-----/g;
-
-/** The bridge's TLS files as OpenSSL will take them at connect time, checked at load so that a bad
- * file stops the start naming the key and the file instead of failing every connection attempt:
- * tls-ca must hold at least one certificate, each one parseable (OpenSSL skips what is not one);
- * tls-cert and tls-key must parse and match. */
-function checkTls(ca: PemFile | null, cert: PemFile | null, key: PemFile | null): void {
-  const named = (f: PemFile): string => `${f.key} ${f.file}`;
-  if (ca !== null) {
-    const blocks = ca.pem.toString('latin1').match(PEM_CERTIFICATE) ?? [];
-    if (blocks.length === 0) throw new ConfigError(CONFIG_ERROR.BAD_TLS, `${named(ca)}: no PEM certificate in it`);
-    for (const b of blocks) {
-      try {
-        new X509Certificate(b);
-      } catch (err) {
-        throw new ConfigError(CONFIG_ERROR.BAD_TLS, `${named(ca)}: ${(err as Error).message}`);
-      }
-    }
-  }
-  if (cert === null || key === null) return;
-  try {
-    createSecureContext({ cert: cert.pem, key: key.pem });
-  } catch (err) {
-    throw new ConfigError(CONFIG_ERROR.BAD_TLS, `${named(cert)}, ${named(key)}: ${(err as Error).message}`);
-  }
 }
 
 /** What the configuration gives for bridges. */
