@@ -91,6 +91,7 @@ export const EVENT_LEVELS = {
   // scale-out (src/scale/shard-link.ts): the shard's NATS connection and its routes
   'forward-failed': 'warn',
   'nats-connect-failed': 'warn',
+  'shard-list-differs': 'error',
   'nats-disconnected': 'warn',
   'route-refused': 'warn',
   'route-stale': 'warn',

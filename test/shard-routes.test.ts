@@ -206,6 +206,50 @@ describe("the serving node's routes over a real nats-server", { timeout: 90_000 
     await c.waitFor((m) => m.topic === 'l/1', 'the local message');
   });
 
+  it('stores the shard list in NATS; a node whose --shards differs does not join, naming both lists', async () => {
+    const bucket = freshBucket();
+    const a = await shardNode('a', bucket);
+    // The same list in another order is the same list.
+    const reordered = new Placement(['b', 'a']);
+    const b = await startNode({
+      shard: { shard: 'b', placement: reordered, addresses: null },
+      nats: { servers: [server.url], rules: new RouteRules([], reordered), bucket },
+    });
+    nodes.push(b);
+    await until('b joined with the list in another order', () => b.shardLink?.connected === true);
+    const stored = await (await rawKv(`${bucket}-shards`)).get('shards');
+    assert.equal(stored?.string(), 'a,b');
+
+    const wider = new Placement(['a', 'b', 'c']);
+    const c = await startNode({
+      shard: { shard: 'c', placement: wider, addresses: null },
+      nats: { servers: [server.url], rules: new RouteRules([], wider), bucket },
+    });
+    nodes.push(c);
+    await until('c refused', () => counter(c, 'shard-list-differs') >= 1);
+    assert.equal(c.shardLink?.connected, false);
+    assert.match(String(c.shardLink?.lastError), /the shard list differs: NATS holds a,b .*this node has --shards a,b,c/);
+    // c writes no route: a subscription on c stays out of a's table.
+    const [id] = idsOf(['a', 'b', 'c'], 'c', 1, 'outside');
+    const sub = await client(c, id as string);
+    await withTimeout(sub.client.subscribeAsync('wide/#', { qos: 1 }), 5_000, 'SUBACK on c');
+    assert.equal(a.shardLink?.connected, true, 'a is not disturbed');
+    assert.equal((await (await rawKv(bucket)).get(routeKey('c', 'wide/#'))) ?? null, null, 'no route of c in the bucket');
+  });
+
+  it('refuses to join when what NATS holds as the shard list is not a list', async () => {
+    const bucket = freshBucket();
+    const nc = await connect({ servers: server.url, reconnect: false, timeout: 5_000 });
+    connections.push(nc);
+    const kv = await new Kvm(nc).create(`${bucket}-shards`, { history: 1 });
+    await kv.put('shards', 'a,,B');
+    const n = await startNode(shardOptions('a', bucket));
+    nodes.push(n);
+    await until('a refused', () => counter(n, 'shard-list-differs') >= 1);
+    assert.match(String(n.shardLink?.lastError), /is not a list: an empty shard name/);
+    assert.equal(n.shardLink?.connected, false);
+  });
+
   it('says on /health whether NATS is connected, and logs a failed connection with its URL', async () => {
     const nats = async (url: string): Promise<{ health: () => Promise<{ nats?: { connected: boolean } }>; proc: BrokerProcess }> => {
       const healthPort = await freePort();

@@ -15,9 +15,10 @@ import type { QoS } from '../protocol/packets.js';
 import { ShardForwarder } from './forwarder.js';
 import type { Placement } from './placement.js';
 import { ShardReceiver } from './receiver.js';
-import { RouteBucket, type RouteWatcher, type RouteWrite } from './route-bucket.js';
+import { ROUTE_BUCKET, RouteBucket, type RouteWatcher, type RouteWrite } from './route-bucket.js';
 import { ROUTE_FILTER_BYTES_MAX, type RouteRules, type RouteStamp, RouteTable } from './routes.js';
 import type { NatsClientSettings } from './shard-config.js';
+import { checkShardList } from './shard-list.js';
 
 /** Reconnect backoff: the first delay, doubling per failure in a row, up to the last (ms); each
  * delay is drawn between half and all of it, so shards that lost one server do not return at once. */
@@ -250,6 +251,12 @@ export class ShardLink {
       if (gen !== this.gen) {
         await nc.close().catch(() => undefined);
         return;
+      }
+      // docs/scale-out.md "The shard list in NATS": a node whose --shards differs does not join.
+      const differs = await checkShardList(nc, this.o.bucket ?? ROUTE_BUCKET, this.o.placement.shards);
+      if (differs !== null) {
+        this.host.event('shard-list-differs', { reason: differs });
+        throw new Error(differs);
       }
       const bucket = await RouteBucket.open(nc, {
         shard: this.o.shard,
