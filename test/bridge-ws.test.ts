@@ -85,6 +85,19 @@ describe('bridges over WebSocket, to Aedes', { timeout: 120_000 }, () => {
     for (const c of cleanups.reverse()) await c();
   });
 
+  /** An Aedes remote and a client on its TCP port subscribed to `filter` (QoS 1). */
+  async function checkedRemote(
+    tls: { cert: string; key: string } | null,
+    filter: string,
+  ): Promise<{ remote: Remote; checker: TestClient }> {
+    const remote = await aedesRemote(tls);
+    cleanups.push(() => remote.close());
+    const checker = await connectClient(remote.tcpPort);
+    cleanups.push(() => disconnect(checker));
+    await subscribe(checker, filter, 1);
+    return { remote, checker };
+  }
+
   /** Publishes `n` QoS 1 messages on the local node and waits until `checker` has each; returns
    * the first arrivals in order. */
   async function forward(node: BrokerNode, checker: TestClient, topic: string, remoteTopic: string, n: number): Promise<number[]> {
@@ -98,11 +111,7 @@ describe('bridges over WebSocket, to Aedes', { timeout: 120_000 }, () => {
   }
 
   it('forwards QoS 1 out and takes QoS 1 in over ws://, with the local prefix remapped', async () => {
-    const remote = await aedesRemote(null);
-    cleanups.push(() => remote.close());
-    const checker = await connectClient(remote.tcpPort);
-    cleanups.push(() => disconnect(checker));
-    await subscribe(checker, 'cloud/#', 1);
+    const { remote, checker } = await checkedRemote(null, 'cloud/#');
     const { node, lines } = await bridged('edge', `ws://${LOOPBACK}:${remote.wsPort}/mqtt`, ['# out 1 site/ cloud/', 'cmd/# in 1']);
     cleanups.push(() => node.stop());
     await until('the bridge is up', () => up(node));
@@ -125,11 +134,7 @@ describe('bridges over WebSocket, to Aedes', { timeout: 120_000 }, () => {
   });
 
   it('connects over wss:// trusting its tls-ca, and refuses a remote whose certificate that CA did not sign', async () => {
-    const remote = await aedesRemote(server);
-    cleanups.push(() => remote.close());
-    const checker = await connectClient(remote.tcpPort);
-    cleanups.push(() => disconnect(checker));
-    await subscribe(checker, 'secure/#', 1);
+    const { remote, checker } = await checkedRemote(server, 'secure/#');
     const url = `wss://${LOOPBACK}:${remote.wsPort}/mqtt`;
     const { node } = await bridged('tls', url, ['# out 1 s/ secure/'], { 'tls-ca': pki.caCert });
     cleanups.push(() => node.stop());

@@ -119,6 +119,20 @@ async function inbound(dest: string): Promise<Stored[]> {
   return out;
 }
 
+/** Shards a and b on a fresh bucket, a subscriber on b to `root/#` (QoS 1) whose route a holds,
+ * and a publisher on a; the client ids start with `prefix`. */
+async function acrossShards(prefix: string, root: string): Promise<{ a: BrokerNode; b: BrokerNode; sub: TestClient; pub: TestClient }> {
+  const bucket = `forward-t${++bucketSeq}`;
+  const a = await shardNode('a', bucket);
+  const b = await shardNode('b', bucket);
+  const [subId] = idsOf(SHARDS, 'b', 1, `${prefix}sub`);
+  const [pubId] = idsOf(SHARDS, 'a', 1, `${prefix}pub`);
+  const sub = await client(b, subId as string);
+  await withTimeout(sub.client.subscribeAsync(`${root}/#`, { qos: 1 }), 5_000, 'SUBACK');
+  await until('b’s route in a’s table', () => (a.shardLink?.table.match(`${root}/x`).length ?? 0) === 1);
+  return { a, b, sub, pub: await client(a, pubId as string) };
+}
+
 /** One scrape of a node's /metrics series, as the health server would serve it. */
 async function scrape(node: BrokerNode): Promise<Map<string, number>> {
   const m = new NodeMetrics(
@@ -210,15 +224,7 @@ describe('forwarding QoS 1 to another shard over a real nats-server', { timeout:
   });
 
   it('delivers every message a publisher on a had acknowledged to b’s subscriber, in order, with no gap', async () => {
-    const bucket = `forward-t${++bucketSeq}`;
-    const a = await shardNode('a', bucket);
-    const b = await shardNode('b', bucket);
-    const [subId] = idsOf(SHARDS, 'b', 1, 'e2esub');
-    const [pubId] = idsOf(SHARDS, 'a', 1, 'e2epub');
-    const sub = await client(b, subId as string);
-    await withTimeout(sub.client.subscribeAsync('t/#', { qos: 1 }), 5_000, 'SUBACK');
-    await until('b’s route in a’s table', () => (a.shardLink?.table.match('t/x').length ?? 0) === 1);
-    const pub = await client(a, pubId as string);
+    const { a, b, sub, pub } = await acrossShards('e2e', 't');
     const N = 300;
     const acked: string[] = [];
     for (let i = 0; i < N; i++) {
@@ -349,15 +355,7 @@ describe('forwarding QoS 1 to another shard over a real nats-server', { timeout:
 
   // Last: it stops the shared nats-server for a while.
   it('delivers every acknowledged message once, in order, across a stop and start of nats-server mid-stream', async () => {
-    const bucket = `forward-t${++bucketSeq}`;
-    const a = await shardNode('a', bucket);
-    const b = await shardNode('b', bucket);
-    const [subId] = idsOf(SHARDS, 'b', 1, 'outagesub');
-    const [pubId] = idsOf(SHARDS, 'a', 1, 'outagepub');
-    const sub = await client(b, subId as string);
-    await withTimeout(sub.client.subscribeAsync('o/#', { qos: 1 }), 5_000, 'SUBACK');
-    await until('b’s route in a’s table', () => (a.shardLink?.table.match('o/x').length ?? 0) === 1);
-    const pub = await client(a, pubId as string);
+    const { a, b, sub, pub } = await acrossShards('outage', 'o');
     const N = 400;
     const acked: string[] = [];
     for (let i = 0; i < N; i++) {

@@ -240,11 +240,8 @@ export class BridgeLink {
       ...(a.tls ? { ...(isIP(a.host) === 0 ? { servername: a.host } : {}), ...this.tlsFiles() } : {}),
     });
     const s = new WsByteStream(ws, BRIDGE_WRITE_BUFFER_BYTES);
+    // ws itself refuses an upgrade answered without the mqtt subprotocol, or with another.
     ws.once('open', () => {
-      if (ws.protocol !== 'mqtt') {
-        this.fail(`the remote's WebSocket answered subprotocol ${JSON.stringify(ws.protocol)}, not mqtt`, s);
-        return;
-      }
       // A pause asked before the socket opened takes effect now.
       if (this.readsPaused) s.pause();
       this.onOpen(s);
