@@ -17,6 +17,7 @@ import { parseMetrics } from './prom-text.js';
 import { Cluster } from './support/cluster.js';
 import { Mosquitto } from './support/mosquitto.js';
 import { freePort, httpGet, LOOPBACK } from './support/net.js';
+import { ackPid, PACKET, PacketRelay, publishOf, type Verdict } from './support/packet-relay.js';
 import { sleep, until } from './support/wait.js';
 
 const CLI = new URL('../src/cli.js', import.meta.url).pathname;
@@ -78,6 +79,75 @@ describe('bridges to Mosquitto', { timeout: 120_000 }, () => {
     // The remote completed everything, so the replicated outbox is empty.
     await until('an empty outbox', () => node.bridgeStatus()[0]?.outbox === 0);
     assert.equal(node.bridgeStatus()[0]?.forwarded, 4);
+  });
+
+  it('forwards QoS 2 once each, also when the connection drops before a PUBREC or a PUBCOMP reaches raftmq', async () => {
+    const remote = await Mosquitto.start();
+    cleanups.push(() => remote.dispose());
+    /** What raftmq sent, in order: "publish PID", "publish PID dup", "pubrel PID". */
+    const flow: string[] = [];
+    const dropped = new Set<string>();
+    // The connection closes at the first PUBREC for packet id 7 (raftmq has not seen it: a
+    // PUBLISH with DUP and the same id must follow) and at the first PUBCOMP for 10 (its PUBREC is
+    // recorded: a PUBREL must follow, never a PUBLISH).
+    const closeOnce = (what: string): Verdict => {
+      if (dropped.has(what)) return 'pass';
+      dropped.add(what);
+      return 'close';
+    };
+    const relay = new PacketRelay(remote.port, {
+      up: (f) => {
+        if (f.type === PACKET.PUBLISH) {
+          const p = publishOf(f);
+          flow.push(`publish ${p.pid}${p.dup ? ' dup' : ''}`);
+          assert.equal(p.qos, 2, 'forwarded at QoS 2');
+        } else if (f.type === PACKET.PUBREL) flow.push(`pubrel ${ackPid(f)}`);
+        return 'pass';
+      },
+      down: (f) => {
+        if (f.type === PACKET.PUBREC && ackPid(f) === 7) return closeOnce('pubrec 7');
+        if (f.type === PACKET.PUBCOMP && ackPid(f) === 10) return closeOnce('pubcomp 10');
+        return 'pass';
+      },
+    });
+    const relayPort = await relay.listen();
+    cleanups.push(() => relay.close());
+    const { node } = await bridgedNode(specs(`mqtt://${LOOPBACK}:${relayPort}`, ['q/# out 2']));
+    cleanups.push(() => node.stop());
+    const sub = await connectClient(remote.port);
+    cleanups.push(() => disconnect(sub));
+    await subscribe(sub, 'q/#', 2);
+    await until('the bridge is up', () => up(node));
+    const pub = await connectClient(node.port);
+    cleanups.push(() => disconnect(pub));
+    const N = 30;
+    for (let i = 1; i <= N; i++) await publish(pub, 'q/x', String(i), { qos: 2 });
+    await until('every message at the remote', () => new Set(numbers(sub)).size === N, 30_000);
+    await until('an empty outbox', () => node.bridgeStatus()[0]?.outbox === 0, 30_000);
+    assert.deepEqual(
+      numbers(sub),
+      Array.from({ length: N }, (_, i) => i + 1),
+      'each once, in order',
+    );
+    assert.ok(
+      sub.messages.every((m) => m.packet.qos === 2),
+      'at QoS 2',
+    );
+    assert.equal(dropped.size, 2, 'both drops happened');
+    assert.ok(relay.connections >= 3, `reconnected after each drop (${relay.connections} connections)`);
+    const of = (pid: number): string[] => flow.filter((x) => x.split(' ')[1] === String(pid));
+    for (let pid = 1; pid <= N; pid++) {
+      const f = of(pid);
+      assert.ok(f[0]?.startsWith(`publish ${pid}`), `PUBLISH first for ${pid}: ${f.join(', ')}`);
+      const rel = f.indexOf(`pubrel ${pid}`);
+      assert.ok(rel > 0, `PUBREL for ${pid}`);
+      assert.ok(!f.slice(rel).some((x) => x.startsWith('publish')), `no PUBLISH of ${pid} once its PUBREC was recorded: ${f.join(', ')}`);
+    }
+    // DUP only on what may have reached the remote before: not before the first drop.
+    assert.deepEqual(of(1), ['publish 1', 'pubrel 1']);
+    assert.ok(of(7).includes('publish 7 dup'), `sent again with DUP after the lost PUBREC: ${of(7).join(', ')}`);
+    assert.equal(of(10).filter((x) => x === 'pubrel 10').length, 2, `PUBREL again after the lost PUBCOMP: ${of(10).join(', ')}`);
+    assert.equal(node.bridgeStatus()[0]?.forwarded, N);
   });
 
   it("publishes Mosquitto's $SYS/broker/connection/NAME/state: 1 while the bridge is up, 0 once its remote stops", async () => {

@@ -4,7 +4,15 @@ import { describe, it } from 'node:test';
 import fc from 'fast-check';
 import { Packr } from 'msgpackr';
 import { parseSharedFilter } from '../protocol/topic.js';
-import { firstAtOrAbove, firstAtOrAboveSeq, type OutboxItem } from './bridge-outbox.js';
+import {
+  firstAtOrAbove,
+  firstAtOrAboveSeq,
+  newOutbox,
+  OUTBOX_PID_MAX,
+  type OutboxItem,
+  pushOutbox,
+  recordPubrec,
+} from './bridge-outbox.js';
 import type { BridgeRule } from './bridge-rules.js';
 import { Broker } from './broker.js';
 import { Harness, msg, published, sent, testSettings } from './broker-harness.testkit.js';
@@ -221,8 +229,11 @@ describe('bridge outboxes in the replicated state', () => {
     type Outbox = StateImage['bridges'][number];
     const bad: StateImage[] = [
       { ...img, bridges: img.bridges.slice(1) },
-      { ...img, bridges: img.bridges.map(([n, p, it]): Outbox => [n, p, it.map((x) => ({ ...x, index: img.appliedIndex + 1 }))]) },
-      { ...img, bridges: img.bridges.map(([n, , it]): Outbox => [n, img.appliedIndex + 5, it]) },
+      { ...img, bridges: img.bridges.map(([n, p, it, q]): Outbox => [n, p, it.map((x) => ({ ...x, index: img.appliedIndex + 1 })), q]) },
+      { ...img, bridges: img.bridges.map(([n, , it, q]): Outbox => [n, img.appliedIndex + 5, it, q]) },
+      // A packet id on an item below QoS 2, and a next id outside the range.
+      { ...img, bridges: img.bridges.map(([n, p, it, q]): Outbox => [n, p, it.map((x) => ({ ...x, pid: 7 })), q]) },
+      { ...img, bridges: img.bridges.map(([n, p, it]): Outbox => [n, p, it, OUTBOX_PID_MAX + 1]) },
     ];
     for (const x of bad) assert.throws(() => decodeImage(encodeImage(x), parseShare), SnapshotError);
   });
@@ -362,11 +373,13 @@ describe('message expiry in bridge outboxes', () => {
     expiring(h, 'b', undefined, 2);
     const packr = new Packr({ useRecords: false, mapsAsObjects: true, variableMapSize: true });
     const root = packr.unpack(Buffer.concat([...h.broker.snapshot()])) as unknown[];
-    assert.equal(root[0], 8);
+    assert.equal(root[0], 9);
     root[0] = 6;
     // Format 8 added the shard outboxes and the high-water marks, a thirteenth and fourteenth element.
     assert.deepEqual(root.splice(12), [[], []]);
-    const outboxes = root[11] as [string, number, unknown[][]][];
+    // Format 9 added each outbox's next packet id and each item's id and record.
+    const outboxes = (root[11] as unknown[][]).map((o) => o.slice(0, 3) as [string, number, unknown[][]]);
+    root[11] = outboxes;
     for (const o of outboxes) o[2] = o[2].map((it) => it.slice(0, 4));
     const img = decodeImage(packr.pack(root), parseShare);
     const at = img.appliedTime;
@@ -436,6 +449,140 @@ describe('message expiry in bridge outboxes', () => {
         assert.equal(b.digest(), h.broker.digest());
       }),
       { numRuns: 300 },
+    );
+  });
+});
+
+describe('QoS 2 to the remote: packet ids and PUBREC records in the replicated state', () => {
+  const Q2: BridgeRule[] = [{ bridge: 'cloud', pattern: '#', direction: 'out', qos: 2, localPrefix: '', remotePrefix: '' }];
+  const Q2_SETTINGS: Settings = { ...testSettings, bridgeRules: Q2, bridgeOutboxMessages: 100, bridgeOutboxBytes: 100_000 };
+  const outbox = (h: Harness) => h.broker.bridgeOutbox('cloud')?.items.toArray() ?? [];
+
+  it('gives each QoS 2 item the next packet id in log order, and none to QoS 0 and 1 items', () => {
+    const h = new Harness(Q2_SETTINGS);
+    h.connect(h.conn(1), 'pub');
+    h.publish(h.conn(1), msg('a', '1', 2), 1);
+    h.publish(h.conn(1), msg('b', '2', 1), 2);
+    h.publish(h.conn(1), msg('c', '3', 2), 3);
+    assert.deepEqual(
+      outbox(h).map((it) => [it.topic, it.qos, it.pid, it.rec]),
+      [
+        ['a', 2, 1, false],
+        ['b', 1, 0, false],
+        ['c', 2, 2, false],
+      ],
+    );
+    assert.equal(h.broker.bridgeOutbox('cloud')?.nextPid, 3);
+  });
+
+  it('wraps the packet ids after OUTBOX_PID_MAX', () => {
+    const h = new Harness(Q2_SETTINGS);
+    h.connect(h.conn(1), 'pub');
+    // Through apply: the outbox's next id set near the end of the range, as a long run leaves it.
+    (h.broker.bridgeOutbox('cloud') as { nextPid: number }).nextPid = OUTBOX_PID_MAX;
+    h.publish(h.conn(1), msg('a', '1', 2), 1);
+    h.publish(h.conn(1), msg('b', '2', 2), 2);
+    assert.deepEqual(
+      outbox(h).map((it) => it.pid),
+      [OUTBOX_PID_MAX, 1],
+    );
+    assert.equal(h.broker.bridgeOutbox('cloud')?.nextPid, 2);
+  });
+
+  it('records a PUBREC on the item, answers PUBREL to the connection for each, and no-ops an unknown bridge', () => {
+    const h = new Harness(Q2_SETTINGS);
+    h.connect(h.conn(1), 'pub');
+    h.publish(h.conn(1), msg('a', '1', 2), 1);
+    const first = h.index;
+    h.publish(h.conn(1), msg('b', '2', 2), 2);
+    const link = h.conn(2);
+    const out = h.apply({
+      t: 'bridge-pubrec',
+      bridge: 'cloud',
+      conn: link,
+      recs: [
+        [first, 1],
+        [first, 9],
+      ],
+    });
+    assert.deepEqual(
+      outbox(h).map((it) => it.rec),
+      [true, false],
+    );
+    // The second names no item of the outbox (a completed or expired one): its PUBREL goes too.
+    assert.deepEqual(
+      out.filter((e) => e.t === 'send').map((e) => (e.t === 'send' ? [e.conn, e.packet.type, 'pid' in e.packet ? e.packet.pid : 0] : [])),
+      [
+        [link, 'pubrel', 1],
+        [link, 'pubrel', 9],
+      ],
+    );
+    const none = h.apply({ t: 'bridge-pubrec', bridge: 'nope', conn: link, recs: [[first, 1]] });
+    assert.ok(none.some((e) => e.t === 'event' && e.kind === 'no-op' && e.detail?.command === 'bridge-pubrec'));
+    assert.equal(h.broker.verify(), null);
+  });
+
+  it('keeps ids, records and the next id through a snapshot, and expires a recorded item', () => {
+    const h = new Harness(Q2_SETTINGS);
+    h.connect(h.conn(1), 'pub', { protocol: 5, clean: true, expiryS: 0 });
+    h.publish(h.conn(1), { ...msg('a', '1', 2), props: { expiryS: 1 } }, 1);
+    const first = h.index;
+    h.publish(h.conn(1), msg('b', '2', 2), 2);
+    h.apply({ t: 'bridge-pubrec', bridge: 'cloud', conn: h.conn(2), recs: [[first, 1]] });
+    const b = new Broker();
+    b.restore([Buffer.concat([...h.broker.snapshot()])]);
+    assert.equal(b.digest(), h.broker.digest());
+    const restored = b.bridgeOutbox('cloud');
+    assert.deepEqual(
+      restored?.items.toArray().map((it) => [it.pid, it.rec]),
+      [
+        [1, true],
+        [2, false],
+      ],
+    );
+    assert.equal(restored?.nextPid, 3);
+    // The recorded item is a new object; its expiry still removes it.
+    h.apply({ t: 'tick' }, 1_500);
+    assert.deepEqual(
+      outbox(h).map((it) => it.topic),
+      ['b'],
+    );
+  });
+
+  it('reads a format 8 snapshot, giving its QoS 2 items ids in log order', () => {
+    const h = new Harness(Q2_SETTINGS);
+    h.connect(h.conn(1), 'pub');
+    h.publish(h.conn(1), msg('a', '1', 2), 1);
+    h.publish(h.conn(1), msg('b', '2', 1), 2);
+    h.publish(h.conn(1), msg('c', '3', 2), 3);
+    const packr = new Packr({ useRecords: false, mapsAsObjects: true, variableMapSize: true });
+    const root = packr.unpack(Buffer.concat([...h.broker.snapshot()])) as unknown[];
+    root[0] = 8;
+    root[11] = (root[11] as unknown[][]).map(([n, p, it]) => [n, p, (it as unknown[][]).map((x) => x.slice(0, 5))]);
+    const img = decodeImage(packr.pack(root), parseShare);
+    assert.deepEqual(
+      img.bridges[0]?.[2].map((it) => [it.topic, it.pid, it.rec]),
+      [
+        ['a', 1, false],
+        ['b', 0, false],
+        ['c', 2, false],
+      ],
+    );
+    assert.equal(img.bridges[0]?.[3], 3);
+  });
+
+  it('recordPubrec finds the item by entry and id, and not one of another entry', () => {
+    const o = newOutbox('cloud', 1);
+    const m = msg('a', '1', 2);
+    pushOutbox(o, { index: 5, topic: 'a', qos: 2, msg: m, expiresAt: null, pid: 1, rec: false });
+    pushOutbox(o, { index: 5, topic: 'a', qos: 2, msg: m, expiresAt: null, pid: 2, rec: false });
+    pushOutbox(o, { index: 6, topic: 'a', qos: 2, msg: m, expiresAt: null, pid: 3, rec: false });
+    assert.equal(recordPubrec(o, 5, 2), true);
+    assert.equal(recordPubrec(o, 5, 3), false);
+    assert.equal(recordPubrec(o, 4, 1), false);
+    assert.deepEqual(
+      o.items.toArray().map((it) => it.rec),
+      [false, true, false],
     );
   });
 });

@@ -8,6 +8,12 @@
 // copied in plus its interval (docs/bridges.md "When the remote is down"): apply removes it at the
 // first entry whose time reaches that, as it ends sessions and wills (docs/design.md "Deadlines live
 // in the state"), so every replica drops the same messages at the same entry.
+//
+// A QoS 2 item gets its packet id here, in apply (docs/bridges.md "QoS 2 to the remote"), so every
+// replica knows the id the remote holds it under, and a `bridge-pubrec` command records that the
+// remote answered PUBREC for it before the serving node sends PUBREL: a later serving node sends
+// PUBREL for a recorded item and PUBLISH (DUP, the same id) for the others, and the remote, keeping
+// the bridge's session, delivers each once.
 import type { Message, QoS } from './commands.js';
 import { Fifo } from './fifo.js';
 import { MinHeap } from './min-heap.js';
@@ -24,6 +30,12 @@ export interface OutboxItem {
   readonly topic: string;
   /** The QoS it is forwarded at: min(the message's, the rule's). */
   readonly qos: QoS;
+  /** QoS 2: its packet id at the remote, from 1 to OUTBOX_PID_MAX, assigned in apply in log order;
+   * 0 for QoS 0 and 1 (the serving node numbers those itself, above OUTBOX_PID_MAX). */
+  readonly pid: number;
+  /** QoS 2: a committed `bridge-pubrec` recorded the remote's PUBREC for it, so PUBREL, never
+   * PUBLISH, is what goes to the remote for it from then on. Replaced, not mutated, when set. */
+  readonly rec: boolean;
   /** The message as published; shared with every local delivery of it. */
   readonly msg: Message;
   /** Cluster ms at which its Message Expiry Interval passes; null: it does not expire. */
@@ -32,6 +44,15 @@ export interface OutboxItem {
 
 /** A message as apply copies it into the outbox (and a snapshot holds it), before it is numbered. */
 export type OutboxMessage = Omit<OutboxItem, 'seq'>;
+
+/** An outbox as a snapshot holds it: name, position, items in log order, the next QoS 2 packet id. */
+export type OutboxImage = [name: string, position: number, items: OutboxMessage[], nextPid: number];
+
+/** QoS 2 packet ids of an outbox run from 1 to this and wrap; the serving node's QoS 1 and SUBSCRIBE
+ * ids lie above it, so the two never meet at the remote. Two items with one id are at least this
+ * many items apart, and the serving node sends no item this far or farther behind the outbox's
+ * first one, so the remote never holds one id for two messages of ours. */
+export const OUTBOX_PID_MAX = 0x7fff;
 
 export interface BridgeOutbox {
   readonly name: string;
@@ -42,6 +63,8 @@ export interface BridgeOutbox {
   bytes: number;
   /** The seq of the next item pushed. */
   nextSeq: number;
+  /** The packet id the next QoS 2 item gets (replicated). */
+  nextPid: number;
   /** Derived, rebuilt on restore: the items that expire, soonest first. An item the position has
    * passed stays until popped or pruned (lazy deletion, as the broker's deadline heap does). */
   expiring: ExpiryHeap;
@@ -50,8 +73,28 @@ export interface BridgeOutbox {
 /** What an item counts against bridgeOutboxBytes. */
 export const outboxItemSize = (it: { topic: string; msg: Message }): number => it.topic.length + it.msg.payload.length;
 
-export function newOutbox(name: string, position: number): BridgeOutbox {
-  return { name, position, items: new Fifo(), bytes: 0, nextSeq: 0, expiring: new ExpiryHeap() };
+export function newOutbox(name: string, position: number, nextPid = 1): BridgeOutbox {
+  return { name, position, items: new Fifo(), bytes: 0, nextSeq: 0, nextPid, expiring: new ExpiryHeap() };
+}
+
+/** The packet id for the next QoS 2 item of `o`, in apply. */
+export function takeOutboxPid(o: BridgeOutbox): number {
+  const pid = o.nextPid;
+  o.nextPid = pid === OUTBOX_PID_MAX ? 1 : pid + 1;
+  return pid;
+}
+
+/** Records the remote's PUBREC for the QoS 2 item of log index `index` with packet id `pid`, if it
+ * is still in the outbox: false when it is not (completed and passed by the position, or expired). */
+export function recordPubrec(o: BridgeOutbox, index: number, pid: number): boolean {
+  for (let i = firstAtOrAbove(o, index); i < o.items.length; i++) {
+    const it = o.items.at(i) as OutboxItem;
+    if (it.index !== index) return false;
+    if (it.qos !== 2 || it.pid !== pid) continue;
+    if (!it.rec) o.items.set(i, { ...it, rec: true });
+    return true;
+  }
+  return false;
 }
 
 /** Appends a message (in log order), numbers it and counts it. */
@@ -83,26 +126,27 @@ export function nextExpiry(o: BridgeOutbox): number | undefined {
  * order. O(1) per item when they expire in log order (one interval for a topic), one pass over
  * the outbox otherwise. */
 export function expireOutbox(o: BridgeOutbox, now: number): OutboxItem[] {
-  const due = new Set<OutboxItem>();
+  // By seq: an item recorded by a PUBREC is a new object in `items`, while the heap holds the one pushed.
+  const due = new Set<number>();
   for (;;) {
     const top = o.expiring.peek();
     if (top === undefined || (top.expiresAt as number) > now) break;
     o.expiring.pop();
     // Below the position: already removed as completed.
-    if (top.index >= o.position) due.add(top);
+    if (top.index >= o.position) due.add(top.seq);
   }
   if (due.size === 0) return [];
   const removed: OutboxItem[] = [];
   for (;;) {
     const head = o.items.peek();
-    if (head === undefined || !due.has(head)) break;
+    if (head === undefined || !due.has(head.seq)) break;
     o.items.shift();
     removed.push(head);
   }
   if (removed.length < due.size) {
     const keep = new Fifo<OutboxItem>();
     for (const it of o.items.toArray()) {
-      if (due.has(it)) removed.push(it);
+      if (due.has(it.seq)) removed.push(it);
       else keep.push(it);
     }
     o.items = keep;

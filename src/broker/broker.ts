@@ -8,9 +8,12 @@ import {
   expireOutbox,
   newOutbox,
   nextExpiry,
+  type OutboxImage,
   type OutboxMessage,
   outboxItemSize,
   pushOutbox,
+  recordPubrec,
+  takeOutboxPid,
 } from './bridge-outbox.js';
 import { type BridgeRule, bridgeNames, outboundForward } from './bridge-rules.js';
 import type { BrokerState } from './broker-state.js';
@@ -18,6 +21,7 @@ import type {
   AckItem,
   AckKind,
   BridgeInCommand,
+  BridgePubrecCommand,
   Command,
   ConnectCommand,
   ConnId,
@@ -236,8 +240,6 @@ export class Broker implements BrokerState {
     return this.settings.bridgeRules;
   }
 
-  /** The outbox of bridge `name`, if the rules name it. The serving node reads it to forward; only
-   * apply changes it. */
   /** The outbox of messages forwarded to shard `dest`; undefined before the first. */
   shardOutbox(dest: string): Readonly<ShardOutbox> | undefined {
     return this.shardOutboxes.get(dest);
@@ -248,6 +250,8 @@ export class Broker implements BrokerState {
     return [...this.shardOutboxes.keys()].sort();
   }
 
+  /** The outbox of bridge `name`, if the rules name it. The serving node reads it to forward; only
+   * apply changes it. */
   bridgeOutbox(name: string): Readonly<BridgeOutbox> | undefined {
     return this.outboxes.get(name);
   }
@@ -548,6 +552,9 @@ export class Broker implements BrokerState {
         return;
       case 'bridge-position':
         this.bridgePosition(cmd.bridge, cmd.below, index, out);
+        return;
+      case 'bridge-pubrec':
+        this.bridgePubrec(cmd, out);
         return;
       case 'bridge-in':
         this.bridgeIn(cmd, now, out);
@@ -1138,7 +1145,7 @@ export class Broker implements BrokerState {
       if (o.name === viaBridge) continue;
       const f = outboundForward(rules, o.name, msg.topic, msg.qos);
       if (f === null) continue;
-      const item: OutboxMessage = { index: this.index, topic: f.topic, qos: f.qos, msg, expiresAt };
+      const item: OutboxMessage = { index: this.index, topic: f.topic, qos: f.qos, msg, expiresAt, pid: 0, rec: false };
       if (expiresAt !== null && expiresAt <= now) {
         // A Message Expiry Interval of 0: expired before it could wait.
         event(out, 'bridge-outbox-expired', { bridge: o.name, topic: msg.topic, index: item.index });
@@ -1151,7 +1158,7 @@ export class Broker implements BrokerState {
         event(out, 'bridge-outbox-full', { bridge: o.name, topic: msg.topic, queued: o.items.length });
         continue;
       }
-      pushOutbox(o, item);
+      pushOutbox(o, f.qos === 2 ? { ...item, pid: takeOutboxPid(o) } : item);
     }
   }
 
@@ -1302,6 +1309,22 @@ export class Broker implements BrokerState {
     const matched = this.publishMessage(null, cmd.msg, now, out, cmd.bridge);
     const code = matched === 0 ? RC.NO_MATCHING_SUBSCRIBERS : RC.SUCCESS;
     if (cmd.pid !== undefined) out?.push({ t: 'send', conn: cmd.conn, packet: { type: 'puback', pid: cmd.pid, code } });
+  }
+
+  /** The remote answered PUBREC: recorded on each item still in the outbox, and PUBREL for every
+   * one to the bridge's connection, sent by the serving node only now that the record is committed.
+   * An item no longer in the outbox (completed, or expired) gets its PUBREL too: the remote holds
+   * it until then, and no later serving node sends it again. */
+  private bridgePubrec(cmd: BridgePubrecCommand, out: Effects): void {
+    const o = this.outboxes.get(cmd.bridge);
+    if (o === undefined) {
+      event(out, 'no-op', { command: 'bridge-pubrec', bridge: cmd.bridge, reason: 'no such bridge' });
+      return;
+    }
+    for (const [index, pid] of cmd.recs) {
+      recordPubrec(o, index, pid);
+      out?.push({ t: 'send', conn: cmd.conn, packet: { type: 'pubrel', pid } });
+    }
   }
 
   /** The remote completed everything of the outbox below `below`. Only forward: a position at or
@@ -1528,11 +1551,11 @@ export class Broker implements BrokerState {
       .map((o) => [o.dest, o.log, o.next, o.position, o.items.toArray()]);
   }
 
-  /** The outboxes sorted by name, each as [name, position, items]: copies, so apply may go on. */
-  private outboxImages(): [string, number, OutboxMessage[]][] {
+  /** The outboxes sorted by name, each as [name, position, items, nextPid]: copies, so apply may go on. */
+  private outboxImages(): OutboxImage[] {
     return [...this.outboxes.values()]
       .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
-      .map((o) => [o.name, o.position, o.items.toArray()]);
+      .map((o) => [o.name, o.position, o.items.toArray(), o.nextPid]);
   }
 
   /** Replaces the whole state with an image and rebuilds the derived indexes. Builds into fresh
@@ -1565,8 +1588,8 @@ export class Broker implements BrokerState {
     this.retained = retained;
     this.cursors = new Map(img.cursors);
     this.outboxes = new Map();
-    for (const [name, position, items] of img.bridges) {
-      const o = newOutbox(name, position);
+    for (const [name, position, items, nextPid] of img.bridges) {
+      const o = newOutbox(name, position, nextPid);
       for (const it of items) pushOutbox(o, it);
       this.outboxes.set(name, o);
     }

@@ -99,6 +99,7 @@ export type Command =
    * below log index `below` (PUBACK for QoS 1, the write for QoS 0): apply removes them, and a
    * later serving node resumes from there (docs/bridges.md "The promise"). */
   | { t: 'bridge-position'; bridge: string; below: number }
+  | BridgePubrecCommand
   | BridgeInCommand
   /** JetStream acknowledged, in the stream of shard `dest`, every message of its outbox below
    * sequence `below`: apply removes them, and a later serving node resumes from there
@@ -122,6 +123,21 @@ export interface ShardInCommand {
   seq: number;
   msg: Message;
 }
+
+/** The remote answered PUBREC to QoS 2 messages of bridge NAME's outbox, each named by the log
+ * index of its entry and its packet id: apply records each one still in the outbox and answers
+ * with a PUBREL effect to `conn`, the bridge's connection, for every one, so PUBREL reaches the
+ * remote only after the record is committed (docs/bridges.md "QoS 2 to the remote"). */
+export interface BridgePubrecCommand {
+  t: 'bridge-pubrec';
+  bridge: string;
+  conn: ConnId;
+  /** [log index, packet id] pairs, 1 to BRIDGE_PUBRECS_MAX. */
+  recs: readonly (readonly [number, number])[];
+}
+
+/** Most PUBRECs one `bridge-pubrec` command records. */
+export const BRIDGE_PUBRECS_MAX = 1_024;
 
 /** A message the serving node's bridge NAME received from its remote through an inbound rule
  * (topic remapped, QoS the lower of the rule's and the remote's): published here like a client's,

@@ -18,6 +18,12 @@ export class Fifo<T> {
     return i < 0 ? undefined : this.items[this.head + i];
   }
 
+  /** Replaces the item `i` places behind the head (which must exist). */
+  set(i: number, item: T): void {
+    if (i < 0 || i >= this.length) throw new RangeError(`no item ${i} in a queue of ${this.length}`);
+    this.items[this.head + i] = item;
+  }
+
   clear(): void {
     this.items = [];
     this.head = 0;

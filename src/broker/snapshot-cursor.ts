@@ -1,4 +1,4 @@
-import type { OutboxMessage } from './bridge-outbox.js';
+import type { OutboxImage } from './bridge-outbox.js';
 import type { Settings } from './commands.js';
 import { IncrementalSort } from './incremental-sort.js';
 import { type PendingWill, type RetainedMessage, type Session, sessionPreimage } from './session.js';
@@ -48,7 +48,7 @@ export interface CursorCapture {
   retained: [string, RetainedMessage][];
   cursors: [string, string][];
   /** Copies of the outboxes, sorted by name (few bridges, so no incremental sort). */
-  bridges: [string, number, OutboxMessage[]][];
+  bridges: OutboxImage[];
   /** Copies of the shard outboxes, sorted by dest. */
   shards: [string, string, number, number, ShardOutboxItem[]][];
   /** Sorted copies of the high-water marks. */
@@ -91,7 +91,7 @@ export class SnapshotCursor implements IterableIterator<Uint8Array> {
   private willSort: IncrementalSort<PendingWill> | null;
   private retainedSort: IncrementalSort<[string, RetainedMessage]> | null;
   private cursorSort: IncrementalSort<[string, string]> | null;
-  private readonly bridges: [string, number, OutboxMessage[]][];
+  private readonly bridges: OutboxImage[];
   private readonly shards: [string, string, number, number, ShardOutboxItem[]][];
   private readonly highWater: [string, string, number][];
   /** Pre-images of marked sessions that apply touched before they were encoded. */

@@ -1,6 +1,6 @@
 import { Packr } from 'msgpackr';
 import type { ProtocolLevel, QoS } from '../protocol/packets.js';
-import type { OutboxMessage } from './bridge-outbox.js';
+import { OUTBOX_PID_MAX, type OutboxImage, type OutboxMessage } from './bridge-outbox.js';
 import { BRIDGE_NAME, type BridgeRule, bridgeNames } from './bridge-rules.js';
 import type { AclRule, Message, MessageProps, Settings, Will } from './commands.js';
 import { queueSize } from './deliver.js';
@@ -33,8 +33,12 @@ const packr = new Packr({ useRecords: false, mapsAsObjects: true, variableMapSiz
  * [name, value] pairs (src/broker/settings.ts). 6: the bridge outboxes, a twelfth element, and the
  * settings bridgeRules, bridgeOutboxMessages and bridgeOutboxBytes. 7: each outbox item's expiry
  * time, a fifth element. 8: the outboxes of the shards this shard forwards to, a thirteenth
- * element, and the highest sequence applied per origin log, a fourteenth. Restore reads 4 to 8. */
-export const SNAPSHOT_VERSION = 8;
+ * element, and the highest sequence applied per origin log, a fourteenth. 9: each outbox's next QoS 2
+ * packet id, a fourth element, and each item's packet id and PUBREC record, a sixth and seventh
+ * (docs/bridges.md "QoS 2 to the remote"). Restore reads 4 to 9. */
+export const SNAPSHOT_VERSION = 9;
+/** The format before QoS 2 packet ids in the outboxes: outboxes of three elements, items of five. */
+const SNAPSHOT_VERSION_NO_OUTBOX_PIDS = 8;
 /** The format before shard outboxes and high-water marks: twelve elements. */
 const SNAPSHOT_VERSION_NO_SHARDS = 7;
 /** The format whose outbox items had no expiry time: four elements. */
@@ -63,7 +67,7 @@ export interface StateImage {
   /** Shared subscription round-robin cursors (share id, last chosen client id), sorted by id. */
   cursors: [string, string][];
   /** Bridge outboxes (name, position, items in log order), sorted by name. */
-  bridges: [string, number, OutboxMessage[]][];
+  bridges: OutboxImage[];
   /** Shard outboxes (dest, log identity, next sequence, position, items in sequence order), sorted
    * by dest. */
   shards: [string, string, number, number, ShardOutboxItem[]][];
@@ -142,11 +146,12 @@ function encodeRules(rules: readonly BridgeRule[]): unknown {
   return rules.map((r) => [r.bridge, r.pattern, r.direction, r.qos, r.localPrefix, r.remotePrefix]);
 }
 
-/** One outbox: [name, position, [[index, remote topic, qos, message, expiresAt]...]]. */
-export const encodeOutbox = ([name, position, items]: [string, number, OutboxMessage[]]): unknown[] => [
+/** One outbox: [name, position, [[index, remote topic, qos, message, expiresAt, pid, rec]...], nextPid]. */
+export const encodeOutbox = ([name, position, items, nextPid]: OutboxImage): unknown[] => [
   name,
   position,
-  items.map((it) => [it.index, it.topic, it.qos, encodeMsg(it.msg), it.expiresAt]),
+  items.map((it) => [it.index, it.topic, it.qos, encodeMsg(it.msg), it.expiresAt, it.pid, it.rec]),
+  nextPid,
 ];
 
 /** One shard outbox: [dest, log, next, position, [[seq, index, message]...]]. */
@@ -301,23 +306,22 @@ function decodeRules(v: unknown): unknown {
  * Format 6 kept no expiry time: such an item with a Message Expiry Interval expires that long
  * after the snapshot's time (an interval of 0 at the first entry after it), never sooner than it
  * would have. */
-function decodeOutboxes(
-  v: unknown,
-  settings: Settings,
-  appliedIndex: number,
-  appliedTime: number,
-  withExpiry: boolean,
-): [string, number, OutboxMessage[]][] {
+function decodeOutboxes(v: unknown, settings: Settings, appliedIndex: number, appliedTime: number, version: number): OutboxImage[] {
+  const withExpiry = version !== SNAPSHOT_VERSION_NO_OUTBOX_EXPIRY;
+  const withPids = version === SNAPSHOT_VERSION;
   const names = bridgeNames(settings.bridgeRules).sort();
-  const got = arr(v, 'bridges').map((o): [string, number, OutboxMessage[]] => {
-    const [name, position, items] = arr(o, 'outbox', 3);
+  const got = arr(v, 'bridges').map((o): OutboxImage => {
+    const [name, position, items, next] = arr(o, 'outbox', withPids ? 4 : 3);
     const n = str(name, 'outbox name');
     if (!BRIDGE_NAME.test(n)) fail('outbox name');
     const p = int(position, 'outbox position');
     if (p < 0 || p > appliedIndex + 1) fail(`outbox ${n} position`);
+    // Before format 9 no QoS 2 flow to a remote began: the ids are assigned here, in log order.
+    let nextPid = withPids ? int(next, 'outbox nextPid') : 1;
+    if (nextPid < 1 || nextPid > OUTBOX_PID_MAX) fail(`outbox ${n} nextPid`);
     let last = 0;
     const list = arr(items, 'outbox items').map((x): OutboxMessage => {
-      const [index, topic, q, msg, exp] = arr(x, 'outbox item', withExpiry ? 5 : 4);
+      const [index, topic, q, msg, exp, pidField, recField] = arr(x, 'outbox item', withPids ? 7 : withExpiry ? 5 : 4);
       const i = int(index, 'outbox item index');
       if (i < last || i < p || i > appliedIndex) fail(`outbox ${n} item index`);
       last = i;
@@ -331,9 +335,21 @@ function decodeOutboxes(
         // Apply removes an item at the first entry its expiry reaches.
         if (expiresAt !== null && expiresAt <= appliedTime) fail(`outbox ${n} item expired`);
       } else expiresAt = expiryS === undefined ? null : appliedTime + Math.max(expiryS * 1000, 1);
-      return { index: i, topic: t, qos: qos(q, 'outbox item qos'), msg: m, expiresAt };
+      const itemQos = qos(q, 'outbox item qos');
+      let pid = 0;
+      let rec = false;
+      if (withPids) {
+        pid = int(pidField, 'outbox item pid');
+        rec = bool(recField, 'outbox item rec');
+        // A QoS 2 item has an id and may be recorded; another has neither.
+        if (itemQos === 2 ? pid < 1 || pid > OUTBOX_PID_MAX : pid !== 0 || rec) fail(`outbox ${n} item pid`);
+      } else if (itemQos === 2) {
+        pid = nextPid;
+        nextPid = pid === OUTBOX_PID_MAX ? 1 : pid + 1;
+      }
+      return { index: i, topic: t, qos: itemQos, msg: m, expiresAt, pid, rec };
     });
-    return [n, p, list];
+    return [n, p, list, nextPid];
   });
   if (got.length !== names.length || got.some(([n], i) => n !== names[i])) fail('outboxes do not match the bridge rules');
   return got;
@@ -476,13 +492,14 @@ export function decodeImage(data: Uint8Array, parseShare: (f: string) => { group
   const version = root[0];
   if (
     version !== SNAPSHOT_VERSION &&
+    version !== SNAPSHOT_VERSION_NO_OUTBOX_PIDS &&
     version !== SNAPSHOT_VERSION_NO_SHARDS &&
     version !== SNAPSHOT_VERSION_NO_OUTBOX_EXPIRY &&
     version !== SNAPSHOT_VERSION_NO_BRIDGES &&
     version !== SNAPSHOT_VERSION_KEYLESS
   )
     fail(`version ${typeof version === 'number' ? version : `of type ${typeof version}`}`);
-  const hasShards = version === SNAPSHOT_VERSION;
+  const hasShards = version === SNAPSHOT_VERSION || version === SNAPSHOT_VERSION_NO_OUTBOX_PIDS;
   const hasBridges = hasShards || version === SNAPSHOT_VERSION_NO_SHARDS || version === SNAPSHOT_VERSION_NO_OUTBOX_EXPIRY;
   const f = arr(value, 'root', hasShards ? IMAGE_FIELDS : hasBridges ? IMAGE_FIELDS_NO_SHARDS : IMAGE_FIELDS_NO_BRIDGES);
   const settings = f[0] === SNAPSHOT_VERSION_KEYLESS ? decodeSettingsV4(f[4]) : decodeSettings(f[4]);
@@ -514,7 +531,7 @@ export function decodeImage(data: Uint8Array, parseShare: (f: string) => { group
       return [str(id, 'cursor id'), str(clientId, 'cursor client')];
     }),
     // Before format 6 there were no bridge rules, so no outboxes.
-    bridges: hasBridges ? decodeOutboxes(f[11], settings, appliedIndex, appliedTime, version !== SNAPSHOT_VERSION_NO_OUTBOX_EXPIRY) : [],
+    bridges: hasBridges ? decodeOutboxes(f[11], settings, appliedIndex, appliedTime, version as number) : [],
     // Before format 8 no shard forwarded.
     shards: hasShards ? decodeShardOutboxes(f[12], appliedIndex) : [],
     highWater: hasShards ? decodeHighWater(f[13]) : [],

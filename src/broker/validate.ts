@@ -1,7 +1,9 @@
 import { validateTopicFilter, validateTopicName } from '../protocol/topic.js';
+import { OUTBOX_PID_MAX } from './bridge-outbox.js';
 import { BRIDGE_NAME } from './bridge-rules.js';
 import {
   ACKS_PER_COMMAND_MAX,
+  BRIDGE_PUBRECS_MAX,
   type Command,
   type Message,
   type MessageProps,
@@ -153,6 +155,15 @@ export function commandProblem(cmd: unknown): string | null {
       return isInt(c.atIndex, 0, Number.MAX_SAFE_INTEGER) && isStr(c.digest) ? null : 'bad check';
     case 'bridge-position':
       return isStr(c.bridge) && BRIDGE_NAME.test(c.bridge) && isInt(c.below, 1, Number.MAX_SAFE_INTEGER) ? null : 'bad bridge-position';
+    case 'bridge-pubrec': {
+      if (!isStr(c.bridge) || !BRIDGE_NAME.test(c.bridge) || !isConn(c.conn) || !Array.isArray(c.recs)) return 'bad bridge-pubrec';
+      if (c.recs.length === 0 || c.recs.length > BRIDGE_PUBRECS_MAX) return 'bad bridge-pubrec';
+      for (const r of c.recs as unknown[]) {
+        if (!Array.isArray(r) || r.length !== 2 || !isInt(r[0], 1, Number.MAX_SAFE_INTEGER) || !isInt(r[1], 1, OUTBOX_PID_MAX))
+          return 'bad bridge-pubrec item';
+      }
+      return null;
+    }
     case 'bridge-in': {
       if (!isStr(c.bridge) || !BRIDGE_NAME.test(c.bridge) || !isConn(c.conn) || !isMessage(c.msg)) return 'bad bridge-in';
       // QoS 2 from the remote is not built (docs/bridges.md "Inbound"); QoS 0 comes only retained.

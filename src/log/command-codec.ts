@@ -31,6 +31,7 @@ const COMMAND_TYPES: ReadonlySet<string> = new Set<Command['t']>([
   'tick',
   'check',
   'bridge-position',
+  'bridge-pubrec',
   'bridge-in',
   'shard-position',
   'shard-in',

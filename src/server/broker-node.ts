@@ -187,6 +187,7 @@ function connOf(cmd: Command): ConnId | undefined {
     case 'tick':
     case 'check':
     case 'bridge-position':
+    case 'bridge-pubrec':
     case 'bridge-in':
     case 'shard-position':
     case 'shard-in':

@@ -106,3 +106,15 @@ export class CuttableRelay {
     return new Promise<void>((resolve) => this.server.close(() => resolve()));
   }
 }
+
+/** The link from one cluster node to a peer's listen port (ClusterOptions `link`), which a test
+ * can cut. */
+export class PeerLink extends CuttableRelay {
+  constructor(
+    readonly from: number,
+    readonly to: number,
+    target: number,
+  ) {
+    super(target);
+  }
+}

@@ -144,6 +144,9 @@ describe('bridge configuration', () => {
       true,
       'outbound only: clean',
     );
+    const q2 = (topic: string) => specsOf(['--bridge', 'x=mqtt://h', '--config', configFile(`bridges:\n  x:\n    topic: "${topic}"\n`)])[0];
+    assert.equal(q2('a out 2')?.cleanStart, false, 'outbound at QoS 2: the remote keeps the packet ids');
+    assert.equal(q2('a out 1')?.cleanStart, true);
     assert.match(
       refusal(['--config', configFile('bridges:\n  c:\n    address: mqtt://h\n    topic: a in\n    try-private: 1\n')]).message,
       /bridges\.c\.try-private: expected true or false/,

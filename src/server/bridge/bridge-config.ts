@@ -2,7 +2,7 @@
 // config file's `bridges` map, NAME to its settings. The topic rules become the replicated setting
 // `bridgeRules`; everything else (addresses, client id, credentials, certificates) stays on this
 // node, covered by its configuration hash and never written into the log or a state file.
-import { BRIDGE_NAME, type BridgeRule, isInbound, loopingPair, parseBridgeRule, ruleText } from '../../broker/bridge-rules.js';
+import { BRIDGE_NAME, type BridgeRule, isInbound, isOutbound, loopingPair, parseBridgeRule, ruleText } from '../../broker/bridge-rules.js';
 import { CONFIG_ERROR, ConfigError } from '../../errors.js';
 import { checkTls, type PemFile, readPem } from '../../tls-files.js';
 
@@ -188,8 +188,11 @@ function bridgeSpec(name: string, flagged: BridgeAddress[] | undefined, raw: unk
     return r;
   });
   // A bridge that brings messages in keeps its session at the remote by default, so what is
-  // published there while the bridge is down waits for it (docs/bridges.md "Inbound").
-  const clean = s['clean-start'] === undefined ? !rules.some(isInbound) : s['clean-start'];
+  // published there while the bridge is down waits for it (docs/bridges.md "Inbound"); so does one
+  // that forwards at QoS 2, whose exactly once rests on the remote keeping the packet ids of the
+  // messages it has (docs/bridges.md "QoS 2 to the remote").
+  const keepSession = rules.some((r) => isInbound(r) || (isOutbound(r) && r.qos === 2));
+  const clean = s['clean-start'] === undefined ? !keepSession : s['clean-start'];
   if (typeof clean !== 'boolean') throw bad(`${where}.clean-start`, `expected true or false (got ${JSON.stringify(clean)})`);
   const tryPrivate = s['try-private'] === undefined ? true : s['try-private'];
   if (typeof tryPrivate !== 'boolean') throw bad(`${where}.try-private`, `expected true or false (got ${JSON.stringify(tryPrivate)})`);

@@ -10,13 +10,19 @@
 // bit does the same) and proposes what arrives as a `bridge-in` command. The remote's QoS 1 PUBLISH
 // is acknowledged only when apply answers that command with a PUBACK effect, that is after its
 // entry is committed; while the log takes no more the node pauses reading the socket.
+//
+// QoS 2 to the remote (docs/bridges.md "QoS 2 to the remote"): an item's packet id comes from apply
+// (src/broker/bridge-outbox.ts). The remote's PUBREC is proposed as `bridge-pubrec`, and PUBREL goes
+// out only when apply answers that command, that is after the record is committed: a later serving
+// node then sends PUBREL for it, and PUBLISH with DUP and the same id for an item not recorded, so
+// the remote, which keeps the bridge's session, delivers it once. PUBCOMP completes the item.
 import { isIP, connect as netConnect, type Socket } from 'node:net';
 import { connect as tlsConnect } from 'node:tls';
 import type { Logger } from 'pino';
 import WebSocket from 'ws';
-import { type BridgeOutbox, firstAtOrAbove, firstAtOrAboveSeq, type OutboxItem } from '../../broker/bridge-outbox.js';
+import { type BridgeOutbox, firstAtOrAbove, firstAtOrAboveSeq, OUTBOX_PID_MAX, type OutboxItem } from '../../broker/bridge-outbox.js';
 import { type BridgeRule, inboundForward, inboundSubscriptions, outboundForward } from '../../broker/bridge-rules.js';
-import type { Command, ConnId, Message, OutPacket } from '../../broker/commands.js';
+import { BRIDGE_PUBRECS_MAX, type Command, type ConnId, type Message, type OutPacket } from '../../broker/commands.js';
 import { Fifo } from '../../broker/fifo.js';
 import type { EventKind } from '../../events.js';
 import { Decoder } from '../../protocol/decoder.js';
@@ -46,12 +52,20 @@ export const BRIDGE_CONNECT_TIMEOUT_MS = 10_000;
  * delay is drawn between half and all of it. */
 export const BRIDGE_BACKOFF_FIRST_MS = 500;
 export const BRIDGE_BACKOFF_MAX_MS = 30_000;
-/** Unacknowledged QoS 1 messages at once (MQTT 5: at most the remote's Receive Maximum). */
+/** Messages at once that the remote has not completed (QoS 1 and 2; MQTT 5: at most the remote's
+ * Receive Maximum). */
 export const BRIDGE_WINDOW = 64;
+/** QoS 2 messages at once that a 3.1.1 remote has not completed. Such a remote cannot tell its
+ * limit, and Mosquitto answers PUBREC to QoS 2 messages beyond its max_inflight_messages (20 by
+ * default) and drops them; an MQTT 5 remote's Receive Maximum bounds them with the rest. */
+export const BRIDGE_QOS2_WINDOW_V4 = 20;
 /** Bytes waiting in the socket above which nothing more is written until it drains, so a slow
  * remote holds at most this much of the outbox in this process's memory besides the outbox. */
 export const BRIDGE_WRITE_BUFFER_BYTES = 1024 * 1024;
 const PID_MAX = 0xffff;
+/** The serving node numbers its QoS 1 PUBLISHes and SUBSCRIBEs from here to PID_MAX; apply numbers
+ * QoS 2 items below it, so the remote never holds one id for two of our packets. */
+const LOCAL_PID_FIRST = OUTBOX_PID_MAX + 1;
 /** Unacknowledged QoS 1 messages the remote may send us at once (MQTT 5 Receive Maximum; a 3.1.1
  * remote keeps to its own, Mosquitto's max_inflight_messages, 20 by default). */
 export const BRIDGE_IN_WINDOW = 64;
@@ -90,6 +104,9 @@ interface Pending {
   readonly index: number;
   readonly seq: number;
   done: boolean;
+  /** QoS 2: 'publish' until the remote's PUBREC, 'rec' while its record waits for the commit, 'rel'
+   * once PUBREL is sent; null for QoS 0 and 1. */
+  phase: 'publish' | 'rec' | 'rel' | null;
 }
 
 export class BridgeLink {
@@ -130,6 +147,8 @@ export class BridgeLink {
   private failures = 0;
   private addressIndex = 0;
   private window = BRIDGE_WINDOW;
+  /** Of `inflight`, the QoS 2 ones. */
+  private inflight2 = 0;
   private remoteMaxPacket = 0;
   /** The send cursor: every item of `cursorOf` whose seq is below this was sent on the current
    * connection. It counts items, not log indexes, because one entry may put several messages into
@@ -150,7 +169,12 @@ export class BridgeLink {
   private positionQueued = false;
   private readonly pending = new Fifo<Pending>();
   private readonly inflight = new Map<number, Pending>();
-  private nextPid = 1;
+  private nextPid = LOCAL_PID_FIRST;
+  /** Items of `cursorOf` whose seq is below this may have reached the remote before (sent by an
+   * earlier serving node or on an earlier connection): sent again with DUP [MQTT-3.3.1-1]. */
+  private dupBelowSeq = 0;
+  /** PUBRECs of the current connection to record, [log index, packet id], proposed once a turn. */
+  private recQueue: [number, number][] = [];
 
   constructor(spec: BridgeSpec, host: BridgeHost) {
     this.spec = spec;
@@ -168,6 +192,9 @@ export class BridgeLink {
     this.completedBelow = 0;
     this.completedSeq = 0;
     this.proposedBelow = 0;
+    // Whatever the outbox holds now, an earlier serving node may have sent.
+    this.cursorOf = this.host.outbox(this.spec.name) ?? null;
+    this.dupBelowSeq = this.cursorOf?.nextSeq ?? 0;
     this.connect();
   }
 
@@ -307,6 +334,14 @@ export class BridgeLink {
         if (this.state !== 'up') this.fail('a PUBACK before CONNACK');
         else this.onPuback(p.pid, p.code);
         return;
+      case 'pubrec':
+        if (this.state !== 'up') this.fail('a PUBREC before CONNACK');
+        else this.onPubrec(p.pid, p.code);
+        return;
+      case 'pubcomp':
+        if (this.state !== 'up') this.fail('a PUBCOMP before CONNACK');
+        else this.onPubcomp(p.pid);
+        return;
       case 'pingresp':
         return;
       case 'publish':
@@ -424,7 +459,12 @@ export class BridgeLink {
 
   /** An effect of apply for the connection `conn`: a PUBACK to pass on to the remote. */
   onEffect(conn: ConnId, packet: OutPacket): void {
-    if (conn !== this.connId || this.state !== 'up' || packet.type !== 'puback') return;
+    if (conn !== this.connId || this.state !== 'up') return;
+    if (packet.type === 'pubrel') {
+      this.onRecorded(packet.pid);
+      return;
+    }
+    if (packet.type !== 'puback') return;
     if (packet.code === 0x97) {
       // Another bridge's outbox is full: not acknowledged, so the remote sends it again after the
       // reconnect; nothing it sent later is acknowledged on this connection either.
@@ -494,6 +534,10 @@ export class BridgeLink {
       // deadline) removes it, and the pump after that entry goes on. An expired message is never
       // forwarded [MQTT-3.3.2-5], and holding keeps the log order.
       if (item.expiresAt !== null && item.expiresAt <= now) break;
+      // A QoS 2 item as far behind the first one as the id space is long may share its id with one
+      // before it: it waits until the position passes that one (src/broker/bridge-outbox.ts).
+      if (item.qos === 2 && (item.seq - (o.items.at(0) as OutboxItem).seq >= OUTBOX_PID_MAX || this.inflight.has(item.pid))) break;
+      if (item.qos === 2 && this.inflight2 >= (this.spec.protocol === 4 ? BRIDGE_QOS2_WINDOW_V4 : this.window)) break;
       this.sentSeq = item.seq + 1;
       this.sentBelow = item.index + 1;
       this.send(s, item, now);
@@ -503,12 +547,21 @@ export class BridgeLink {
   }
 
   private send(s: RemoteStream, item: OutboxItem, now: number): void {
-    const entry: Pending = { index: item.index, seq: item.seq, done: false };
-    // QoS 2 to the remote is not built: such a message goes out at QoS 1 (docs/bridges.md).
-    const qos = item.qos === 0 ? 0 : 1;
+    const qos = item.qos;
+    const entry: Pending = { index: item.index, seq: item.seq, done: false, phase: qos === 2 ? 'publish' : null };
+    if (item.rec) {
+      // The remote's PUBREC is recorded: it has the message, and PUBREL completes it; a PUBLISH
+      // now could make it deliver the message again.
+      this.pending.push(entry);
+      entry.phase = 'rel';
+      this.inflight.set(item.pid, entry);
+      this.inflight2++;
+      this.writePubrel(item.pid);
+      return;
+    }
     const packet: PublishPacket = {
       type: 'publish',
-      dup: false,
+      dup: qos !== 0 && item.seq < this.dupBelowSeq,
       qos,
       retain: item.msg.retain,
       topic: item.topic,
@@ -519,6 +572,7 @@ export class BridgeLink {
     // up so that it never goes out with 0.
     if (item.expiresAt !== null && this.spec.protocol === 5) packet.props.messageExpiry = Math.ceil((item.expiresAt - now) / 1000);
     if (qos === 1) packet.pid = this.takePid();
+    else if (qos === 2) packet.pid = item.pid;
     const bytes = encode(packet, this.spec.protocol);
     this.pending.push(entry);
     if (this.remoteMaxPacket > 0 && bytes.length > this.remoteMaxPacket) {
@@ -527,8 +581,9 @@ export class BridgeLink {
       this.complete(entry, false);
       return;
     }
-    if (qos === 1) {
+    if (qos !== 0) {
       this.inflight.set(packet.pid as number, entry);
+      if (qos === 2) this.inflight2++;
       s.write(bytes);
     } else {
       s.write(bytes, (err) => {
@@ -540,14 +595,14 @@ export class BridgeLink {
   private takePid(): number {
     for (;;) {
       const pid = this.nextPid;
-      this.nextPid = pid === PID_MAX ? 1 : pid + 1;
+      this.nextPid = pid === PID_MAX ? LOCAL_PID_FIRST : pid + 1;
       if (!this.inflight.has(pid) && pid !== this.subscribePid) return pid;
     }
   }
 
   private onPuback(pid: number, code: number): void {
     const entry = this.inflight.get(pid);
-    if (entry === undefined) return;
+    if (entry === undefined || entry.phase !== null) return;
     this.inflight.delete(pid);
     if (code >= 0x80) {
       // The remote will not take it (MQTT 5): retrying would not change that. Counted, then done.
@@ -555,6 +610,62 @@ export class BridgeLink {
       this.lastError = `the remote refused a message: code 0x${code.toString(16)}`;
       this.complete(entry, false);
     } else this.complete(entry, true);
+    this.pump();
+  }
+
+  /** The remote has the QoS 2 message: its PUBREC is proposed for the record, and PUBREL waits
+   * for the commit (onRecorded). A code of 0x80 or above (MQTT 5) ends the flow unsent, refused. */
+  private onPubrec(pid: number, code: number): void {
+    const entry = this.inflight.get(pid);
+    if (entry === undefined || entry.phase === null) return;
+    if (code >= 0x80) {
+      this.inflight.delete(pid);
+      this.inflight2--;
+      this.host.event('bridge-refused-by-remote', { bridge: this.spec.name, code });
+      this.lastError = `the remote refused a message: code 0x${code.toString(16)}`;
+      this.complete(entry, false);
+      this.pump();
+      return;
+    }
+    if (entry.phase !== 'publish') return;
+    entry.phase = 'rec';
+    this.queueRecord(entry.index, pid);
+  }
+
+  private queueRecord(index: number, pid: number): void {
+    this.recQueue.push([index, pid]);
+    if (this.recQueue.length === 1) setImmediate(() => this.proposeRecords());
+  }
+
+  /** The PUBRECs of this turn, in commands of at most BRIDGE_PUBRECS_MAX. */
+  private proposeRecords(): void {
+    const recs = this.recQueue;
+    this.recQueue = [];
+    if (recs.length === 0 || this.state !== 'up' || !this.host.mayWrite()) return;
+    for (let i = 0; i < recs.length; i += BRIDGE_PUBRECS_MAX)
+      this.host.propose({ t: 'bridge-pubrec', bridge: this.spec.name, conn: this.connId, recs: recs.slice(i, i + BRIDGE_PUBRECS_MAX) });
+  }
+
+  /** Apply recorded the remote's PUBREC for `pid` in a committed entry: PUBREL may go. */
+  private onRecorded(pid: number): void {
+    const entry = this.inflight.get(pid);
+    if (entry === undefined || entry.phase !== 'rec') return;
+    entry.phase = 'rel';
+    this.writePubrel(pid);
+  }
+
+  private writePubrel(pid: number): void {
+    const s = this.socket;
+    if (s === null || !this.host.mayWrite()) return;
+    s.write(encode({ type: 'pubrel', pid, code: 0, props: {} }, this.spec.protocol));
+  }
+
+  private onPubcomp(pid: number): void {
+    const entry = this.inflight.get(pid);
+    if (entry === undefined || entry.phase !== 'rel') return;
+    this.inflight.delete(pid);
+    this.inflight2--;
+    this.complete(entry, true);
     this.pump();
   }
 
@@ -569,7 +680,11 @@ export class BridgeLink {
    * at completedBelow that were completed go again too: at least once. */
   private resetCursor(): void {
     const o = this.host.outbox(this.spec.name);
-    if (o !== this.cursorOf) this.completedSeq = 0;
+    if (o !== this.cursorOf) {
+      // Numbered anew: what it holds may all have been sent.
+      this.completedSeq = 0;
+      this.dupBelowSeq = o?.nextSeq ?? 0;
+    } else if (this.sentSeq > this.dupBelowSeq) this.dupBelowSeq = this.sentSeq;
     this.cursorOf = o ?? null;
     this.sentBelow = Math.max(this.completedBelow, o?.position ?? 0);
     if (o === undefined) {
@@ -707,6 +822,8 @@ export class BridgeLink {
     // What was sent and not completed goes again on the next connection.
     this.pending.clear();
     this.inflight.clear();
+    this.inflight2 = 0;
+    this.recQueue = [];
     this.resetCursor();
     if (s !== null) {
       s.removeAllListeners('data');
