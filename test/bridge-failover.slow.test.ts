@@ -14,7 +14,6 @@
 // teeth.
 import assert from 'node:assert/strict';
 import { writeFileSync } from 'node:fs';
-import { createServer, type Server, type Socket, connect as tcpConnect } from 'node:net';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
@@ -23,7 +22,8 @@ import { buildPatched, type Patch } from '../jepsen-like-tests/mutants.js';
 import { collect, connect } from './cluster-mqtt.js';
 import { Cluster } from './support/cluster.js';
 import { Mosquitto } from './support/mosquitto.js';
-import { CuttableRelay, LOOPBACK } from './support/net.js';
+import { LOOPBACK, PeerLink } from './support/net.js';
+import { ackPid, PACKET, PacketRelay, publishOf } from './support/packet-relay.js';
 import { until } from './support/wait.js';
 
 const SERVE_WAIT_MS = 15_000;
@@ -32,8 +32,6 @@ const DELIVERY_WAIT_MS = 60_000;
 /** Messages the publisher sends, and after how many of them the leader is killed. */
 const N = 400;
 const KILL_AFTER = 200;
-/** Unparsed bytes kept per relay connection and direction; beyond it the relay stops reading packets (a bound on memory). */
-const RELAY_BUFFER_MAX = 1 << 20;
 
 /** The planted bug: the bridge acknowledges a QoS 1 message to the remote as it proposes it, not
  * when apply answers after the commit. */
@@ -52,107 +50,31 @@ const ACK_BEFORE_COMMIT: readonly Patch[] = [
 ];
 const BUILD = fileURLToPath(new URL('..', import.meta.url));
 
-const PUBLISH = 3;
-const PUBACK = 4;
-
-/** Splits whole MQTT packets off the front of `buf`: their type, flags and body, and the rest. */
-function frames(buf: Buffer): { packets: { type: number; flags: number; body: Buffer }[]; rest: Buffer } {
-  const packets: { type: number; flags: number; body: Buffer }[] = [];
-  let off = 0;
-  while (buf.length - off >= 2) {
-    let len = 0;
-    let mul = 1;
-    let i = off + 1;
-    let complete = false;
-    // The remaining length: at most 4 bytes of 7 bits.
-    while (i < buf.length && i < off + 5) {
-      const b = buf[i++] as number;
-      len += (b & 0x7f) * mul;
-      mul *= 128;
-      if ((b & 0x80) === 0) {
-        complete = true;
-        break;
-      }
-    }
-    if (!complete || buf.length - i < len) break;
-    const first = buf[off] as number;
-    packets.push({ type: first >> 4, flags: first & 0x0f, body: buf.subarray(i, i + len) });
-    off = i + len;
-  }
-  return { packets, rest: buf.subarray(off) };
-}
-
-/** A TCP relay from the raftmq nodes to Mosquitto that reads MQTT 3.1.1 in both directions: the
+/** A relay from the raftmq nodes to Mosquitto that reads MQTT 3.1.1 in both directions: the
  * remote's QoS 1 PUBLISHes (packet id → payload, per connection) and the bridge's PUBACKs, so
- * `acked` holds every payload raftmq acknowledged to the remote. */
-class RecordingRelay {
-  private readonly server: Server;
-  private readonly open = new Set<Socket>();
-  readonly acked = new Set<string>();
-  /** Payloads of the QoS 1 PUBLISHes the remote sent to the bridge. */
-  readonly sent = new Set<string>();
-
-  constructor(target: number) {
-    this.server = createServer((s) => {
-      s.on('error', () => {});
-      const t = tcpConnect(target, LOOPBACK);
-      t.on('error', () => s.destroy());
-      s.on('close', () => t.destroy());
-      t.on('close', () => s.destroy());
-      this.open.add(s);
-      s.on('close', () => this.open.delete(s));
-      const pending = new Map<number, string>();
-      let down: Buffer = Buffer.alloc(0);
-      let up: Buffer = Buffer.alloc(0);
-      t.on('data', (chunk: Buffer) => {
-        s.write(chunk);
-        if (down.length + chunk.length > RELAY_BUFFER_MAX) return;
-        const r = frames(Buffer.concat([down, chunk]));
-        down = Buffer.from(r.rest);
-        for (const p of r.packets) {
-          if (p.type !== PUBLISH || ((p.flags >> 1) & 3) === 0) continue;
-          const topicLen = p.body.readUInt16BE(0);
-          const payload = p.body.subarray(4 + topicLen).toString();
-          pending.set(p.body.readUInt16BE(2 + topicLen), payload);
-          this.sent.add(payload);
-        }
-      });
-      s.on('data', (chunk: Buffer) => {
-        if (up.length + chunk.length <= RELAY_BUFFER_MAX) {
-          const r = frames(Buffer.concat([up, chunk]));
-          up = Buffer.from(r.rest);
-          for (const p of r.packets) {
-            if (p.type !== PUBACK) continue;
-            const payload = pending.get(p.body.readUInt16BE(0));
-            if (payload !== undefined) this.acked.add(payload);
-          }
-        }
-        t.write(chunk);
-      });
-    });
-  }
-
-  async listen(): Promise<number> {
-    await new Promise<void>((resolve) => this.server.listen(0, LOOPBACK, () => resolve()));
-    return (this.server.address() as { port: number }).port;
-  }
-
-  close(): Promise<void> {
-    for (const s of this.open) s.destroy();
-    return new Promise<void>((resolve) => this.server.close(() => resolve()));
-  }
-}
-
-/** The link from one node to a peer's listen port: a relay that can be cut, after which it
- * closes what is open and every new connection. */
-class PeerLink extends CuttableRelay {
-  constructor(
-    readonly from: number,
-    readonly to: number,
-    target: number,
-  ) {
-    super(target);
-  }
+ * `acked` holds every payload raftmq acknowledged to the remote, and `sent` every payload of a
+ * QoS 1 PUBLISH the remote sent to the bridge. */
+function recordingRelay(target: number): { relay: PacketRelay; acked: Set<string>; sent: Set<string> } {
+  const acked = new Set<string>();
+  const sent = new Set<string>();
+  const pending = new Map<string, string>();
+  const relay = new PacketRelay(target, {
+    down: (f, conn) => {
+      if (f.type !== PACKET.PUBLISH) return 'pass';
+      const p = publishOf(f);
+      if (p.qos === 0) return 'pass';
+      pending.set(`${conn} ${p.pid}`, p.payload);
+      sent.add(p.payload);
+      return 'pass';
+    },
+    up: (f, conn) => {
+      if (f.type !== PACKET.PUBACK) return 'pass';
+      const payload = pending.get(`${conn} ${ackPid(f)}`);
+      if (payload !== undefined) acked.add(payload);
+      return 'pass';
+    },
+  });
+  return { relay, acked, sent };
 }
 
 describe('inbound bridge across kill -9 of the raftmq leader', { timeout: 180_000 }, () => {
@@ -167,9 +89,9 @@ describe('inbound bridge across kill -9 of the raftmq leader', { timeout: 180_00
   async function killMidStream(isolate: boolean, mutantCli?: string): Promise<void> {
     const remote = await Mosquitto.start();
     cleanups.push(() => remote.dispose());
-    const relay = new RecordingRelay(remote.port);
-    const relayPort = await relay.listen();
-    cleanups.push(() => relay.close());
+    const { relay: proxy, ...relay } = recordingRelay(remote.port);
+    const relayPort = await proxy.listen();
+    cleanups.push(() => proxy.close());
     const rpub = (await connect(remote.port, { clientId: 'remote-pub', clean: true })).client;
     cleanups.push(async () => {
       rpub.end(true);
