@@ -9,6 +9,7 @@ import type { BrokerNode } from '../src/server/broker-node.js';
 import { connectClient, disconnect, publish, startNode, subscribe, type TestClient } from './helpers.js';
 import { Mosquitto } from './support/mosquitto.js';
 import { CuttableRelay, LOOPBACK } from './support/net.js';
+import { ackPid, PACKET, PacketRelay, publishOf, type Verdict } from './support/packet-relay.js';
 import { until } from './support/wait.js';
 
 interface Line {
@@ -102,6 +103,70 @@ describe('inbound bridge rules with Mosquitto', { timeout: 60_000 }, () => {
       assert.deepEqual(there, ['loop/x', 'loop/y', 'loop/z'], 'nothing went back out');
     });
   }
+
+  it('brings QoS 2 in once each, also when the connection drops before our PUBREC or PUBCOMP reaches the remote', async () => {
+    const remote = await Mosquitto.start();
+    cleanups.push(() => remote.dispose());
+    /** What the remote sent, in order: "publish PID", "publish PID dup", "pubrel PID". */
+    const flow: string[] = [];
+    const dropped = new Set<string>();
+    const closeOnce = (what: string): Verdict => {
+      if (dropped.has(what)) return 'pass';
+      dropped.add(what);
+      return 'close';
+    };
+    // Our PUBREC for the 4th message and our PUBCOMP for the 8th are lost with the connection: the
+    // remote sends the 4th again (DUP), which must not be published twice, and PUBREL for the 8th.
+    let recs = 0;
+    let comps = 0;
+    const relay = new PacketRelay(remote.port, {
+      up: (f) => {
+        if (f.type === PACKET.PUBREC && ++recs === 4) return closeOnce('pubrec');
+        if (f.type === PACKET.PUBCOMP && ++comps === 8) return closeOnce('pubcomp');
+        return 'pass';
+      },
+      down: (f) => {
+        if (f.type === PACKET.PUBLISH) {
+          const p = publishOf(f);
+          if (p.qos === 2) flow.push(`publish ${p.pid}${p.dup ? ' dup' : ''}`);
+        } else if (f.type === PACKET.PUBREL) flow.push(`pubrel ${ackPid(f)}`);
+        return 'pass';
+      },
+    });
+    const relayPort = await relay.listen();
+    cleanups.push(() => relay.close());
+    const rpub = await connectClient(remote.port);
+    cleanups.push(() => disconnect(rpub));
+    await publish(rpub, 'r/q/ready', 'r', { qos: 1, retain: true });
+    const { node } = await bridgedNode(specs(`mqtt://${LOOPBACK}:${relayPort}`, ['q/# in 2 "" r/']));
+    cleanups.push(() => node.stop());
+    const sub = await connectClient(node.port);
+    cleanups.push(() => disconnect(sub));
+    await subscribe(sub, 'q/#', 2);
+    await sub.waitFor((m) => m.topic === 'q/ready', 'the subscription at the remote in place');
+    const N = 12;
+    for (let i = 1; i <= N; i++) await publish(rpub, 'r/q/x', String(i), { qos: 2 });
+    await until('every message here', () => new Set(numbers(sub).filter((n) => !Number.isNaN(n))).size === N, 30_000);
+    // The remote sends in order, so what it sent again before the last message was applied before it.
+    // Each message counted once (and the retained one at each reconnect, which a 3.1.1 remote resends).
+    await until('the last flow completed', () => (node.bridgeStatus()[0]?.received ?? 0) >= N + 1, 30_000);
+    const got = sub.messages.filter((m) => m.topic === 'q/x');
+    assert.deepEqual(
+      got.map((m) => Number(m.payload)),
+      Array.from({ length: N }, (_, i) => i + 1),
+      `each once, in order (the remote sent: ${flow.join(', ')})`,
+    );
+    assert.ok(
+      got.every((m) => m.packet.qos === 2),
+      'at QoS 2',
+    );
+    assert.equal(dropped.size, 2, 'both drops happened');
+    assert.ok(
+      flow.some((x) => x.endsWith(' dup')),
+      `the remote sent a message again after the lost PUBREC: ${flow.join(', ')}`,
+    );
+    await until('the bridge up again', () => node.bridgeStatus()[0]?.state === 'up');
+  });
 
   it('QoS 1 messages published while the bridge is down, and across a restart of the remote, all arrive (persistent session)', async () => {
     const remote = await Mosquitto.start();

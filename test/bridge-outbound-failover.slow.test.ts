@@ -5,7 +5,7 @@
 // each publisher's messages must first arrive there in the order it published them. A new leader
 // forwards again what the old one had sent and not had recorded as completed (bridge-position), and
 // a publisher re-sends what it had not got PUBACK for: duplicates, allowed at QoS 1, counted and
-// printed.
+// printed. A fourth case runs the plain kill at QoS 2 end to end, where none may arrive twice.
 //
 // A plain kill finds little in the outbox (a loopback remote keeps up), so the second case first
 // turns the relay between the nodes and Mosquitto into a black hole: the leader's bridge writes into
@@ -111,8 +111,9 @@ describe('outbound bridge across kill -9 of the raftmq leader', { timeout: 180_0
 
   /** The stream, the kill and the checks. `hole`: the remote is black-holed before the kill, so the
    * outbox holds acknowledged messages when the leader dies; `mutantCli`: the nodes run that copy
-   * of the broker, which must lose some of them. */
-  async function killMidStream(hole: boolean, mutantCli?: string): Promise<void> {
+   * of the broker, which must lose some of them; `qos`: of the publishes, the rule and the remote's
+   * subscriber, end to end (at 2 none may arrive twice). */
+  async function killMidStream(hole: boolean, mutantCli?: string, qos: 1 | 2 = 1): Promise<void> {
     const remote = await Mosquitto.start();
     cleanups.push(() => remote.dispose());
     const relay = new HoleRelay(remote.port);
@@ -130,7 +131,7 @@ describe('outbound bridge across kill -9 of the raftmq leader', { timeout: 180_0
       if (topic === 'cloud/x/end') endSeen = true;
       else if (topic.startsWith('cloud/x/')) arrived.push(payload.toString());
     });
-    await rsub.subscribeAsync('cloud/#', { qos: 1 });
+    await rsub.subscribeAsync('cloud/#', { qos });
 
     // Fixed MQTT ports, so each publisher lists all three nodes (MQTT.js `servers`) and reconnects
     // with its session to whichever serves, re-sending what was not acknowledged.
@@ -141,7 +142,10 @@ describe('outbound bridge across kill -9 of the raftmq leader', { timeout: 180_0
       electionTimeoutMs: ELECTION_TIMEOUT_MS,
       prepare: (dir) => {
         conf = join(dir, 'bridge.yaml');
-        writeFileSync(conf, `bridge: ["up=mqtt://${LOOPBACK}:${relayPort}"]\nbridges:\n  up:\n    topic: ["x/# out 1 site/ cloud/"]\n`);
+        writeFileSync(
+          conf,
+          `bridge: ["up=mqtt://${LOOPBACK}:${relayPort}"]\nbridges:\n  up:\n    topic: ["x/# out ${qos} site/ cloud/"]\n`,
+        );
       },
       extra: (id) => ['--config', conf, '--port', String(mqttPorts[id - 1])],
     });
@@ -168,7 +172,7 @@ describe('outbound bridge across kill -9 of the raftmq leader', { timeout: 180_0
     const stream = async (k: number): Promise<void> => {
       const pub = pubs[k] as MqttClient;
       for (let i = 0; streaming && i < STREAM_MESSAGES_MAX; i++) {
-        await pub.publishAsync(`site/x/p${k}`, `p${k}:${i}`, { qos: 1 });
+        await pub.publishAsync(`site/x/p${k}`, `p${k}:${i}`, { qos });
         (acked[k] as string[]).push(`p${k}:${i}`);
       }
     };
@@ -222,7 +226,7 @@ describe('outbound bridge across kill -9 of the raftmq leader', { timeout: 180_0
     for (const m of arrived) counts.set(m, (counts.get(m) ?? 0) + 1);
     const duplicates = [...counts.values()].reduce((n, c) => n + c - 1, 0);
     console.log(
-      `# outbound across kill -9 of node ${leader.id}${hole ? ' (remote black-holed first)' : ''} (node ${next.id} serving after ${ms} ms): ${all.length} acknowledged ` +
+      `# outbound QoS ${qos} across kill -9 of node ${leader.id}${hole ? ' (remote black-holed first)' : ''} (node ${next.id} serving after ${ms} ms): ${all.length} acknowledged ` +
         `(${atKill} before the kill), ${arrived.length} arrivals at the remote (${arrivedAtKill} before the kill), ${duplicates} duplicates`,
     );
     for (let k = 0; k < PUBLISHERS; k++) {
@@ -243,11 +247,16 @@ describe('outbound bridge across kill -9 of the raftmq leader', { timeout: 180_0
       [...counts.keys()].every((m) => /^p\d:\d+$/.test(m) && Number(m.slice(m.indexOf(':') + 1)) < (acked[Number(m[1])]?.length ?? 0)),
       'nothing arrives that was not published',
     );
+    // QoS 2 from the publishers through the remote: raftmq takes each once across the failover
+    // (the publisher's session), and the bridge forwards each once (docs/bridges.md "QoS 2 to the remote").
+    if (qos === 2) assert.equal(duplicates, 0, 'at QoS 2 none arrives twice');
   }
 
   it('every message raftmq acknowledged reaches the remote, in order per publisher', () => killMidStream(false));
 
   it('the same when the outbox holds acknowledged messages at the kill (the remote black-holed first)', () => killMidStream(true));
+
+  it('at QoS 2 from the publishers to the remote, none arrives twice', () => killMidStream(false, undefined, 2));
 
   it('catches the planted bug bridge-position-on-write: it loses acknowledged messages', () =>
     killMidStream(true, buildPatched('bridge-position-on-write', POSITION_ON_WRITE, BUILD)));

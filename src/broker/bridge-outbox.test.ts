@@ -16,7 +16,7 @@ import {
 import type { BridgeRule } from './bridge-rules.js';
 import { Broker } from './broker.js';
 import { Harness, msg, published, sent, testSettings } from './broker-harness.testkit.js';
-import type { Effect, Settings } from './commands.js';
+import type { Command, Effect, Settings } from './commands.js';
 import { decodeImage, encodeImage, SnapshotError, type StateImage } from './snapshot.js';
 
 const RULES: BridgeRule[] = [
@@ -229,11 +229,16 @@ describe('bridge outboxes in the replicated state', () => {
     type Outbox = StateImage['bridges'][number];
     const bad: StateImage[] = [
       { ...img, bridges: img.bridges.slice(1) },
-      { ...img, bridges: img.bridges.map(([n, p, it, q]): Outbox => [n, p, it.map((x) => ({ ...x, index: img.appliedIndex + 1 })), q]) },
-      { ...img, bridges: img.bridges.map(([n, , it, q]): Outbox => [n, img.appliedIndex + 5, it, q]) },
-      // A packet id on an item below QoS 2, and a next id outside the range.
-      { ...img, bridges: img.bridges.map(([n, p, it, q]): Outbox => [n, p, it.map((x) => ({ ...x, pid: 7 })), q]) },
-      { ...img, bridges: img.bridges.map(([n, p, it]): Outbox => [n, p, it, OUTBOX_PID_MAX + 1]) },
+      {
+        ...img,
+        bridges: img.bridges.map(([n, p, it, q, ids]): Outbox => [n, p, it.map((x) => ({ ...x, index: img.appliedIndex + 1 })), q, ids]),
+      },
+      { ...img, bridges: img.bridges.map(([n, , it, q, ids]): Outbox => [n, img.appliedIndex + 5, it, q, ids]) },
+      // A packet id on an item below QoS 2, a next id outside the range, inbound ids twice or out of range.
+      { ...img, bridges: img.bridges.map(([n, p, it, q, ids]): Outbox => [n, p, it.map((x) => ({ ...x, pid: 7 })), q, ids]) },
+      { ...img, bridges: img.bridges.map(([n, p, it, , ids]): Outbox => [n, p, it, OUTBOX_PID_MAX + 1, ids]) },
+      { ...img, bridges: img.bridges.map(([n, p, it, q]): Outbox => [n, p, it, q, [3, 3]]) },
+      { ...img, bridges: img.bridges.map(([n, p, it, q]): Outbox => [n, p, it, q, [0x10000]]) },
     ];
     for (const x of bad) assert.throws(() => decodeImage(encodeImage(x), parseShare), SnapshotError);
   });
@@ -584,5 +589,71 @@ describe('QoS 2 to the remote: packet ids and PUBREC records in the replicated s
       o.items.toArray().map((it) => it.rec),
       [false, true, false],
     );
+  });
+});
+
+describe('QoS 2 from the remote: the inbound session in the replicated state', () => {
+  const IN2: BridgeRule[] = [{ bridge: 'cloud', pattern: '#', direction: 'in', qos: 2, localPrefix: '', remotePrefix: '' }];
+  const S: Settings = { ...testSettings, bridgeRules: IN2 };
+
+  it('publishes once per id held, answers PUBREC each time, and PUBCOMP at the PUBREL that lets the id go', () => {
+    const h = new Harness(S);
+    h.connect(h.conn(1), 'sub');
+    h.subscribe(h.conn(1), 1, [{ filter: 'in/#', qos: 2 }]);
+    const link = h.conn(2);
+    const cmd = { t: 'bridge-in' as const, bridge: 'cloud', conn: link, pid: 5, q2: true as const, msg: msg('in/a', 'x', 2) };
+    const first = h.apply(cmd);
+    assert.deepEqual(sent(first, link), [{ type: 'pubrec', pid: 5, code: 0 }]);
+    assert.equal(published(first, h.conn(1)).length, 1);
+    assert.deepEqual([...(h.broker.bridgeOutbox('cloud')?.inIds ?? [])], [5]);
+    // The remote sends it again (DUP) to this leader or a later one: answered, not published.
+    const again = h.apply(cmd);
+    assert.deepEqual(sent(again, link), [{ type: 'pubrec', pid: 5, code: 0 }]);
+    assert.equal(published(again, h.conn(1)).length, 0, 'not published twice');
+    const rel = h.apply({ t: 'bridge-in-rel', bridge: 'cloud', conn: link, pid: 5 });
+    assert.deepEqual(sent(rel, link), [{ type: 'pubcomp', pid: 5, code: 0 }]);
+    assert.equal(h.broker.bridgeOutbox('cloud')?.inIds.size, 0);
+    // The id free again: a new message under it is published.
+    assert.equal(published(h.apply(cmd), h.conn(1)).length, 1);
+    // A PUBREL for an id not held (the remote's session was dropped meanwhile): PUBCOMP 0x92.
+    assert.deepEqual(sent(h.apply({ t: 'bridge-in-rel', bridge: 'cloud', conn: link, pid: 9 }), link), [
+      { type: 'pubcomp', pid: 9, code: 0x92 },
+    ]);
+    assert.equal(h.broker.verify(), null);
+  });
+
+  it('keeps the ids held through a snapshot, and lets them all go at bridge-in-reset', () => {
+    const h = new Harness(S);
+    const link = h.conn(2);
+    for (const pid of [9, 3, 40]) h.apply({ t: 'bridge-in', bridge: 'cloud', conn: link, pid, q2: true, msg: msg('in/a', String(pid), 2) });
+    const b = new Broker();
+    b.restore([Buffer.concat([...h.broker.snapshot()])]);
+    assert.equal(b.digest(), h.broker.digest());
+    assert.deepEqual(
+      [...(b.bridgeOutbox('cloud')?.inIds ?? [])].sort((x, y) => x - y),
+      [3, 9, 40],
+    );
+    h.apply({ t: 'bridge-in-reset', bridge: 'cloud' });
+    assert.equal(h.broker.bridgeOutbox('cloud')?.inIds.size, 0);
+    assert.notEqual(b.digest(), h.broker.digest(), 'the ids are part of the state the digest covers');
+  });
+
+  it('refuses a QoS 2 bridge-in without its id or flow, and a QoS 2 message without the flag', () => {
+    const h = new Harness(S);
+    const link = h.conn(2);
+    const bad = [
+      { t: 'bridge-in', bridge: 'cloud', conn: link, q2: true, msg: msg('in/a', 'x', 2) },
+      { t: 'bridge-in', bridge: 'cloud', conn: link, pid: 1, msg: msg('in/a', 'x', 2) },
+      { t: 'bridge-in', bridge: 'cloud', conn: link, pid: 1, q2: false, msg: msg('in/a', 'x', 1) },
+      { t: 'bridge-in-rel', bridge: 'cloud', conn: link, pid: 0 },
+      { t: 'bridge-in-reset', bridge: '' },
+    ] as unknown as Command[];
+    for (const c of bad) {
+      const out = h.apply(c);
+      assert.ok(
+        out.some((e) => e.t === 'event' && e.kind === 'no-op' && String(e.detail?.reason).startsWith('bad bridge-in')),
+        JSON.stringify(c),
+      );
+    }
   });
 });

@@ -14,6 +14,11 @@
 // remote answered PUBREC for it before the serving node sends PUBREL: a later serving node sends
 // PUBREL for a recorded item and PUBLISH (DUP, the same id) for the others, and the remote, keeping
 // the bridge's session, delivers each once.
+//
+// The other way (docs/bridges.md "QoS 2 from the remote"), the outbox object also holds the bridge's
+// inbound session: the packet ids of the remote's QoS 2 messages published here whose PUBREL has
+// not come yet, so a PUBLISH the remote sends again under such an id, to this leader or a later one,
+// is answered with PUBREC and not published twice.
 import type { Message, QoS } from './commands.js';
 import { Fifo } from './fifo.js';
 import { MinHeap } from './min-heap.js';
@@ -45,8 +50,9 @@ export interface OutboxItem {
 /** A message as apply copies it into the outbox (and a snapshot holds it), before it is numbered. */
 export type OutboxMessage = Omit<OutboxItem, 'seq'>;
 
-/** An outbox as a snapshot holds it: name, position, items in log order, the next QoS 2 packet id. */
-export type OutboxImage = [name: string, position: number, items: OutboxMessage[], nextPid: number];
+/** An outbox as a snapshot holds it: name, position, items in log order, the next QoS 2 packet id,
+ * and the remote's QoS 2 ids held (ascending). */
+export type OutboxImage = [name: string, position: number, items: OutboxMessage[], nextPid: number, inIds: number[]];
 
 /** QoS 2 packet ids of an outbox run from 1 to this and wrap; the serving node's QoS 1 and SUBSCRIBE
  * ids lie above it, so the two never meet at the remote. Two items with one id are at least this
@@ -65,6 +71,9 @@ export interface BridgeOutbox {
   nextSeq: number;
   /** The packet id the next QoS 2 item gets (replicated). */
   nextPid: number;
+  /** The remote's QoS 2 packet ids whose message was published here and whose PUBREL has not been
+   * applied yet (replicated; at most the 65,535 ids there are). */
+  inIds: Set<number>;
   /** Derived, rebuilt on restore: the items that expire, soonest first. An item the position has
    * passed stays until popped or pruned (lazy deletion, as the broker's deadline heap does). */
   expiring: ExpiryHeap;
@@ -73,8 +82,8 @@ export interface BridgeOutbox {
 /** What an item counts against bridgeOutboxBytes. */
 export const outboxItemSize = (it: { topic: string; msg: Message }): number => it.topic.length + it.msg.payload.length;
 
-export function newOutbox(name: string, position: number, nextPid = 1): BridgeOutbox {
-  return { name, position, items: new Fifo(), bytes: 0, nextSeq: 0, nextPid, expiring: new ExpiryHeap() };
+export function newOutbox(name: string, position: number, nextPid = 1, inIds: Iterable<number> = []): BridgeOutbox {
+  return { name, position, items: new Fifo(), bytes: 0, nextSeq: 0, nextPid, inIds: new Set(inIds), expiring: new ExpiryHeap() };
 }
 
 /** The packet id for the next QoS 2 item of `o`, in apply. */

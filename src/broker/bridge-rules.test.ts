@@ -82,10 +82,10 @@ describe('bridge topic rules', () => {
     assert.equal(inboundForward([rule(`cmd/# in 1 ${'y'.repeat(20)}/ cloud/dev/`)], 'up', long, 1), 'bad-topic');
   });
 
-  it('subscribes once per remote filter, at QoS 1 at most', () => {
-    const rules = [rule('a/# in 2'), rule('a/# both 0'), rule('b in 0 x/ y/'), rule('c out 1'), rule('d in 1', 'other')];
+  it('subscribes once per remote filter, at the highest QoS of the rules naming it', () => {
+    const rules = [rule('a/# in 1'), rule('a/# both 2'), rule('b in 0 x/ y/'), rule('c out 1'), rule('d in 1', 'other')];
     assert.deepEqual(inboundSubscriptions(rules, 'up'), [
-      { filter: 'a/#', qos: 1 },
+      { filter: 'a/#', qos: 2 },
       { filter: 'y/b', qos: 0 },
     ]);
   });

@@ -161,16 +161,13 @@ export function inboundForward(rules: readonly BridgeRule[], bridge: string, top
   return 'no-rule';
 }
 
-/** QoS 2 from the remote is not built: an inbound rule subscribes at QoS 1 at most. */
-export const INBOUND_QOS_MAX = 1;
-
 /** The remote filters a bridge subscribes to, once each, at the highest QoS of the inbound rules
- * that name it (at most INBOUND_QOS_MAX), in rule order. */
+ * that name it, in rule order. */
 export function inboundSubscriptions(rules: readonly BridgeRule[], bridge: string): { filter: string; qos: QoS }[] {
   const subs: { filter: string; qos: QoS }[] = [];
   for (const r of rules) {
     if (r.bridge !== bridge || !isInbound(r)) continue;
-    const qos = Math.min(r.qos, INBOUND_QOS_MAX) as QoS;
+    const qos = r.qos;
     const filter = remoteFilter(r);
     const had = subs.find((x) => x.filter === filter);
     if (had === undefined) subs.push({ filter, qos });

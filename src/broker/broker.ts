@@ -559,6 +559,15 @@ export class Broker implements BrokerState {
       case 'bridge-in':
         this.bridgeIn(cmd, now, out);
         return;
+      case 'bridge-in-rel':
+        this.bridgeInRel(cmd.bridge, cmd.conn, cmd.pid, out);
+        return;
+      case 'bridge-in-reset': {
+        const o = this.outboxes.get(cmd.bridge);
+        if (o === undefined) event(out, 'no-op', { command: 'bridge-in-reset', bridge: cmd.bridge, reason: 'no such bridge' });
+        else o.inIds.clear();
+        return;
+      }
       case 'shard-position':
         this.shardPosition(cmd.dest, cmd.below, out);
         return;
@@ -1294,21 +1303,41 @@ export class Broker implements BrokerState {
    * the remote with: code 0x97 when another bridge's full outbox refuses the message, which the
    * bridge then does not acknowledge, so the remote sends it again. */
   private bridgeIn(cmd: BridgeInCommand, now: number, out: Effects): void {
-    if (!this.outboxes.has(cmd.bridge)) {
+    const bridge = this.outboxes.get(cmd.bridge);
+    if (bridge === undefined) {
       // The rules no longer name the bridge: nothing acknowledged, so the remote keeps it.
       event(out, 'no-op', { command: 'bridge-in', bridge: cmd.bridge, reason: 'no such bridge' });
+      return;
+    }
+    // The remote's QoS 2 flow is answered with PUBREC, its QoS 1 flow with PUBACK.
+    const type = cmd.q2 === true ? 'pubrec' : 'puback';
+    if (cmd.q2 === true && bridge.inIds.has(cmd.pid as number)) {
+      // Sent again under an id held: published when it first came, so only answered.
+      out?.push({ t: 'send', conn: cmd.conn, packet: { type, pid: cmd.pid as number, code: RC.SUCCESS } });
       return;
     }
     const full = this.fullOutboxFor(cmd.msg, cmd.bridge);
     if (full !== null) {
       event(out, 'bridge-outbox-refused', { bridge: full.name, from: cmd.bridge, topic: cmd.msg.topic });
-      if (cmd.pid !== undefined)
-        out?.push({ t: 'send', conn: cmd.conn, packet: { type: 'puback', pid: cmd.pid, code: RC.QUOTA_EXCEEDED } });
+      if (cmd.pid !== undefined) out?.push({ t: 'send', conn: cmd.conn, packet: { type, pid: cmd.pid, code: RC.QUOTA_EXCEEDED } });
       return;
     }
+    if (cmd.q2 === true) bridge.inIds.add(cmd.pid as number);
     const matched = this.publishMessage(null, cmd.msg, now, out, cmd.bridge);
     const code = matched === 0 ? RC.NO_MATCHING_SUBSCRIBERS : RC.SUCCESS;
-    if (cmd.pid !== undefined) out?.push({ t: 'send', conn: cmd.conn, packet: { type: 'puback', pid: cmd.pid, code } });
+    if (cmd.pid !== undefined) out?.push({ t: 'send', conn: cmd.conn, packet: { type, pid: cmd.pid, code } });
+  }
+
+  /** The remote's PUBREL: the id is let go, and PUBCOMP answers it (MQTT 5 0x92 for an id not held,
+   * as after a remote's session was dropped). */
+  private bridgeInRel(name: string, conn: ConnId, pid: number, out: Effects): void {
+    const o = this.outboxes.get(name);
+    if (o === undefined) {
+      event(out, 'no-op', { command: 'bridge-in-rel', bridge: name, reason: 'no such bridge' });
+      return;
+    }
+    const held = o.inIds.delete(pid);
+    out?.push({ t: 'send', conn, packet: { type: 'pubcomp', pid, code: held ? RC.SUCCESS : RC.PACKET_IDENTIFIER_NOT_FOUND } });
   }
 
   /** The remote answered PUBREC: recorded on each item still in the outbox, and PUBREL for every
@@ -1551,11 +1580,11 @@ export class Broker implements BrokerState {
       .map((o) => [o.dest, o.log, o.next, o.position, o.items.toArray()]);
   }
 
-  /** The outboxes sorted by name, each as [name, position, items, nextPid]: copies, so apply may go on. */
+  /** The outboxes sorted by name, each as [name, position, items, nextPid, inIds]: copies, so apply may go on. */
   private outboxImages(): OutboxImage[] {
     return [...this.outboxes.values()]
       .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
-      .map((o) => [o.name, o.position, o.items.toArray(), o.nextPid]);
+      .map((o) => [o.name, o.position, o.items.toArray(), o.nextPid, [...o.inIds].sort((a, b) => a - b)]);
   }
 
   /** Replaces the whole state with an image and rebuilds the derived indexes. Builds into fresh
@@ -1588,8 +1617,8 @@ export class Broker implements BrokerState {
     this.retained = retained;
     this.cursors = new Map(img.cursors);
     this.outboxes = new Map();
-    for (const [name, position, items, nextPid] of img.bridges) {
-      const o = newOutbox(name, position, nextPid);
+    for (const [name, position, items, nextPid, inIds] of img.bridges) {
+      const o = newOutbox(name, position, nextPid, inIds);
       for (const it of items) pushOutbox(o, it);
       this.outboxes.set(name, o);
     }

@@ -101,6 +101,13 @@ export type Command =
   | { t: 'bridge-position'; bridge: string; below: number }
   | BridgePubrecCommand
   | BridgeInCommand
+  /** The remote sent PUBREL for its QoS 2 message `pid` (docs/bridges.md "QoS 2 from the remote"):
+   * apply lets the id go and answers with a PUBCOMP effect to `conn`, the bridge's connection, so
+   * the remote may reuse the id only once no later leader holds it. */
+  | { t: 'bridge-in-rel'; bridge: string; conn: ConnId; pid: number }
+  /** The remote answered CONNACK without the bridge's session: it will send PUBREL for none of the
+   * ids held, which apply lets go. */
+  | { t: 'bridge-in-reset'; bridge: string }
   /** JetStream acknowledged, in the stream of shard `dest`, every message of its outbox below
    * sequence `below`: apply removes them, and a later serving node resumes from there
    * (docs/scale-out.md "Forwarding"). */
@@ -144,12 +151,15 @@ export const BRIDGE_PUBRECS_MAX = 1_024;
  * without the publish ACL. `conn` names the bridge's connection to the remote and `pid` the
  * remote's packet id of a QoS 1 message: apply answers with a PUBACK effect to `conn`, which the
  * bridge passes on to the remote, so the remote is acknowledged only after this entry is committed
- * (docs/bridges.md "Inbound"). QoS 0 messages come here only when retained. */
+ * (docs/bridges.md "Inbound"). QoS 0 messages come here only when retained or sent at QoS 2. */
 export interface BridgeInCommand {
   t: 'bridge-in';
   bridge: string;
   conn: ConnId;
   pid?: number;
+  /** The remote sent it at QoS 2 under `pid` (docs/bridges.md "QoS 2 from the remote"): published
+   * here once per id held (at `msg.qos`, the rule's QoS at most), answered with a PUBREC effect. */
+  q2?: true;
   msg: Message;
 }
 

@@ -34,8 +34,9 @@ const packr = new Packr({ useRecords: false, mapsAsObjects: true, variableMapSiz
  * settings bridgeRules, bridgeOutboxMessages and bridgeOutboxBytes. 7: each outbox item's expiry
  * time, a fifth element. 8: the outboxes of the shards this shard forwards to, a thirteenth
  * element, and the highest sequence applied per origin log, a fourteenth. 9: each outbox's next QoS 2
- * packet id, a fourth element, and each item's packet id and PUBREC record, a sixth and seventh
- * (docs/bridges.md "QoS 2 to the remote"). Restore reads 4 to 9. */
+ * packet id and the remote's QoS 2 ids held, a fourth and fifth element, and each item's packet id
+ * and PUBREC record, a sixth and seventh (docs/bridges.md "QoS 2 to the remote" and "QoS 2 from the
+ * remote"). Restore reads 4 to 9. */
 export const SNAPSHOT_VERSION = 9;
 /** The format before QoS 2 packet ids in the outboxes: outboxes of three elements, items of five. */
 const SNAPSHOT_VERSION_NO_OUTBOX_PIDS = 8;
@@ -146,12 +147,13 @@ function encodeRules(rules: readonly BridgeRule[]): unknown {
   return rules.map((r) => [r.bridge, r.pattern, r.direction, r.qos, r.localPrefix, r.remotePrefix]);
 }
 
-/** One outbox: [name, position, [[index, remote topic, qos, message, expiresAt, pid, rec]...], nextPid]. */
-export const encodeOutbox = ([name, position, items, nextPid]: OutboxImage): unknown[] => [
+/** One outbox: [name, position, [[index, remote topic, qos, message, expiresAt, pid, rec]...], nextPid, inIds]. */
+export const encodeOutbox = ([name, position, items, nextPid, inIds]: OutboxImage): unknown[] => [
   name,
   position,
   items.map((it) => [it.index, it.topic, it.qos, encodeMsg(it.msg), it.expiresAt, it.pid, it.rec]),
   nextPid,
+  inIds,
 ];
 
 /** One shard outbox: [dest, log, next, position, [[seq, index, message]...]]. */
@@ -311,7 +313,7 @@ function decodeOutboxes(v: unknown, settings: Settings, appliedIndex: number, ap
   const withPids = version === SNAPSHOT_VERSION;
   const names = bridgeNames(settings.bridgeRules).sort();
   const got = arr(v, 'bridges').map((o): OutboxImage => {
-    const [name, position, items, next] = arr(o, 'outbox', withPids ? 4 : 3);
+    const [name, position, items, next, held] = arr(o, 'outbox', withPids ? 5 : 3);
     const n = str(name, 'outbox name');
     if (!BRIDGE_NAME.test(n)) fail('outbox name');
     const p = int(position, 'outbox position');
@@ -349,7 +351,10 @@ function decodeOutboxes(v: unknown, settings: Settings, appliedIndex: number, ap
       }
       return { index: i, topic: t, qos: itemQos, msg: m, expiresAt, pid, rec };
     });
-    return [n, p, list, nextPid];
+    // The remote's QoS 2 ids held: distinct packet ids, ascending.
+    const inIds = withPids ? arr(held, 'outbox inIds').map((x) => int(x, 'outbox inId')) : [];
+    if (inIds.some((x, k) => x < 1 || x > 0xffff || (k > 0 && x <= (inIds[k - 1] as number)))) fail(`outbox ${n} inIds`);
+    return [n, p, list, nextPid, inIds];
   });
   if (got.length !== names.length || got.some(([n], i) => n !== names[i])) fail('outboxes do not match the bridge rules');
   return got;

@@ -166,11 +166,17 @@ export function commandProblem(cmd: unknown): string | null {
     }
     case 'bridge-in': {
       if (!isStr(c.bridge) || !BRIDGE_NAME.test(c.bridge) || !isConn(c.conn) || !isMessage(c.msg)) return 'bad bridge-in';
-      // QoS 2 from the remote is not built (docs/bridges.md "Inbound"); QoS 0 comes only retained.
-      if (c.msg.qos === 2) return 'bridge-in at QoS 2';
+      // The remote's QoS 2 flow (docs/bridges.md "QoS 2 from the remote"), at any QoS here.
+      if (c.q2 !== undefined) return c.q2 === true && isPid(c.pid) ? null : 'bad bridge-in QoS 2';
+      if (c.msg.qos === 2) return 'bad bridge-in: QoS 2 without the remote flow';
+      // Otherwise QoS 0 comes only retained.
       if (c.msg.qos === 0) return c.pid === undefined && c.msg.retain ? null : 'bad bridge-in QoS 0';
       return isPid(c.pid) ? null : 'bad bridge-in pid';
     }
+    case 'bridge-in-rel':
+      return isStr(c.bridge) && BRIDGE_NAME.test(c.bridge) && isConn(c.conn) && isPid(c.pid) ? null : 'bad bridge-in-rel';
+    case 'bridge-in-reset':
+      return isStr(c.bridge) && BRIDGE_NAME.test(c.bridge) ? null : 'bad bridge-in-reset';
     case 'shard-in':
       return isConn(c.conn) &&
         isPid(c.handle) &&

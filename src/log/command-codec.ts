@@ -33,6 +33,8 @@ const COMMAND_TYPES: ReadonlySet<string> = new Set<Command['t']>([
   'bridge-position',
   'bridge-pubrec',
   'bridge-in',
+  'bridge-in-rel',
+  'bridge-in-reset',
   'shard-position',
   'shard-in',
 ]);

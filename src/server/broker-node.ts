@@ -189,6 +189,8 @@ function connOf(cmd: Command): ConnId | undefined {
     case 'bridge-position':
     case 'bridge-pubrec':
     case 'bridge-in':
+    case 'bridge-in-rel':
+    case 'bridge-in-reset':
     case 'shard-position':
     case 'shard-in':
       return undefined;

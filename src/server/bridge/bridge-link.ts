@@ -328,7 +328,7 @@ export class BridgeLink {
       case 'connack':
         if (this.state !== 'connecting') this.fail('a second CONNACK from the remote');
         else if (p.code !== 0) this.fail(`the remote refused the CONNECT: code ${hex(p.code)}`);
-        else this.onUp(p.props.receiveMax, p.props.maxPacketSize);
+        else this.onUp(p.props.receiveMax, p.props.maxPacketSize, p.sessionPresent);
         return;
       case 'puback':
         if (this.state !== 'up') this.fail('a PUBACK before CONNACK');
@@ -341,6 +341,11 @@ export class BridgeLink {
       case 'pubcomp':
         if (this.state !== 'up') this.fail('a PUBCOMP before CONNACK');
         else this.onPubcomp(p.pid);
+        return;
+      case 'pubrel':
+        // The remote releases its QoS 2 message: PUBCOMP once apply lets the id go (onEffect).
+        if (this.state !== 'up') this.badInput('a PUBREL before CONNACK');
+        else this.host.propose({ t: 'bridge-in-rel', bridge: this.spec.name, conn: this.connId, pid: p.pid });
         return;
       case 'pingresp':
         return;
@@ -363,7 +368,7 @@ export class BridgeLink {
     }
   }
 
-  private onUp(receiveMax: number | undefined, maxPacketSize: number | undefined): void {
+  private onUp(receiveMax: number | undefined, maxPacketSize: number | undefined, sessionPresent: boolean): void {
     if (this.timer !== null) clearTimeout(this.timer);
     this.timer = null;
     this.state = 'up';
@@ -376,6 +381,9 @@ export class BridgeLink {
     this.window = Math.min(BRIDGE_WINDOW, receiveMax ?? BRIDGE_WINDOW);
     this.remoteMaxPacket = maxPacketSize ?? 0;
     this.resetCursor();
+    // A remote without the bridge's session sends PUBREL for none of its QoS 2 ids held here.
+    if (!sessionPresent && (this.host.outbox(this.spec.name)?.inIds.size ?? 0) > 0 && this.host.mayWrite())
+      this.host.propose({ t: 'bridge-in-reset', bridge: this.spec.name });
     const every = Math.max(500, this.spec.keepaliveS * 500);
     this.pingTimer = setInterval(() => this.ping(), every);
     this.pingTimer.unref();
@@ -414,15 +422,11 @@ export class BridgeLink {
   }
 
   /** A message from the remote: remapped by the first inbound rule that matches, then routed at
-   * once (QoS 0 without retain) or proposed (QoS 1, retained QoS 0), acknowledged to the remote
-   * when apply answers (onEffect). Bad input is dropped, counted and, at QoS 1, acknowledged: the
-   * remote would send it again forever otherwise. */
+   * once (QoS 0 without retain) or proposed (QoS 1, retained QoS 0, and whatever the remote sent at
+   * QoS 2), acknowledged to the remote when apply answers (onEffect). Bad input is dropped, counted
+   * and, at QoS 1 and 2, acknowledged: the remote would send it again forever otherwise. */
   private onPublish(p: PublishPacket): void {
     const name = this.spec.name;
-    if (p.qos === 2) {
-      this.badInput(`a QoS 2 PUBLISH on ${p.topic}, above the QoS 1 the bridge subscribes at`);
-      return;
-    }
     if (p.topic === '' || p.props.topicAlias !== undefined) {
       this.badInput('a PUBLISH with a Topic Alias, which the bridge does not allow');
       return;
@@ -437,48 +441,71 @@ export class BridgeLink {
       const r = reject ?? { kind: 'bridge-in-no-rule' as const, why: '' };
       this.host.event(r.kind, { bridge: name, topic: p.topic, bytes: p.payload.length });
       this.lastError = `a message from the remote on ${p.topic} was dropped: ${r.why}`;
-      if (p.pid !== undefined) this.ackRemote(p.pid);
+      // At QoS 2 the remote's PUBREL follows; apply answers it with PUBCOMP (0x92: no id held).
+      if (p.pid !== undefined) this.ackRemote(p.pid, p.qos === 2 ? 2 : 1);
       return;
     }
     const msg: Message = { topic: f.topic, payload: p.payload, qos: f.qos, retain: p.retain };
     const props = messageProps(p.props);
     if (props !== undefined) msg.props = props;
+    if (p.qos === 2) {
+      // The remote's QoS 2 flow: through the log whatever the QoS here, so the id is held in the
+      // replicated state and the message published once; PUBREC when apply answers (onEffect).
+      this.host.propose({ t: 'bridge-in', bridge: name, conn: this.connId, pid: p.pid as number, q2: true, msg });
+      return;
+    }
     if (msg.qos === 0 && !msg.retain) {
       this.received++;
       this.host.routeIn(name, msg);
       // Delivered at QoS 0 here; the remote's QoS 1 flow still ends with our PUBACK.
-      if (p.pid !== undefined) this.ackRemote(p.pid);
+      if (p.pid !== undefined) this.ackRemote(p.pid, 1);
       return;
     }
     this.host.propose({ t: 'bridge-in', bridge: name, conn: this.connId, ...(msg.qos === 0 ? {} : { pid: p.pid as number }), msg });
     if (msg.qos === 0) this.received++;
     // A QoS 1 message the rule takes at QoS 0: apply sends no PUBACK, so the remote gets it after
     // the proposal, which the log may still lose; the rule asked for at most once.
-    if (msg.qos === 0 && p.pid !== undefined) this.ackRemote(p.pid);
+    if (msg.qos === 0 && p.pid !== undefined) this.ackRemote(p.pid, 1);
   }
 
-  /** An effect of apply for the connection `conn`: a PUBACK to pass on to the remote. */
+  /** An effect of apply for the connection `conn`: a PUBACK, PUBREC or PUBCOMP to pass on to the
+   * remote, or the PUBREL of one of our QoS 2 messages, whose PUBREC is now recorded. */
   onEffect(conn: ConnId, packet: OutPacket): void {
     if (conn !== this.connId || this.state !== 'up') return;
     if (packet.type === 'pubrel') {
       this.onRecorded(packet.pid);
       return;
     }
-    if (packet.type !== 'puback') return;
+    if (packet.type === 'pubcomp') {
+      // Counted once per message: at the PUBREL of an id held (0x92: one let go before).
+      if (packet.code === 0) this.received++;
+      this.writeRemote({ type: 'pubcomp', pid: packet.pid, code: this.spec.protocol === 5 ? packet.code : 0, props: {} });
+      return;
+    }
+    if (packet.type !== 'puback' && packet.type !== 'pubrec') return;
     if (packet.code === 0x97) {
       // Another bridge's outbox is full: not acknowledged, so the remote sends it again after the
       // reconnect; nothing it sent later is acknowledged on this connection either.
       this.fail('a message from the remote was refused for a full outbox; it is not acknowledged and comes again');
       return;
     }
+    if (packet.type === 'pubrec') {
+      this.ackRemote(packet.pid, 2);
+      return;
+    }
     this.received++;
-    this.ackRemote(packet.pid);
+    this.ackRemote(packet.pid, 1);
   }
 
-  private ackRemote(pid: number): void {
+  /** Acknowledges the remote's message `pid`: PUBACK for its QoS 1 flow, PUBREC for its QoS 2 one. */
+  private ackRemote(pid: number, qos: 1 | 2): void {
+    this.writeRemote({ type: qos === 2 ? 'pubrec' : 'puback', pid, code: 0, props: {} });
+  }
+
+  private writeRemote(packet: Packet): void {
     const s = this.socket;
     if (s === null || !this.host.mayWrite()) return;
-    s.write(encode({ type: 'puback', pid, code: 0, props: {} }, this.spec.protocol));
+    s.write(encode(packet, this.spec.protocol));
   }
 
   /** The node's log takes no more for now (true) or again (false): the socket is not read
