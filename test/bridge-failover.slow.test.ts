@@ -18,8 +18,9 @@ import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import mqtt, { type MqttClient } from 'mqtt';
-import { buildPatched, type Patch } from '../jepsen-like-tests/mutants.js';
+import { buildPatched } from '../jepsen-like-tests/mutants.js';
 import { collect, connect } from './cluster-mqtt.js';
+import { BRIDGE_MUTANTS } from './support/bridge-mutants.js';
 import { Cluster } from './support/cluster.js';
 import { Mosquitto } from './support/mosquitto.js';
 import { LOOPBACK, PeerLink } from './support/net.js';
@@ -33,21 +34,6 @@ const DELIVERY_WAIT_MS = 60_000;
 const N = 400;
 const KILL_AFTER = 200;
 
-/** The planted bug: the bridge acknowledges a QoS 1 message to the remote as it proposes it, not
- * when apply answers after the commit. */
-const ACK_BEFORE_COMMIT: readonly Patch[] = [
-  {
-    file: 'src/server/bridge/bridge-link.js',
-    find: "        this.host.propose({ t: 'bridge-in', bridge: name, conn: this.connId, ...(msg.qos === 0 ? {} : { pid: p.pid }), msg });\n",
-    replace:
-      "        this.host.propose({ t: 'bridge-in', bridge: name, conn: this.connId, ...(msg.qos === 0 ? {} : { pid: p.pid }), msg });\n        if (msg.qos === 1)\n            this.ackRemote(p.pid);\n",
-  },
-  {
-    file: 'src/server/bridge/bridge-link.js',
-    find: '        this.received++;\n        this.ackRemote(packet.pid);\n',
-    replace: '        this.received++;\n',
-  },
-];
 const BUILD = fileURLToPath(new URL('..', import.meta.url));
 
 /** A relay from the raftmq nodes to Mosquitto that reads MQTT 3.1.1 in both directions: the
@@ -220,5 +206,5 @@ describe('inbound bridge across kill -9 of the raftmq leader', { timeout: 180_00
   it('the same when the leader dies holding messages it could not commit (cut off from its peers)', () => killMidStream(true));
 
   it('catches the planted bug bridge-in-ack-before-commit: it loses messages the remote got PUBACK for', () =>
-    killMidStream(true, buildPatched('bridge-in-ack-before-commit', ACK_BEFORE_COMMIT, BUILD)));
+    killMidStream(true, buildPatched('bridge-in-ack-before-commit', BRIDGE_MUTANTS['bridge-in-ack-before-commit'], BUILD)));
 });

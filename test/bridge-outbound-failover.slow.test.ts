@@ -20,8 +20,9 @@ import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import mqtt, { type MqttClient } from 'mqtt';
-import { buildPatched, type Patch } from '../jepsen-like-tests/mutants.js';
+import { buildPatched } from '../jepsen-like-tests/mutants.js';
 import { connect } from './cluster-mqtt.js';
+import { BRIDGE_MUTANTS } from './support/bridge-mutants.js';
 import { Cluster, type ClusterNode } from './support/cluster.js';
 import { Mosquitto } from './support/mosquitto.js';
 import { freePort, LOOPBACK } from './support/net.js';
@@ -38,17 +39,6 @@ const AFTER_KILL = 150;
 /** A bound on each publisher's stream, whatever happens. */
 const STREAM_MESSAGES_MAX = 5_000;
 const BUILD = fileURLToPath(new URL('..', import.meta.url));
-
-/** The planted bug: a QoS 1 message counts as completed at the remote once written to the socket,
- * so the position passes messages the remote never acknowledged. */
-const POSITION_ON_WRITE: readonly Patch[] = [
-  {
-    file: 'src/server/bridge/bridge-link.js',
-    find: '            this.inflight.set(packet.pid, entry);\n            s.write(bytes);\n',
-    replace:
-      '            s.write(bytes, (err) => {\n                if (err == null && s === this.socket)\n                    this.complete(entry, true);\n            });\n',
-  },
-];
 
 /** A TCP relay from the raftmq nodes to the remote that can turn into a black hole: it then reads
  * and discards what either side sends, on open connections and new ones, until restored. */
@@ -259,5 +249,5 @@ describe('outbound bridge across kill -9 of the raftmq leader', { timeout: 180_0
   it('at QoS 2 from the publishers to the remote, none arrives twice', () => killMidStream(false, undefined, 2));
 
   it('catches the planted bug bridge-position-on-write: it loses acknowledged messages', () =>
-    killMidStream(true, buildPatched('bridge-position-on-write', POSITION_ON_WRITE, BUILD)));
+    killMidStream(true, buildPatched('bridge-position-on-write', BRIDGE_MUTANTS['bridge-position-on-write'], BUILD)));
 });

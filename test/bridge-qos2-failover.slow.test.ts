@@ -19,8 +19,9 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { buildPatched, type Patch } from '../jepsen-like-tests/mutants.js';
+import { buildPatched } from '../jepsen-like-tests/mutants.js';
 import { collect, connect } from './cluster-mqtt.js';
+import { BRIDGE_MUTANTS } from './support/bridge-mutants.js';
 import { Cluster } from './support/cluster.js';
 import { Mosquitto } from './support/mosquitto.js';
 import { LOOPBACK, PeerLink } from './support/net.js';
@@ -37,15 +38,6 @@ const WINDOW = 20;
 /** How long the cut-off leader is watched for a PUBREL after the remote's PUBRECs reached it. */
 const WATCH_MS = 300;
 const BUILD = fileURLToPath(new URL('..', import.meta.url));
-
-/** The planted bug: PUBREL as the PUBREC arrives, before its record is committed. */
-const PUBREL_BEFORE_RECORD: readonly Patch[] = [
-  {
-    file: 'src/server/bridge/bridge-link.js',
-    find: "        entry.phase = 'rec';\n        this.queueRecord(entry.index, pid);\n",
-    replace: "        entry.phase = 'rel';\n        this.writePubrel(pid);\n        this.queueRecord(entry.index, pid);\n",
-  },
-];
 
 describe('outbound QoS 2 bridge across kill -9 of the raftmq leader', { timeout: 180_000 }, () => {
   const cleanups: (() => Promise<void>)[] = [];
@@ -186,5 +178,5 @@ describe('outbound QoS 2 bridge across kill -9 of the raftmq leader', { timeout:
     recordsLostWithTheLeader());
 
   it('catches the planted bug pubrel-before-record: it delivers messages twice', () =>
-    recordsLostWithTheLeader(buildPatched('pubrel-before-record', PUBREL_BEFORE_RECORD, BUILD)));
+    recordsLostWithTheLeader(buildPatched('pubrel-before-record', BRIDGE_MUTANTS['pubrel-before-record'], BUILD)));
 });

@@ -1,6 +1,7 @@
 // Loopback helpers shared by the tests, the benches and the fault-injection harness: a free port,
 // whether a port accepts connections, a bounded HTTP GET (for /health and /metrics), and a TCP relay
 // that can be cut.
+import { readFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 
@@ -12,27 +13,46 @@ const handedOut = new Set<number>();
 /** Attempts to find a port not handed out before. */
 const FREE_PORT_TRIES_MAX = 50;
 
-/** A port that was free a moment ago (bind port 0, read it, close): peers must know each other's
- * ports before they start, so a small race with other processes is accepted. */
+/** A port that was free a moment ago (bind it, close): peers must know each other's ports before
+ * they start, so a small race with other processes is accepted. It is drawn below the kernel's
+ * ephemeral range, from which port 0 bindings and every outgoing connection take their local port:
+ * a port from that range can be taken by a node's own dial to a peer before the node it was meant
+ * for binds it. */
 export async function freePort(): Promise<number> {
+  const [low, high] = belowEphemeral();
   for (let i = 0; i < FREE_PORT_TRIES_MAX; i++) {
-    const port = await bindAndRelease();
-    if (port !== 0 && !handedOut.has(port)) {
+    const want = low + Math.floor(Math.random() * (high - low));
+    if (handedOut.has(want)) continue;
+    const port = await bindAndRelease(want);
+    if (port !== 0) {
       handedOut.add(port);
       return port;
     }
   }
-  throw new Error(`no fresh loopback port in ${FREE_PORT_TRIES_MAX} tries`);
+  throw new Error(`no free loopback port from ${low} to ${high} in ${FREE_PORT_TRIES_MAX} tries`);
 }
 
-async function bindAndRelease(): Promise<number> {
+/** Ports below the ephemeral range (Linux: /proc/sys/net/ipv4/ip_local_port_range, 32768 by
+ * default), from 10000 up; a range of at least 5,000 ports. */
+function belowEphemeral(): [number, number] {
+  let first = 32_768;
+  try {
+    const n = Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]);
+    if (Number.isInteger(n)) first = n;
+  } catch {
+    // Not Linux: the usual default.
+  }
+  return first - 10_000 >= 5_000 ? [10_000, first] : [20_000, 30_000];
+}
+
+/** Binds `port` on loopback and closes it again: the port, or 0 when it was taken. */
+async function bindAndRelease(port: number): Promise<number> {
   const server = createServer();
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen({ host: LOOPBACK, port: 0 }, () => resolve());
+  const bound = await new Promise<boolean>((resolve) => {
+    server.once('error', () => resolve(false));
+    server.listen({ host: LOOPBACK, port, exclusive: true }, () => resolve(true));
   });
-  const a = server.address();
-  const port = typeof a === 'object' && a !== null ? a.port : 0;
+  if (!bound) return 0;
   await new Promise<void>((resolve) => server.close(() => resolve()));
   return port;
 }
