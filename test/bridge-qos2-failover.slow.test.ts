@@ -1,6 +1,7 @@
-// Outbound QoS 2 across kill -9 of the raftmq leader on a three-node cluster (docs/bridges.md
-// "QoS 2 to the remote"): every message raftmq acknowledged reaches a subscriber on Debian's
-// Mosquitto exactly once.
+// Bridged QoS 2 across kill -9 of the raftmq leader on a three-node cluster, with Debian's Mosquitto
+// as the remote. Outbound (docs/bridges.md "QoS 2 to the remote"): every message raftmq
+// acknowledged reaches a subscriber on Mosquitto exactly once. Inbound (at the end of the file):
+// every message Mosquitto sends is published here once.
 //
 // A plain kill rarely lands between a PUBREC and its record's commit, so the test makes it land
 // there: a relay between the nodes and Mosquitto holds the bridge's packets while a publisher's
@@ -19,12 +20,13 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import mqtt from 'mqtt';
 import { buildPatched } from '../jepsen-like-tests/mutants.js';
 import { collect, connect } from './cluster-mqtt.js';
 import { BRIDGE_MUTANTS } from './support/bridge-mutants.js';
 import { Cluster } from './support/cluster.js';
 import { Mosquitto } from './support/mosquitto.js';
-import { LOOPBACK, PeerLink } from './support/net.js';
+import { freePort, LOOPBACK, PeerLink } from './support/net.js';
 import { PACKET, PacketRelay, publishOf } from './support/packet-relay.js';
 import { sleep, until } from './support/wait.js';
 
@@ -179,4 +181,117 @@ describe('outbound QoS 2 bridge across kill -9 of the raftmq leader', { timeout:
 
   it('catches the planted bug pubrel-before-record: it delivers messages twice', () =>
     recordsLostWithTheLeader(buildPatched('pubrel-before-record', BRIDGE_MUTANTS['pubrel-before-record'], BUILD)));
+});
+
+// Inbound (docs/bridges.md "QoS 2 from the remote"): Mosquitto sends a window of QoS 2 messages to
+// the bridge; the leader commits them (publishing each to the local subscriber) while the relay
+// holds its PUBRECs, and dies with them. Mosquitto, keeping the bridge's session, sends each again
+// with DUP to the new leader, which holds their ids in the replicated state: it answers PUBREC and
+// does not publish them again. The second case runs a copy of the broker whose apply ignores the
+// ids held (`bridge-in-ignores-held-ids`), and requires the duplicates to show.
+describe('inbound QoS 2 bridge across kill -9 of the raftmq leader', { timeout: 180_000 }, () => {
+  const cleanups: (() => Promise<void>)[] = [];
+  after(async () => {
+    for (const c of cleanups.reverse()) await c();
+  });
+
+  async function pubrecsLostWithTheLeader(mutantCli?: string): Promise<void> {
+    const remote = await Mosquitto.start();
+    cleanups.push(() => remote.dispose());
+    let killed = false;
+    /** PUBCOMPs raftmq sent the remote: the probes' flows are over when there is one per probe. */
+    let pubcomps = 0;
+    let probes = 0;
+    const redelivered: string[] = [];
+    const relay = new PacketRelay(remote.port, {
+      up: (f) => {
+        if (f.type === PACKET.PUBCOMP) pubcomps++;
+        return 'pass';
+      },
+      down: (f) => {
+        if (f.type === PACKET.PUBLISH && killed) {
+          const p = publishOf(f);
+          if (p.dup) redelivered.push(p.payload);
+        }
+        return 'pass';
+      },
+    });
+    const relayPort = await relay.listen();
+    cleanups.push(() => relay.close());
+    const rpub = (await connect(remote.port, { clientId: 'in2-pub', clean: true })).client;
+    cleanups.push(async () => {
+      rpub.end(true);
+    });
+
+    // Fixed MQTT ports, so the subscriber lists every node (MQTT.js `servers`) and one client, with
+    // its QoS 2 state, follows the leader.
+    const mqttPorts = [await freePort(), await freePort(), await freePort()];
+    let conf = '';
+    const cluster = await Cluster.start({
+      ...(mutantCli === undefined ? {} : { cli: mutantCli }),
+      electionTimeoutMs: 500,
+      prepare: (dir) => {
+        conf = join(dir, 'bridge.yaml');
+        writeFileSync(
+          conf,
+          `bridge: ["up=mqtt://${LOOPBACK}:${relayPort}"]\nbridges:\n  up:\n    keepalive-s: 60\n    topic: ["in/# in 2"]\n`,
+        );
+      },
+      extra: (id) => ['--config', conf, '--port', String(mqttPorts[id - 1])],
+    });
+    cleanups.push(() => cluster.dispose());
+    const leader = await cluster.serving(SERVE_WAIT_MS);
+    const followers = cluster.nodes.filter((n) => n !== leader);
+    const servers = mqttPorts.map((port) => ({ host: LOOPBACK, port }));
+    const sub = mqtt.connect({ servers, clientId: 'in2-sub', clean: false, reconnectPeriod: 100, connectTimeout: 2_000 });
+    cleanups.push(async () => {
+      sub.end(true);
+    });
+    const got: string[] = [];
+    sub.on('message', (_t, payload) => got.push(payload.toString()));
+    await new Promise<void>((resolve) => sub.once('connect', () => resolve()));
+    await sub.subscribeAsync('in/#', { qos: 2 });
+    // The bridge's subscription at the remote is in place once a message gets through.
+    await until(
+      'a message through the bridge',
+      async () => {
+        await rpub.publishAsync('in/probe', 'probe', { qos: 2 });
+        probes++;
+        return got.includes('probe');
+      },
+      SERVE_WAIT_MS,
+    );
+    // Each of the remote's inflight slots free for the window.
+    await until("the probes' flows completed", () => pubcomps >= probes, SERVE_WAIT_MS);
+
+    relay.hold();
+    const done = Array.from({ length: WINDOW }, (_, i) => rpub.publishAsync('in/x', String(i), { qos: 2 }));
+    const window = Array.from({ length: WINDOW }, (_, i) => String(i));
+    // Committed and published here; their PUBRECs held in the relay.
+    await until('the window at the local subscriber', () => window.every((m) => got.includes(m)), DELIVERY_WAIT_MS);
+    killed = true;
+    await leader.kill9(5_000);
+    // The PUBRECs die with the leader; the new one's packets pass.
+    relay.discard();
+    await cluster.serving(FAILOVER_WAIT_MS, followers);
+    await Promise.all(done);
+    await rpub.publishAsync('in/x', 'end', { qos: 2 });
+    await until('the last message', () => got.includes('end'), DELIVERY_WAIT_MS);
+    const twice = window.filter((m) => got.filter((x) => x === m).length > 1);
+    console.log(
+      `# inbound QoS 2 across kill -9${mutantCli === undefined ? '' : ' (planted bridge-in-ignores-held-ids)'}: ${WINDOW} committed with their PUBRECs lost, ${redelivered.length} sent again by the remote, ${twice.length} published twice`,
+    );
+    assert.ok(redelivered.length > 0, 'the remote sent the window again');
+    if (mutantCli !== undefined) {
+      assert.ok(twice.length > 0, 'the planted bug publishes a message twice');
+      return;
+    }
+    assert.deepEqual(twice, [], 'none published twice');
+  }
+
+  it('a message committed with its PUBREC lost is not published again when the remote sends it to the new leader', () =>
+    pubrecsLostWithTheLeader());
+
+  it('catches the planted bug bridge-in-ignores-held-ids: it publishes messages twice', () =>
+    pubrecsLostWithTheLeader(buildPatched('bridge-in-ignores-held-ids', BRIDGE_MUTANTS['bridge-in-ignores-held-ids'], BUILD)));
 });

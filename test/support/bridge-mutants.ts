@@ -40,9 +40,20 @@ const PUBREL_BEFORE_RECORD: readonly Patch[] = [
   },
 ];
 
+/** The planted bug: apply publishes a QoS 2 message from the remote again when the remote sends it
+ * again under an id held (its PUBREC was lost), instead of only answering. */
+const IGNORES_HELD_IDS: readonly Patch[] = [
+  {
+    file: 'src/broker/broker.js',
+    find: 'if (cmd.q2 === true && bridge.inIds.has(cmd.pid)) {',
+    replace: 'if (false && bridge.inIds.has(cmd.pid)) {',
+  },
+];
+
 /** Every bridge mutant by name. */
 export const BRIDGE_MUTANTS = {
   'bridge-in-ack-before-commit': ACK_BEFORE_COMMIT,
   'bridge-position-on-write': POSITION_ON_WRITE,
   'pubrel-before-record': PUBREL_BEFORE_RECORD,
+  'bridge-in-ignores-held-ids': IGNORES_HELD_IDS,
 } as const satisfies Record<string, readonly Patch[]>;

@@ -146,6 +146,12 @@ export class PacketRelay {
     this.waiting.clear();
   }
 
+  /** Drops what was held, unsent, and passes everything on again. */
+  discard(): void {
+    this.held = false;
+    this.waiting.clear();
+  }
+
   close(): Promise<void> {
     for (const s of this.open) s.destroy();
     return new Promise<void>((resolve) => this.server.close(() => resolve()));
