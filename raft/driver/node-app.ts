@@ -11,7 +11,7 @@
 import { createServer, type Server, type Socket } from 'node:net';
 import type { LogEntry, Message } from '../core/messages.js';
 import { Transport } from '../transport/transport.js';
-import { type DriverIdentity, type DriverLogger, RaftDriver } from './driver.js';
+import { type DriverIdentity, type DriverLogger, type ProposeTicket, RaftDriver } from './driver.js';
 import type { DriverError } from './errors.js';
 import type { NodeArgs } from './node-args.js';
 import { hostPort } from './node-args.js';
@@ -28,8 +28,11 @@ export const CLIENT_LINE_BYTES_MAX = 64 * 1024;
 /** Applied entries kept for `entries`; older ones are forgotten. */
 export const APPLIED_KEPT_MAX = 100_000;
 
+/** A proposal waiting for its entry to commit. The ticket is the driver's own object: its index may
+ * move to a later one before the batch reaches the core (ProposeTicket), so it is read when entries
+ * commit, not when the proposal is made. */
 interface Waiter {
-  readonly term: number;
+  readonly ticket: ProposeTicket;
   readonly socket: Socket;
 }
 
@@ -39,7 +42,7 @@ export class NodeApp {
   private readonly server: Server;
   private transport: Transport<Message> | undefined;
   private readonly clients = new Set<Socket>();
-  private readonly waiters = new Map<number, Waiter[]>();
+  private waiters: Waiter[] = [];
   /** Applied entries from index `appliedBase` on. */
   private applied: Array<[number, number, string | null]> = [];
   private paused = false;
@@ -139,17 +142,27 @@ export class NodeApp {
    * proposal it was waiting on. */
   private onReset(): void {
     this.applied = [];
-    for (const [index, waiting] of this.waiters) for (const w of waiting) reply(w.socket, `err lost ${index}`);
-    this.waiters.clear();
+    for (const w of this.waiters) reply(w.socket, `err lost ${w.ticket.index}`);
+    this.waiters = [];
   }
 
   private onCommitted(entries: readonly LogEntry[]): void {
     for (const e of entries) {
       this.applied.push([e.index, e.term, e.data === null ? null : this.decoder.decode(e.data)]);
-      const waiting = this.waiters.get(e.index);
-      if (waiting === undefined) continue;
-      this.waiters.delete(e.index);
-      for (const w of waiting) reply(w.socket, w.term === e.term ? `ok ${e.index}` : `err lost ${e.index}`);
+    }
+    // A waiter is answered by the committed entry at its index, or lost once an entry of a later term
+    // commits: the log's terms never decrease along it, so its entry cannot commit after that one.
+    const last = entries.at(-1);
+    if (last !== undefined && this.waiters.length > 0) {
+      const termAt = new Map(entries.map((e) => [e.index, e.term]));
+      this.waiters = this.waiters.filter((w) => {
+        const { index, term } = w.ticket;
+        const t = termAt.get(index);
+        if (t !== undefined) reply(w.socket, t === term ? `ok ${index}` : `err lost ${index}`);
+        else if (term < last.term || index <= last.index) reply(w.socket, `err lost ${index}`);
+        else return true;
+        return false;
+      });
     }
     if (this.applied.length > APPLIED_KEPT_MAX) this.applied = this.applied.slice(this.applied.length - APPLIED_KEPT_MAX / 2);
   }
@@ -206,9 +219,7 @@ export class NodeApp {
       reply(socket, r.code === 'RAFT_NOT_LEADER' ? `err ${r.code} ${this.driver.leader}` : `err ${r.code}`);
       return;
     }
-    const list = this.waiters.get(r.index);
-    if (list === undefined) this.waiters.set(r.index, [{ term: r.term, socket }]);
-    else list.push({ term: r.term, socket });
+    this.waiters.push({ ticket: r, socket });
     if (!this.driver.accepting) this.pauseClients();
   }
 
