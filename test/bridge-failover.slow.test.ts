@@ -23,7 +23,7 @@ import { collect, connect } from './cluster-mqtt.js';
 import { BRIDGE_MUTANTS } from './support/bridge-mutants.js';
 import { Cluster } from './support/cluster.js';
 import { Mosquitto } from './support/mosquitto.js';
-import { LOOPBACK, PeerLink } from './support/net.js';
+import { LOOPBACK, PeerLinks } from './support/net.js';
 import { ackPid, PACKET, PacketRelay, publishOf } from './support/packet-relay.js';
 import { until } from './support/wait.js';
 
@@ -86,18 +86,12 @@ describe('inbound bridge across kill -9 of the raftmq leader', { timeout: 180_00
     await rpub.publishAsync('in/ready', 'ready', { qos: 1, retain: true });
 
     let conf = '';
-    const links: PeerLink[] = [];
-    cleanups.push(async () => {
-      for (const l of links) await l.close();
-    });
+    const links = new PeerLinks();
+    cleanups.push(() => links.close());
     const cluster = await Cluster.start({
       ...(mutantCli === undefined ? {} : { cli: mutantCli }),
       electionTimeoutMs: 500,
-      link: async (from, to, listenPort) => {
-        const l = new PeerLink(from, to, listenPort);
-        links.push(l);
-        return l.listen();
-      },
+      link: links.link,
       prepare: (dir) => {
         conf = join(dir, 'bridge.yaml');
         writeFileSync(conf, `bridge: ["up=mqtt://${LOOPBACK}:${relayPort}"]\nbridges:\n  up:\n    topic: ["in/# in 1"]\n`);
@@ -128,7 +122,7 @@ describe('inbound bridge across kill -9 of the raftmq leader', { timeout: 180_00
     let streaming: Promise<void>;
     if (isolate) {
       await until('the first half at the bridge', () => relay.sent.has(String(KILL_AFTER - 1)), DELIVERY_WAIT_MS);
-      for (const l of links) if (l.from === leader.id || l.to === leader.id) l.cut();
+      links.isolate(leader.id);
       const sentBefore = new Set(relay.sent);
       streaming = publishRange(KILL_AFTER, N);
       // Messages reach the leader, which proposes them and cannot commit them.

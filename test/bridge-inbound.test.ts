@@ -9,7 +9,7 @@ import type { BrokerNode } from '../src/server/broker-node.js';
 import { connectClient, disconnect, publish, startNode, subscribe, type TestClient } from './helpers.js';
 import { Mosquitto } from './support/mosquitto.js';
 import { CuttableRelay, LOOPBACK } from './support/net.js';
-import { ackPid, PACKET, PacketRelay, publishOf, type Verdict } from './support/packet-relay.js';
+import { ackPid, CloseOnce, PACKET, PacketRelay, publishOf } from './support/packet-relay.js';
 import { until } from './support/wait.js';
 
 interface Line {
@@ -109,20 +109,15 @@ describe('inbound bridge rules with Mosquitto', { timeout: 60_000 }, () => {
     cleanups.push(() => remote.dispose());
     /** What the remote sent, in order: "publish PID", "publish PID dup", "pubrel PID". */
     const flow: string[] = [];
-    const dropped = new Set<string>();
-    const closeOnce = (what: string): Verdict => {
-      if (dropped.has(what)) return 'pass';
-      dropped.add(what);
-      return 'close';
-    };
+    const once = new CloseOnce();
     // Our PUBREC for the 4th message and our PUBCOMP for the 8th are lost with the connection: the
     // remote sends the 4th again (DUP), which must not be published twice, and PUBREL for the 8th.
     let recs = 0;
     let comps = 0;
     const relay = new PacketRelay(remote.port, {
       up: (f) => {
-        if (f.type === PACKET.PUBREC && ++recs === 4) return closeOnce('pubrec');
-        if (f.type === PACKET.PUBCOMP && ++comps === 8) return closeOnce('pubcomp');
+        if (f.type === PACKET.PUBREC && ++recs === 4) return once.close('pubrec');
+        if (f.type === PACKET.PUBCOMP && ++comps === 8) return once.close('pubcomp');
         return 'pass';
       },
       down: (f) => {
@@ -160,7 +155,7 @@ describe('inbound bridge rules with Mosquitto', { timeout: 60_000 }, () => {
       got.every((m) => m.packet.qos === 2),
       'at QoS 2',
     );
-    await until('both drops', () => dropped.size === 2, 30_000);
+    await until('both drops', () => once.count === 2, 30_000);
     assert.ok(
       flow.some((x) => x.endsWith(' dup')),
       `the remote sent a message again after the lost PUBREC: ${flow.join(', ')}`,

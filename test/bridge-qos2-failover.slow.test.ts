@@ -26,7 +26,7 @@ import { collect, connect } from './cluster-mqtt.js';
 import { BRIDGE_MUTANTS } from './support/bridge-mutants.js';
 import { Cluster } from './support/cluster.js';
 import { Mosquitto } from './support/mosquitto.js';
-import { freePort, LOOPBACK, PeerLink } from './support/net.js';
+import { freePort, LOOPBACK, PeerLinks } from './support/net.js';
 import { PACKET, PacketRelay, publishOf } from './support/packet-relay.js';
 import { sleep, until } from './support/wait.js';
 
@@ -87,18 +87,12 @@ describe('outbound QoS 2 bridge across kill -9 of the raftmq leader', { timeout:
     await sub.subscribeAsync('remote/#', { qos: 2 });
 
     let conf = '';
-    const links: PeerLink[] = [];
-    cleanups.push(async () => {
-      for (const l of links) await l.close();
-    });
+    const links = new PeerLinks();
+    cleanups.push(() => links.close());
     const cluster = await Cluster.start({
       ...(mutantCli === undefined ? {} : { cli: mutantCli }),
       electionTimeoutMs: 500,
-      link: async (from, to, listenPort) => {
-        const l = new PeerLink(from, to, listenPort);
-        links.push(l);
-        return l.listen();
-      },
+      link: links.link,
       prepare: (dir) => {
         conf = join(dir, 'bridge.yaml');
         writeFileSync(
@@ -125,7 +119,7 @@ describe('outbound QoS 2 bridge across kill -9 of the raftmq leader', { timeout:
     // Every one committed and acknowledged; a window of them written to the relay and held there.
     await until(`${WINDOW} PUBLISHes held`, () => held.length >= WINDOW, DELIVERY_WAIT_MS);
     pub.end(true);
-    for (const l of links) if (l.from === leader.id || l.to === leader.id) l.cut();
+    links.isolate(leader.id);
     released = true;
     relay.release();
     await until('the PUBRECs of the held window at the cut-off leader', () => pubrecsAfterRelease >= WINDOW, DELIVERY_WAIT_MS);

@@ -17,7 +17,7 @@ import { parseMetrics } from './prom-text.js';
 import { Cluster } from './support/cluster.js';
 import { Mosquitto } from './support/mosquitto.js';
 import { freePort, httpGet, LOOPBACK } from './support/net.js';
-import { ackPid, PACKET, PacketRelay, publishOf, type Verdict } from './support/packet-relay.js';
+import { ackPid, CloseOnce, PACKET, PacketRelay, publishOf } from './support/packet-relay.js';
 import { sleep, until } from './support/wait.js';
 
 const CLI = new URL('../src/cli.js', import.meta.url).pathname;
@@ -88,15 +88,10 @@ describe('bridges to Mosquitto', { timeout: 120_000 }, () => {
     cleanups.push(() => remote.dispose());
     /** What raftmq sent, in order: "publish PID", "publish PID dup", "pubrel PID". */
     const flow: string[] = [];
-    const dropped = new Set<string>();
+    const once = new CloseOnce();
     // The connection closes at the first PUBREC for packet id 7 (raftmq has not seen it: a
     // PUBLISH with DUP and the same id must follow) and at the first PUBCOMP for 10 (its PUBREC is
     // recorded: a PUBREL must follow, never a PUBLISH).
-    const closeOnce = (what: string): Verdict => {
-      if (dropped.has(what)) return 'pass';
-      dropped.add(what);
-      return 'close';
-    };
     const relay = new PacketRelay(remote.port, {
       up: (f) => {
         if (f.type === PACKET.PUBLISH) {
@@ -107,8 +102,8 @@ describe('bridges to Mosquitto', { timeout: 120_000 }, () => {
         return 'pass';
       },
       down: (f) => {
-        if (f.type === PACKET.PUBREC && ackPid(f) === 7) return closeOnce('pubrec 7');
-        if (f.type === PACKET.PUBCOMP && ackPid(f) === 10) return closeOnce('pubcomp 10');
+        if (f.type === PACKET.PUBREC && ackPid(f) === 7) return once.close('pubrec 7');
+        if (f.type === PACKET.PUBCOMP && ackPid(f) === 10) return once.close('pubcomp 10');
         return 'pass';
       },
     });
@@ -135,7 +130,7 @@ describe('bridges to Mosquitto', { timeout: 120_000 }, () => {
       sub.messages.every((m) => m.packet.qos === 2),
       'at QoS 2',
     );
-    assert.equal(dropped.size, 2, 'both drops happened');
+    assert.equal(once.count, 2, 'both drops happened');
     assert.ok(relay.connections >= 3, `reconnected after each drop (${relay.connections} connections)`);
     const of = (pid: number): string[] => flow.filter((x) => x.split(' ')[1] === String(pid));
     for (let pid = 1; pid <= N; pid++) {

@@ -138,3 +138,24 @@ export class PeerLink extends CuttableRelay {
     super(target);
   }
 }
+
+/** Every peer link of one cluster, made through `link` (ClusterOptions `link`), so that a test can
+ * cut a node off from the others and close them all at the end. */
+export class PeerLinks {
+  readonly all: PeerLink[] = [];
+
+  readonly link = async (from: number, to: number, listenPort: number): Promise<number> => {
+    const l = new PeerLink(from, to, listenPort);
+    this.all.push(l);
+    return l.listen();
+  };
+
+  /** Cuts every link to and from node `id`. */
+  isolate(id: number): void {
+    for (const l of this.all) if (l.from === id || l.to === id) l.cut();
+  }
+
+  async close(): Promise<void> {
+    for (const l of this.all) await l.close();
+  }
+}

@@ -61,6 +61,23 @@ export function publishOf(f: Frame): { qos: number; pid: number; dup: boolean; t
 /** What a hook does with a packet: pass it on, drop it, or close the connection instead. */
 export type Verdict = 'pass' | 'drop' | 'close';
 
+/** A hook's verdict that closes the connection the first time each named event is seen and lets
+ * it pass after: `once.close('pubrec 7')`. */
+export class CloseOnce {
+  private readonly seen = new Set<string>();
+
+  close(what: string): Verdict {
+    if (this.seen.has(what)) return 'pass';
+    this.seen.add(what);
+    return 'close';
+  }
+
+  /** How many events have closed a connection. */
+  get count(): number {
+    return this.seen.size;
+  }
+}
+
 export interface RelayHooks {
   /** A packet from raftmq to the remote; `conn` numbers the connection from 1, in accept order. */
   up?: (f: Frame, conn: number) => Verdict;
