@@ -1,9 +1,14 @@
 #!/usr/bin/env node
 // Runs the compiled tests in layers (docs/architecture.md "Testing layers").
 //   quick: unit and property tests beside the code, then single-node integration tests in test/.
-//   full:  quick, then every *.slow.test.js (long simulator runs, cluster tests).
-// Node 20 finds no tests without explicit files, so the lists are built here. Pure tests run two at
-// a time; tests that spawn processes or bind ports run one file at a time.
+//   full:  quick, then every *.slow.test.js (long simulator runs, the soak, cluster tests).
+// Node 20 finds no tests without explicit files, so the lists are built here. Unit tests and the
+// single-node integration tests run two files at a time (an integration test binds port 0 or a
+// port drawn at random, test/support/net.ts, and keeps its files in its own temporary directory;
+// most of its time is spent waiting on the processes it drives). The long simulator runs (pure,
+// beside the code) share their layer with the soak, which holds a light load for a fixed time and
+// judges counts, not timings: all of them run at once, the simulators on the cores the soak leaves
+// idle. The cluster tests run one file at a time: they time elections and kill leaders.
 import { spawnSync } from 'node:child_process';
 import { readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
@@ -43,11 +48,14 @@ const layers = [
     ],
     concurrency: 2,
   },
-  { name: 'integration', files: find('build/test', isFast), concurrency: 1 },
+  { name: 'integration', files: find('build/test', isFast), concurrency: 2 },
 ];
+const SOAK = join('build', 'test', 'soak.slow.test.js');
 if (mode === 'full') {
-  const slow = [...find('build/src', isSlow), ...find('build/raft', isSlow), ...find('build/test', isSlow)];
-  layers.push({ name: 'slow', files: slow, concurrency: 1 });
+  // The soak first: it is the longest file of its layer.
+  const beside = [SOAK, ...find('build/src', isSlow), ...find('build/raft', isSlow)];
+  layers.push({ name: 'slow, simulators beside the soak', files: beside, concurrency: beside.length });
+  layers.push({ name: 'slow', files: find('build/test', (n) => isSlow(n) && n !== 'soak.slow.test.js'), concurrency: 1 });
 }
 
 let total = 0;
