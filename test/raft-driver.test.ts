@@ -36,6 +36,10 @@ interface Harness {
   /** While true, this node's append responses are kept in `withheld` instead of sent. */
   withhold: boolean;
   withheld: Array<[number, Message]>;
+  /** Append responses handed to the transport and not yet flushed. */
+  unflushed: number;
+  /** For each batch this node applied while not leading: the append responses still unflushed. */
+  unflushedAtApply: number[];
 }
 
 let running: Harness[] = [];
@@ -50,13 +54,24 @@ afterEach(async () => {
 interface DriverOptions {
   uncommittedBytesMax?: number;
   holdMs?: number;
+  /** The transport writes only when the driver flushes, as in RaftLog. */
+  callerFlushes?: boolean;
   /** The wire codec's options; by default the hot messages go in the layout. */
   wire?: (id: number) => RaftWireOptions;
 }
 
 function makeDriver(id: number, opts: DriverOptions = {}): Harness {
   const logger = new Recorder();
-  const h = { logger, committed: [], sent: [], withhold: false, withheld: [], codec: raftWireCodec(opts.wire?.(id)) } as unknown as Harness;
+  const h = {
+    logger,
+    committed: [],
+    sent: [],
+    withhold: false,
+    withheld: [],
+    unflushed: 0,
+    unflushedAtApply: [],
+    codec: raftWireCodec(opts.wire?.(id)),
+  } as unknown as Harness;
   h.driver = new RaftDriver({
     id,
     voters: IDS,
@@ -65,7 +80,10 @@ function makeDriver(id: number, opts: DriverOptions = {}): Harness {
     seed: id,
     ...(opts.uncommittedBytesMax === undefined ? {} : { uncommittedBytesMax: opts.uncommittedBytesMax }),
     ...(opts.holdMs === undefined ? {} : { holdMs: opts.holdMs }),
-    onCommitted: (entries) => h.committed.push(...entries),
+    onCommitted: (entries) => {
+      if (h.driver.currentRole !== 'leader') h.unflushedAtApply.push(h.unflushed);
+      h.committed.push(...entries);
+    },
     transport: (validate) => {
       h.transport = new Transport<Message>({
         nodeId: id,
@@ -78,6 +96,7 @@ function makeDriver(id: number, opts: DriverOptions = {}): Harness {
         validate,
         codec: h.codec,
         random: () => 0.5,
+        ...(opts.callerFlushes === true ? { callerFlushes: true } : {}),
       });
       // Record what the driver hands to the transport, then pass it on.
       const send = h.transport.send.bind(h.transport);
@@ -87,7 +106,13 @@ function makeDriver(id: number, opts: DriverOptions = {}): Harness {
           return;
         }
         h.sent.push(m);
+        if (m.type === 'append-response') h.unflushed++;
         send(to, m);
+      };
+      const flush = h.transport.flush.bind(h.transport);
+      h.transport.flush = () => {
+        h.unflushed = 0;
+        flush();
       };
       return h.transport;
     },
@@ -182,6 +207,25 @@ describe('RaftDriver over loopback TCP', { timeout: 60_000 }, () => {
       ],
       'the three proposals of three turns went as one append to each follower',
     );
+  });
+
+  test('a follower writes its answers to the appends of a read before it applies what they committed', async () => {
+    const hs = await startCluster({ callerFlushes: true });
+    const leader = await leaderOf(hs);
+    const followers = hs.filter((h) => h !== leader);
+    for (let turn = 0; turn < 20; turn++) {
+      for (let k = 0; k < 5; k++) leader.driver.propose(bytes(50, k));
+      await new Promise((r) => setImmediate(r));
+    }
+    await waitFor('100 entries on every node', () => hs.every((h) => h.committed.filter((e) => e.data !== null).length === 100), 10_000);
+    for (const f of followers) {
+      assert.ok(f.unflushedAtApply.length >= 2, `node ${f.driver.id} applied in ${f.unflushedAtApply.length} batches`);
+      assert.deepEqual(
+        f.unflushedAtApply.filter((n) => n > 0),
+        [],
+        `node ${f.driver.id} applied with answers still queued`,
+      );
+    }
   });
 
   test('a node that writes msgpackr only serves with nodes that write the layout', async () => {

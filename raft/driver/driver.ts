@@ -580,6 +580,7 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
    * transport has closed its links and listener. */
   async stop(): Promise<void> {
     if (this.state === 'stopping' || this.state === 'stopped') return;
+    this.deliverLate();
     this.state = 'stopping';
     clearInterval(this.ticker);
     this.ticker = undefined;
@@ -1097,13 +1098,48 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
       this.opts.onAppended?.(entries, truncatedFrom);
     },
     restore: (s) => {
+      this.deliverLate();
       // The restored snapshot of a resumed storage is the one it holds already.
       if (this.storage !== null && s.index > this.storage.snapshotIndex) this.storage.saveSnapshot(s);
       this.restore(s);
     },
-    committed: (entries) => this.deliver(entries),
+    committed: (entries) => {
+      if (this.core.role === 'leader') {
+        this.deliverLate();
+        this.deliver(entries);
+        return;
+      }
+      this.late.push(entries);
+      if (!this.lateScheduled) {
+        this.lateScheduled = true;
+        process.nextTick(this.applyLate);
+      }
+    },
     softState: (s) => this.noteSoftState(s),
   };
+
+  /** A node that does not lead applies what committed only after the answers of the same read have
+   * been written: the leader's commit waits for those answers, never for this node's apply. The
+   * appends of one read (one leader turn's writev) are all answered first, in one write; then their
+   * committed entries are applied, in log order, before anything else of the event loop runs. */
+  private late: (readonly LogEntry[])[] = [];
+  private lateScheduled = false;
+
+  private readonly applyLate = (): void => {
+    this.lateScheduled = false;
+    if (this.late.length === 0 || this.state !== 'started') return;
+    this.transport.flush?.();
+    this.deliverLate();
+  };
+
+  /** Applies the entries held back by committed(), before anything that must follow them. */
+  private deliverLate(): void {
+    while (this.late.length > 0) {
+      const batch = this.late;
+      this.late = [];
+      for (const entries of batch) this.deliver(entries);
+    }
+  }
 
   /** A snapshot from the leader, or this node's own after a restart, replaces the application's
    * state. Without onSnapshot the application cannot follow the log any further: stop. */
