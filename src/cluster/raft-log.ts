@@ -219,6 +219,8 @@ const DROP_LOG_WINDOW_MS = 10_000;
 
 export class RaftLog implements BrokerLog, LeaseView {
   readonly node: number;
+  /** The leader commits as it reads its followers' answers (BrokerLog). */
+  readonly commitsMidTurn = true;
   private readonly opts: RaftLogOptions;
   private readonly driver: ClusterDriver;
   private readonly peers: readonly number[];

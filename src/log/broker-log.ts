@@ -19,6 +19,12 @@ export interface BrokerLog {
   propose(cmd: Command): void;
   /** False: uncommitted data is over its bound; stop reading sockets until drain(). */
   readonly accepting: boolean;
+  /** True when committed() comes amid the reads of a turn (a cluster leader commits as it reads its
+   * followers' answers, among its clients' packets, several times a turn): the broker then writes
+   * at once only after the first commit of a turn and leaves the rest to the turn's end
+   * (Outbox.writeCommitted). Otherwise (LocalLog commits at the turn's end) it writes after each
+   * committed batch. */
+  readonly commitsMidTurn?: boolean;
   /** The serving rule as it holds now; a plain query with no side effect. */
   readonly serving: boolean;
   /** Judges the serving rule at a moment that acts on it (an accept, a write turn, a proposal, the

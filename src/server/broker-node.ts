@@ -501,7 +501,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
 
   committed(entries: readonly Entry[]): void {
     for (let i = 0; i < entries.length; i++) this.applyEntry(entries[i] as Entry);
-    this.outbox.writeTurn();
+    this.outbox.writeCommitted(this.log.commitsMidTurn === true);
     if (this.period !== 0) this.bridges.pump();
     if (this.shardLink !== null) {
       this.routesChanged(this.shardLink);

@@ -61,6 +61,11 @@ export class Outbox {
   private readonly dirty = new Fifo<OutboxMember>();
   private flushScheduled = false;
   private readonly flushBound = (): void => this.flushScheduledTurn();
+  /** A commit of this turn wrote at once (writeCommitted); cleared at the turn's end. */
+  private committedWritten = false;
+  private readonly clearCommittedBound = (): void => {
+    this.committedWritten = false;
+  };
   /** Connections whose peer sent FIN, ended PEER_ENDS_PER_TURN_MAX per turn in arrival order. */
   private readonly peerEnds = new Fifo<OutboxMember>();
   private peerEndsScheduled = false;
@@ -110,6 +115,19 @@ export class Outbox {
   /** The write of a turn: at the end of a committed batch, and scheduled when output was queued. */
   writeTurn(): void {
     this.write(FLUSHES_PER_TURN_MAX, FLUSH_BYTES_PER_TURN_MAX);
+  }
+
+  /** The write after a committed batch. Where commits come amid the reads of a turn (a cluster
+   * leader, BrokerLog commitsMidTurn), only the first commit of a turn writes at once, which keeps a
+   * light load's latency; the output of the turn's later commits waits for the turn's write
+   * (queued()), so a busy turn writes each connection at most twice, not once per commit. */
+  writeCommitted(midTurn: boolean): void {
+    if (midTurn) {
+      if (this.committedWritten) return;
+      this.committedWritten = true;
+      setImmediate(this.clearCommittedBound);
+    }
+    this.writeTurn();
   }
 
   /** Writes everything queued, without the per-turn bounds: every connection is closing. */
