@@ -62,7 +62,9 @@ describe('soak verdict', () => {
 
   it('the heap criterion holds exactly when the slope is at most 1 %/min', () => {
     fc.assert(
-      fc.property(fc.double({ min: -0.05, max: 0.05, noNaN: true }), fc.integer({ min: 2, max: 30 }), (perMin, minutes) => {
+      // A heap shrinking by at most 3 % of its start a minute stays positive over 30 minutes; a
+      // steeper one would reach 0 or below, which no heap reading can be.
+      fc.property(fc.double({ min: -0.03, max: 0.05, noNaN: true }), fc.integer({ min: 2, max: 30 }), (perMin, minutes) => {
         const s = Array.from({ length: minutes + 1 }, (_, m) => heap(1, m, 1e7 + 1e7 * perMin * m));
         const window = lastTwoThirds(s, minutes);
         const g = heapGrowthPctPerMin(window)!;
