@@ -2,6 +2,9 @@ import { assert } from './assert.js';
 import type { Configuration } from './membership.js';
 import type { LogEntry } from './messages.js';
 
+/** Bytes of a slab of entry data (an entry larger than this gets a slab of its own size). */
+export const SLAB_BYTES = 64 * 1024;
+
 export type AppendOutcome =
   | {
       readonly ok: true;
@@ -27,13 +30,25 @@ export interface LogBase {
  *
  * Held in columns, not as the LogEntry objects handed in: an entry lives until compaction (100,000
  * entries and more), so every object it keeps is copied by the young-generation collector and
- * then marked by every full one. Columns keep one object per entry (its data) instead of two; the
- * LogEntry objects entry() and slice() return are made on the way out and die young. */
+ * then marked by every full one. The columns hold numbers only, and an entry's data is copied into
+ * slabs of SLAB_BYTES, so the log keeps no object per entry at all; the LogEntry objects and data
+ * views entry() and slice() return are made on the way out and die young. A slab's bytes are written
+ * once and never again (a truncated tail's room is abandoned, not reused), so a view handed out
+ * earlier always reads what it read then. */
 export class MemoryLog {
   /** Column k holds index base.index + 1 + k. */
   private readonly terms: number[] = [];
   private readonly times: number[] = [];
-  private readonly datas: Array<Uint8Array | null> = [];
+  /** Where entry k's data is: slab number (slabs[slab - firstSlab]), offset, length (-1: null). */
+  private readonly slabOf: number[] = [];
+  private readonly offsets: number[] = [];
+  private readonly lengths: number[] = [];
+  private readonly slabs: Uint8Array[] = [];
+  /** The number of slabs[0]; slabs are numbered in the order they were made. */
+  private firstSlab = 0;
+  /** Bytes used of the last slab (Infinity: it takes nothing more); an entry that does not fit
+   * starts a new slab. */
+  private slabUsed = Number.POSITIVE_INFINITY;
   /** The configuration of each configuration entry held, by index. */
   private readonly configs = new Map<number, Configuration>();
   private commitIndex = 0;
@@ -100,7 +115,7 @@ export class MemoryLog {
 
   /** Data bytes of the entry at `index` (0 for one without data, or outside the log). */
   dataLength(index: number): number {
-    return index > this.baseIndex ? (this.datas[index - this.baseIndex - 1]?.length ?? 0) : 0;
+    return index > this.baseIndex ? Math.max(0, this.lengths[index - this.baseIndex - 1] ?? 0) : 0;
   }
 
   /** Entries lo .. hi-1. */
@@ -120,7 +135,12 @@ export class MemoryLog {
     const index = this.baseIndex + 1 + k;
     const term = this.terms[k] as number;
     const time = this.times[k] as number;
-    const data = this.datas[k] as Uint8Array | null;
+    const length = this.lengths[k] as number;
+    let data: Uint8Array | null = null;
+    if (length >= 0) {
+      const at = this.offsets[k] as number;
+      data = (this.slabs[(this.slabOf[k] as number) - this.firstSlab] as Uint8Array).subarray(at, at + length);
+    }
     const config = this.configs.size === 0 ? undefined : this.configs.get(index);
     return config === undefined ? { index, term, time, data } : { index, term, time, data, config };
   }
@@ -202,12 +222,21 @@ export class MemoryLog {
 
   private dropUpTo(index: number): void {
     const n = index - this.baseIndex;
-    for (let k = 0; k < n && k < this.datas.length; k++) this.heldBytes -= this.datas[k]?.length ?? 0;
+    for (let k = 0; k < n && k < this.lengths.length; k++) this.heldBytes -= Math.max(0, this.lengths[k] as number);
     this.baseTerm = this.termAt(index) ?? this.baseTerm;
     this.baseTime = this.timeAt(index);
     this.terms.splice(0, n);
     this.times.splice(0, n);
-    this.datas.splice(0, n);
+    this.slabOf.splice(0, n);
+    this.offsets.splice(0, n);
+    this.lengths.splice(0, n);
+    // The slabs before the first held entry's hold nothing the log still needs (views handed out
+    // keep their own slab alive). With no entry left only the slab being filled stays.
+    const keepFrom = this.slabOf.length > 0 ? (this.slabOf[0] as number) : this.firstSlab + this.slabs.length - 1;
+    if (keepFrom > this.firstSlab) {
+      this.slabs.splice(0, keepFrom - this.firstSlab);
+      this.firstSlab = keepFrom;
+    }
     for (const i of this.configs.keys()) if (i <= index) this.configs.delete(i);
     this.baseIndex = index;
   }
@@ -215,11 +244,38 @@ export class MemoryLog {
   /** Deletes `index` and every entry after it. */
   private dropFrom(index: number): void {
     const keep = index - this.baseIndex - 1;
-    for (let k = keep; k < this.datas.length; k++) this.heldBytes -= this.datas[k]?.length ?? 0;
+    for (let k = keep; k < this.lengths.length; k++) this.heldBytes -= Math.max(0, this.lengths[k] as number);
     this.terms.length = keep;
     this.times.length = keep;
-    this.datas.length = keep;
+    this.slabOf.length = keep;
+    this.offsets.length = keep;
+    this.lengths.length = keep;
+    // The room the deleted entries took is not written again: the next entry starts a new slab.
+    this.slabUsed = Number.POSITIVE_INFINITY;
     for (const i of this.configs.keys()) if (i >= index) this.configs.delete(i);
+  }
+
+  /** Copies `data` into the slabs, records where in column k's place. */
+  private store(data: Uint8Array | null): void {
+    if (data === null) {
+      this.slabOf.push(this.firstSlab + Math.max(0, this.slabs.length - 1)); // keeps the column ascending
+      this.offsets.push(0);
+      this.lengths.push(-1);
+      return;
+    }
+    const n = data.length;
+    let last = this.slabs.length - 1;
+    if (last < 0 || this.slabUsed + n > (this.slabs[last] as Uint8Array).length) {
+      this.slabs.push(new Uint8Array(Math.max(SLAB_BYTES, n)));
+      last++;
+      this.slabUsed = 0;
+    }
+    const at = this.slabUsed;
+    (this.slabs[last] as Uint8Array).set(data, at);
+    this.slabUsed = at + n;
+    this.slabOf.push(this.firstSlab + last);
+    this.offsets.push(at);
+    this.lengths.push(n);
   }
 
   private push(e: LogEntry): void {
@@ -229,7 +285,7 @@ export class MemoryLog {
     if (e.time < this.lastTime()) assert(false, `entry ${e.index} time ${e.time} below previous ${this.lastTime()}`);
     this.terms.push(e.term);
     this.times.push(e.time);
-    this.datas.push(e.data);
+    this.store(e.data);
     if (e.config !== undefined) this.configs.set(e.index, e.config);
     this.heldBytes += e.data?.length ?? 0;
   }

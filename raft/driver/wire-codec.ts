@@ -199,7 +199,7 @@ export class RaftWireEncoder {
 
   /** The remembered append whose entries hold `entries` as a run, and where. The log hands out a
    * new LogEntry object each time (raft/core/log.ts keeps columns), so an entry is the same when its
-   * numbers are and its data (or configuration) is the very object encoded before. */
+   * numbers are and its data (or configuration) is the very bytes encoded before. */
   private encodedRun(entries: readonly LogEntry[]): { run: EncodedRun; k0: number } | null {
     const first = (entries[0] as LogEntry | null)?.index;
     if (typeof first !== 'number') return null;
@@ -481,7 +481,14 @@ export class RaftWireDecoder {
 }
 
 function sameEntry(a: LogEntry, b: LogEntry): boolean {
-  return a === b || (a.index === b.index && a.term === b.term && a.time === b.time && a.data === b.data && a.config === b.config);
+  return a === b || (a.index === b.index && a.term === b.term && a.time === b.time && sameBytes(a.data, b.data) && a.config === b.config);
+}
+
+/** The very bytes: the same object, or views of the same region of one buffer. The log hands out a
+ * new view of its slab at each read and never writes a slab's bytes twice (raft/core/log.ts). */
+function sameBytes(a: Uint8Array | null, b: Uint8Array | null): boolean {
+  if (a === b) return true;
+  return a !== null && b !== null && a.buffer === b.buffer && a.byteOffset === b.byteOffset && a.byteLength === b.byteLength;
 }
 
 export interface RaftWireOptions {
