@@ -5,7 +5,7 @@ import { describe, it } from 'node:test';
 import fc from 'fast-check';
 import { Packr } from 'msgpackr';
 import type { Command } from '../broker/commands.js';
-import { CommandDecodeError, decodeCommand, encodeCommand } from './command-codec.js';
+import { CommandDecodeError, decodeCommand, encodeCommand, StringMemo } from './command-codec.js';
 
 /** Commands encoded by an earlier version (test/fixtures/commands-format-1/README.md). */
 const FORMAT_1 = new URL('../../../test/fixtures/commands-format-1/commands.json', import.meta.url);
@@ -183,5 +183,39 @@ describe('command codec', { timeout: 30_000 }, () => {
     for (const [name, { hex, cmd }] of Object.entries(fixtures)) {
       assert.deepEqual(decodeCommand(Buffer.from(hex, 'hex')), cmd, name);
     }
+  });
+
+  it('decodes through its string memo exactly what toString gives, whatever the bytes and collisions', () => {
+    // Two slots: most strings collide, so a stale slot answering for other bytes would show.
+    const memo = new StringMemo(2);
+    const arbBytes = fc.oneof(
+      fc.string({ unit: 'grapheme', maxLength: 20 }).map((t) => Buffer.from(t, 'utf8')),
+      fc.uint8Array({ maxLength: 20 }).map((u) => Buffer.from(u)),
+      fc.constantFrom(Buffer.from('bench/1'), Buffer.from('bench/2'), Buffer.from([0xc3]), Buffer.alloc(300, 0x61)),
+    );
+    fc.assert(
+      fc.property(fc.array(fc.tuple(arbBytes, fc.nat(4)), { minLength: 1, maxLength: 30 }), (items) => {
+        for (const [bytes, pad] of items) {
+          // The bytes at an offset inside a larger buffer, as in an entry; the buffer is then
+          // overwritten, which must not change what the memo answers later.
+          const buf = Buffer.alloc(pad + bytes.length + pad, 0x7a);
+          bytes.copy(buf, pad);
+          assert.equal(memo.decode(buf, pad, pad + bytes.length), bytes.toString('utf8'));
+          buf.fill(0x41);
+        }
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('keeps its own copy of the bytes it memoized', () => {
+    // An entry's buffer is reused or overwritten later; the memo must not read it again. One
+    // slot, so the second lookup meets what the first one left.
+    const memo = new StringMemo(1);
+    const buf = Buffer.from('xxbench/1');
+    assert.equal(memo.decode(buf, 2, 9), 'bench/1');
+    buf.write('bench/2', 2);
+    assert.equal(memo.decode(buf, 2, 9), 'bench/2');
+    assert.throws(() => new StringMemo(3), RangeError);
   });
 });

@@ -120,6 +120,48 @@ function encodeAcks(conn: unknown, acks: readonly AckItem[]): Buffer | null {
   return buf;
 }
 
+/** The strings of the hand-written layouts (connection ids, topics) as decoded before, found by
+ * their bytes. The same few repeat entry after entry (a publisher's connection, its topic), and
+ * decoding each afresh took about a tenth of a follower's busy time under fan-in; a string found
+ * here is also the very string the broker's maps already hashed. Direct-mapped: a slot per hash of
+ * the bytes, the newest string of that hash wins. A pure memo of `toString('utf8')` (bytes that are
+ * not UTF-8 decode with replacement characters either way), so what apply sees is unchanged. */
+export class StringMemo {
+  private readonly bytes: Array<Uint8Array | undefined>;
+  private readonly strings: Array<string | undefined>;
+  private readonly mask: number;
+
+  /** `slots`: a power of two. */
+  constructor(slots: number) {
+    if (!Number.isInteger(Math.log2(slots))) throw new RangeError(`StringMemo slots ${slots} is not a power of two`);
+    this.bytes = new Array<Uint8Array | undefined>(slots).fill(undefined);
+    this.strings = new Array<string | undefined>(slots).fill(undefined);
+    this.mask = slots - 1;
+  }
+
+  decode(buf: Buffer, start: number, end: number): string {
+    const n = end - start;
+    if (n > STRING_MEMO_BYTES_MAX) return buf.toString('utf8', start, end);
+    let h = n;
+    for (let i = start; i < end; i++) h = Math.imul(h ^ (buf[i] as number), 0x01000193);
+    const slot = (h ^ (h >>> 15)) & this.mask;
+    const seen = this.bytes[slot];
+    if (seen !== undefined && seen.length === n) {
+      let k = 0;
+      while (k < n && seen[k] === buf[start + k]) k++;
+      if (k === n) return this.strings[slot] as string;
+    }
+    const s = buf.toString('utf8', start, end);
+    this.bytes[slot] = new Uint8Array(buf.subarray(start, end)); // a copy: a view would hold the entry's slab
+    this.strings[slot] = s;
+    return s;
+  }
+}
+
+/** Longer strings are decoded every time (comparing them would cost what decoding does). */
+const STRING_MEMO_BYTES_MAX = 256;
+const strings = new StringMemo(1024);
+
 export class CommandDecodeError extends Error {
   readonly code = 'ERR_COMMAND_DECODE';
 }
@@ -161,12 +203,12 @@ function decodePublish(buf: Buffer): Command {
   const topicEnd = connEnd + 2 + buf.readUInt16BE(connEnd);
   if (topicEnd > buf.length) throw new CommandDecodeError('publish command truncated');
   const msg = {
-    topic: buf.toString('utf8', connEnd + 2, topicEnd),
+    topic: strings.decode(buf, connEnd + 2, topicEnd),
     payload: buf.subarray(topicEnd),
     qos: qos as 0 | 1 | 2,
     retain: (flags & FLAG_RETAIN) !== 0,
   };
-  const conn = buf.toString('utf8', 8, connEnd);
+  const conn = strings.decode(buf, 8, connEnd);
   return (flags & FLAG_PID) !== 0 ? { t: 'publish', conn, pid: buf.readUInt16BE(4), msg } : { t: 'publish', conn, msg };
 }
 
@@ -174,7 +216,7 @@ function decodeAck(buf: Buffer): Command {
   if (buf.length < ACK_HEADER) throw new CommandDecodeError('ack command truncated');
   const kind = ACK_KINDS[buf[2] as number];
   if (kind === undefined) throw new CommandDecodeError('ack command kind out of range');
-  return { t: 'ack', conn: buf.toString('utf8', ACK_HEADER), pid: buf.readUInt16BE(3), kind };
+  return { t: 'ack', conn: strings.decode(buf, ACK_HEADER, buf.length), pid: buf.readUInt16BE(3), kind };
 }
 
 function decodeAcks(buf: Buffer): Command {
@@ -190,5 +232,5 @@ function decodeAcks(buf: Buffer): Command {
     if (kind === undefined) throw new CommandDecodeError('acks command kind out of range');
     acks[i] = { pid: buf.readUInt16BE(at + 1), kind };
   }
-  return { t: 'acks', conn: buf.toString('utf8', body), acks };
+  return { t: 'acks', conn: strings.decode(buf, body, buf.length), acks };
 }
