@@ -23,7 +23,7 @@ import type { Command, Settings } from '../src/broker/commands.js';
 import { Decoder } from '../src/protocol/decoder.js';
 import { encode } from '../src/protocol/encoder.js';
 import { RC } from '../src/protocol/reason-codes.js';
-import type { BridgeSpec } from '../src/server/bridge/bridge-config.js';
+import { BRIDGE_MAX_INFLIGHT_DEFAULT, type BridgeSpec } from '../src/server/bridge/bridge-config.js';
 import type { BridgeHost } from '../src/server/bridge/bridge-link.js';
 import { BridgeLink } from '../src/server/bridge/bridge-link.js';
 import { LOOPBACK } from './support/net.js';
@@ -180,6 +180,8 @@ async function oneTickOfWills(Link: LinkClass, sc: Scenario, cleanups: (() => Pr
     keepaliveS: 60,
     downAlertS: 60,
     cleanStart: true,
+    maxInflight: BRIDGE_MAX_INFLIGHT_DEFAULT,
+    maxInflightQos2: BRIDGE_MAX_INFLIGHT_DEFAULT,
     tryPrivate: false,
     tlsCa: null,
     tlsCert: null,

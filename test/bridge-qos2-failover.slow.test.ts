@@ -35,7 +35,7 @@ const FAILOVER_WAIT_MS = 15_000;
 const DELIVERY_WAIT_MS = 60_000;
 /** QoS 2 messages published and acknowledged before the cut. */
 const N = 60;
-/** QoS 2 messages a 3.1.1 remote is sent at once (src/server/bridge/bridge-link.ts BRIDGE_QOS2_WINDOW_V4). */
+/** QoS 2 messages a 3.1.1 remote is sent at once (max-inflight-qos2, src/server/bridge/bridge-config.ts BRIDGE_MAX_INFLIGHT_QOS2_V4_DEFAULT). */
 const WINDOW = 20;
 /** How long the cut-off leader is watched for a PUBREL after the remote's PUBRECs reached it. */
 const WATCH_MS = 300;

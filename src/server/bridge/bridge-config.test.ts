@@ -168,6 +168,28 @@ describe('bridge configuration', () => {
     assert.match(refusal(['--config', configFile('bridges:\n  "a b": {}\n')]).message, /bridges\.a b: a bridge name/);
   });
 
+  it('bounds the messages in flight to the remote: 64, and 20 at QoS 2 to a 3.1.1 remote, unless the settings say', () => {
+    const one = (lines: string) => {
+      const [s] = specsOf(['--config', configFile(`bridges:\n  c:\n    address: mqtt://h\n    topic: a\n${lines}`)]);
+      return [s?.maxInflight, s?.maxInflightQos2];
+    };
+    assert.deepEqual(one(''), [64, 20]);
+    assert.deepEqual(one('    protocol-version: 5\n'), [64, 64]);
+    assert.deepEqual(one('    max-inflight: 10\n'), [10, 10]);
+    assert.deepEqual(one('    max-inflight: 100\n    max-inflight-qos2: 100\n'), [100, 100]);
+    assert.deepEqual(one('    protocol-version: 5\n    max-inflight-qos2: 3\n'), [64, 3]);
+    const bad = (lines: string) =>
+      refusal(['--config', configFile(`bridges:\n  c:\n    address: mqtt://h\n    topic: a\n${lines}`)]).message;
+    assert.match(bad('    max-inflight: 0\n'), /bridges\.c\.max-inflight: expected a whole number of messages from 1 to 32767 \(got 0\)/);
+    assert.match(bad('    max-inflight: 40000\n'), /bridges\.c\.max-inflight: .* from 1 to 32767/);
+    assert.match(bad('    max-inflight: 2.5\n'), /bridges\.c\.max-inflight: /);
+    assert.match(
+      bad('    max-inflight: 8\n    max-inflight-qos2: 9\n'),
+      /bridges\.c\.max-inflight-qos2: expected a whole number of messages from 1 to 8 \(got 9\)/,
+    );
+    assert.match(bad('    max-inflight-qos2: "x"\n'), /bridges\.c\.max-inflight-qos2: /);
+  });
+
   it('refuses a certificate file that cannot be read, naming the key and file', () => {
     const e = refusal([
       '--config',

@@ -43,6 +43,12 @@ export interface BridgeSpec {
   /** Seconds of failed attempts in a row after which one error line says the bridge is still down. */
   downAlertS: number;
   cleanStart: boolean;
+  /** Messages at once (QoS 1 and 2) the remote has not completed; an MQTT 5 remote's Receive
+   * Maximum may bound them lower. */
+  maxInflight: number;
+  /** QoS 2 messages at once the remote has not completed, at most maxInflight. A 3.1.1 remote
+   * cannot say its limit, so this is where its operator says it. */
+  maxInflightQos2: number;
   /** MQTT 3.1.1: Mosquitto's bridge bit (0x80 added to the protocol level in CONNECT). */
   tryPrivate: boolean;
   /** PEM bytes of the files named by tls-ca, tls-cert and tls-key; null when not given. */
@@ -64,12 +70,24 @@ const BRIDGE_KEYS = [
   'keepalive-s',
   'down-alert-s',
   'clean-start',
+  'max-inflight',
+  'max-inflight-qos2',
   'try-private',
   'tls-ca',
   'tls-cert',
   'tls-key',
   'topic',
 ] as const;
+
+/** Default of max-inflight. */
+export const BRIDGE_MAX_INFLIGHT_DEFAULT = 64;
+/** Default of max-inflight-qos2 to a 3.1.1 remote: Mosquitto answers PUBREC to QoS 2 messages
+ * beyond its max_inflight_messages (20 by default) and drops them. To an MQTT 5 remote the default
+ * is max-inflight (its Receive Maximum bounds them with the rest). */
+export const BRIDGE_MAX_INFLIGHT_QOS2_V4_DEFAULT = 20;
+/** The bound of both: the link numbers its QoS 1 packets in the upper half of the id space and the
+ * outbox its QoS 2 items in the lower half (src/server/bridge/bridge-link.ts). */
+const BRIDGE_MAX_INFLIGHT_MAX = 32_767;
 
 /** Default of down-alert-s: two backoff ceilings, so a remote that restarts does not raise it. */
 export const BRIDGE_DOWN_ALERT_S_DEFAULT = 60;
@@ -194,6 +212,15 @@ function bridgeSpec(name: string, flagged: BridgeAddress[] | undefined, raw: unk
   const keepSession = rules.some((r) => isInbound(r) || (isOutbound(r) && r.qos === 2));
   const clean = s['clean-start'] === undefined ? !keepSession : s['clean-start'];
   if (typeof clean !== 'boolean') throw bad(`${where}.clean-start`, `expected true or false (got ${JSON.stringify(clean)})`);
+  const count = (key: 'max-inflight' | 'max-inflight-qos2', dflt: number, max: number): number => {
+    const v = s[key] === undefined ? dflt : s[key];
+    if (typeof v !== 'number' || !Number.isInteger(v) || v < 1 || v > max)
+      throw bad(`${where}.${key}`, `expected a whole number of messages from 1 to ${max} (got ${JSON.stringify(v)})`);
+    return v;
+  };
+  const maxInflight = count('max-inflight', BRIDGE_MAX_INFLIGHT_DEFAULT, BRIDGE_MAX_INFLIGHT_MAX);
+  const qos2Default = Number(protocol) === 4 ? Math.min(BRIDGE_MAX_INFLIGHT_QOS2_V4_DEFAULT, maxInflight) : maxInflight;
+  const maxInflightQos2 = count('max-inflight-qos2', qos2Default, maxInflight);
   const tryPrivate = s['try-private'] === undefined ? true : s['try-private'];
   if (typeof tryPrivate !== 'boolean') throw bad(`${where}.try-private`, `expected true or false (got ${JSON.stringify(tryPrivate)})`);
   const clientId = s['client-id'] === undefined ? `raftmq-bridge-${name}` : oneString(s['client-id'], `${where}.client-id`);
@@ -226,6 +253,8 @@ function bridgeSpec(name: string, flagged: BridgeAddress[] | undefined, raw: unk
     keepaliveS: keepalive,
     downAlertS: downAlert,
     cleanStart: clean,
+    maxInflight,
+    maxInflightQos2,
     tryPrivate,
     tlsCa: caPem?.pem ?? null,
     tlsCert: certPem?.pem ?? null,
@@ -248,6 +277,8 @@ export function bridgesHashInput(specs: readonly BridgeSpec[]): unknown {
     protocol: s.protocol,
     keepaliveS: s.keepaliveS,
     cleanStart: s.cleanStart,
+    maxInflight: s.maxInflight,
+    maxInflightQos2: s.maxInflightQos2,
     tryPrivate: s.tryPrivate,
     files: s.files,
   }));

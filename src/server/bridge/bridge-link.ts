@@ -52,13 +52,6 @@ export const BRIDGE_CONNECT_TIMEOUT_MS = 10_000;
  * delay is drawn between half and all of it. */
 export const BRIDGE_BACKOFF_FIRST_MS = 500;
 export const BRIDGE_BACKOFF_MAX_MS = 30_000;
-/** Messages at once that the remote has not completed (QoS 1 and 2; MQTT 5: at most the remote's
- * Receive Maximum). */
-export const BRIDGE_WINDOW = 64;
-/** QoS 2 messages at once that a 3.1.1 remote has not completed. Such a remote cannot tell its
- * limit, and Mosquitto answers PUBREC to QoS 2 messages beyond its max_inflight_messages (20 by
- * default) and drops them; an MQTT 5 remote's Receive Maximum bounds them with the rest. */
-export const BRIDGE_QOS2_WINDOW_V4 = 20;
 /** Bytes waiting in the socket above which nothing more is written until it drains, so a slow
  * remote holds at most this much of the outbox in this process's memory besides the outbox. */
 export const BRIDGE_WRITE_BUFFER_BYTES = 1024 * 1024;
@@ -146,7 +139,9 @@ export class BridgeLink {
   private lastRead = 0;
   private failures = 0;
   private addressIndex = 0;
-  private window = BRIDGE_WINDOW;
+  /** Messages at once the remote has not completed: the bridge's max-inflight, or the remote's
+   * Receive Maximum when lower (set at each CONNACK). */
+  private window: number;
   /** Of `inflight`, the QoS 2 ones. */
   private inflight2 = 0;
   private remoteMaxPacket = 0;
@@ -179,6 +174,7 @@ export class BridgeLink {
   constructor(spec: BridgeSpec, host: BridgeHost) {
     this.spec = spec;
     this.host = host;
+    this.window = spec.maxInflight;
   }
 
   private get address(): BridgeAddress {
@@ -378,7 +374,7 @@ export class BridgeLink {
     if (this.lastError !== null) this.host.logger.info({ bridge: this.spec.name, address: a.url, downMs }, 'bridge up');
     else this.host.logger.info({ bridge: this.spec.name, address: a.url }, 'bridge connected');
     this.lastError = null;
-    this.window = Math.min(BRIDGE_WINDOW, receiveMax ?? BRIDGE_WINDOW);
+    this.window = Math.min(this.spec.maxInflight, receiveMax ?? this.spec.maxInflight);
     this.remoteMaxPacket = maxPacketSize ?? 0;
     this.resetCursor();
     // A remote without the bridge's session sends PUBREL for none of its QoS 2 ids held here.
@@ -564,7 +560,7 @@ export class BridgeLink {
       // A QoS 2 item as far behind the first one as the id space is long may share its id with one
       // before it: it waits until the position passes that one (src/broker/bridge-outbox.ts).
       if (item.qos === 2 && (item.seq - (o.items.at(0) as OutboxItem).seq >= OUTBOX_PID_MAX || this.inflight.has(item.pid))) break;
-      if (item.qos === 2 && this.inflight2 >= (this.spec.protocol === 4 ? BRIDGE_QOS2_WINDOW_V4 : this.window)) break;
+      if (item.qos === 2 && this.inflight2 >= Math.min(this.spec.maxInflightQos2, this.window)) break;
       this.sentSeq = item.seq + 1;
       this.sentBelow = item.index + 1;
       this.send(s, item, now);
