@@ -58,7 +58,14 @@ export class MemoryLog {
   /** Sum of data bytes of the held entries. */
   private heldBytes = 0;
 
-  constructor(restored: readonly LogEntry[] = [], base: LogBase | null = null) {
+  private readonly newSlab: (bytes: number) => Uint8Array;
+
+  constructor(
+    restored: readonly LogEntry[] = [],
+    base: LogBase | null = null,
+    newSlab: (bytes: number) => Uint8Array = (n) => new Uint8Array(n),
+  ) {
+    this.newSlab = newSlab;
     if (base !== null) {
       this.baseIndex = base.index;
       this.baseTerm = base.term;
@@ -266,7 +273,7 @@ export class MemoryLog {
     const n = data.length;
     let last = this.slabs.length - 1;
     if (last < 0 || this.slabUsed + n > (this.slabs[last] as Uint8Array).length) {
-      this.slabs.push(new Uint8Array(Math.max(SLAB_BYTES, n)));
+      this.slabs.push(this.newSlab(Math.max(SLAB_BYTES, n)));
       last++;
       this.slabUsed = 0;
     }

@@ -86,6 +86,10 @@ export interface RaftOptions {
   readonly incarnation?: string;
   /** Default 'raftmq'. */
   readonly clusterId?: string;
+  /** Makes a slab of the log's entry data of at least this many bytes (raft/core/log.ts); entry
+   * data handed out are views of it. Default: a Uint8Array (the driver makes Node Buffers, so the
+   * views are Buffers too). */
+  readonly newSlab?: (bytes: number) => Uint8Array;
   /** The epoch this node resumes; default: none (or generation 1, id 'static', with `voters`). */
   readonly epoch?: Epoch;
   /** Default 'member' with `voters` or `restore`, else 'fresh'. */
@@ -339,7 +343,7 @@ export class RaftCore {
     this.ignoreVotesUntil = opts.ignoreVotesUntil ?? Number.NEGATIVE_INFINITY;
     this.clock = new ClusterClock({ electionTimeoutMs: e, maxClockOffsetMs: opts.maxClockOffsetMs ?? 1000 });
     this.now = opts.now;
-    this.log = new MemoryLog(opts.restore?.entries, restoredSnapshot);
+    this.log = new MemoryLog(opts.restore?.entries, restoredSnapshot, opts.newSlab);
     this.snapshots = new SnapshotTransfer(this.snapshotTransferHost(), this.snapshotChunksInflightMax, this.unsafe === 'install-any-chunk');
     // A restarted node restores the application from its snapshot first, then re-applies the rest.
     this.snapshot = restoredSnapshot;

@@ -2,6 +2,7 @@
 // pure step machine; this is the loop around it: clocks in, messages in and out, Ready batches
 // drained in order after every input, and the application's proposals batched per event-loop turn.
 
+import { Buffer } from 'node:buffer';
 import { randomBytes, randomInt } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { renameSync } from 'node:fs';
@@ -325,6 +326,10 @@ interface StartPlan {
 
 const systemClock: DriverClock = { monotonic: () => performance.now(), wall: () => Date.now() };
 
+/** The log's slabs as Node Buffers (uninitialized: only written bytes are ever handed out), so the
+ * entry data the log hands out are Buffers and the commands decode without another view. */
+const newSlab = (bytes: number): Uint8Array => Buffer.allocUnsafeSlow(bytes);
+
 export class RaftDriver extends EventEmitter<{ drain: [] }> {
   readonly id: number;
   private readonly opts: RaftDriverOptions;
@@ -455,6 +460,7 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
       commitNoticeDelayMs: COMMIT_NOTICE_DELAY_MS_DEFAULT,
       ...opts.core,
       uncommittedEntriesMax: this.uncommittedEntriesMax,
+      newSlab,
       id: opts.id,
       electionTimeoutMs: opts.electionTimeoutMs,
       random: this.random,
@@ -1047,6 +1053,7 @@ export class RaftDriver extends EventEmitter<{ drain: [] }> {
       commitNoticeDelayMs: COMMIT_NOTICE_DELAY_MS_DEFAULT,
       ...this.opts.core,
       uncommittedEntriesMax: this.uncommittedEntriesMax,
+      newSlab,
       id: this.id,
       electionTimeoutMs: this.opts.electionTimeoutMs,
       random: this.random,

@@ -169,7 +169,8 @@ export class CommandDecodeError extends Error {
 /** Decodes bytes made by encodeCommand. Checks only the envelope: the command's content is judged
  * by apply, which never throws on it. */
 export function decodeCommand(bytes: Uint8Array): Command {
-  if (bytes[0] === HAND) return decodeHand(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
+  // The cluster's log hands out Buffers already (raft/driver/driver.ts newSlab).
+  if (bytes[0] === HAND) return decodeHand(bytes instanceof Buffer ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
   let value: unknown;
   try {
     value = packr.unpack(bytes);
