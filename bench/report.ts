@@ -155,11 +155,11 @@ function eld(d: LoopDelay | null): string {
   return `${beyond(d.p99Ms)} / ${beyond(d.p999Ms)} / ${beyond(d.maxMs)}`;
 }
 
-/** GC pauses over the window: the longest minor and major pause in ms, with their counts. */
+/** GC pauses over the window: the longest minor and major pause in ms, with their counts and totals. */
 function gcCell(d: LoopDelay | null): string {
   const g = d?.gc;
   if (g === undefined) return '–';
-  return `${f(g.minor.maxMs, 1)} (${f(g.minor.count)}) / ${f(g.major.maxMs, 1)} (${f(g.major.count)})`;
+  return `${f(g.minor.maxMs, 1)} (${f(g.minor.count)}, ${f(g.minor.ms)}) / ${f(g.major.maxMs, 1)} (${f(g.major.count)}, ${f(g.major.ms)})`;
 }
 
 function lgCell(r: RunResult): string {
@@ -186,11 +186,11 @@ export function summaryLine(r: RunResult): string {
 export function markdown(rows: Row[], meta: Record<string, unknown>, loadgenMaxPct: number, fleet: FleetSection | null = null): string {
   const flags = (row: Row): string => `${row.failedRuns > 0 ? ' ✗' : ''}${row.result.warnings.length > 0 ? ' ⚠' : ''}`;
   const load = [
-    '| scenario | broker | delivered/s | p50 µs | p99 µs | p99.9 µs | lost | dup | CPU % | RSS MiB | CPU µs/msg | writes · reads /msg | loadgen CPU % /proc (own) | host_other % | ELD p99 / p99.9 / max ms | GC max ms (n), minor / major |',
+    '| scenario | broker | delivered/s | p50 µs | p99 µs | p99.9 µs | lost | dup | CPU % | RSS MiB | CPU µs/msg | writes · reads /msg | loadgen CPU % /proc (own) | host_other % | ELD p99 / p99.9 / max ms | GC max ms (n, total ms), minor / major |',
     '|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
   ];
   const cluster = [
-    '| scenario | leader µs/msg | follower µs/msg | follower / leader | one-node µs/msg | leader / one-node | ELD p99 / p99.9 / max ms, leader · followers | GC max ms (n), minor / major, leader · followers |',
+    '| scenario | leader µs/msg | follower µs/msg | follower / leader | one-node µs/msg | leader / one-node | ELD p99 / p99.9 / max ms, leader · followers | GC max ms (n, total ms), minor / major, leader · followers |',
     '|---|--:|--:|--:|--:|--:|--:|--:|',
   ];
   const disk = ['| scenario | broker | fsyncs/s | entries per fsync |', '|---|---|--:|--:|'];
