@@ -25,9 +25,9 @@ export const JEPSEN_MUTANTS = {
     patches: [
       {
         file: 'src/server/inbound-publish.js',
-        find: "    const cmd = { t: 'publish', conn: conn.id, msg };\n    if (p.qos > 0)\n        cmd.pid = p.pid;\n    conn.propose(cmd);\n",
+        find: "    const cmd = { t: 'publish', conn: conn.id, msg };\n    if (p.qos > 0)\n        cmd.pid = p.pid;\n    conn.proposePublish(cmd);\n",
         replace:
-          "    const cmd = { t: 'publish', conn: conn.id, msg };\n    if (p.qos > 0)\n        cmd.pid = p.pid;\n    conn.propose(cmd);\n    if (p.qos === 1)\n        conn.deliver({ type: 'puback', pid: p.pid, code: 0 });\n",
+          "    const cmd = { t: 'publish', conn: conn.id, msg };\n    if (p.qos > 0)\n        cmd.pid = p.pid;\n    conn.proposePublish(cmd);\n    if (p.qos === 1)\n        conn.deliver({ type: 'puback', pid: p.pid, code: 0 });\n",
       },
     ],
   },

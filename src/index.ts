@@ -3,7 +3,7 @@
 // starts it (src/run-node.ts). docs/operations.md "Embedding raftmq" is its guide.
 import { EventEmitter } from 'node:events';
 import type { pino } from 'pino';
-import type { Command, ConnId, Effect, Message } from './broker/commands.js';
+import type { Command, ConnId, Effect, Message, PublishCommand } from './broker/commands.js';
 import { clusterSettings } from './cluster/cluster-config.js';
 import { type Config, configFromOptions, listenerSpecs, type SettingOptions } from './config.js';
 import type { EventSink } from './events.js';
@@ -260,6 +260,17 @@ class EventsObserver implements NodeObserver {
     }
   }
 
+  private emitPublished(cmd: PublishCommand, out: readonly Effect[], clientIdOf: (conn: ConnId) => string | null): void {
+    if (cmd.quotaExceeded === true) return;
+    if (cmd.pid !== undefined) {
+      const type = cmd.msg.qos === 1 ? 'puback' : 'pubrec';
+      const pid = cmd.pid;
+      const ack = packetFor(out, cmd.conn, type, (p) => p.pid === pid);
+      if (ack !== null && ack.code >= 0x80) return;
+    }
+    this.published(cmd.conn, cmd.msg, clientIdOf);
+  }
+
   private emitFor(cmd: Command, out: readonly Effect[], leaving: string | null, clientIdOf: (conn: ConnId) => string | null): void {
     switch (cmd.t) {
       case 'connect': {
@@ -287,15 +298,12 @@ class EventsObserver implements NodeObserver {
         });
         return;
       }
-      case 'publish': {
-        if (cmd.quotaExceeded === true) return;
-        if (cmd.pid !== undefined) {
-          const ack = packetFor(out, cmd.conn, cmd.msg.qos === 1 ? 'puback' : 'pubrec');
-          if (ack !== null && ack.code >= 0x80) return;
-        }
-        this.published(cmd.conn, cmd.msg, clientIdOf);
+      case 'publish':
+        this.emitPublished(cmd, out, clientIdOf);
         return;
-      }
+      case 'publishes':
+        for (let i = 0; i < cmd.pubs.length; i++) this.emitPublished(cmd.pubs[i] as PublishCommand, out, clientIdOf);
+        return;
       default:
         return;
     }
@@ -331,10 +339,16 @@ class EventsObserver implements NodeObserver {
 
 type Sent = Extract<Effect, { t: 'send' }>['packet'];
 
-function packetFor<T extends Sent['type']>(out: readonly Effect[], conn: ConnId, type: T): (Sent & { type: T }) | null {
+function packetFor<T extends Sent['type']>(
+  out: readonly Effect[],
+  conn: ConnId,
+  type: T,
+  which: (p: Sent & { type: T }) => boolean = () => true,
+): (Sent & { type: T }) | null {
   for (let i = 0; i < out.length; i++) {
     const e = out[i] as Effect;
-    if (e.t === 'send' && e.conn === conn && e.packet.type === type) return e.packet as Sent & { type: T };
+    if (e.t === 'send' && e.conn === conn && e.packet.type === type && which(e.packet as Sent & { type: T }))
+      return e.packet as Sent & { type: T };
   }
   return null;
 }

@@ -131,12 +131,13 @@ function snapshotOf(dir: string): Map<string, string> {
   return out;
 }
 
-/** Publish payloads of the entries of segment bytes. */
+/** Publish payloads of the entries of segment bytes (several of one entry when it is a `publishes`). */
 function payloadsOf(bytes: Uint8Array): { index: number; payload: string }[] {
   const out: { index: number; payload: string }[] = [];
   for (const e of scanSegment(bytes).entries) {
     const cmd = decodeCommand(e.data);
-    if (cmd.t === 'publish') out.push({ index: e.index, payload: Buffer.from(cmd.msg.payload).toString() });
+    const pubs = cmd.t === 'publish' ? [cmd] : cmd.t === 'publishes' ? cmd.pubs : [];
+    for (const p of pubs) out.push({ index: e.index, payload: Buffer.from(p.msg.payload).toString() });
   }
   return out;
 }

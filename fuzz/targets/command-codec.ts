@@ -41,6 +41,23 @@ export const commandArb: fc.Arbitrary<Command> = fc.oneof(
     conn,
     acks: fc.array(fc.record({ pid, kind: fc.constantFrom('puback', 'pubrec', 'pubcomp') }), { minLength: 1, maxLength: 4 }),
   }),
+  fc
+    .tuple(
+      conn,
+      fc.array(fc.record({ pid: fc.option(fc.integer({ min: 1, max: 0xffff }), { nil: undefined }), msg: message }), {
+        minLength: 2,
+        maxLength: 4,
+      }),
+    )
+    .map(
+      ([c, items]): Command => ({
+        t: 'publishes',
+        conn: c,
+        pubs: items.map(({ pid: id, msg }) =>
+          id === undefined ? { t: 'publish', conn: c, msg } : { t: 'publish', conn: c, pid: id, msg },
+        ),
+      }),
+    ),
   fc.record({ t: fc.constant('pubrel' as const), conn, pid }),
   fc.record({
     t: fc.constant('subscribe' as const),
@@ -150,6 +167,14 @@ export function commandCorpus(): Uint8Array[] {
     { t: 'publish', conn: '1.1', pid: 4, msg },
     { t: 'publish', conn: '1.1', msg: { ...msg, qos: 0, retain: false } },
     { t: 'publish', conn: '1.1', pid: 5, msg: { ...msg, props: { expiryS: 3, contentType: 'x', userProps: [['k', 'v']] } } },
+    {
+      t: 'publishes',
+      conn: '1.1',
+      pubs: [
+        { t: 'publish', conn: '1.1', pid: 6, msg },
+        { t: 'publish', conn: '1.1', msg: { ...msg, qos: 0 } },
+      ],
+    },
     { t: 'pubrel', conn: '1.1', pid: 4 },
     { t: 'ack', conn: '1.2', pid: 1, kind: 'puback' },
     {

@@ -533,6 +533,9 @@ export class Broker implements BrokerState {
       case 'publish':
         this.publish(cmd, now, out);
         return;
+      case 'publishes':
+        for (let i = 0; i < cmd.pubs.length; i++) this.publish(cmd.pubs[i] as PublishCommand, now, out);
+        return;
       case 'pubrel':
         this.pubrel(cmd.conn, cmd.pid, out);
         return;

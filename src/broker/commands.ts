@@ -66,6 +66,13 @@ export interface AckItem {
 /** Acks carried by one `acks` command at most (the command codec writes the count as a u16). */
 export const ACKS_PER_COMMAND_MAX = 1_024;
 
+/** Publishes carried by one `publishes` command at most (the command codec writes the count as a u16). */
+export const PUBLISHES_PER_COMMAND_MAX = 1_024;
+
+/** A `publishes` command is closed once its topics and payloads reach this many bytes, so that an
+ * entry stays within one of the raft log's 64 KiB slabs; a larger publish goes alone. */
+export const PUBLISHES_BYTES_MAX = 32 * 1024;
+
 export type Command =
   /** A node begins serving; ends every connection of an older serving period. configHash: the
    * serving node's configuration (src/cluster/config-hash.ts), compared by every replica; apply
@@ -88,6 +95,11 @@ export type Command =
    * entry: a subscriber under load sends many PUBACKs per read, and one entry for all of them
    * halves the log a QoS 1 message costs. */
   | { t: 'acks'; conn: ConnId; acks: readonly AckItem[] }
+  /** Several publishes of one connection read in one turn, applied in order as if each were its
+   * own entry (at this entry's index and time): a publisher under load sends many PUBLISH packets
+   * per read, and one entry for all of them saves what the log pays per entry on every node. Each
+   * item is a whole `publish` of this `conn`. */
+  | PublishesCommand
   /** Only advances time, so that deadlines pass while the broker is idle. */
   | { t: 'tick' }
   /** Replicas compare state digests: each replica records its digest at every check entry, and
@@ -237,6 +249,13 @@ export interface PublishCommand {
    * serving node found them in its routes and placement rules (docs/scale-out.md "Forwarding"):
    * decided when proposed and carried in the entry, so every replica applies the same decision. */
   fwd?: string[];
+}
+
+export interface PublishesCommand {
+  t: 'publishes';
+  conn: ConnId;
+  /** 2 to PUBLISHES_PER_COMMAND_MAX publishes, each with this command's conn. */
+  pubs: readonly PublishCommand[];
 }
 
 /** A command as the log orders it. time: integer ms since the Unix epoch, stamped by the log,

@@ -7,6 +7,7 @@ import {
   type Command,
   type Message,
   type MessageProps,
+  PUBLISHES_PER_COMMAND_MAX,
   REFUSED_NONE,
   type SubscriptionRequest,
   type Will,
@@ -39,6 +40,14 @@ function isProps(p: unknown): p is MessageProps {
   if (p.correlationData !== undefined && !isBytes(p.correlationData)) return false;
   if (p.userProps === undefined) return true;
   return Array.isArray(p.userProps) && p.userProps.every((kv) => Array.isArray(kv) && kv.length === 2 && isStr(kv[0]) && isStr(kv[1]));
+}
+
+function publishProblem(c: Record<string, unknown>): string | null {
+  if (!isConn(c.conn) || !isMessage(c.msg)) return 'bad publish';
+  if (c.quotaExceeded !== undefined && (c.quotaExceeded !== true || c.msg.qos !== 2)) return 'bad publish quotaExceeded';
+  if (c.fwd !== undefined && (c.msg.qos !== 1 || !isShardList(c.fwd))) return 'bad publish fwd';
+  if (c.msg.qos === 0) return c.pid === undefined ? null : 'pid on a QoS 0 publish';
+  return isPid(c.pid) ? null : 'bad publish pid';
 }
 
 export function isMessage(m: unknown): m is Message {
@@ -130,12 +139,17 @@ export function commandProblem(cmd: unknown): string | null {
         (c.refused === undefined || isRefused(c.refused, c.filters.length))
         ? null
         : 'bad unsubscribe';
-    case 'publish': {
-      if (!isConn(c.conn) || !isMessage(c.msg)) return 'bad publish';
-      if (c.quotaExceeded !== undefined && (c.quotaExceeded !== true || c.msg.qos !== 2)) return 'bad publish quotaExceeded';
-      if (c.fwd !== undefined && (c.msg.qos !== 1 || !isShardList(c.fwd))) return 'bad publish fwd';
-      if (c.msg.qos === 0) return c.pid === undefined ? null : 'pid on a QoS 0 publish';
-      return isPid(c.pid) ? null : 'bad publish pid';
+    case 'publish':
+      return publishProblem(c);
+    case 'publishes': {
+      if (!isConn(c.conn) || !Array.isArray(c.pubs) || c.pubs.length < 2 || c.pubs.length > PUBLISHES_PER_COMMAND_MAX)
+        return 'bad publishes';
+      for (const p of c.pubs as unknown[]) {
+        if (!isObj(p) || p.t !== 'publish' || p.conn !== c.conn) return 'bad publishes item';
+        const problem = publishProblem(p);
+        if (problem !== null) return `publishes item: ${problem}`;
+      }
+      return null;
     }
     case 'pubrel':
       return isConn(c.conn) && isPid(c.pid) ? null : 'bad pubrel';

@@ -52,6 +52,20 @@ const arbAcks: fc.Arbitrary<Command> = fc.record({
   ),
 });
 
+/** Several publishes of one connection; some with properties, which send the whole command to msgpackr. */
+const arbPublishes: fc.Arbitrary<Command> = fc
+  .tuple(arbConn, fc.array(arbPublish, { minLength: 2, maxLength: 20 }), fc.boolean())
+  .map(([conn, items, plain]) => ({
+    t: 'publishes' as const,
+    conn,
+    pubs: items.map((c) => {
+      const p = c as Extract<Command, { t: 'publish' }>;
+      const msg = { ...p.msg };
+      if (plain) delete msg.props;
+      return { ...p, conn, msg };
+    }),
+  }));
+
 describe('command codec', { timeout: 30_000 }, () => {
   it('encodes a bridge-position command as a msgpack map and decodes it to the same value', () => {
     const cmd: Command = { t: 'bridge-position', bridge: 'cloud', below: 123_456_789_012 };
@@ -60,12 +74,13 @@ describe('command codec', { timeout: 30_000 }, () => {
     assert.deepEqual(decodeCommand(bytes), cmd);
   });
 
-  it('decodes publish, ack and acks commands to the same values as a msgpackr round trip', () => {
+  it('decodes publish, publishes, ack and acks commands to the same values as a msgpackr round trip', () => {
     fc.assert(
-      fc.property(fc.oneof(arbPublish, arbAck, arbAcks), (cmd) => {
+      fc.property(fc.oneof(arbPublish, arbPublishes, arbAck, arbAcks), (cmd) => {
         const got = decodeCommand(encodeCommand(cmd));
         assert.deepStrictEqual(got, viaMsgpack(cmd));
         if (got.t === 'publish') assert.ok(Buffer.isBuffer(got.msg.payload), 'payload is a Buffer, as msgpackr gives');
+        if (got.t === 'publishes') for (const p of got.pubs) assert.ok(Buffer.isBuffer(p.msg.payload), 'payload is a Buffer');
       }),
       { numRuns: 1000 },
     );
@@ -93,6 +108,34 @@ describe('command codec', { timeout: 30_000 }, () => {
     assert.deepStrictEqual(decodeCommand(encodeCommand(withProps)), viaMsgpack(withProps));
   });
 
+  it('uses the hand-written layout for publishes without properties, msgpack when one item has them', () => {
+    const item = (pid: number | undefined, payload: number[], retain = false): Extract<Command, { t: 'publish' }> => {
+      const msg = { topic: 'a/b', payload: new Uint8Array(payload), qos: pid === undefined ? (0 as const) : (1 as const), retain };
+      return pid === undefined ? { t: 'publish', conn: '3.9', msg } : { t: 'publish', conn: '3.9', pid, msg };
+    };
+    const cmd: Command = { t: 'publishes', conn: '3.9', pubs: [item(7, [1, 2]), item(undefined, [], true)] };
+    const bytes = encodeCommand(cmd);
+    // c1 04 count conn(3.9) | pid flag, qos 1, pid 7, topic a/b, payload 2: 01 02 | retain, qos 0, no pid, a/b, payload 0
+    assert.deepStrictEqual(
+      [...bytes],
+      [
+        0xc1, 4, 0, 2, 0, 3, 0x33, 0x2e, 0x39, 1, 1, 0, 7, 0, 3, 0x61, 0x2f, 0x62, 0, 0, 0, 2, 1, 2, 2, 0, 0, 0, 0, 3, 0x61, 0x2f, 0x62, 0,
+        0, 0, 0,
+      ],
+    );
+    assert.deepStrictEqual(decodeCommand(bytes), viaMsgpack(cmd));
+    const withProps: Command = {
+      t: 'publishes',
+      conn: '3.9',
+      pubs: [item(7, [1]), { ...item(8, [2]), msg: { ...item(8, [2]).msg, props: { expiryS: 5 } } }],
+    };
+    assert.notEqual(encodeCommand(withProps)[0], 0xc1);
+    assert.deepStrictEqual(decodeCommand(encodeCommand(withProps)), viaMsgpack(withProps));
+    const otherConn: Command = { t: 'publishes', conn: '3.9', pubs: [item(7, [1]), { ...item(8, [2]), conn: '3.10' }] };
+    assert.notEqual(encodeCommand(otherConn)[0], 0xc1, 'an item of another conn is not expressible by the layout');
+    assert.deepStrictEqual(decodeCommand(encodeCommand(otherConn)), viaMsgpack(otherConn));
+  });
+
   it('keeps the quotaExceeded mark of a publish, which the hand-written layout has no room for', () => {
     const refused: Command = {
       t: 'publish',
@@ -105,9 +148,9 @@ describe('command codec', { timeout: 30_000 }, () => {
     assert.equal((decodeCommand(encodeCommand(refused)) as { quotaExceeded?: boolean }).quotaExceeded, true);
   });
 
-  it('still decodes publish, ack and acks commands that msgpackr encoded', () => {
+  it('still decodes publish, publishes, ack and acks commands that msgpackr encoded', () => {
     fc.assert(
-      fc.property(fc.oneof(arbPublish, arbAck, arbAcks), (cmd) => {
+      fc.property(fc.oneof(arbPublish, arbPublishes, arbAck, arbAcks), (cmd) => {
         assert.deepStrictEqual(decodeCommand(msgpack.pack(cmd)), viaMsgpack(cmd));
       }),
       { numRuns: 200 },
@@ -147,7 +190,27 @@ describe('command codec', { timeout: 30_000 }, () => {
         { pid: 10, kind: 'pubcomp' },
       ],
     });
-    for (const whole of [publish, ack, acks]) {
+    const publishes = encodeCommand({
+      t: 'publishes',
+      conn: '1.2',
+      pubs: [
+        { t: 'publish', conn: '1.2', pid: 9, msg: { topic: 'a/b', payload: new Uint8Array([5, 6]), qos: 1, retain: false } },
+        { t: 'publish', conn: '1.2', pid: 10, msg: { topic: 'c', payload: new Uint8Array([7]), qos: 2, retain: true } },
+      ],
+    });
+    for (let cut = 1; cut < publishes.length; cut++) {
+      assert.throws(
+        () => decodeCommand(publishes.subarray(0, cut)),
+        (e: unknown) => e instanceof CommandDecodeError,
+        `publishes cut at ${cut} is refused: every item's length is in the bytes`,
+      );
+    }
+    const extra = Buffer.concat([publishes, Buffer.from([0])]);
+    assert.throws(() => decodeCommand(extra), /bytes after its last item/);
+    const one = Buffer.from(publishes);
+    one.writeUInt16BE(1, 2);
+    assert.throws(() => decodeCommand(one), /publishes command count 1 out of range/);
+    for (const whole of [publish, ack, acks, publishes]) {
       for (let cut = 1; cut < whole.length; cut++) {
         try {
           decodeCommand(whole.subarray(0, cut));

@@ -1,6 +1,13 @@
 import { Buffer } from 'node:buffer';
 import { Packr } from 'msgpackr';
-import { ACKS_PER_COMMAND_MAX, type AckItem, type Command, type PublishCommand } from '../broker/commands.js';
+import {
+  ACKS_PER_COMMAND_MAX,
+  type AckItem,
+  type Command,
+  PUBLISHES_PER_COMMAND_MAX,
+  type PublishCommand,
+  type PublishesCommand,
+} from '../broker/commands.js';
 
 // Commands are encoded once, without saved record structures, so the bytes depend on nothing but
 // the command (docs/design.md "Encoding"). Both logs apply decoded bytes, never the proposer's object,
@@ -15,6 +22,8 @@ import { ACKS_PER_COMMAND_MAX, type AckItem, type Command, type PublishCommand }
 //   publish: c1 01 flags(1: pid present, 2: retain) qos pid:u16 connLen:u16 conn topicLen:u16 topic payload…
 //   ack:     c1 02 kind(0 puback, 1 pubrec, 2 pubcomp) pid:u16 conn…
 //   acks:    c1 03 count:u16 (kind pid:u16)×count conn…   (count 1 to ACKS_PER_COMMAND_MAX)
+//   publishes: c1 04 count:u16 connLen:u16 conn (flags qos pid:u16 topicLen:u16 topic payloadLen:u32 payload)×count
+//            (count 2 to PUBLISHES_PER_COMMAND_MAX; flags and qos as in publish)
 const packr = new Packr({ useRecords: false, mapsAsObjects: true, variableMapSize: true });
 
 const COMMAND_TYPES: ReadonlySet<string> = new Set<Command['t']>([
@@ -25,6 +34,7 @@ const COMMAND_TYPES: ReadonlySet<string> = new Set<Command['t']>([
   'subscribe',
   'unsubscribe',
   'publish',
+  'publishes',
   'pubrel',
   'ack',
   'acks',
@@ -43,6 +53,9 @@ const HAND = 0xc1;
 const HAND_PUBLISH = 1;
 const HAND_ACK = 2;
 const HAND_ACKS = 3;
+const HAND_PUBLISHES = 4;
+const PUBLISHES_HEADER = 6;
+const PUBLISHES_ITEM = 10;
 const ACKS_HEADER = 4;
 const ACKS_ITEM = 3;
 const FLAG_PID = 1;
@@ -50,26 +63,37 @@ const FLAG_RETAIN = 2;
 const PUBLISH_HEADER = 10;
 const ACK_HEADER = 5;
 const U16_MAX = 0xffff;
+const U32_MAX = 0xffff_ffff;
 const ACK_KINDS = ['puback', 'pubrec', 'pubcomp'] as const;
 
 export function encodeCommand(cmd: Command): Uint8Array {
   if (cmd.t === 'publish') return encodePublish(cmd) ?? packr.pack(cmd);
   if (cmd.t === 'ack') return encodeAck(cmd.conn, cmd.pid, cmd.kind) ?? packr.pack(cmd);
   if (cmd.t === 'acks') return encodeAcks(cmd.conn, cmd.acks) ?? packr.pack(cmd);
+  if (cmd.t === 'publishes') return encodePublishes(cmd) ?? packr.pack(cmd);
   return packr.pack(cmd);
 }
 
 const isU16 = (n: unknown): n is number => typeof n === 'number' && Number.isInteger(n) && n >= 0 && n <= U16_MAX;
 
-/** The hand-written layout, or null for a publish it cannot express exactly (MQTT 5 properties,
- * quotaExceeded, a field of an unexpected type or range): msgpackr takes those, so they decode as before. */
-function encodePublish(cmd: PublishCommand): Buffer | null {
+/** Whether the hand-written layout expresses `cmd` exactly: no MQTT 5 properties, quotaExceeded
+ * or fwd, and every field of the expected type and range. */
+function handPublish(cmd: PublishCommand): boolean {
   const { conn, msg } = cmd;
   const hasPid = cmd.pid !== undefined;
-  if ((!hasPid && 'pid' in cmd) || (hasPid && !isU16(cmd.pid)) || 'props' in msg || 'quotaExceeded' in cmd || 'fwd' in cmd) return null;
+  if ((!hasPid && 'pid' in cmd) || (hasPid && !isU16(cmd.pid)) || 'props' in msg || 'quotaExceeded' in cmd || 'fwd' in cmd) return false;
   const { topic, payload, qos, retain } = msg;
-  if (typeof conn !== 'string' || typeof topic !== 'string' || !(payload instanceof Uint8Array)) return null;
-  if ((qos !== 0 && qos !== 1 && qos !== 2) || typeof retain !== 'boolean') return null;
+  if (typeof conn !== 'string' || typeof topic !== 'string' || !(payload instanceof Uint8Array)) return false;
+  return (qos === 0 || qos === 1 || qos === 2) && typeof retain === 'boolean';
+}
+
+/** The hand-written layout, or null for a publish it cannot express exactly (handPublish): msgpackr
+ * takes those, so they decode as before. */
+function encodePublish(cmd: PublishCommand): Buffer | null {
+  if (!handPublish(cmd)) return null;
+  const { conn, msg } = cmd;
+  const hasPid = cmd.pid !== undefined;
+  const { topic, payload, qos, retain } = msg;
   const connLen = Buffer.byteLength(conn, 'utf8');
   const topicLen = Buffer.byteLength(topic, 'utf8');
   if (connLen > U16_MAX || topicLen > U16_MAX) return null;
@@ -117,6 +141,43 @@ function encodeAcks(conn: unknown, acks: readonly AckItem[]): Buffer | null {
     buf.writeUInt16BE(a.pid, at + 1);
   }
   buf.write(conn, body, 'utf8');
+  return buf;
+}
+
+/** The hand-written layout of a `publishes`, or null for one it cannot express (an item that
+ * handPublish refuses or of another conn, a count out of range): msgpackr takes it. */
+function encodePublishes(cmd: PublishesCommand): Buffer | null {
+  const { conn, pubs } = cmd;
+  if (typeof conn !== 'string' || !Array.isArray(pubs) || pubs.length < 2 || pubs.length > PUBLISHES_PER_COMMAND_MAX) return null;
+  const connLen = Buffer.byteLength(conn, 'utf8');
+  if (connLen > U16_MAX) return null;
+  let size = PUBLISHES_HEADER + connLen;
+  for (let i = 0; i < pubs.length; i++) {
+    const p = pubs[i] as PublishCommand;
+    if (p.t !== 'publish' || p.conn !== conn || !handPublish(p)) return null;
+    const topicLen = Buffer.byteLength(p.msg.topic, 'utf8');
+    if (topicLen > U16_MAX || p.msg.payload.length > U32_MAX) return null;
+    size += PUBLISHES_ITEM + topicLen + p.msg.payload.length;
+  }
+  const buf = Buffer.allocUnsafe(size);
+  buf[0] = HAND;
+  buf[1] = HAND_PUBLISHES;
+  buf.writeUInt16BE(pubs.length, 2);
+  buf.writeUInt16BE(connLen, 4);
+  let off = PUBLISHES_HEADER + buf.write(conn, PUBLISHES_HEADER, 'utf8');
+  for (let i = 0; i < pubs.length; i++) {
+    const p = pubs[i] as PublishCommand;
+    const { topic, payload } = p.msg;
+    buf[off] = (p.pid !== undefined ? FLAG_PID : 0) | (p.msg.retain ? FLAG_RETAIN : 0);
+    buf[off + 1] = p.msg.qos;
+    buf.writeUInt16BE(p.pid ?? 0, off + 2);
+    const topicLen = buf.write(topic, off + 6, 'utf8');
+    buf.writeUInt16BE(topicLen, off + 4);
+    buf.writeUInt32BE(payload.length, off + 6 + topicLen);
+    off += PUBLISHES_ITEM + topicLen;
+    buf.set(payload, off);
+    off += payload.length;
+  }
   return buf;
 }
 
@@ -191,6 +252,7 @@ function decodeHand(buf: Buffer): Command {
   if (buf[1] === HAND_PUBLISH) return decodePublish(buf);
   if (buf[1] === HAND_ACK) return decodeAck(buf);
   if (buf[1] === HAND_ACKS) return decodeAcks(buf);
+  if (buf[1] === HAND_PUBLISHES) return decodePublishes(buf);
   throw new CommandDecodeError(`unknown hand-written command ${String(buf[1])}`);
 }
 
@@ -234,4 +296,36 @@ function decodeAcks(buf: Buffer): Command {
     acks[i] = { pid: buf.readUInt16BE(at + 1), kind };
   }
   return { t: 'acks', conn: strings.decode(buf, body, buf.length), acks };
+}
+
+function decodePublishes(buf: Buffer): Command {
+  if (buf.length < PUBLISHES_HEADER) throw new CommandDecodeError('publishes command truncated');
+  const count = buf.readUInt16BE(2);
+  if (count < 2 || count > PUBLISHES_PER_COMMAND_MAX) throw new CommandDecodeError(`publishes command count ${count} out of range`);
+  let off = PUBLISHES_HEADER + buf.readUInt16BE(4);
+  if (off > buf.length) throw new CommandDecodeError('publishes command truncated');
+  const conn = strings.decode(buf, PUBLISHES_HEADER, off);
+  const pubs: PublishCommand[] = new Array(count);
+  for (let i = 0; i < count; i++) {
+    if (off + PUBLISHES_ITEM > buf.length) throw new CommandDecodeError('publishes command truncated');
+    const flags = buf[off] as number;
+    const qos = buf[off + 1] as number;
+    if (flags > (FLAG_PID | FLAG_RETAIN) || qos > 2) throw new CommandDecodeError('publishes command flags or qos out of range');
+    const topicStart = off + 6;
+    const topicEnd = topicStart + buf.readUInt16BE(off + 4);
+    if (topicEnd + 4 > buf.length) throw new CommandDecodeError('publishes command truncated');
+    const payloadStart = topicEnd + 4;
+    const payloadEnd = payloadStart + buf.readUInt32BE(topicEnd);
+    if (payloadEnd > buf.length) throw new CommandDecodeError('publishes command truncated');
+    const msg = {
+      topic: strings.decode(buf, topicStart, topicEnd),
+      payload: buf.subarray(payloadStart, payloadEnd),
+      qos: qos as 0 | 1 | 2,
+      retain: (flags & FLAG_RETAIN) !== 0,
+    };
+    pubs[i] = (flags & FLAG_PID) !== 0 ? { t: 'publish', conn, pid: buf.readUInt16BE(off + 2), msg } : { t: 'publish', conn, msg };
+    off = payloadEnd;
+  }
+  if (off !== buf.length) throw new CommandDecodeError('publishes command has bytes after its last item');
+  return { t: 'publishes', conn, pubs };
 }

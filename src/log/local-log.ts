@@ -62,8 +62,9 @@ export const ENTRIES_PER_TURN_MAX = 1024;
  * messages queued per persistent session): 1,024 connects were one commit turn. */
 export const CONNECT_COST = 8;
 
-/** What an entry counts against a commit turn's budget. */
+/** What an entry counts against a commit turn's budget: a `publishes` as many as it carries. */
 export function entryCost(cmd: Command): number {
+  if (cmd.t === 'publishes') return cmd.pubs.length;
   return cmd.t === 'connect' ? CONNECT_COST : 1;
 }
 

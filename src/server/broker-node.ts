@@ -4,7 +4,7 @@ import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import type { BridgeRule } from '../broker/bridge-rules.js';
 import { Broker, type StateTotals } from '../broker/broker.js';
-import type { AclRule, Command, ConnId, Effect, Entry, Message, Settings } from '../broker/commands.js';
+import type { AclRule, Command, ConnId, Effect, Entry, Message, PublishCommand, Settings } from '../broker/commands.js';
 import { pickSettings } from '../broker/settings.js';
 import type { ShardOutbox } from '../broker/shard-outbox.js';
 import type { SnapshotCursor } from '../broker/snapshot-cursor.js';
@@ -178,6 +178,7 @@ function connOf(cmd: Command): ConnId | undefined {
     case 'subscribe':
     case 'unsubscribe':
     case 'publish':
+    case 'publishes':
     case 'pubrel':
     case 'ack':
     case 'acks':
@@ -199,6 +200,17 @@ function connOf(cmd: Command): ConnId | undefined {
       void _;
     }
   }
+}
+
+/** The message of the publish from `conn` with packet id `pid` that `cmd` carries, if any. */
+function probedIn(cmd: Command, conn: ConnId, pid: number): Message | null {
+  if (cmd.t === 'publish') return cmd.conn === conn && cmd.pid === pid ? cmd.msg : null;
+  if (cmd.t !== 'publishes' || cmd.conn !== conn) return null;
+  for (let i = 0; i < cmd.pubs.length; i++) {
+    const p = cmd.pubs[i] as PublishCommand;
+    if (p.pid === pid) return p.msg;
+  }
+  return null;
 }
 
 export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, OutboxGate {
@@ -585,13 +597,13 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
     this.broker.apply(e, out);
     if (observer !== null) observer.applied(e.cmd, out as Effect[], leaving, this.clientIdOfBound);
     if (e.cmd.t === 'check') this.checkApplied(e.index, e.cmd.atIndex, e.cmd.digest);
-    const probed = this.probeConn !== null && e.cmd.t === 'publish' && e.cmd.conn === this.probeConn && e.cmd.pid === this.probePid;
-    if (probed) this.probeMsg = (e.cmd as Extract<Command, { t: 'publish' }>).msg;
+    const probed = this.probeConn === null ? null : probedIn(e.cmd, this.probeConn, this.probePid);
+    if (probed !== null) this.probeMsg = probed;
     if (sysSub !== null && out !== null) this.sendSysRetained(sysSub, existed, out);
     const after = out !== null && this.log.checkServing();
     if (after) this.execute(out);
     if (this.tracer.on) this.tracer.applied(e, out);
-    if (probed && this.probeTarget === null) this.clearProbe();
+    if (probed !== null && this.probeTarget === null) this.clearProbe();
     const id = connOf(e.cmd);
     const conn = id === undefined ? undefined : this.conns.get(id);
     if (conn === undefined) return after;
@@ -876,10 +888,8 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
   propose(cmd: Command): void {
     // A client's QoS 1 publish names the other shards it goes to (docs/scale-out.md "Forwarding"),
     // decided here, by the routes this node holds now, and carried in the entry.
-    if (this.shardLink !== null && cmd.t === 'publish' && cmd.msg.qos === 1) {
-      const fwd = this.shardLink.destinationsOf(cmd.msg.topic);
-      if (fwd !== null) cmd.fwd = fwd;
-    }
+    if (this.shardLink !== null && cmd.t === 'publish') this.addShards(cmd);
+    if (this.shardLink !== null && cmd.t === 'publishes') for (const p of cmd.pubs) this.addShards(p);
     this.log.propose(cmd);
     if (!this.paused && !this.log.accepting) {
       this.paused = true;
@@ -887,6 +897,12 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
       for (const c of this.conns.values()) c.setReadsPaused(true);
       this.bridges.setReadsPaused(true);
     }
+  }
+
+  private addShards(cmd: PublishCommand): void {
+    if (this.shardLink === null || cmd.msg.qos !== 1) return;
+    const fwd = this.shardLink.destinationsOf(cmd.msg.topic);
+    if (fwd !== null) cmd.fwd = fwd;
   }
 
   /** A QoS 0 message without retain from a bridge's remote: routed like a client's QoS 0 publish,

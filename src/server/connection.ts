@@ -19,6 +19,9 @@ import {
   type Message,
   type OutPacket,
   type ProtocolLevel,
+  PUBLISHES_BYTES_MAX,
+  PUBLISHES_PER_COMMAND_MAX,
+  type PublishCommand,
 } from '../broker/commands.js';
 import { assignedClientId } from '../broker/session.js';
 import type { EventKind } from '../events.js';
@@ -150,6 +153,11 @@ export class Connection implements WheelMember, OutboxMember {
   /** PUBACK/PUBREC/PUBCOMP read and not yet proposed: the acks of one read go out as one command,
    * proposed before anything else this connection proposes or replies, so order is kept. */
   private acks: AckItem[] = [];
+  /** Publishes read and not yet proposed: those of one read go out as one `publishes` command (a
+   * new one past PUBLISHES_PER_COMMAND_MAX or PUBLISHES_BYTES_MAX), proposed before anything else
+   * this connection proposes or replies, so order is kept. */
+  private pubs: PublishCommand[] = [];
+  private pubsBytes = 0;
   local: LocalAction[] = [];
   out: Buffer[] = [];
   outBytes = 0;
@@ -252,6 +260,8 @@ export class Connection implements WheelMember, OutboxMember {
     try {
       this.handleEach(packets, from, error);
     } finally {
+      // Every read and every resumption after a verdict ends here: nothing waits past it unproposed.
+      this.proposePubs();
       this.proposeAcks();
     }
   }
@@ -291,6 +301,7 @@ export class Connection implements WheelMember, OutboxMember {
       case 'puback':
       case 'pubrec':
       case 'pubcomp':
+        if (this.pubs.length > 0) this.proposePubs();
         this.acks.push({ pid: p.pid, kind: p.type });
         if (this.acks.length >= ACKS_PER_COMMAND_MAX) this.proposeAcks();
         return;
@@ -415,9 +426,40 @@ export class Connection implements WheelMember, OutboxMember {
   // ---- proposals and local replies ----
 
   propose(cmd: Command): void {
+    if (this.pubs.length > 0) this.proposePubs();
     if (this.acks.length > 0) this.proposeAcks();
     this.pending++;
     this.host.propose(cmd);
+  }
+
+  /** A publish accepted in this read: proposed with the others of the read at its end. While a live
+   * trace is on, each goes alone, as the trace follows one entry per message (publish-trace.ts). */
+  proposePublish(cmd: PublishCommand): void {
+    if (this.host.tracer.on) {
+      this.propose(cmd);
+      return;
+    }
+    if (this.acks.length > 0) this.proposeAcks();
+    const size = cmd.msg.topic.length + cmd.msg.payload.length;
+    if (this.pubs.length > 0 && this.pubsBytes + size > PUBLISHES_BYTES_MAX) this.proposePubs();
+    this.pubs.push(cmd);
+    this.pubsBytes += size;
+    if (this.pubs.length >= PUBLISHES_PER_COMMAND_MAX) this.proposePubs();
+  }
+
+  /** Whether anything of this connection waits to be proposed or applied before a reply may run. */
+  get busy(): boolean {
+    return this.pending > 0 || this.local.length > 0 || this.pubs.length > 0;
+  }
+
+  /** One `publish` for a single one (its own hand-written layout), one `publishes` for several. */
+  private proposePubs(): void {
+    const pubs = this.pubs;
+    if (pubs.length === 0) return;
+    this.pubs = [];
+    this.pubsBytes = 0;
+    this.pending++;
+    this.host.propose(pubs.length === 1 ? (pubs[0] as PublishCommand) : { t: 'publishes', conn: this.id, pubs });
   }
 
   /** One `ack` for a single one (its own hand-written layout), one `acks` for several. */
@@ -439,6 +481,7 @@ export class Connection implements WheelMember, OutboxMember {
   }
 
   reply(a: LocalAction): void {
+    if (this.pubs.length > 0) this.proposePubs();
     if (this.acks.length > 0) this.proposeAcks();
     if (this.pending === 0 && this.local.length === 0) this.run(a);
     else this.local.push(a);

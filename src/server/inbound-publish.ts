@@ -7,7 +7,7 @@
 //
 // Plain functions over the Connection's fields (connection.ts), as connect-phase.ts is.
 import { performance } from 'node:perf_hooks';
-import type { Command, Message } from '../broker/commands.js';
+import type { Message, PublishCommand } from '../broker/commands.js';
 import type { PublishPacket } from '../protocol/packets.js';
 import { RC } from '../protocol/reason-codes.js';
 import { validateTopicName } from '../protocol/topic.js';
@@ -79,16 +79,16 @@ function acceptPublish(conn: Connection, p: PublishPacket, topic: string): void 
   }
   if (p.qos === 0 && !p.retain) {
     // The common case routes at once without allocating a queued action.
-    if (conn.pending === 0 && conn.local.length === 0) {
+    if (!conn.busy) {
       conn.host.routeQos0(conn.id, msg);
       return;
     }
     conn.reply({ k: 'route', msg });
     return;
   }
-  const cmd: Command = { t: 'publish', conn: conn.id, msg };
+  const cmd: PublishCommand = { t: 'publish', conn: conn.id, msg };
   if (p.qos > 0) cmd.pid = p.pid as number;
-  conn.propose(cmd);
+  conn.proposePublish(cmd);
 }
 
 /** --max-publish-rate is the publisher's own quota (docs/design.md "Queues are bounded by admission":

@@ -420,6 +420,9 @@ export class BrokerSimApp implements SimApp {
       case 'subscribe':
         if (cmd.conn === n.slowConn && n.slowLive) n.slowSubscribed = true;
         return;
+      case 'publishes':
+        for (const p of cmd.pubs) this.model(n, p, e);
+        return;
       case 'publish': {
         const text = textOf(cmd.msg.payload);
         const last = this.publishedAt.get(text);
