@@ -3,7 +3,7 @@
 // starts it (src/run-node.ts). docs/operations.md "Embedding raftmq" is its guide.
 import { EventEmitter } from 'node:events';
 import type { pino } from 'pino';
-import type { Command, ConnId, Effect, Message, PublishCommand } from './broker/commands.js';
+import type { Command, ConnId, Effect, Message, PublishCommand, PubrelCommand } from './broker/commands.js';
 import { clusterSettings } from './cluster/cluster-config.js';
 import { type Config, configFromOptions, listenerSpecs, type SettingOptions } from './config.js';
 import type { EventSink } from './events.js';
@@ -302,7 +302,10 @@ class EventsObserver implements NodeObserver {
         this.emitPublished(cmd, out, clientIdOf);
         return;
       case 'publishes':
-        for (let i = 0; i < cmd.pubs.length; i++) this.emitPublished(cmd.pubs[i] as PublishCommand, out, clientIdOf);
+        for (let i = 0; i < cmd.pubs.length; i++) {
+          const p = cmd.pubs[i] as PublishCommand | PubrelCommand;
+          if (p.t === 'publish') this.emitPublished(p, out, clientIdOf);
+        }
         return;
       default:
         return;

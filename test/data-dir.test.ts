@@ -137,7 +137,7 @@ function payloadsOf(bytes: Uint8Array): { index: number; payload: string }[] {
   for (const e of scanSegment(bytes).entries) {
     const cmd = decodeCommand(e.data);
     const pubs = cmd.t === 'publish' ? [cmd] : cmd.t === 'publishes' ? cmd.pubs : [];
-    for (const p of pubs) out.push({ index: e.index, payload: Buffer.from(p.msg.payload).toString() });
+    for (const p of pubs) if (p.t === 'publish') out.push({ index: e.index, payload: Buffer.from(p.msg.payload).toString() });
   }
   return out;
 }

@@ -44,7 +44,7 @@ export const commandArb: fc.Arbitrary<Command> = fc.oneof(
   fc
     .tuple(
       conn,
-      fc.array(fc.record({ pid: fc.option(fc.integer({ min: 1, max: 0xffff }), { nil: undefined }), msg: message }), {
+      fc.array(fc.record({ pid: fc.option(fc.integer({ min: 1, max: 0xffff }), { nil: undefined }), msg: message, rel: fc.boolean() }), {
         minLength: 2,
         maxLength: 4,
       }),
@@ -53,9 +53,10 @@ export const commandArb: fc.Arbitrary<Command> = fc.oneof(
       ([c, items]): Command => ({
         t: 'publishes',
         conn: c,
-        pubs: items.map(({ pid: id, msg }) =>
-          id === undefined ? { t: 'publish', conn: c, msg } : { t: 'publish', conn: c, pid: id, msg },
-        ),
+        pubs: items.map(({ pid: id, msg, rel }) => {
+          if (rel) return { t: 'pubrel', conn: c, pid: id ?? 1 };
+          return id === undefined ? { t: 'publish', conn: c, msg } : { t: 'publish', conn: c, pid: id, msg };
+        }),
       }),
     ),
   fc.record({ t: fc.constant('pubrel' as const), conn, pid }),
@@ -173,6 +174,7 @@ export function commandCorpus(): Uint8Array[] {
       pubs: [
         { t: 'publish', conn: '1.1', pid: 6, msg },
         { t: 'publish', conn: '1.1', msg: { ...msg, qos: 0 } },
+        { t: 'pubrel', conn: '1.1', pid: 6 },
       ],
     },
     { t: 'pubrel', conn: '1.1', pid: 4 },

@@ -30,6 +30,7 @@ import type {
   Entry,
   Message,
   PublishCommand,
+  PubrelCommand,
   QoS,
   Settings,
   ShardInCommand,
@@ -534,7 +535,11 @@ export class Broker implements BrokerState {
         this.publish(cmd, now, out);
         return;
       case 'publishes':
-        for (let i = 0; i < cmd.pubs.length; i++) this.publish(cmd.pubs[i] as PublishCommand, now, out);
+        for (let i = 0; i < cmd.pubs.length; i++) {
+          const p = cmd.pubs[i] as PublishCommand | PubrelCommand;
+          if (p.t === 'pubrel') this.pubrel(p.conn, p.pid, out);
+          else this.publish(p, now, out);
+        }
         return;
       case 'pubrel':
         this.pubrel(cmd.conn, cmd.pid, out);

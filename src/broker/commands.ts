@@ -87,18 +87,17 @@ export type Command =
   | SubscribeCommand
   | UnsubscribeCommand
   | PublishCommand
-  /** PUBREL from a publisher: releases the held inbound QoS 2 packet id. */
-  | { t: 'pubrel'; conn: ConnId; pid: number }
+  | PubrelCommand
   /** Delivery progress from a subscriber. */
   | { t: 'ack'; conn: ConnId; pid: number; kind: AckKind }
   /** Several acks of one connection read in one turn, applied in order as if each were its own
    * entry: a subscriber under load sends many PUBACKs per read, and one entry for all of them
    * halves the log a QoS 1 message costs. */
   | { t: 'acks'; conn: ConnId; acks: readonly AckItem[] }
-  /** Several publishes of one connection read in one turn, applied in order as if each were its
-   * own entry (at this entry's index and time): a publisher under load sends many PUBLISH packets
-   * per read, and one entry for all of them saves what the log pays per entry on every node. Each
-   * item is a whole `publish` of this `conn`. */
+  /** Several publishes and PUBRELs of one connection read in one turn, applied in order as if
+   * each were its own entry (at this entry's index and time): a publisher under load sends many
+   * PUBLISH (and, for QoS 2, PUBREL) packets per read, and one entry for all of them saves what the
+   * log pays per entry on every node. Each item is a whole `publish` or `pubrel` of this `conn`. */
   | PublishesCommand
   /** Only advances time, so that deadlines pass while the broker is idle. */
   | { t: 'tick' }
@@ -251,11 +250,18 @@ export interface PublishCommand {
   fwd?: string[];
 }
 
+/** PUBREL from a publisher: releases the held inbound QoS 2 packet id. */
+export interface PubrelCommand {
+  t: 'pubrel';
+  conn: ConnId;
+  pid: number;
+}
+
 export interface PublishesCommand {
   t: 'publishes';
   conn: ConnId;
-  /** 2 to PUBLISHES_PER_COMMAND_MAX publishes, each with this command's conn. */
-  pubs: readonly PublishCommand[];
+  /** 2 to PUBLISHES_PER_COMMAND_MAX publishes and releases, each with this command's conn. */
+  pubs: readonly (PublishCommand | PubrelCommand)[];
 }
 
 /** A command as the log orders it. time: integer ms since the Unix epoch, stamped by the log,

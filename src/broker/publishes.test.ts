@@ -2,12 +2,12 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
 import { Harness, msg, testSettings } from './broker-harness.testkit.js';
-import type { Effect, PublishCommand } from './commands.js';
+import type { Effect, PublishCommand, PubrelCommand } from './commands.js';
 
 // A `publishes` command (a connection's publishes of one read) must apply exactly as its publishes
 // would as entries of their own at the same time: the same state and the same effects, in the same
 // order. Packet ids repeat on purpose: a QoS 2 id still held answers PUBREC again without routing,
-// a QoS 1 publish under a held QoS 2 id is refused 0x91.
+// a QoS 1 publish under a held QoS 2 id is refused 0x91, a PUBREL releases the id for what follows.
 
 /** A subscriber `sub` (QoS 1 and QoS 2 filters, a small window) and a publisher `pub` (MQTT 5). */
 function withClients(h: Harness): void {
@@ -25,6 +25,8 @@ const arbPublishes = fc.array(
     qos: fc.constantFrom(0 as const, 1 as const, 2 as const),
     retain: fc.boolean(),
     pid: fc.integer({ min: 1, max: 6 }),
+    /** A PUBREL of `pid` instead of a publish. */
+    rel: fc.boolean(),
   }),
   { minLength: 2, maxLength: 30 },
 );
@@ -38,7 +40,8 @@ describe('broker: publishes of one read as one command', { timeout: 30_000 }, ()
         const each = new Harness(settings);
         withClients(one);
         withClients(each);
-        const pubs: PublishCommand[] = items.map(({ topic, qos, retain, pid }, i) => {
+        const pubs: (PublishCommand | PubrelCommand)[] = items.map(({ topic, qos, retain, pid, rel }, i) => {
+          if (rel) return { t: 'pubrel', conn: one.conn(2), pid };
           const m = msg(topic, `m${i}`, qos, retain);
           return qos === 0 ? { t: 'publish', conn: one.conn(2), msg: m } : { t: 'publish', conn: one.conn(2), pid, msg: m };
         });

@@ -145,7 +145,11 @@ export function commandProblem(cmd: unknown): string | null {
       if (!isConn(c.conn) || !Array.isArray(c.pubs) || c.pubs.length < 2 || c.pubs.length > PUBLISHES_PER_COMMAND_MAX)
         return 'bad publishes';
       for (const p of c.pubs as unknown[]) {
-        if (!isObj(p) || p.t !== 'publish' || p.conn !== c.conn) return 'bad publishes item';
+        if (!isObj(p) || (p.t !== 'publish' && p.t !== 'pubrel') || p.conn !== c.conn) return 'bad publishes item';
+        if (p.t === 'pubrel') {
+          if (!isPid(p.pid)) return 'publishes item: bad pubrel';
+          continue;
+        }
         const problem = publishProblem(p);
         if (problem !== null) return `publishes item: ${problem}`;
       }

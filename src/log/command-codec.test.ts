@@ -52,13 +52,15 @@ const arbAcks: fc.Arbitrary<Command> = fc.record({
   ),
 });
 
-/** Several publishes of one connection; some with properties, which send the whole command to msgpackr. */
+/** Several publishes and PUBRELs of one connection; some publishes with properties, which send the
+ * whole command to msgpackr. */
 const arbPublishes: fc.Arbitrary<Command> = fc
-  .tuple(arbConn, fc.array(arbPublish, { minLength: 2, maxLength: 20 }), fc.boolean())
+  .tuple(arbConn, fc.array(fc.oneof(arbPublish, fc.integer({ min: 0, max: 0xffff })), { minLength: 2, maxLength: 20 }), fc.boolean())
   .map(([conn, items, plain]) => ({
     t: 'publishes' as const,
     conn,
     pubs: items.map((c) => {
+      if (typeof c === 'number') return { t: 'pubrel' as const, conn, pid: c };
       const p = c as Extract<Command, { t: 'publish' }>;
       const msg = { ...p.msg };
       if (plain) delete msg.props;
@@ -80,7 +82,8 @@ describe('command codec', { timeout: 30_000 }, () => {
         const got = decodeCommand(encodeCommand(cmd));
         assert.deepStrictEqual(got, viaMsgpack(cmd));
         if (got.t === 'publish') assert.ok(Buffer.isBuffer(got.msg.payload), 'payload is a Buffer, as msgpackr gives');
-        if (got.t === 'publishes') for (const p of got.pubs) assert.ok(Buffer.isBuffer(p.msg.payload), 'payload is a Buffer');
+        if (got.t === 'publishes')
+          for (const p of got.pubs) if (p.t === 'publish') assert.ok(Buffer.isBuffer(p.msg.payload), 'payload is a Buffer');
       }),
       { numRuns: 1000 },
     );
@@ -113,14 +116,18 @@ describe('command codec', { timeout: 30_000 }, () => {
       const msg = { topic: 'a/b', payload: new Uint8Array(payload), qos: pid === undefined ? (0 as const) : (1 as const), retain };
       return pid === undefined ? { t: 'publish', conn: '3.9', msg } : { t: 'publish', conn: '3.9', pid, msg };
     };
-    const cmd: Command = { t: 'publishes', conn: '3.9', pubs: [item(7, [1, 2]), item(undefined, [], true)] };
+    const cmd: Command = {
+      t: 'publishes',
+      conn: '3.9',
+      pubs: [item(7, [1, 2]), item(undefined, [], true), { t: 'pubrel', conn: '3.9', pid: 258 }],
+    };
     const bytes = encodeCommand(cmd);
-    // c1 04 count conn(3.9) | pid flag, qos 1, pid 7, topic a/b, payload 2: 01 02 | retain, qos 0, no pid, a/b, payload 0
+    // c1 04 count conn(3.9) | pid flag, qos 1, pid 7, topic a/b, payload 2: 01 02 | retain, qos 0, no pid, a/b, payload 0 | pubrel 258
     assert.deepStrictEqual(
       [...bytes],
       [
-        0xc1, 4, 0, 2, 0, 3, 0x33, 0x2e, 0x39, 1, 1, 0, 7, 0, 3, 0x61, 0x2f, 0x62, 0, 0, 0, 2, 1, 2, 2, 0, 0, 0, 0, 3, 0x61, 0x2f, 0x62, 0,
-        0, 0, 0,
+        0xc1, 4, 0, 3, 0, 3, 0x33, 0x2e, 0x39, 1, 1, 0, 7, 0, 3, 0x61, 0x2f, 0x62, 0, 0, 0, 2, 1, 2, 2, 0, 0, 0, 0, 3, 0x61, 0x2f, 0x62, 0,
+        0, 0, 0, 4, 1, 2,
       ],
     );
     assert.deepStrictEqual(decodeCommand(bytes), viaMsgpack(cmd));
@@ -196,6 +203,7 @@ describe('command codec', { timeout: 30_000 }, () => {
       pubs: [
         { t: 'publish', conn: '1.2', pid: 9, msg: { topic: 'a/b', payload: new Uint8Array([5, 6]), qos: 1, retain: false } },
         { t: 'publish', conn: '1.2', pid: 10, msg: { topic: 'c', payload: new Uint8Array([7]), qos: 2, retain: true } },
+        { t: 'pubrel', conn: '1.2', pid: 3 },
       ],
     });
     for (let cut = 1; cut < publishes.length; cut++) {

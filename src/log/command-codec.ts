@@ -7,6 +7,7 @@ import {
   PUBLISHES_PER_COMMAND_MAX,
   type PublishCommand,
   type PublishesCommand,
+  type PubrelCommand,
 } from '../broker/commands.js';
 
 // Commands are encoded once, without saved record structures, so the bytes depend on nothing but
@@ -22,8 +23,9 @@ import {
 //   publish: c1 01 flags(1: pid present, 2: retain) qos pid:u16 connLen:u16 conn topicLen:u16 topic payload…
 //   ack:     c1 02 kind(0 puback, 1 pubrec, 2 pubcomp) pid:u16 conn…
 //   acks:    c1 03 count:u16 (kind pid:u16)×count conn…   (count 1 to ACKS_PER_COMMAND_MAX)
-//   publishes: c1 04 count:u16 connLen:u16 conn (flags qos pid:u16 topicLen:u16 topic payloadLen:u32 payload)×count
-//            (count 2 to PUBLISHES_PER_COMMAND_MAX; flags and qos as in publish)
+//   publishes: c1 04 count:u16 connLen:u16 conn item×count   (count 2 to PUBLISHES_PER_COMMAND_MAX)
+//     a publish: flags qos pid:u16 topicLen:u16 topic payloadLen:u32 payload   (flags and qos as in publish)
+//     a pubrel:  04 pid:u16
 const packr = new Packr({ useRecords: false, mapsAsObjects: true, variableMapSize: true });
 
 const COMMAND_TYPES: ReadonlySet<string> = new Set<Command['t']>([
@@ -56,6 +58,8 @@ const HAND_ACKS = 3;
 const HAND_PUBLISHES = 4;
 const PUBLISHES_HEADER = 6;
 const PUBLISHES_ITEM = 10;
+const PUBREL_ITEM = 3;
+const ITEM_PUBREL = 4;
 const ACKS_HEADER = 4;
 const ACKS_ITEM = 3;
 const FLAG_PID = 1;
@@ -153,8 +157,14 @@ function encodePublishes(cmd: PublishesCommand): Buffer | null {
   if (connLen > U16_MAX) return null;
   let size = PUBLISHES_HEADER + connLen;
   for (let i = 0; i < pubs.length; i++) {
-    const p = pubs[i] as PublishCommand;
-    if (p.t !== 'publish' || p.conn !== conn || !handPublish(p)) return null;
+    const p = pubs[i] as PublishCommand | PubrelCommand;
+    if (p.conn !== conn) return null;
+    if (p.t === 'pubrel') {
+      if (!isU16(p.pid) || Object.keys(p).length !== 3) return null;
+      size += PUBREL_ITEM;
+      continue;
+    }
+    if (p.t !== 'publish' || !handPublish(p)) return null;
     const topicLen = Buffer.byteLength(p.msg.topic, 'utf8');
     if (topicLen > U16_MAX || p.msg.payload.length > U32_MAX) return null;
     size += PUBLISHES_ITEM + topicLen + p.msg.payload.length;
@@ -166,7 +176,13 @@ function encodePublishes(cmd: PublishesCommand): Buffer | null {
   buf.writeUInt16BE(connLen, 4);
   let off = PUBLISHES_HEADER + buf.write(conn, PUBLISHES_HEADER, 'utf8');
   for (let i = 0; i < pubs.length; i++) {
-    const p = pubs[i] as PublishCommand;
+    const p = pubs[i] as PublishCommand | PubrelCommand;
+    if (p.t === 'pubrel') {
+      buf[off] = ITEM_PUBREL;
+      buf.writeUInt16BE(p.pid, off + 1);
+      off += PUBREL_ITEM;
+      continue;
+    }
     const { topic, payload } = p.msg;
     buf[off] = (p.pid !== undefined ? FLAG_PID : 0) | (p.msg.retain ? FLAG_RETAIN : 0);
     buf[off + 1] = p.msg.qos;
@@ -305,8 +321,14 @@ function decodePublishes(buf: Buffer): Command {
   let off = PUBLISHES_HEADER + buf.readUInt16BE(4);
   if (off > buf.length) throw new CommandDecodeError('publishes command truncated');
   const conn = strings.decode(buf, PUBLISHES_HEADER, off);
-  const pubs: PublishCommand[] = new Array(count);
+  const pubs: (PublishCommand | PubrelCommand)[] = new Array(count);
   for (let i = 0; i < count; i++) {
+    if (buf[off] === ITEM_PUBREL) {
+      if (off + PUBREL_ITEM > buf.length) throw new CommandDecodeError('publishes command truncated');
+      pubs[i] = { t: 'pubrel', conn, pid: buf.readUInt16BE(off + 1) };
+      off += PUBREL_ITEM;
+      continue;
+    }
     if (off + PUBLISHES_ITEM > buf.length) throw new CommandDecodeError('publishes command truncated');
     const flags = buf[off] as number;
     const qos = buf[off + 1] as number;

@@ -4,7 +4,7 @@ import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import type { BridgeRule } from '../broker/bridge-rules.js';
 import { Broker, type StateTotals } from '../broker/broker.js';
-import type { AclRule, Command, ConnId, Effect, Entry, Message, PublishCommand, Settings } from '../broker/commands.js';
+import type { AclRule, Command, ConnId, Effect, Entry, Message, PublishCommand, PubrelCommand, Settings } from '../broker/commands.js';
 import { pickSettings } from '../broker/settings.js';
 import type { ShardOutbox } from '../broker/shard-outbox.js';
 import type { SnapshotCursor } from '../broker/snapshot-cursor.js';
@@ -207,8 +207,8 @@ function probedIn(cmd: Command, conn: ConnId, pid: number): Message | null {
   if (cmd.t === 'publish') return cmd.conn === conn && cmd.pid === pid ? cmd.msg : null;
   if (cmd.t !== 'publishes' || cmd.conn !== conn) return null;
   for (let i = 0; i < cmd.pubs.length; i++) {
-    const p = cmd.pubs[i] as PublishCommand;
-    if (p.pid === pid) return p.msg;
+    const p = cmd.pubs[i] as PublishCommand | PubrelCommand;
+    if (p.t === 'publish' && p.pid === pid) return p.msg;
   }
   return null;
 }
@@ -889,7 +889,7 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
     // A client's QoS 1 publish names the other shards it goes to (docs/scale-out.md "Forwarding"),
     // decided here, by the routes this node holds now, and carried in the entry.
     if (this.shardLink !== null && cmd.t === 'publish') this.addShards(cmd);
-    if (this.shardLink !== null && cmd.t === 'publishes') for (const p of cmd.pubs) this.addShards(p);
+    if (this.shardLink !== null && cmd.t === 'publishes') for (const p of cmd.pubs) if (p.t === 'publish') this.addShards(p);
     this.log.propose(cmd);
     if (!this.paused && !this.log.accepting) {
       this.paused = true;

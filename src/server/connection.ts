@@ -22,6 +22,7 @@ import {
   PUBLISHES_BYTES_MAX,
   PUBLISHES_PER_COMMAND_MAX,
   type PublishCommand,
+  type PubrelCommand,
 } from '../broker/commands.js';
 import { assignedClientId } from '../broker/session.js';
 import type { EventKind } from '../events.js';
@@ -153,10 +154,10 @@ export class Connection implements WheelMember, OutboxMember {
   /** PUBACK/PUBREC/PUBCOMP read and not yet proposed: the acks of one read go out as one command,
    * proposed before anything else this connection proposes or replies, so order is kept. */
   private acks: AckItem[] = [];
-  /** Publishes read and not yet proposed: those of one read go out as one `publishes` command (a
-   * new one past PUBLISHES_PER_COMMAND_MAX or PUBLISHES_BYTES_MAX), proposed before anything else
-   * this connection proposes or replies, so order is kept. */
-  private pubs: PublishCommand[] = [];
+  /** Publishes and PUBRELs read and not yet proposed: those of one read go out as one `publishes`
+   * command (a new one past PUBLISHES_PER_COMMAND_MAX or PUBLISHES_BYTES_MAX), proposed before
+   * anything else this connection proposes or replies, so order is kept. */
+  private pubs: (PublishCommand | PubrelCommand)[] = [];
   private pubsBytes = 0;
   local: LocalAction[] = [];
   out: Buffer[] = [];
@@ -306,7 +307,7 @@ export class Connection implements WheelMember, OutboxMember {
         if (this.acks.length >= ACKS_PER_COMMAND_MAX) this.proposeAcks();
         return;
       case 'pubrel':
-        this.propose({ t: 'pubrel', conn: this.id, pid: p.pid });
+        this.proposePublish({ t: 'pubrel', conn: this.id, pid: p.pid });
         return;
       case 'subscribe':
         onSubscribe(this, p);
@@ -432,15 +433,16 @@ export class Connection implements WheelMember, OutboxMember {
     this.host.propose(cmd);
   }
 
-  /** A publish accepted in this read: proposed with the others of the read at its end. While a live
-   * trace is on, each goes alone, as the trace follows one entry per message (publish-trace.ts). */
-  proposePublish(cmd: PublishCommand): void {
+  /** A publish accepted in this read, or a PUBREL: proposed with the others of the read at its end.
+   * While a live trace is on, each goes alone, as the trace follows one entry per message
+   * (publish-trace.ts). */
+  proposePublish(cmd: PublishCommand | PubrelCommand): void {
     if (this.host.tracer.on) {
       this.propose(cmd);
       return;
     }
     if (this.acks.length > 0) this.proposeAcks();
-    const size = cmd.msg.topic.length + cmd.msg.payload.length;
+    const size = cmd.t === 'publish' ? cmd.msg.topic.length + cmd.msg.payload.length : 0;
     if (this.pubs.length > 0 && this.pubsBytes + size > PUBLISHES_BYTES_MAX) this.proposePubs();
     this.pubs.push(cmd);
     this.pubsBytes += size;
@@ -452,14 +454,14 @@ export class Connection implements WheelMember, OutboxMember {
     return this.pending > 0 || this.local.length > 0 || this.pubs.length > 0;
   }
 
-  /** One `publish` for a single one (its own hand-written layout), one `publishes` for several. */
+  /** A single one as itself (a publish has its own hand-written layout), one `publishes` for several. */
   private proposePubs(): void {
     const pubs = this.pubs;
     if (pubs.length === 0) return;
     this.pubs = [];
     this.pubsBytes = 0;
     this.pending++;
-    this.host.propose(pubs.length === 1 ? (pubs[0] as PublishCommand) : { t: 'publishes', conn: this.id, pubs });
+    this.host.propose(pubs.length === 1 ? (pubs[0] as PublishCommand | PubrelCommand) : { t: 'publishes', conn: this.id, pubs });
   }
 
   /** One `ack` for a single one (its own hand-written layout), one `acks` for several. */
