@@ -242,7 +242,12 @@ describe('three-node cluster with --data-dir', { timeout: 90_000 }, () => {
     const { client: burst } = await connect(leader.mqttPort, { clientId: 'pub-burst', clean: true });
     const before = ((await leader.health()).body as unknown as { dataDir: { entriesWritten: number } }).dataDir.entriesWritten;
     for (const f of followers) f.pause();
-    for (let i = 0; i < 20; i++) burst.publish('t/burst', `burst${i}`, { qos: 1 }, () => {});
+    // A few ms apart, so each is a read and an entry of its own (the publishes of one read share
+    // one entry): the tail holds many entries for the cut to fall among.
+    for (let i = 0; i < 20; i++) {
+      burst.publish('t/burst', `burst${i}`, { qos: 1 }, () => {});
+      await new Promise((r) => setTimeout(r, 5));
+    }
     await until(
       'the leader wrote the burst',
       async () => {
