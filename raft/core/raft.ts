@@ -277,6 +277,8 @@ export class RaftCore {
   private readonly votes = new Map<number, boolean>();
   /** Per replicated member, keyed `node.inc`: voters of the configuration and learners. */
   private readonly progress = new Map<string, Progress>();
+  /** maybeCommit's match indexes, reused. */
+  private readonly matchScratch: number[] = [];
   private heartbeatDue = 0;
   private leaderSince = 0;
   /** Monotonic ms at which the lease ends; 0: none. Only a leader holds one. */
@@ -1554,9 +1556,22 @@ export class RaftCore {
    * term; earlier entries then commit with it (Log Matching). The leader counts itself up to its
    * durable index. True if the commit index moved. */
   private maybeCommit(): boolean {
-    const matches = this.conf.isVoter ? [this.durableIndex] : [];
+    // One array for every call, sorted in place, descending (a handful of voters): a leader asks
+    // at every append answer, and a new array with Array.prototype.sort each time was about a
+    // tenth of a leader's allocation at a moderate publish rate.
+    const matches = this.matchScratch;
+    matches.length = 0;
+    if (this.conf.isVoter) matches.push(this.durableIndex);
     for (const pr of this.progress.values()) if (pr.voter) matches.push(pr.match);
-    matches.sort((a, b) => b - a);
+    for (let i = 1; i < matches.length; i++) {
+      const v = matches[i] as number;
+      let j = i - 1;
+      while (j >= 0 && (matches[j] as number) < v) {
+        matches[j + 1] = matches[j] as number;
+        j--;
+      }
+      matches[j + 1] = v;
+    }
     const n = matches[this.conf.quorum - 1] ?? 0;
     if (n <= this.log.commit) return false;
     if (this.log.termAt(n) !== this.term && this.unsafe !== 'commit-old-terms') return false;
