@@ -96,17 +96,14 @@ function handPublish(cmd: PublishCommand): boolean {
 function encodePublish(cmd: PublishCommand): Buffer | null {
   if (!handPublish(cmd)) return null;
   const { conn, msg } = cmd;
-  const hasPid = cmd.pid !== undefined;
-  const { topic, payload, qos, retain } = msg;
+  const { topic, payload } = msg;
   const connLen = Buffer.byteLength(conn, 'utf8');
   const topicLen = Buffer.byteLength(topic, 'utf8');
   if (connLen > U16_MAX || topicLen > U16_MAX) return null;
   const buf = Buffer.allocUnsafe(PUBLISH_HEADER + connLen + topicLen + payload.length);
   buf[0] = HAND;
   buf[1] = HAND_PUBLISH;
-  buf[2] = (hasPid ? FLAG_PID : 0) | (retain ? FLAG_RETAIN : 0);
-  buf[3] = qos;
-  buf.writeUInt16BE(hasPid ? (cmd.pid as number) : 0, 4);
+  writeHead(buf, 2, cmd);
   buf.writeUInt16BE(connLen, 6);
   let off = 8 + buf.write(conn, 8, 'utf8');
   buf.writeUInt16BE(topicLen, off);
@@ -184,9 +181,7 @@ function encodePublishes(cmd: PublishesCommand): Buffer | null {
       continue;
     }
     const { topic, payload } = p.msg;
-    buf[off] = (p.pid !== undefined ? FLAG_PID : 0) | (p.msg.retain ? FLAG_RETAIN : 0);
-    buf[off + 1] = p.msg.qos;
-    buf.writeUInt16BE(p.pid ?? 0, off + 2);
+    writeHead(buf, off, p);
     const topicLen = buf.write(topic, off + 6, 'utf8');
     buf.writeUInt16BE(topicLen, off + 4);
     buf.writeUInt32BE(payload.length, off + 6 + topicLen);
@@ -274,21 +269,34 @@ function decodeHand(buf: Buffer): Command {
 
 function decodePublish(buf: Buffer): Command {
   if (buf.length < PUBLISH_HEADER) throw new CommandDecodeError('publish command truncated');
-  const flags = buf[2] as number;
-  const qos = buf[3] as number;
-  if (flags > (FLAG_PID | FLAG_RETAIN) || qos > 2) throw new CommandDecodeError('publish command flags or qos out of range');
+  if (!headInRange(buf, 2)) throw new CommandDecodeError('publish command flags or qos out of range');
   const connEnd = 8 + buf.readUInt16BE(6);
   if (connEnd + 2 > buf.length) throw new CommandDecodeError('publish command truncated');
   const topicEnd = connEnd + 2 + buf.readUInt16BE(connEnd);
   if (topicEnd > buf.length) throw new CommandDecodeError('publish command truncated');
+  return publishAt(buf, 2, strings.decode(buf, 8, connEnd), connEnd + 2, topicEnd, buf.subarray(topicEnd));
+}
+
+// A publish of either layout starts with the same head: flags qos pid:u16.
+
+function writeHead(buf: Buffer, at: number, cmd: PublishCommand): void {
+  buf[at] = (cmd.pid !== undefined ? FLAG_PID : 0) | (cmd.msg.retain ? FLAG_RETAIN : 0);
+  buf[at + 1] = cmd.msg.qos;
+  buf.writeUInt16BE(cmd.pid ?? 0, at + 2);
+}
+
+const headInRange = (buf: Buffer, at: number): boolean => (buf[at] as number) <= (FLAG_PID | FLAG_RETAIN) && (buf[at + 1] as number) <= 2;
+
+/** The publish whose head is at `at`, its topic at topicStart..topicEnd. */
+function publishAt(buf: Buffer, at: number, conn: string, topicStart: number, topicEnd: number, payload: Buffer): PublishCommand {
+  const flags = buf[at] as number;
   const msg = {
-    topic: strings.decode(buf, connEnd + 2, topicEnd),
-    payload: buf.subarray(topicEnd),
-    qos: qos as 0 | 1 | 2,
+    topic: strings.decode(buf, topicStart, topicEnd),
+    payload,
+    qos: buf[at + 1] as 0 | 1 | 2,
     retain: (flags & FLAG_RETAIN) !== 0,
   };
-  const conn = strings.decode(buf, 8, connEnd);
-  return (flags & FLAG_PID) !== 0 ? { t: 'publish', conn, pid: buf.readUInt16BE(4), msg } : { t: 'publish', conn, msg };
+  return (flags & FLAG_PID) !== 0 ? { t: 'publish', conn, pid: buf.readUInt16BE(at + 2), msg } : { t: 'publish', conn, msg };
 }
 
 function decodeAck(buf: Buffer): Command {
@@ -330,22 +338,14 @@ function decodePublishes(buf: Buffer): Command {
       continue;
     }
     if (off + PUBLISHES_ITEM > buf.length) throw new CommandDecodeError('publishes command truncated');
-    const flags = buf[off] as number;
-    const qos = buf[off + 1] as number;
-    if (flags > (FLAG_PID | FLAG_RETAIN) || qos > 2) throw new CommandDecodeError('publishes command flags or qos out of range');
+    if (!headInRange(buf, off)) throw new CommandDecodeError('publishes command flags or qos out of range');
     const topicStart = off + 6;
     const topicEnd = topicStart + buf.readUInt16BE(off + 4);
     if (topicEnd + 4 > buf.length) throw new CommandDecodeError('publishes command truncated');
     const payloadStart = topicEnd + 4;
     const payloadEnd = payloadStart + buf.readUInt32BE(topicEnd);
     if (payloadEnd > buf.length) throw new CommandDecodeError('publishes command truncated');
-    const msg = {
-      topic: strings.decode(buf, topicStart, topicEnd),
-      payload: buf.subarray(payloadStart, payloadEnd),
-      qos: qos as 0 | 1 | 2,
-      retain: (flags & FLAG_RETAIN) !== 0,
-    };
-    pubs[i] = (flags & FLAG_PID) !== 0 ? { t: 'publish', conn, pid: buf.readUInt16BE(off + 2), msg } : { t: 'publish', conn, msg };
+    pubs[i] = publishAt(buf, off, conn, topicStart, topicEnd, buf.subarray(payloadStart, payloadEnd));
     off = payloadEnd;
   }
   if (off !== buf.length) throw new CommandDecodeError('publishes command has bytes after its last item');

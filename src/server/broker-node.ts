@@ -888,8 +888,10 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
   propose(cmd: Command): void {
     // A client's QoS 1 publish names the other shards it goes to (docs/scale-out.md "Forwarding"),
     // decided here, by the routes this node holds now, and carried in the entry.
-    if (this.shardLink !== null && cmd.t === 'publish') this.addShards(cmd);
-    if (this.shardLink !== null && cmd.t === 'publishes') for (const p of cmd.pubs) if (p.t === 'publish') this.addShards(p);
+    if (this.shardLink !== null) {
+      if (cmd.t === 'publish') this.addShards(this.shardLink, cmd);
+      else if (cmd.t === 'publishes') for (const p of cmd.pubs) if (p.t === 'publish') this.addShards(this.shardLink, p);
+    }
     this.log.propose(cmd);
     if (!this.paused && !this.log.accepting) {
       this.paused = true;
@@ -899,9 +901,9 @@ export class BrokerNode implements LogListener, ConnectionHost, ListenerHost, Ou
     }
   }
 
-  private addShards(cmd: PublishCommand): void {
-    if (this.shardLink === null || cmd.msg.qos !== 1) return;
-    const fwd = this.shardLink.destinationsOf(cmd.msg.topic);
+  private addShards(link: ShardLink, cmd: PublishCommand): void {
+    if (cmd.msg.qos !== 1) return;
+    const fwd = link.destinationsOf(cmd.msg.topic);
     if (fwd !== null) cmd.fwd = fwd;
   }
 

@@ -262,8 +262,7 @@ export class Connection implements WheelMember, OutboxMember {
       this.handleEach(packets, from, error);
     } finally {
       // Every read and every resumption after a verdict ends here: nothing waits past it unproposed.
-      this.proposePubs();
-      this.proposeAcks();
+      this.proposeHeld();
     }
   }
 
@@ -427,8 +426,7 @@ export class Connection implements WheelMember, OutboxMember {
   // ---- proposals and local replies ----
 
   propose(cmd: Command): void {
-    if (this.pubs.length > 0) this.proposePubs();
-    if (this.acks.length > 0) this.proposeAcks();
+    this.proposeHeld();
     this.pending++;
     this.host.propose(cmd);
   }
@@ -452,6 +450,13 @@ export class Connection implements WheelMember, OutboxMember {
   /** Whether anything of this connection waits to be proposed or applied before a reply may run. */
   get busy(): boolean {
     return this.pending > 0 || this.local.length > 0 || this.pubs.length > 0;
+  }
+
+  /** What this read gathered and did not propose yet: at most one of the two holds anything, as
+   * each is proposed before the other gathers. */
+  private proposeHeld(): void {
+    this.proposePubs();
+    this.proposeAcks();
   }
 
   /** A single one as itself (a publish has its own hand-written layout), one `publishes` for several. */
@@ -483,8 +488,7 @@ export class Connection implements WheelMember, OutboxMember {
   }
 
   reply(a: LocalAction): void {
-    if (this.pubs.length > 0) this.proposePubs();
-    if (this.acks.length > 0) this.proposeAcks();
+    this.proposeHeld();
     if (this.pending === 0 && this.local.length === 0) this.run(a);
     else this.local.push(a);
   }
