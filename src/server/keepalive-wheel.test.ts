@@ -89,6 +89,10 @@ describe('KeepAliveWheel', { timeout: 30_000 }, () => {
         const wheel = manual(slotMs, 8);
         const members = Array.from({ length: 6 }, () => new Member());
         const pending = new Map<Member, number>();
+        // The first tick that may fire each: the deadline's, or the wheel's next unprocessed one
+        // when the deadline's tick was processed before the schedule.
+        const firstTick = new Map<Member, number>();
+        let nextTick = 0;
         let now = 0;
         const check = (): void => {
           for (const m of members) {
@@ -100,19 +104,21 @@ describe('KeepAliveWheel', { timeout: 30_000 }, () => {
               pending.delete(m);
               m.fired.length = 0;
             } else if (at !== undefined) {
-              assert.ok(now < Math.ceil(at / slotMs) * slotMs, 'fired in the first tick at or after the deadline');
+              assert.ok(now < (firstTick.get(m) as number) * slotMs, 'fired in the first tick at or after the deadline');
             }
           }
         };
         const step = (t: number): void => {
           now = t;
           wheel.advance(t);
+          nextTick = Math.max(nextTick, Math.floor(t / slotMs) + 1);
           check();
         };
         for (const o of ops) {
           if (o.k === 'schedule') {
             wheel.schedule(members[o.who]!, now + o.delay);
             pending.set(members[o.who]!, Math.ceil(now + o.delay));
+            firstTick.set(members[o.who]!, Math.max(Math.ceil(Math.ceil(now + o.delay) / slotMs), nextTick));
           } else if (o.k === 'cancel') {
             wheel.cancel(members[o.who]!);
             pending.delete(members[o.who]!);
