@@ -285,9 +285,10 @@ const LOG_ENTRIES_MAX_DEFAULT = 100_000;
 /** Each node compacts at its own count (node id × this more), so the three do not snapshot the
  * same index at the same moment: the leader commits through whichever follower is not busy. */
 const LOG_ENTRIES_STAGGER = 10_000;
-/** Appends in flight to one follower (8 in the core). A QoS 1 message costs two entries and a
- * commit update takes a slot of its own, so under fan-in load 8 appends of at most 64 entries
- * filled thousands of times a second and entries waited for a response to go out. */
+/** Appends in flight to one follower (8 in the core). When a broker's QoS 1 message cost two
+ * entries (before its publishes of one read shared one), and with a commit update taking a slot of
+ * its own, 8 appends of at most 64 entries filled thousands of times a second under fan-in load and
+ * entries waited for a response to go out. */
 const INFLIGHT_APPENDS_MAX_DEFAULT = 32;
 /** A moved commit index rides on the next append; followers that get none within this are sent
  * an empty one. Immediate notices (the core's default) sent every follower an extra append per
