@@ -39,7 +39,8 @@ export interface RunResult {
   /** The serving process first (the leader for the cluster). */
   procs: ProcResult[];
   /** mqttload itself over the window, from /proc. */
-  loadgen: { cpuPct: number; rssKb: number } | null;
+  /** With several processes (--loadgens), cpuPct is the highest one's and totalPct their sum. */
+  loadgen: { cpuPct: number; rssKb: number; processes?: number; totalPct?: number } | null;
   /** CPU used by processes other than the target's and mqttload, in % of one core (from mqttload's
    * host_other_pct, less a cluster's followers). */
   hostOtherPct: number | null;
@@ -162,8 +163,12 @@ function gcCell(d: LoopDelay | null): string {
   return `${f(g.minor.maxMs, 1)} (${f(g.minor.count)}, ${f(g.minor.ms)}) / ${f(g.major.maxMs, 1)} (${f(g.major.count)}, ${f(g.major.ms)})`;
 }
 
+/** The load generator's CPU, /proc (own getrusage); with several processes the highest one's,
+ * then how many and their sum. */
 function lgCell(r: RunResult): string {
-  return `${f(r.loadgen?.cpuPct)} (${f(r.mqttload?.lg_cpu_pct)})`;
+  const n = r.loadgen?.processes;
+  const all = n === undefined ? '' : ` ×${n}, ${f(r.loadgen?.totalPct)} in all`;
+  return `${f(r.loadgen?.cpuPct)} (${f(r.mqttload?.lg_cpu_pct)})${all}`;
 }
 
 export function summaryLine(r: RunResult): string {
@@ -238,15 +243,17 @@ export function markdown(rows: Row[], meta: Record<string, unknown>, loadgenMaxP
   const mqttload = rows.length > 0 || fleet === null;
   const window = mqttload ? `, window ${String(meta.durationS)} s after ${String(meta.warmupS)} s warm-up` : '';
   const median = mqttload && runs > 1 ? `, median of ${runs} runs` : '';
+  const k = Number(meta.loadgens ?? 1);
+  const split = mqttload && k > 1 ? `, each fan-in as ${k} mqttload processes of ${8 / k} publishers and 1 subscriber each` : '';
   return [
-    `Run ${String(meta.date)} at ${String(meta.commit)}: ${String(meta.cpus)} × ${String(meta.cpuModel)}, Node ${String(meta.node)}, ${String(meta.mosquitto)}${window}${meta.quick === true ? ' (--quick)' : ''}${median}.`,
+    `Run ${String(meta.date)} at ${String(meta.commit)}: ${String(meta.cpus)} × ${String(meta.cpuModel)}, Node ${String(meta.node)}, ${String(meta.mosquitto)}${window}${meta.quick === true ? ' (--quick)' : ''}${median}${split}.`,
     '',
     ...(mqttload
       ? [
           'CPU %, RSS and CPU µs/msg are per broker process from /proc over the window; a cluster row lists leader / follower / follower.',
           'CPU µs/msg: CPU time of that process per message published in the window (mqttload `sent`; fan-out delivers each to 100 subscribers).',
           'writes · reads /msg: write and read system calls of that process (/proc/PID/io syscw, syscr: socket writes and reads) per message published in the window.',
-          'loadgen CPU %: mqttload from /proc (its own getrusage figure in parentheses). host_other %: CPU of neither the broker processes nor mqttload.',
+          "loadgen CPU %: mqttload from /proc (its own getrusage figure in parentheses); with several mqttload processes (--loadgens) the highest one's, then ×K and their sum. host_other %: CPU of neither the broker processes nor mqttload.",
           '',
           ...load,
           '',

@@ -27,6 +27,7 @@ import {
   runFleetChild,
 } from './fleet-child.js';
 import type { FleetSection } from './fleet-report.js';
+import { argsFor, mergeResults, splittable } from './loadgens.js';
 import { clockTicks, type ProcSample, sampleProc, windowOf } from './proc.js';
 import { LOADGEN_RATIO_MAX_PCT, markdown, type ProcResult, type Row, type RunResult, rowsOf, summaryLine } from './report.js';
 import { svg } from './svg.js';
@@ -64,6 +65,8 @@ interface Options {
   warmupS: number;
   rate: number;
   rate2: number;
+  /** mqttload processes per fan-in run (the publishers and the rate split among them). */
+  loadgens: number;
   runs: number;
   idleConns: number;
   idleHoldS: number;
@@ -88,6 +91,10 @@ const HELP = `npm run bench -- [options]
   --rate N             total publishes/s of latency-q1, below every broker's saturation (default 5000)
   --rate2 N            total publishes/s of rate-q1-half: set it to half the one-node maximum of
                        fanin-q1 on this machine (default 50000)
+  --loadgens K         run each fan-in (fanin-*, latency-q1, rate-q1-half) as K mqttload
+                       processes, each with 8/K publishers, its own subscriber and topic prefix, and
+                       1/K of the rate (K of 1, 2, 4 or 8; default 1): one process used most of a
+                       core against a broker that writes once per PUBLISH
   --runs N             run each scenario and broker N times; the table shows the median run (default 1)
   --idle-conns N       idle connections (default 10000)
   --scenarios a,b|all  only these scenarios; all: every one. mqttload scenarios (the default):
@@ -125,6 +132,14 @@ function num(v: string | undefined, flag: string, dflt: number): number {
   return n;
 }
 
+/** --loadgens: a divisor of the fan-in's 8 publishers. */
+function loadgensOf(v: string | undefined): number {
+  if (v === undefined) return 1;
+  const k = Number(v);
+  if (![1, 2, 4, 8].includes(k)) fail(`--loadgens must be 1, 2, 4 or 8 (a divisor of the fan-in's 8 publishers), got ${JSON.stringify(v)}`);
+  return k;
+}
+
 /** The mqttload source: --mqttload, else shared/tools/mqttload in the folder that holds this
  * checkout, else in the one that holds the main checkout (a git worktree lives elsewhere but
  * shares the main checkout's .git). */
@@ -147,6 +162,7 @@ function parseOptions(argv: string[]): Options {
         warmup: { type: 'string' },
         rate: { type: 'string' },
         rate2: { type: 'string' },
+        loadgens: { type: 'string' },
         runs: { type: 'string' },
         'idle-conns': { type: 'string' },
         scenarios: { type: 'string' },
@@ -193,6 +209,7 @@ function parseOptions(argv: string[]): Options {
     warmupS: num(v.warmup as string | undefined, '--warmup', quick ? 0.5 : 1),
     rate: num(v.rate as string | undefined, '--rate', 5000),
     rate2: num(v.rate2 as string | undefined, '--rate2', 50_000),
+    loadgens: loadgensOf(v.loadgens as string | undefined),
     runs: Math.floor(num(v.runs as string | undefined, '--runs', 1)),
     idleConns: Math.floor(num(v['idle-conns'] as string | undefined, '--idle-conns', quick ? 1000 : 10_000)),
     idleHoldS: quick ? 2 : 5,
@@ -254,7 +271,8 @@ function runDeadlineS(s: Scenario, o: Options): number {
 /** /proc readings of every broker process and of mqttload at one instant. */
 interface Snapshot {
   procs: (ProcSample | null)[];
-  loadgen: ProcSample | null;
+  /** Each mqttload process (one unless --loadgens). */
+  loadgens: (ProcSample | null)[];
 }
 
 /** System calls of a window per published message (the window's rate over mqttload's). */
@@ -263,8 +281,8 @@ function perMsg(calls: number | null | undefined, wallS: number | undefined, sen
   return calls / wallS / sentPerS;
 }
 
-function snapshot(t: Target, loadgenPid: number): Snapshot {
-  return { procs: t.procs.map((p) => sampleProc(p.pid)), loadgen: sampleProc(loadgenPid) };
+function snapshot(t: Target, loadgenPids: readonly number[]): Snapshot {
+  return { procs: t.procs.map((p) => sampleProc(p.pid)), loadgens: loadgenPids.map((pid) => sampleProc(pid)) };
 }
 
 interface Load {
@@ -287,18 +305,22 @@ const MARK_LATE_WARN_MS = 100;
  * process and of mqttload, and sends raftmq's processes SIGUSR2 so the second event-loop-delay report
  * covers the window. */
 async function runLoad(bin: string, s: Scenario, t: Target, o: Options): Promise<Load> {
-  const args = [...s.args, '-H', HOST, '-p', String(t.port), '-b', String(t.serving.pid), '-l', `${s.name}/${t.name}`, '-v'];
-  const child = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-  const pid = child.pid ?? 0;
+  const base = [...s.args, '-H', HOST, '-p', String(t.port), '-b', String(t.serving.pid), '-v'];
+  const label = `${s.name}/${t.name}`;
+  const k = splittable(s.args, o.loadgens) ? o.loadgens : 1;
+  const argsOf = (j: number) => (k === 1 ? [...base, '-l', label] : argsFor(base, j, k, label));
+  const children = Array.from({ length: k }, (_, j) => spawn(bin, argsOf(j), { stdio: ['ignore', 'pipe', 'pipe'] }));
+  const pids = children.map((c) => c.pid ?? 0);
   const load: Load = { mqttload: null, start: null, end: null, error: null, notes: [], disk: { start: null, end: null } };
-  let out = '';
-  let err = '';
+  const outs = children.map(() => '');
+  const errs = children.map(() => '');
+  let setups = 0;
   const timers: NodeJS.Timeout[] = [];
   const usr2 = (): void => {
     if (t.raftmq) for (const p of t.procs) p.signal('SIGUSR2');
   };
   const mark = (which: 'start' | 'end', dueMs: number | null = null): void => {
-    load[which] = snapshot(t, pid);
+    load[which] = snapshot(t, pids);
     load.disk[which] = t.diskCounters();
     usr2();
     const late = dueMs === null ? 0 : performance.now() - dueMs;
@@ -309,23 +331,31 @@ async function runLoad(bin: string, s: Scenario, t: Target, o: Options): Promise
     timers.push(setTimeout(() => mark(which, due), afterS * 1000));
   };
   if (s.idle) mark('start');
-  child.stdout.setEncoding('utf8').on('data', (c: string) => {
-    out += c;
+  children.forEach((child, j) => {
+    child.stdout.setEncoding('utf8').on('data', (c: string) => {
+      outs[j] += c;
+    });
+    child.stderr.setEncoding('utf8').on('data', (c: string) => {
+      const err = errs[j] as string;
+      const seen = (what: string) => !err.includes(what) && `${err.slice(-64)}${c}`.includes(what);
+      const setup = !s.idle && seen('setup done');
+      const ramp = s.idle && seen('ramp done');
+      errs[j] += c;
+      // Several processes: the window is timed from the first one's setup (the others' windows
+      // start a few ms later; timed from the last one's, the first could be gone at the end mark).
+      if (setup && ++setups === 1) {
+        markAt('start', o.warmupS);
+        markAt('end', o.warmupS + o.durationS);
+      }
+      if (ramp) load.end = snapshot(t, pids);
+    });
   });
-  child.stderr.setEncoding('utf8').on('data', (c: string) => {
-    const seen = (what: string) => !err.includes(what) && `${err.slice(-64)}${c}`.includes(what);
-    const setup = !s.idle && seen('setup done');
-    const ramp = s.idle && seen('ramp done');
-    err += c;
-    if (setup) {
-      markAt('start', o.warmupS);
-      markAt('end', o.warmupS + o.durationS);
-    }
-    if (ramp) load.end = snapshot(t, pid);
-  });
-  const exited = once(child, 'exit');
-  const watchdog = setTimeout(() => child.kill('SIGKILL'), runDeadlineS(s, o) * 1000);
-  const [code] = (await exited) as [number | null];
+  const exits = children.map((child) => once(child, 'exit'));
+  const watchdog = setTimeout(() => {
+    for (const child of children) child.kill('SIGKILL');
+  }, runDeadlineS(s, o) * 1000);
+  const codes = ((await Promise.all(exits)) as [number | null][]).map(([c]) => c);
+  const code = codes.find((c) => c !== 0) ?? 0;
   clearTimeout(watchdog);
   for (const tm of timers) clearTimeout(tm);
   // A window end not read yet (the bench was late, or mqttload ended early): the brokers' figures
@@ -334,12 +364,17 @@ async function runLoad(bin: string, s: Scenario, t: Target, o: Options): Promise
     load.notes.push('window end read at mqttload exit (drain and close included)');
     mark('end');
   } else if (s.idle) usr2();
-  const line = out.trim().split('\n').pop() ?? '';
-  try {
-    load.mqttload = JSON.parse(line) as Record<string, unknown>;
-  } catch {
-    load.error = `mqttload exited ${code} without a result: ${err.slice(-500).trim()}`;
-  }
+  const lines: Record<string, unknown>[] = [];
+  children.forEach((_, j) => {
+    const line = (outs[j] as string).trim().split('\n').pop() ?? '';
+    try {
+      lines.push(JSON.parse(line) as Record<string, unknown>);
+    } catch {
+      const which = k === 1 ? 'mqttload' : `mqttload #${j}`;
+      load.error ??= `${which} exited ${codes[j]} without a result: ${(errs[j] as string).slice(-500).trim()}`;
+    }
+  });
+  if (load.error === null) load.mqttload = mergeResults(lines);
   return load;
 }
 
@@ -456,10 +491,20 @@ async function runOne(bin: string, s: Scenario, name: TargetName, run: number, o
     if (t.raftmq && pr.loopDelay === null && !died.has(p.label)) res.warnings.push(`${p.label}: no event-loop-delay report`);
     if (w === null && load.error === null && !died.has(p.label)) res.warnings.push(`${p.label}: no /proc window`);
   });
-  const lw = windowOf(load.start?.loadgen ?? null, load.end?.loadgen ?? null);
-  res.loadgen = lw === null ? null : { cpuPct: lw.cpuPct, rssKb: lw.rssKb };
+  // Several load generators: the highest one's CPU is what may set the pace; the others count as
+  // neither "other" nor broker.
+  const lws = (load.start?.loadgens ?? []).map((a, j) => windowOf(a, load.end?.loadgens[j] ?? null));
+  const lw = lws.every((w) => w !== null) && lws.length > 0 ? lws : null;
+  res.loadgen =
+    lw === null
+      ? null
+      : {
+          cpuPct: Math.max(...lw.map((w) => w.cpuPct)),
+          rssKb: lw.reduce((a, w) => a + w.rssKb, 0),
+          ...(lw.length > 1 ? { processes: lw.length, totalPct: lw.reduce((a, w) => a + w.cpuPct, 0) } : {}),
+        };
   res.hostOtherPct = hostOther(r, s, res.procs);
-  res.warnings.unshift(...warningsOf(r, s, lw?.cpuPct ?? null, res.hostOtherPct));
+  res.warnings.unshift(...warningsOf(r, s, res.loadgen?.cpuPct ?? null, res.hostOtherPct));
   res.failures.push(...failuresOf(r, s));
   process.stdout.write(`${summaryLine(res)}\n`);
   return res;
@@ -495,6 +540,7 @@ async function main(): Promise<void> {
     warmupS: o.warmupS,
     rate: o.rate,
     rate2: o.rate2,
+    loadgens: o.loadgens,
     runs: o.runs,
     clockTicks: clockTicks(),
     cpuProf: o.cpuProf,
