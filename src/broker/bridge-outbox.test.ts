@@ -527,7 +527,7 @@ describe('QoS 2 to the remote: packet ids and PUBREC records in the replicated s
     assert.equal(h.broker.verify(), null);
   });
 
-  it('keeps ids, records and the next id through a snapshot, and expires a recorded item', () => {
+  it('keeps ids, records and the next id through a snapshot, and does not expire a recorded item', () => {
     const h = new Harness(Q2_SETTINGS);
     h.connect(h.conn(1), 'pub', { protocol: 5, clean: true, expiryS: 0 });
     h.publish(h.conn(1), { ...msg('a', '1', 2), props: { expiryS: 1 } }, 1);
@@ -546,12 +546,35 @@ describe('QoS 2 to the remote: packet ids and PUBREC records in the replicated s
       ],
     );
     assert.equal(restored?.nextPid, 3);
-    // The recorded item is a new object; its expiry still removes it.
+    // The remote answered PUBREC for 'a': it holds the id until PUBREL, so the item stays past
+    // its expiry until PUBCOMP's position passes it.
     h.apply({ t: 'tick' }, 1_500);
     assert.deepEqual(
-      outbox(h).map((it) => it.topic),
-      ['b'],
+      outbox(h).map((it) => [it.topic, it.rec]),
+      [
+        ['a', true],
+        ['b', false],
+      ],
     );
+    assert.equal(h.broker.verify(), null);
+    assert.equal(h.broker.nextDeadline(), undefined);
+  });
+
+  it('expires a sent QoS 2 item the remote has not answered, and none it has', () => {
+    const h = new Harness(Q2_SETTINGS);
+    h.connect(h.conn(1), 'pub', { protocol: 5, clean: true, expiryS: 0 });
+    h.publish(h.conn(1), { ...msg('a', '1', 2), props: { expiryS: 1 } }, 1);
+    h.publish(h.conn(1), { ...msg('b', '2', 2), props: { expiryS: 1 } }, 2);
+    h.publish(h.conn(1), { ...msg('c', '3', 2), props: { expiryS: 1 } }, 3);
+    const third = h.index;
+    h.apply({ t: 'bridge-pubrec', bridge: 'cloud', conn: h.conn(2), recs: [[third, 3]] });
+    const out = h.apply({ t: 'tick' }, 1_000);
+    assert.deepEqual(expiredIn(out), ['cloud', 'cloud']);
+    assert.deepEqual(
+      outbox(h).map((it) => [it.topic, it.pid, it.rec]),
+      [['c', 3, true]],
+    );
+    assert.equal(h.broker.verify(), null);
   });
 
   it('reads a format 8 snapshot, giving its QoS 2 items ids in log order', () => {

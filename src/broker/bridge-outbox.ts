@@ -133,7 +133,10 @@ export function nextExpiry(o: BridgeOutbox): number | undefined {
 
 /** Removes the items whose expiry is at or before `now` [MQTT-3.3.2-5] and returns them in log
  * order. O(1) per item when they expire in log order (one interval for a topic), one pass over
- * the outbox otherwise. */
+ * the outbox otherwise. A QoS 2 item whose PUBREC is recorded does not expire: the remote has the
+ * message and holds its packet id until PUBREL, so the PUBREL still goes and PUBCOMP completes it
+ * (removed, it would leave the id held at the remote, and a later message under that id taken
+ * there for a copy of this one). */
 export function expireOutbox(o: BridgeOutbox, now: number): OutboxItem[] {
   // By seq: an item recorded by a PUBREC is a new object in `items`, while the heap holds the one pushed.
   const due = new Set<number>();
@@ -148,14 +151,14 @@ export function expireOutbox(o: BridgeOutbox, now: number): OutboxItem[] {
   const removed: OutboxItem[] = [];
   for (;;) {
     const head = o.items.peek();
-    if (head === undefined || !due.has(head.seq)) break;
+    if (head === undefined || !due.has(head.seq) || head.rec) break;
     o.items.shift();
     removed.push(head);
   }
   if (removed.length < due.size) {
     const keep = new Fifo<OutboxItem>();
     for (const it of o.items.toArray()) {
-      if (due.has(it.seq)) removed.push(it);
+      if (due.has(it.seq) && !it.rec) removed.push(it);
       else keep.push(it);
     }
     o.items = keep;

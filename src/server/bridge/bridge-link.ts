@@ -556,7 +556,8 @@ export class BridgeLink {
       // Expired by the cluster clock but not yet removed: the tick at its expiry (the state's next
       // deadline) removes it, and the pump after that entry goes on. An expired message is never
       // forwarded [MQTT-3.3.2-5], and holding keeps the log order.
-      if (item.expiresAt !== null && item.expiresAt <= now) break;
+      // A recorded QoS 2 item does not expire (its PUBREL goes; bridge-outbox.ts expireOutbox).
+      if (item.expiresAt !== null && item.expiresAt <= now && !item.rec) break;
       // A QoS 2 item as far behind the first one as the id space is long may share its id with one
       // before it: it waits until the position passes that one (src/broker/bridge-outbox.ts).
       if (item.qos === 2 && (item.seq - (o.items.at(0) as OutboxItem).seq >= OUTBOX_PID_MAX || this.inflight.has(item.pid))) break;
