@@ -11,22 +11,17 @@
 // when a message in the middle of the entry expires before it is sent. A copy of the link with the
 // planted bug `bridge-cursor-skips-entry` (the cursor and the position move by log index) must fail.
 import assert from 'node:assert/strict';
-import { createServer, type Server, type Socket } from 'node:net';
 import { dirname, join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import pino from 'pino';
 import { buildPatched, type Patch } from '../jepsen-like-tests/mutants.js';
 import type { BridgeRule } from '../src/broker/bridge-rules.js';
 import { Harness, msg, testSettings } from '../src/broker/broker-harness.testkit.js';
-import type { Command, Settings } from '../src/broker/commands.js';
-import { Decoder } from '../src/protocol/decoder.js';
+import type { Settings } from '../src/broker/commands.js';
 import { encode } from '../src/protocol/encoder.js';
 import { RC } from '../src/protocol/reason-codes.js';
-import { BRIDGE_MAX_INFLIGHT_DEFAULT, type BridgeSpec } from '../src/server/bridge/bridge-config.js';
-import type { BridgeHost } from '../src/server/bridge/bridge-link.js';
 import { BridgeLink } from '../src/server/bridge/bridge-link.js';
-import { LOOPBACK } from './support/net.js';
+import { harnessHost, LoopbackRemote, loopbackSpec } from './support/bridge-link-harness.js';
 import { until } from './support/wait.js';
 
 const BUILD = fileURLToPath(new URL('..', import.meta.url));
@@ -54,47 +49,23 @@ const SETTINGS: Settings = { ...testSettings, bridgeRules: RULES };
 /** A remote broker for one bridge connection at a time: CONNACK with Receive Maximum `window`,
  * then PUBACK for QoS 1 PUBLISHes; `acked` holds the topics it acknowledged, in order. After
  * `acksPerConnection` of them it closes the connection and takes nothing more on it. */
-class FakeRemote {
-  readonly acked: string[] = [];
-  private readonly server: Server;
-  private readonly open = new Set<Socket>();
-
-  constructor(window: number, acksPerConnection: number) {
-    this.server = createServer((s) => {
-      this.open.add(s);
-      s.on('close', () => this.open.delete(s));
-      s.on('error', () => {});
-      const d = new Decoder({ maxPacketSize: 1 << 20 });
-      let acks = 0;
-      s.on('data', (chunk: Buffer) => {
-        if (acks >= acksPerConnection) return;
-        const r = d.feed(chunk);
-        for (const p of r.packets) {
-          if (p.type === 'connect') {
-            s.write(encode({ type: 'connack', sessionPresent: false, code: 0, props: { receiveMax: window } }, 5));
-          } else if (p.type === 'publish' && p.pid !== undefined) {
-            this.acked.push(p.topic);
-            s.write(encode({ type: 'puback', pid: p.pid, code: RC.SUCCESS, props: {} }, 5));
-            if (++acks >= acksPerConnection) {
-              s.end();
-              return;
-            }
-          }
-        }
-        if (r.error !== null) s.destroy();
-      });
-    });
-  }
-
-  async listen(): Promise<number> {
-    await new Promise<void>((resolve) => this.server.listen(0, LOOPBACK, () => resolve()));
-    return (this.server.address() as { port: number }).port;
-  }
-
-  close(): Promise<void> {
-    for (const s of this.open) s.destroy();
-    return new Promise<void>((resolve) => this.server.close(() => resolve()));
-  }
+function ackingRemote(window: number, acksPerConnection: number, acked: string[]): LoopbackRemote {
+  const acks = new WeakMap<object, number>();
+  return new LoopbackRemote((s, p) => {
+    if (p.type === 'connect') {
+      s.write(encode({ type: 'connack', sessionPresent: false, code: 0, props: { receiveMax: window } }, 5));
+    } else if (p.type === 'publish' && p.pid !== undefined) {
+      acked.push(p.topic);
+      s.write(encode({ type: 'puback', pid: p.pid, code: RC.SUCCESS, props: {} }, 5));
+      const n = (acks.get(s) ?? 0) + 1;
+      acks.set(s, n);
+      if (n >= acksPerConnection) {
+        s.end();
+        return false;
+      }
+    }
+    return true;
+  });
 }
 
 type LinkClass = typeof BridgeLink;
@@ -125,7 +96,8 @@ const CLOCK_AHEAD_MS = 2500;
  * remote. Resolves once the position has passed the tick and emptied the outbox. */
 async function oneTickOfWills(Link: LinkClass, sc: Scenario, cleanups: (() => Promise<void>)[]): Promise<Run> {
   const { wills, window } = sc;
-  const remote = new FakeRemote(window, sc.acksPerConnection ?? Number.POSITIVE_INFINITY);
+  const acked: string[] = [];
+  const remote = ackingRemote(window, sc.acksPerConnection ?? Number.POSITIVE_INFINITY, acked);
   const port = await remote.listen();
   cleanups.push(() => remote.close());
 
@@ -140,57 +112,18 @@ async function oneTickOfWills(Link: LinkClass, sc: Scenario, cleanups: (() => Pr
     h.apply({ t: 'disconnect', conn: h.conn(1 + i), reason: RC.UNSPECIFIED_ERROR, publishWill: true });
   });
 
-  const proposed: Command[] = [];
   const passedUnacked: string[] = [];
-  let link: BridgeLink | null = null;
-  const commit = (): void => {
-    // The next entries of the log: what the link proposed, then the pump a commit triggers.
-    for (const cmd of proposed.splice(0)) {
-      if (cmd.t === 'bridge-position') {
-        // The rule under test: a position passes only items the remote completed.
-        const items = h.broker.bridgeOutbox(cmd.bridge)?.items.toArray() ?? [];
-        for (const it of items) if (it.index < cmd.below && !remote.acked.includes(it.topic)) passedUnacked.push(it.topic);
-      }
-      h.apply(cmd);
-    }
-    link?.pump();
-  };
-  const host: BridgeHost = {
-    outbox: (name) => h.broker.bridgeOutbox(name),
-    rules: () => RULES,
-    mayWrite: () => true,
+  const { host, setLink } = harnessHost(h, RULES, {
     now: () => h.time + (sc.expiring === undefined ? 0 : CLOCK_AHEAD_MS),
-    propose: (cmd) => {
-      proposed.push(cmd);
-      setImmediate(commit);
+    check: (cmd) => {
+      // The rule under test: a position passes only items the remote completed.
+      if (cmd.t !== 'bridge-position') return;
+      const items = h.broker.bridgeOutbox(cmd.bridge)?.items.toArray() ?? [];
+      for (const it of items) if (it.index < cmd.below && !acked.includes(it.topic)) passedUnacked.push(it.topic);
     },
-    event: () => {},
-    logger: pino({ level: 'silent' }),
-    maxPacketSize: 1 << 20,
-    newConnId: () => 'bridge.1',
-    routeIn: () => {},
-  };
-  const spec: BridgeSpec = {
-    name: 'up',
-    addresses: [{ url: `mqtt://${LOOPBACK}:${port}`, tls: false, ws: false, host: LOOPBACK, port, path: '' }],
-    clientId: 'raftmq-bridge-up',
-    username: null,
-    password: null,
-    protocol: 5,
-    keepaliveS: 60,
-    downAlertS: 60,
-    cleanStart: true,
-    maxInflight: BRIDGE_MAX_INFLIGHT_DEFAULT,
-    maxInflightQos2: BRIDGE_MAX_INFLIGHT_DEFAULT,
-    tryPrivate: false,
-    tlsCa: null,
-    tlsCert: null,
-    tlsKey: null,
-    files: [],
-    rules: RULES,
-  };
-  const l = new Link(spec, host);
-  link = l;
+  });
+  const l = new Link(loopbackSpec('up', port, RULES, true), host);
+  setLink(l);
   cleanups.push(async () => l.stop());
   l.start();
   await until('the bridge connected', () => l.state === 'up', WAIT_MS);
@@ -208,7 +141,7 @@ async function oneTickOfWills(Link: LinkClass, sc: Scenario, cleanups: (() => Pr
     // The link stops at the expired will: the position reaches it and goes no further, and nothing
     // behind it is sent, until the entry whose time passes its expiry removes it.
     await until('the position at the tick', () => h.broker.bridgeOutbox('up')?.position === tick, WAIT_MS);
-    assert.equal(remote.acked.length, sc.expiring, 'the wills before the expired one were forwarded, no more');
+    assert.equal(acked.length, sc.expiring, 'the wills before the expired one were forwarded, no more');
     h.apply({ t: 'tick' }, 2000);
     // The forwarded ones stay too: the position cannot pass the entry before the rest of it.
     assert.equal(h.broker.bridgeOutbox('up')?.items.length, wills - 1, 'the tick removed the expired will, only');
@@ -216,7 +149,7 @@ async function oneTickOfWills(Link: LinkClass, sc: Scenario, cleanups: (() => Pr
   }
   await until('the position past the tick', () => (h.broker.bridgeOutbox('up')?.position ?? 0) > tick, WAIT_MS);
   assert.equal(h.broker.bridgeOutbox('up')?.items.length, 0, 'the position emptied the outbox');
-  return { acked: remote.acked, passedUnacked };
+  return { acked: acked, passedUnacked };
 }
 
 describe('bridge send cursor over an entry with several outbox messages', { timeout: 60_000 }, () => {
