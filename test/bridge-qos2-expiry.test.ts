@@ -1,9 +1,10 @@
-// A QoS 2 message whose PUBREC the remote sent (recorded by a committed `bridge-pubrec`) does not
-// expire in the outbox (docs/bridges.md "When the remote is down"): the remote holds its packet id
-// until PUBREL. The broker is the real one, driven entry by entry; the link is the real BridgeLink
-// over TCP to a small MQTT 5 remote on loopback that answers PUBREC and PUBCOMP. After the
-// message's expiry has passed in the cluster time, a new connection of the bridge sends PUBREL for
-// it (never PUBLISH), PUBCOMP completes it, and the message behind it is forwarded.
+// A QoS 2 message that expires in a bridge's outbox (docs/bridges.md "When the remote is down") is
+// never published again, but the remote may hold its packet id (it had the PUBLISH, and its PUBREC
+// was recorded or not), so the id is released with PUBREL. The broker is the real one, driven entry
+// by entry; the link is the real BridgeLink over TCP to a small MQTT 5 remote on loopback that
+// answers PUBREC and PUBCOMP. After the expiry has passed in the cluster time, a new connection of
+// the bridge sends PUBREL for each expired one (never PUBLISH), PUBCOMP completes them, and the
+// message behind them is forwarded.
 import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import type { BridgeRule } from '../src/broker/bridge-rules.js';
@@ -36,13 +37,13 @@ function qos2Remote(seen: string[]): LoopbackRemote {
   });
 }
 
-describe('bridge: a recorded QoS 2 message past its expiry', { timeout: 30_000 }, () => {
+describe('bridge: QoS 2 messages past their expiry', { timeout: 30_000 }, () => {
   const cleanups: (() => Promise<void> | void)[] = [];
   after(async () => {
     for (const c of cleanups.reverse()) await c();
   });
 
-  it('stays in the outbox, gets its PUBREL on the next connection, and the message behind it goes', async () => {
+  it('get a PUBREL each on the next connection, no PUBLISH, and the message behind them goes', async () => {
     const seen: string[] = [];
     const remote = qos2Remote(seen);
     const port = await remote.listen();
@@ -52,18 +53,21 @@ describe('bridge: a recorded QoS 2 message past its expiry', { timeout: 30_000 }
     h.connect(h.conn(1), 'pub', { protocol: 5, clean: true, expiryS: 0 });
     h.publish(h.conn(1), { ...msg('q2/a', 'a', 2), props: { expiryS: 1 } }, 1);
     const first = h.index;
-    h.publish(h.conn(1), msg('q2/b', 'b', 2), 2);
-    // An earlier serving node sent 'a' and the remote answered PUBREC, recorded by this entry.
+    h.publish(h.conn(1), { ...msg('q2/z', 'z', 2), props: { expiryS: 1 } }, 2);
+    h.publish(h.conn(1), msg('q2/b', 'b', 2), 3);
+    // An earlier serving node sent 'a' and the remote answered PUBREC, recorded by this entry; it
+    // may have sent 'z' too, with no record of an answer.
     h.apply({ t: 'bridge-pubrec', bridge: 'up', conn: h.conn(9), recs: [[first, 1]] });
-    // Its expiry passes in the cluster time.
+    // Their expiry passes in the cluster time.
     h.apply({ t: 'tick' }, 5_000);
     assert.deepEqual(
       (h.broker.bridgeOutbox('up')?.items.toArray() ?? []).map((it) => [it.topic, it.pid, it.rec]),
       [
         ['q2/a', 1, true],
-        ['q2/b', 2, false],
+        ['q2/z', 2, true],
+        ['q2/b', 3, false],
       ],
-      'the recorded message stays past its expiry',
+      'the expired QoS 2 messages stay as releases',
     );
 
     const { host, setLink } = harnessHost(h, RULES);
@@ -74,7 +78,8 @@ describe('bridge: a recorded QoS 2 message past its expiry', { timeout: 30_000 }
     await until('the bridge connected', () => l.state === 'up', WAIT_MS);
     l.pump();
     await until('the outbox emptied', () => h.broker.bridgeOutbox('up')?.items.length === 0, WAIT_MS);
-    assert.deepEqual(seen, ['pubrel 1', 'publish q2/b 2', 'pubrel 2']);
+    // Neither expired message is published again; each id is released; 'b' goes as usual.
+    assert.deepEqual(seen, ['pubrel 1', 'pubrel 2', 'publish q2/b 3', 'pubrel 3']);
     assert.equal(h.broker.verify(), null);
   });
 });

@@ -80,6 +80,8 @@ export interface BridgeOutbox {
 }
 
 /** What an item counts against bridgeOutboxBytes. */
+const EMPTY = new Uint8Array(0);
+
 export const outboxItemSize = (it: { topic: string; msg: Message }): number => it.topic.length + it.msg.payload.length;
 
 export function newOutbox(name: string, position: number, nextPid = 1, inIds: Iterable<number> = []): BridgeOutbox {
@@ -131,12 +133,15 @@ export function nextExpiry(o: BridgeOutbox): number | undefined {
   }
 }
 
-/** Removes the items whose expiry is at or before `now` [MQTT-3.3.2-5] and returns them in log
- * order. O(1) per item when they expire in log order (one interval for a topic), one pass over
- * the outbox otherwise. A QoS 2 item whose PUBREC is recorded does not expire: the remote has the
- * message and holds its packet id until PUBREL, so the PUBREL still goes and PUBCOMP completes it
- * (removed, it would leave the id held at the remote, and a later message under that id taken
- * there for a copy of this one). */
+/** Takes the items whose expiry is at or before `now` [MQTT-3.3.2-5] out of forwarding and returns
+ * them in log order. O(1) per item when they expire in log order (one interval for a topic), one
+ * pass over the outbox otherwise. A QoS 0 or 1 item is removed. A QoS 2 item is not forwarded
+ * again but keeps its place as a release (recorded, without its payload): the remote may hold its
+ * packet id (it had the PUBLISH and answered PUBREC, recorded or not), and removed without a
+ * PUBREL the id would stay held there, and a later message of ours under it be taken for a copy.
+ * The serving node sends it PUBREL, never PUBLISH, and PUBCOMP removes it like any completed item
+ * (a remote that never had it answers PUBCOMP too). One already recorded becomes a release too,
+ * without being counted: the remote has it. */
 export function expireOutbox(o: BridgeOutbox, now: number): OutboxItem[] {
   // By seq: an item recorded by a PUBREC is a new object in `items`, while the heap holds the one pushed.
   const due = new Set<number>();
@@ -148,23 +153,33 @@ export function expireOutbox(o: BridgeOutbox, now: number): OutboxItem[] {
     if (top.index >= o.position) due.add(top.seq);
   }
   if (due.size === 0) return [];
-  const removed: OutboxItem[] = [];
+  const expired: OutboxItem[] = [];
   for (;;) {
     const head = o.items.peek();
-    if (head === undefined || !due.has(head.seq) || head.rec) break;
+    if (head === undefined || !due.has(head.seq) || head.qos === 2) break;
     o.items.shift();
-    removed.push(head);
+    o.bytes -= outboxItemSize(head);
+    expired.push(head);
   }
-  if (removed.length < due.size) {
+  if (expired.length < due.size) {
     const keep = new Fifo<OutboxItem>();
     for (const it of o.items.toArray()) {
-      if (due.has(it.seq) && !it.rec) removed.push(it);
-      else keep.push(it);
+      if (!due.has(it.seq)) keep.push(it);
+      else if (it.qos !== 2) {
+        o.bytes -= outboxItemSize(it);
+        expired.push(it);
+      } else {
+        // Recorded or not, only its PUBREL goes from now on, and it expires no more.
+        const release: OutboxItem = { ...it, rec: true, expiresAt: null, msg: { ...it.msg, payload: EMPTY } };
+        o.bytes += outboxItemSize(release) - outboxItemSize(it);
+        keep.push(release);
+        // A recorded one was delivered to the remote: not counted as expired.
+        if (!it.rec) expired.push(it);
+      }
     }
     o.items = keep;
   }
-  for (const it of removed) o.bytes -= outboxItemSize(it);
-  return removed;
+  return expired;
 }
 
 /** Removes the items below `below` and moves the position there. */

@@ -494,8 +494,7 @@ export class Broker implements BrokerState {
       const items = o.items.toArray();
       const bytes = items.reduce((n, it) => n + outboxItemSize(it), 0);
       if (bytes !== o.bytes) return `outbox ${o.name} counts ${o.bytes} bytes, holds ${bytes}`;
-      if (items.some((it) => it.expiresAt !== null && it.expiresAt <= this.time && !it.rec))
-        return `outbox ${o.name} holds an expired message`;
+      if (items.some((it) => it.expiresAt !== null && it.expiresAt <= this.time)) return `outbox ${o.name} holds an expired message`;
     }
     return null;
   }

@@ -556,7 +556,7 @@ export class BridgeLink {
       // Expired by the cluster clock but not yet removed: the tick at its expiry (the state's next
       // deadline) removes it, and the pump after that entry goes on. An expired message is never
       // forwarded [MQTT-3.3.2-5], and holding keeps the log order.
-      // A recorded QoS 2 item does not expire (its PUBREL goes; bridge-outbox.ts expireOutbox).
+      // A recorded QoS 2 item only gets its PUBREL, expired or not (bridge-outbox.ts expireOutbox).
       if (item.expiresAt !== null && item.expiresAt <= now && !item.rec) break;
       // A QoS 2 item as far behind the first one as the id space is long may share its id with one
       // before it: it waits until the position passes that one (src/broker/bridge-outbox.ts).
