@@ -79,9 +79,10 @@ export interface BridgeOutbox {
   expiring: ExpiryHeap;
 }
 
-/** What an item counts against bridgeOutboxBytes. */
+/** The payload of a release: an expired QoS 2 item kept only for its PUBREL (expireOutbox). */
 const EMPTY = new Uint8Array(0);
 
+/** What an item counts against bridgeOutboxBytes. */
 export const outboxItemSize = (it: { topic: string; msg: Message }): number => it.topic.length + it.msg.payload.length;
 
 export function newOutbox(name: string, position: number, nextPid = 1, inIds: Iterable<number> = []): BridgeOutbox {
